@@ -1,0 +1,134 @@
+{{/* Chart name. */}}
+{{- define "weft.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release-qualified base name; every resource is "<fullname>-<component>". */}}
+{{- define "weft.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of one component: (dict "root" $ "name" "gateway"). */}}
+{{- define "weft.componentName" -}}
+{{- printf "%s-%s" (include "weft.fullname" .root) .name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "weft.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "weft.labels" -}}
+helm.sh/chart: {{ include "weft.chart" . }}
+app.kubernetes.io/name: {{ include "weft.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: weft
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "name" "gateway"). */}}
+{{- define "weft.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "weft.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .name }}
+{{- end -}}
+
+{{/* Image of one service: (dict "root" $ "name" "gateway"). */}}
+{{- define "weft.image" -}}
+{{- $img := .root.Values.image -}}
+{{- $tag := default .root.Chart.AppVersion $img.tag -}}
+{{- if $img.registry -}}
+{{- printf "%s/%s%s:%s" $img.registry $img.repositoryPrefix .name $tag -}}
+{{- else -}}
+{{- printf "%s%s:%s" $img.repositoryPrefix .name $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "weft.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "weft.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* True when the scripted-llm test double is deployed by this release. */}}
+{{- define "weft.testDoubleEnabled" -}}
+{{- $sl := index .Values.services "scripted-llm" | default dict -}}
+{{- if $sl.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* OPENAI_BASE_URL: llm.baseUrl, else the in-release test double. */}}
+{{- define "weft.llmBaseUrl" -}}
+{{- if .Values.llm.baseUrl -}}
+{{- .Values.llm.baseUrl -}}
+{{- else if include "weft.testDoubleEnabled" . -}}
+{{- $sl := index .Values.services "scripted-llm" -}}
+{{- printf "http://%s:%v/v1" (include "weft.componentName" (dict "root" . "name" "scripted-llm")) $sl.port -}}
+{{- else -}}
+{{- fail "llm.baseUrl is required (an OpenAI-compatible .../v1 URL), or set services.scripted-llm.enabled=true to use the scripted LLM test double" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "weft.llmModel" -}}
+{{- $_ := include "weft.llmBaseUrl" . -}}
+{{- if .Values.llm.model -}}{{- .Values.llm.model -}}
+{{- else if and (not .Values.llm.baseUrl) (include "weft.testDoubleEnabled" .) -}}weft-scripted
+{{- else -}}{{- fail "llm.model is required when llm.baseUrl is set" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "weft.embeddingModel" -}}
+{{- if .Values.llm.embeddingModel -}}{{- .Values.llm.embeddingModel -}}
+{{- else if and (not .Values.llm.baseUrl) (include "weft.testDoubleEnabled" .) -}}weft-scripted-embed
+{{- end -}}
+{{- end -}}
+
+{{/* Secret holding WEFT_DATABASE_URL, OPENAI_API_KEY, WEFT_DEV_API_KEY. */}}
+{{- define "weft.secretName" -}}
+{{- default (include "weft.fullname" .) .Values.secrets.existingSecret -}}
+{{- end -}}
+
+{{/* Secret read by the hook jobs (a hook itself, since hooks run before the release's resources). */}}
+{{- define "weft.hookSecretName" -}}
+{{- if .Values.secrets.existingSecret -}}
+{{- .Values.secrets.existingSecret -}}
+{{- else -}}
+{{- printf "%s-hooks" (include "weft.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "weft.kafkaBootstrap" -}}
+{{- required "kafka.bootstrap is required (host:port of the external Kafka 4.x brokers)" .Values.kafka.bootstrap -}}
+{{- end -}}
+
+{{- define "weft.databaseUrl" -}}
+{{- required "postgres.url is required (postgresql+asyncpg://USER:PASSWORD@HOST:5432/DB), or set secrets.existingSecret" .Values.postgres.url -}}
+{{- end -}}
+
+{{- define "weft.openaiApiKey" -}}
+{{- $_ := include "weft.llmBaseUrl" . -}}
+{{- if .Values.llm.apiKey -}}{{- .Values.llm.apiKey -}}
+{{- else if and (not .Values.llm.baseUrl) (include "weft.testDoubleEnabled" .) -}}scripted-llm-test-double
+{{- else -}}{{- fail "llm.apiKey is required when llm.baseUrl is set (or set secrets.existingSecret)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level settings shared by Deployments and Jobs. */}}
+{{- define "weft.podSecurity" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

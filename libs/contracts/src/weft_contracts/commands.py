@@ -1,0 +1,65 @@
+"""Commands from the gateway to the engine: ``agent.requests`` and ``agent.control``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from weft_contracts.agent import AgentConfig
+from weft_contracts.envelope import Envelope
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ChatRequestedData(_Data):
+    """A user message to answer, with the agent snapshot it must run with."""
+
+    query: str = Field(min_length=1, max_length=100_000)
+    user_id: str
+    mode: Literal["agent", "normal"] = "agent"
+    agent: AgentConfig
+    attachments: list[str] = Field(default_factory=list)
+    mentions: list[str] = Field(default_factory=list)
+
+
+class CancelRequestedData(_Data):
+    """The user pressed stop."""
+
+    reason: str = "user_stop"
+
+
+class SteerMessageData(_Data):
+    """A message to inject into the running turn (E-13)."""
+
+    content: str = Field(min_length=1, max_length=100_000)
+
+
+class ChatRequested(Envelope):
+    """Start a turn."""
+
+    type: Literal["chat_requested"] = "chat_requested"
+    data: ChatRequestedData
+
+
+class CancelRequested(Envelope):
+    """Stop a running turn."""
+
+    type: Literal["cancel_requested"] = "cancel_requested"
+    data: CancelRequestedData
+
+
+class SteerMessage(Envelope):
+    """Steer a running turn."""
+
+    type: Literal["steer_message"] = "steer_message"
+    data: SteerMessageData
+
+
+AgentRequest = Annotated[ChatRequested, Field(discriminator="type")]
+"""Any message of ``weft.agent.requests.v1``."""
+
+AgentControl = Annotated[CancelRequested | SteerMessage, Field(discriminator="type")]
+"""Any message of ``weft.agent.control.v1``."""

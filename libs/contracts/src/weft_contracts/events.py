@@ -1,0 +1,205 @@
+"""The public agent event stream on ``weft.agent.events.v1`` (STYLE principle 3).
+
+One flat model per event type, discriminated on ``type``. Names follow one style:
+``thought``, ``final_answer``, ``tool_call``, ``tool_result``, ``references``, ``complete``,
+``error``. ``turn_started`` opens every turn and carries the user's message so that
+subscribers (memory, suggestions, platform services) need only this topic.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from weft_contracts.envelope import Envelope
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TurnStatus(StrEnum):
+    """How a turn ended; carried by ``complete``."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TurnStartedData(_Data):
+    """The user's message as the engine accepted it."""
+
+    query: str
+    user_id: str
+    agent_id: str
+    mode: Literal["agent", "normal"] = "agent"
+
+
+class ThoughtData(_Data):
+    """A piece of the model's reasoning (``reasoning_content`` or ``<think>``; E-08)."""
+
+    round: int = Field(ge=0)
+    delta: str
+    done: bool = False
+
+
+class FinalAnswerData(_Data):
+    """A piece of the final answer; ``done`` marks the last piece (E-10, E-12)."""
+
+    round: int = Field(ge=0)
+    delta: str
+    done: bool = False
+    truncated: bool = False
+
+
+class ToolCallData(_Data):
+    """The model asked for a tool (E-18)."""
+
+    round: int = Field(ge=0)
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    display_hint: str = ""
+
+
+class ToolResultData(_Data):
+    """A tool finished; ``success=false`` is reported and the agent continues (E-18)."""
+
+    round: int = Field(ge=0)
+    call_id: str
+    tool_name: str
+    success: bool
+    output: str = ""
+    error: str | None = None
+    display_type: str = "text"
+    duration_ms: int = Field(default=0, ge=0)
+
+
+class Reference(_Data):
+    """A source the answer may cite, by its short alias (E-22)."""
+
+    alias: str
+    chunk_id: str
+    document_id: str
+    knowledge_base_id: str
+    title: str = ""
+    excerpt: str = ""
+
+
+class ReferencesData(_Data):
+    """Sources gathered during the turn."""
+
+    references: list[Reference]
+
+
+class StepToolCall(_Data):
+    """One tool call of a round, with its outcome, as persisted in agent steps."""
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    success: bool = False
+    output: str = ""
+    error: str | None = None
+    duration_ms: int = Field(default=0, ge=0)
+
+
+class AgentStep(_Data):
+    """One round of the loop: what the model thought and which tools it called (E-04)."""
+
+    round: int = Field(ge=0)
+    thought: str = ""
+    reasoning: str = ""
+    tool_calls: list[StepToolCall] = Field(default_factory=list)
+
+
+class CompleteData(_Data):
+    """The single terminal event of a turn (E-04)."""
+
+    status: TurnStatus
+    final_answer: str = ""
+    is_fallback: bool = False
+    truncated: bool = False
+    rounds: int = Field(default=0, ge=0)
+    steps: list[AgentStep] = Field(default_factory=list)
+    duration_ms: int = Field(default=0, ge=0)
+
+
+class ErrorData(_Data):
+    """A turn-level failure; always followed by ``complete`` with status ``failed``."""
+
+    code: str
+    message: str
+    retryable: bool = False
+
+
+class TurnStartedEvent(Envelope):
+    """First event of every turn."""
+
+    type: Literal["turn_started"] = "turn_started"
+    data: TurnStartedData
+
+
+class ThoughtEvent(Envelope):
+    """Reasoning delta."""
+
+    type: Literal["thought"] = "thought"
+    data: ThoughtData
+
+
+class FinalAnswerEvent(Envelope):
+    """Answer delta."""
+
+    type: Literal["final_answer"] = "final_answer"
+    data: FinalAnswerData
+
+
+class ToolCallEvent(Envelope):
+    """Tool requested."""
+
+    type: Literal["tool_call"] = "tool_call"
+    data: ToolCallData
+
+
+class ToolResultEvent(Envelope):
+    """Tool finished."""
+
+    type: Literal["tool_result"] = "tool_result"
+    data: ToolResultData
+
+
+class ReferencesEvent(Envelope):
+    """Citable sources."""
+
+    type: Literal["references"] = "references"
+    data: ReferencesData
+
+
+class CompleteEvent(Envelope):
+    """End of the turn."""
+
+    type: Literal["complete"] = "complete"
+    data: CompleteData
+
+
+class ErrorEvent(Envelope):
+    """Turn-level error."""
+
+    type: Literal["error"] = "error"
+    data: ErrorData
+
+
+AgentEvent = Annotated[
+    TurnStartedEvent
+    | ThoughtEvent
+    | FinalAnswerEvent
+    | ToolCallEvent
+    | ToolResultEvent
+    | ReferencesEvent
+    | CompleteEvent
+    | ErrorEvent,
+    Field(discriminator="type"),
+]
+"""Any message of ``weft.agent.events.v1``."""

@@ -1,0 +1,70 @@
+"""Tool calls from the engine to the workers and their results back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from weft_contracts.envelope import Envelope
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolContext(_Data):
+    """What a tool may know about the caller; tenant and session are on the envelope."""
+
+    user_id: str
+    agent_id: str
+    knowledge_base_ids: list[str] = Field(default_factory=list)
+    max_output_chars: int = Field(default=24000, ge=256)
+
+
+class ToolCallRequestedData(_Data):
+    """Run one tool call before ``deadline``."""
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    round: int = Field(ge=0)
+    deadline: datetime
+    context: ToolContext
+
+
+class ToolCallCompletedData(_Data):
+    """The outcome of one tool call; a failure is a result the model reads, not a crash."""
+
+    call_id: str
+    tool_name: str
+    success: bool
+    output: str = ""
+    error: str | None = None
+    display_type: str = "text"
+    data: dict[str, Any] = Field(default_factory=dict, description="Structured payload.")
+    duration_ms: int = Field(default=0, ge=0)
+    worker: str = ""
+
+
+class ToolCallRequested(Envelope):
+    """A call on ``tool.calls`` (key = call id) or ``sandbox.calls`` (key = session id)."""
+
+    type: Literal["tool_call_requested"] = "tool_call_requested"
+    data: ToolCallRequestedData
+
+    def key(self) -> bytes:
+        """Spread one turn's parallel calls over workers."""
+        return self.data.call_id.encode()
+
+
+class ToolCallCompleted(Envelope):
+    """A result on ``tool.results`` (key = session id, so a turn's results stay ordered)."""
+
+    type: Literal["tool_call_completed"] = "tool_call_completed"
+    data: ToolCallCompletedData
+
+
+ToolCall = Annotated[ToolCallRequested, Field(discriminator="type")]
+ToolResult = Annotated[ToolCallCompleted, Field(discriminator="type")]

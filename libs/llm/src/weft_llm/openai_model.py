@@ -1,0 +1,131 @@
+"""``ChatModel`` over any OpenAI-compatible endpoint, through the ``openai`` package.
+
+Pointing Weft at a real provider is configuration: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``
+and the model name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from weft_llm.model import LLMCallError, LLMRequest, LLMResponse, StreamSink, ToolCallRequest, Usage
+
+_TRANSIENT_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+
+
+@dataclass
+class _Accumulator:
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    finish_reason: str = ""
+    usage: Usage | None = None
+
+    def add_tool_delta(self, delta: Any) -> None:
+        slot = self.calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+        if delta.id:
+            slot["id"] = delta.id
+        if delta.function is not None:
+            slot["name"] += delta.function.name or ""
+            slot["arguments"] += delta.function.arguments or ""
+
+    def result(self) -> LLMResponse:
+        calls = [
+            ToolCallRequest(id=c["id"], name=c["name"], arguments=c["arguments"])
+            for _, c in sorted(self.calls.items())
+        ]
+        return LLMResponse(
+            content="".join(self.content),
+            reasoning="".join(self.reasoning),
+            tool_calls=calls,
+            finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
+            usage=self.usage,
+        )
+
+
+class OpenAIChatModel:
+    """Streams chat completions; retries are the caller's policy (the engine's, SPEC E-07)."""
+
+    def __init__(self, *, base_url: str, api_key: str, request_timeout_s: float = 600.0):
+        self._client = AsyncOpenAI(
+            base_url=base_url, api_key=api_key, max_retries=0, timeout=request_timeout_s
+        )
+
+    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
+        """Stream one completion into ``sink`` and return the whole of it."""
+        acc = _Accumulator()
+        try:
+            chunks = await asyncio.wait_for(self._open(request), request.stall_timeout_s)
+            async for chunk in _with_stall_timeout(chunks, request.stall_timeout_s):
+                await _absorb(chunk, acc, sink)
+        except TimeoutError as exc:
+            raise LLMCallError(
+                f"no output from the model for {request.stall_timeout_s:.0f}s", transient=True
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise LLMCallError(
+                f"model returned HTTP {exc.status_code}: {exc.message}",
+                transient=exc.status_code in _TRANSIENT_STATUS,
+                status=exc.status_code,
+            ) from exc
+        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+            raise LLMCallError(f"model unreachable: {exc}", transient=True) from exc
+        return acc.result()
+
+    async def _open(self, request: LLMRequest) -> Any:
+        kwargs: dict[str, Any] = {
+            "model": request.model,
+            "messages": request.messages,
+            "temperature": request.temperature,
+            "max_completion_tokens": request.max_completion_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            kwargs["tools"] = request.tools
+            if request.tool_choice:
+                kwargs["tool_choice"] = request.tool_choice
+        return await self._client.chat.completions.create(**kwargs)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        await self._client.close()
+
+
+async def _with_stall_timeout(stream: Any, timeout: float) -> AsyncIterator[Any]:
+    iterator = stream.__aiter__()
+    while True:
+        try:
+            yield await asyncio.wait_for(iterator.__anext__(), timeout)
+        except StopAsyncIteration:
+            return
+
+
+async def _absorb(chunk: Any, acc: _Accumulator, sink: StreamSink) -> None:
+    if chunk.usage is not None:
+        acc.usage = Usage(
+            prompt_tokens=chunk.usage.prompt_tokens or 0,
+            completion_tokens=chunk.usage.completion_tokens or 0,
+            total_tokens=chunk.usage.total_tokens or 0,
+        )
+    for choice in chunk.choices:
+        delta = choice.delta
+        reasoning = getattr(delta, "reasoning_content", None) or (
+            (delta.model_extra or {}).get("reasoning_content") if delta.model_extra else None
+        )
+        if reasoning:
+            acc.reasoning.append(reasoning)
+            await sink.on_reasoning(reasoning)
+        if delta.content:
+            acc.content.append(delta.content)
+            await sink.on_content(delta.content)
+        for tool_delta in delta.tool_calls or []:
+            acc.add_tool_delta(tool_delta)
+        if choice.finish_reason:
+            acc.finish_reason = choice.finish_reason

@@ -1,0 +1,96 @@
+"""Build and run a service: a FastAPI app whose lifespan owns the Kafka broker.
+
+Shutdown on SIGTERM (uvicorn) runs the lifespan exit: the broker stops its consumers,
+whose in-flight record is not committed and so goes back to Kafka for another replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import httpx
+import structlog
+import uvicorn
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from weft_platform.health import health_router
+from weft_platform.logs import configure_logging
+from weft_platform.runtime import ServiceRuntime
+
+log = structlog.get_logger(__name__)
+
+Hook = Callable[[], Awaitable[None]]
+
+
+def create_service_app(
+    runtime: ServiceRuntime,
+    *,
+    title: str,
+    routers: Sequence[APIRouter] = (),
+    on_startup: Sequence[Hook] = (),
+    on_shutdown: Sequence[Hook] = (),
+) -> FastAPI:
+    """A FastAPI app with health routes, dependency errors mapped to 503, broker lifecycle."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        for hook in on_startup:
+            await hook()
+        await runtime.broker.start()
+        log.info("service_started", port=runtime.settings.http_port)
+        try:
+            yield
+        finally:
+            log.info("service_stopping")
+            await runtime.broker.stop()
+            for hook in on_shutdown:
+                await hook()
+            await runtime.redis.aclose()
+            await runtime.db.dispose()
+            log.info("service_stopped")
+
+    app = FastAPI(title=title, lifespan=lifespan)
+    app.state.runtime = runtime
+    app.include_router(health_router(runtime))
+    for router in routers:
+        app.include_router(router)
+    _install_dependency_error_handlers(app)
+    return app
+
+
+def _install_dependency_error_handlers(app: FastAPI) -> None:
+    """A dependency being down is a 503 with Retry-After, never a 500."""
+
+    async def unavailable(_: Request, exc: Exception) -> JSONResponse:
+        log.warning("dependency_unavailable", error=repr(exc))
+        return JSONResponse(
+            {"detail": f"a dependency is unavailable: {type(exc).__name__}"},
+            status_code=503,
+            headers={"Retry-After": "2"},
+        )
+
+    for exc_type in (OperationalError, DBAPIError, RedisError, httpx.TransportError, OSError):
+        app.add_exception_handler(exc_type, unavailable)
+
+
+def run_service(app: FastAPI, runtime: ServiceRuntime) -> None:
+    """Serve the app until SIGTERM/SIGINT, then shut down gracefully."""
+    settings = runtime.settings
+    uvicorn.run(
+        app,
+        host=settings.http_host,
+        port=settings.http_port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=20,
+    )
+
+
+def init_logging(runtime: ServiceRuntime) -> None:
+    """Configure logs from the runtime's settings."""
+    s = runtime.settings
+    configure_logging(s.service_name, s.log_level, s.log_format)

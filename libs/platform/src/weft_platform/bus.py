@@ -1,0 +1,189 @@
+"""The Kafka bus: publish envelopes, consume them at least once, dead-letter what is bad.
+
+Every consumer goes through :meth:`EventBus.consume`, which owns the failure rules of
+STYLE principle 4 for infrastructure errors: an undecodable record is dead-lettered at
+once with the reason; a handler that raises is retried ``consumer_attempts`` times, then
+dead-lettered; the consumer itself never stops. Offsets are committed after the handler
+returns (``AckPolicy.ACK``), so a crash hands the record back to Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+from faststream.message import StreamMessage
+from pydantic import TypeAdapter, ValidationError
+from redis.asyncio import Redis
+
+from weft_contracts import DeadLetter, DeadLetterData, Envelope, Topic
+from weft_contracts.topics import TOPIC_MODELS
+from weft_platform.settings import ServiceSettings
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[Any], Awaitable[None]]
+
+
+def create_broker(settings: ServiceSettings) -> KafkaBroker:
+    """A broker for one service process; the producer waits for the leader's ack."""
+    return KafkaBroker(
+        settings.kafka_bootstrap,
+        client_id=f"weft-{settings.service_name}",
+        acks="all",
+        allow_auto_create_topics=False,
+        logger=logging.getLogger("weft.bus"),
+    )
+
+
+async def _raw_body(message: StreamMessage[Any]) -> bytes:
+    """Decoder that hands the handler the record's bytes; decoding is ours to report."""
+    return message.body
+
+
+class EventBus:
+    """Publishes Weft envelopes and registers consumers with decode/retry/DLQ rules."""
+
+    def __init__(self, broker: KafkaBroker, settings: ServiceSettings, redis: Redis | None = None):
+        self.broker = broker
+        self._settings = settings
+        self._redis = redis
+
+    def topic_name(self, topic: Topic) -> str:
+        """The Kafka name of ``topic`` in this deployment (with ``topic_prefix``)."""
+        return self._settings.topic_prefix + topic.value
+
+    async def publish(self, topic: Topic, message: Envelope) -> None:
+        """Publish one envelope keyed by its :meth:`Envelope.key`; waits for the ack."""
+        await self.broker.publish(
+            message.model_dump_json().encode(),
+            self.topic_name(topic),
+            key=message.key(),
+            headers={"type": getattr(message, "type", ""), "content-type": "application/json"},
+        )
+
+    def consume(self, topic: Topic, group_id: str, handler: Handler, *, dedupe: bool = True) -> None:
+        """Register ``handler`` for decoded messages of ``topic`` in consumer group ``group_id``.
+
+        With ``dedupe`` a message id already handled by this group is skipped (invariant 3).
+        """
+        adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
+
+        async def on_record(body: bytes, message: KafkaMessage) -> None:
+            record = message.raw_message
+            try:
+                decoded = adapter.validate_json(body)
+            except ValidationError as exc:
+                await self._dead_letter(topic, group_id, record, body, exc, "undecodable")
+                return
+            if dedupe and await self._seen(group_id, decoded.id):
+                log.info("duplicate_skipped", topic=topic.value, id=decoded.id)
+                return
+            await self._handle(topic, group_id, record, body, decoded, handler)
+            if dedupe:
+                await self._mark(group_id, decoded.id)
+
+        self.broker.subscriber(
+            self.topic_name(topic),
+            group_id=self._settings.topic_prefix + group_id,
+            ack_policy=AckPolicy.ACK,
+            auto_offset_reset="earliest",
+            decoder=_raw_body,
+        )(on_record)
+
+    async def _handle(
+        self,
+        topic: Topic,
+        group_id: str,
+        record: Any,
+        body: bytes,
+        decoded: Any,
+        handler: Handler,
+    ) -> None:
+        attempts = self._settings.consumer_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                await handler(decoded)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning(
+                    "handler_failed",
+                    topic=topic.value,
+                    id=decoded.id,
+                    attempt=attempt,
+                    error=repr(exc),
+                    exc_info=attempt == attempts,
+                )
+                if attempt == attempts:
+                    await self._dead_letter(topic, group_id, record, body, exc, "handler_failed")
+                    return
+                await asyncio.sleep(self._settings.consumer_retry_backoff_s * attempt)
+
+    async def _dead_letter(
+        self,
+        topic: Topic,
+        group_id: str,
+        record: Any,
+        body: bytes,
+        exc: BaseException,
+        kind: str,
+    ) -> None:
+        ids = _best_effort_ids(body)
+        letter = DeadLetter(
+            tenant_id=ids.get("tenant_id") or "unknown",
+            session_id=ids.get("session_id") or "unknown",
+            request_id=ids.get("request_id") or "unknown",
+            data=DeadLetterData(
+                source_topic=topic.value,
+                partition=getattr(record, "partition", None),
+                offset=getattr(record, "offset", None),
+                consumer_group=group_id,
+                reason=f"{kind}: {_short(exc)}",
+                error_type=type(exc).__name__,
+                key=_decode_key(getattr(record, "key", None)),
+                raw=body.decode("utf-8", errors="replace")[:100_000],
+            ),
+        )
+        log.error("dead_lettered", topic=topic.value, reason=letter.data.reason)
+        await self.publish(Topic.DLQ, letter)
+
+    def _dedupe_key(self, group_id: str, message_id: str) -> str:
+        return f"weft:dedupe:{group_id}:{message_id}"
+
+    async def _seen(self, group_id: str, message_id: str) -> bool:
+        if self._redis is None:
+            return False
+        return bool(await self._redis.exists(self._dedupe_key(group_id, message_id)))
+
+    async def _mark(self, group_id: str, message_id: str) -> None:
+        if self._redis is not None:
+            key = self._dedupe_key(group_id, message_id)
+            await self._redis.set(key, 1, ex=self._settings.dedupe_ttl_s)
+
+
+def _best_effort_ids(body: bytes) -> dict[str, str]:
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {k: str(value[k]) for k in ("tenant_id", "session_id", "request_id") if value.get(k)}
+
+
+def _decode_key(key: bytes | None) -> str | None:
+    return key.decode("utf-8", errors="replace") if key is not None else None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).replace("\n", " ")
+    return text[:2000]

@@ -1,0 +1,58 @@
+"""``/healthz`` (the process answers) and ``/readyz`` (its Kafka, PostgreSQL, Redis work)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from weft_platform.runtime import ServiceRuntime
+
+Check = Callable[[], Awaitable[bool]]
+
+
+def health_router(runtime: ServiceRuntime) -> APIRouter:
+    """Liveness and readiness endpoints for one service."""
+    router = APIRouter(tags=["health"])
+    timeout = runtime.settings.readiness_timeout_s
+
+    async def kafka() -> bool:
+        return await runtime.broker.ping(timeout)
+
+    async def postgres() -> bool:
+        async with runtime.db.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        return True
+
+    async def redis() -> bool:
+        return bool(await runtime.redis.ping())
+
+    checks: dict[str, Check] = {"kafka": kafka, "postgres": postgres, "redis": redis}
+
+    @router.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "alive", "service": runtime.settings.service_name}
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        results = dict(
+            zip(checks, await asyncio.gather(*(_run(c, timeout) for c in checks.values())), strict=True)
+        )
+        ready = all(v == "ok" for v in results.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "not_ready", "checks": results},
+            status_code=200 if ready else 503,
+        )
+
+    return router
+
+
+async def _run(check: Check, timeout: float) -> str:
+    try:
+        ok = await asyncio.wait_for(check(), timeout)
+    except Exception as exc:  # readiness reports every failure as data, never raises
+        return f"error: {type(exc).__name__}: {exc}"[:300]
+    return "ok" if ok else "error: not reachable"

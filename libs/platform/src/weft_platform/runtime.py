@@ -1,0 +1,52 @@
+"""The connections one service process holds, built once in its app factory."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from faststream.kafka import KafkaBroker
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+from weft_platform.bus import EventBus, create_broker
+from weft_platform.settings import ServiceSettings
+
+
+@dataclass(kw_only=True)
+class ServiceRuntime:
+    """Kafka, PostgreSQL and Redis handles of one process, shared by its handlers."""
+
+    settings: ServiceSettings
+    """The service's settings (a subclass of ServiceSettings)."""
+    broker: KafkaBroker
+    """FastStream broker; subscribers are registered before the app starts."""
+    bus: EventBus
+    """Publishing and consuming Weft envelopes through ``broker``."""
+    db: AsyncEngine
+    """SQLAlchemy async engine (asyncpg)."""
+    sessions: async_sessionmaker
+    """Factory of ORM sessions bound to ``db``."""
+    redis: Redis
+    """Redis client (decoded responses off: values are bytes)."""
+
+    @property
+    def instance_id(self) -> str:
+        """This replica's name, for logs and tool results."""
+        return self.settings.instance_id or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def create_runtime(settings: ServiceSettings) -> ServiceRuntime:
+    """Create (not yet connect) the clients of one service process."""
+    broker = create_broker(settings)
+    redis = Redis.from_url(settings.redis_url)
+    db = create_async_engine(settings.database_url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+    return ServiceRuntime(
+        settings=settings,
+        broker=broker,
+        bus=EventBus(broker, settings, redis),
+        db=db,
+        sessions=async_sessionmaker(db, expire_on_commit=False),
+        redis=redis,
+    )

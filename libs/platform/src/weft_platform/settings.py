@@ -1,0 +1,36 @@
+"""Settings every service shares, read from the environment (prefix ``WEFT_``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Connection and runtime settings common to every service.
+
+    Services subclass it to add their own fields; build it in the app factory, never at
+    import time (STYLE principle 7).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="WEFT_", extra="ignore")
+
+    service_name: str = Field(default="weft", description="Name in logs and Kafka client ids.")
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    database_url: str = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
+    redis_url: str = "redis://127.0.0.1:56379/0"
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    log_level: str = "INFO"
+    log_format: Literal["json", "console"] = "console"
+    consumer_attempts: int = Field(default=3, ge=1, description="Tries before dead-lettering.")
+    consumer_retry_backoff_s: float = Field(default=0.2, ge=0)
+    dedupe_ttl_s: int = Field(default=24 * 3600, ge=60, description="Processed-id memory.")
+    readiness_timeout_s: float = Field(default=2.0, gt=0)
+    instance_id: str = Field(default="", description="Replica name; defaults to host:pid.")
+    topic_prefix: str = Field(
+        default="",
+        description="Prepended to every topic and consumer group name: isolates test stacks.",
+    )

@@ -1,0 +1,1 @@
+"""Weft's PostgreSQL schema (SQLAlchemy models), its Alembic migrations and repositories."""

@@ -1,0 +1,152 @@
+"""Knowledge bases in PostgreSQL: ingest text into overlapping chunks, search by keywords.
+
+Keyword search uses PostgreSQL full text (``tsvector`` column + GIN index). A question is
+turned into an OR of its words so that a natural sentence still matches; ``ts_rank_cd``
+orders the hits. Semantic and hybrid search come with the tools issue.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from ulid import ULID
+
+from weft_storage.models import Chunk, Document, KnowledgeBase
+
+_WORD = re.compile(r"[A-Za-z0-9]{2,}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkHit:
+    """One search result."""
+
+    chunk_id: str
+    document_id: str
+    knowledge_base_id: str
+    title: str
+    content: str
+    score: float
+
+
+def split_into_chunks(text: str, size: int = 800, overlap: int = 120) -> list[str]:
+    """Cut ``text`` into chunks of about ``size`` characters, each sharing ``overlap``
+    characters with the previous one; cuts fall on paragraph or sentence ends when possible.
+    """
+    if size <= overlap:
+        raise ValueError("chunk size must exceed the overlap")
+    text = text.strip()
+    chunks: list[str] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text):
+            end = _natural_cut(text, start, end)
+        chunks.append(text[start:end].strip())
+        if end >= len(text):
+            break
+        start = max(end - overlap, start + 1)
+    return [c for c in chunks if c]
+
+
+def _natural_cut(text: str, start: int, end: int) -> int:
+    window = text[start:end]
+    for sep in ("\n\n", ". ", "\n"):
+        pos = window.rfind(sep)
+        if pos > len(window) // 2:
+            return start + pos + len(sep)
+    return end
+
+
+def keyword_tsquery(query: str) -> str:
+    """An OR ``to_tsquery`` expression of the query's words (safe: letters and digits only)."""
+    words = sorted({w.lower() for w in _WORD.findall(query)})
+    return " | ".join(words)
+
+
+class KnowledgeStore:
+    """Reads and writes knowledge bases; every call is scoped to one tenant (invariant 5)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+        self._sessions = sessions
+
+    async def create_knowledge_base(self, tenant_id: str, name: str, description: str = "") -> str:
+        """Create a knowledge base and return its id."""
+        kb_id = f"kb_{ULID()}"
+        async with self._sessions.begin() as s:
+            s.add(KnowledgeBase(id=kb_id, tenant_id=tenant_id, name=name, description=description))
+        return kb_id
+
+    async def knowledge_base_exists(self, tenant_id: str, kb_id: str) -> bool:
+        """Whether ``kb_id`` exists for this tenant."""
+        async with self._sessions() as s:
+            found = await s.scalar(
+                select(KnowledgeBase.id).where(
+                    KnowledgeBase.id == kb_id, KnowledgeBase.tenant_id == tenant_id
+                )
+            )
+        return found is not None
+
+    async def add_document(
+        self, tenant_id: str, kb_id: str, title: str, text: str, file_name: str = ""
+    ) -> tuple[str, int]:
+        """Store a document and its chunks; return (document id, chunk count)."""
+        doc_id = f"doc_{ULID()}"
+        pieces = split_into_chunks(text)
+        async with self._sessions.begin() as s:
+            s.add(
+                Document(
+                    id=doc_id,
+                    tenant_id=tenant_id,
+                    knowledge_base_id=kb_id,
+                    title=title,
+                    file_name=file_name,
+                )
+            )
+            await s.flush()
+            s.add_all(
+                Chunk(
+                    id=f"chk_{ULID()}",
+                    tenant_id=tenant_id,
+                    knowledge_base_id=kb_id,
+                    document_id=doc_id,
+                    position=i,
+                    content=piece,
+                )
+                for i, piece in enumerate(pieces)
+            )
+        return doc_id, len(pieces)
+
+    async def keyword_search(
+        self, tenant_id: str, kb_ids: list[str], query: str, limit: int = 5
+    ) -> list[ChunkHit]:
+        """Best chunks for ``query`` in the tenant's ``kb_ids`` (all its KBs when empty)."""
+        expr = keyword_tsquery(query)
+        if not expr:
+            return []
+        tsq = func.to_tsquery("english", expr)
+        score = func.ts_rank_cd(Chunk.tsv, tsq).label("score")
+        stmt = (
+            select(Chunk, Document.title, score)
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Chunk.tenant_id == tenant_id, Chunk.tsv.op("@@")(tsq))
+            .order_by(score.desc(), Chunk.id)
+            .limit(limit)
+        )
+        if kb_ids:
+            stmt = stmt.where(Chunk.knowledge_base_id.in_(kb_ids))
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        return [
+            ChunkHit(
+                chunk_id=c.id,
+                document_id=c.document_id,
+                knowledge_base_id=c.knowledge_base_id,
+                title=title,
+                content=c.content,
+                score=float(sc),
+            )
+            for c, title, sc in rows
+        ]

@@ -1,0 +1,46 @@
+"""EventEmitter: agent events with a per-turn ``seq`` shared by every replica (invariant 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from weft_contracts import CompleteData, CompleteEvent, Envelope, Topic
+from weft_platform.bus import EventBus
+
+
+class EventEmitter:
+    """Publishes a turn's events to ``agent.events`` in ``seq`` order.
+
+    ``seq`` comes from a Redis counter per turn, so a turn continued by another replica
+    keeps counting. ``complete`` is guarded by a once-only flag (SPEC E-04).
+    """
+
+    def __init__(self, bus: EventBus, redis: Redis, ttl_s: int):
+        self._bus = bus
+        self._redis = redis
+        self._ttl = ttl_s
+
+    async def emit(self, event_type: type[Envelope], ids: dict[str, Any], data: Any) -> None:
+        """Publish one event of ``event_type`` for the turn named by ``ids``."""
+        seq_key = f"weft:turn:{ids['request_id']}:seq"
+        seq = int(await self._redis.incr(seq_key))
+        if seq == 1:
+            await self._redis.expire(seq_key, self._ttl)
+        await self._bus.publish(Topic.AGENT_EVENTS, event_type(**ids, seq=seq, data=data))
+
+    async def complete(self, ids: dict[str, Any], data: CompleteData) -> bool:
+        """Publish the turn's ``complete`` unless it was already; True when this call did."""
+        first = await self._redis.set(
+            f"weft:turn:{ids['request_id']}:completed", 1, nx=True, ex=self._ttl
+        )
+        if not first:
+            return False
+        try:
+            await self.emit(CompleteEvent, ids, data)
+        except BaseException:
+            # Not published: let the redelivered step try again.
+            await self._redis.delete(f"weft:turn:{ids['request_id']}:completed")
+            raise
+        return True

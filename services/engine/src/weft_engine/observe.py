@@ -1,0 +1,55 @@
+"""Observe: fold a round's tool results back into the conversation (SPEC E-19)."""
+
+from __future__ import annotations
+
+from weft_contracts import AgentStep, StepToolCall
+from weft_engine.act import ERROR_HINT
+from weft_engine.state import TurnState
+
+
+def observe(state: TurnState) -> TurnState:
+    """Append the assistant message with tool_calls and one ``tool`` message per result,
+    in the original order; record the round's step; move to the next round."""
+    assistant = {
+        "role": "assistant",
+        "content": state.preamble,
+        "tool_calls": [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.tool_name, "arguments": c.arguments_json},
+            }
+            for c in state.pending
+        ],
+    }
+    tool_messages = []
+    step_calls = []
+    for call in state.pending:
+        result = state.results[call.call_id]
+        content = result.output if result.success else f"Error: {result.error}\n{ERROR_HINT}"
+        tool_messages.append({"role": "tool", "tool_call_id": call.call_id, "content": content})
+        step_calls.append(
+            StepToolCall(
+                call_id=call.call_id,
+                tool_name=call.tool_name,
+                arguments=call.arguments,
+                success=result.success,
+                output=result.output,
+                error=result.error,
+                duration_ms=result.duration_ms,
+            )
+        )
+    step = AgentStep(
+        round=state.round, thought=state.preamble, reasoning=state.reasoning, tool_calls=step_calls
+    )
+    return state.model_copy(
+        update={
+            "messages": [*state.messages, assistant, *tool_messages],
+            "steps": [*state.steps, step],
+            "round": state.round + 1,
+            "pending": [],
+            "results": {},
+            "preamble": "",
+            "reasoning": "",
+        }
+    )

@@ -1,0 +1,26 @@
+"""Engine settings."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+
+from weft_platform.settings import ServiceSettings
+
+
+class EngineSettings(ServiceSettings):
+    """Engine settings; the LLM endpoint uses the ``openai`` package's own variable names."""
+
+    service_name: str = "engine"
+    http_port: int = 8082
+    openai_base_url: str = Field(
+        default="http://127.0.0.1:8090/v1",
+        validation_alias=AliasChoices("OPENAI_BASE_URL", "WEFT_OPENAI_BASE_URL"),
+    )
+    openai_api_key: str = Field(
+        default="scripted-llm-test-double",
+        validation_alias=AliasChoices("OPENAI_API_KEY", "WEFT_OPENAI_API_KEY"),
+    )
+    memory_url: str = "http://127.0.0.1:8085"
+    tool_deadline_s: float = Field(default=60.0, gt=0, description="SPEC E-17 default.")
+    turn_state_ttl_s: int = Field(default=6 * 3600, ge=60)
+    llm_retry_backoff_s: tuple[float, ...] = (1.0, 2.0)

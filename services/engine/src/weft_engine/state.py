@@ -1,0 +1,91 @@
+"""TurnState: everything needed to continue a turn on any replica, and its Redis store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+from redis.asyncio import Redis
+
+from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
+
+
+class PendingCall(BaseModel):
+    """A tool call sent to a worker, waiting for its result."""
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    arguments_json: str
+
+
+class TurnState(BaseModel):
+    """The state of one running turn, persisted between steps (ARCHITECTURE, engine)."""
+
+    tenant_id: str
+    session_id: str
+    request_id: str
+    user_id: str
+    traceparent: str | None = None
+    agent: AgentConfig
+    messages: list[dict[str, Any]] = Field(description="OpenAI messages sent to the model.")
+    round: int = 0
+    steps: list[AgentStep] = Field(default_factory=list)
+    preamble: str = Field(default="", description="Content of the round that called tools.")
+    reasoning: str = ""
+    pending: list[PendingCall] = Field(default_factory=list, description="In original order.")
+    results: dict[str, ToolCallCompletedData] = Field(default_factory=dict)
+    references: list[Reference] = Field(default_factory=list)
+    started_at: float = Field(description="Wall-clock start (epoch seconds).")
+    version: int = 0
+
+    def all_results_in(self) -> bool:
+        """Every pending call has its result."""
+        return all(c.call_id in self.results for c in self.pending)
+
+
+# Compare-and-set: write only when the stored version is the one this replica read.
+_CAS = """
+local current = redis.call('GET', KEYS[2])
+if (current or '0') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
+return 1
+"""
+
+
+class StaleTurnState(Exception):
+    """Another replica advanced the turn since this one read it."""
+
+
+class TurnStore:
+    """Turn states in Redis, versioned so two replicas never both advance one turn."""
+
+    def __init__(self, redis: Redis, ttl_s: int):
+        self._redis = redis
+        self._ttl = ttl_s
+        self._cas = redis.register_script(_CAS)
+
+    @staticmethod
+    def _keys(request_id: str) -> list[str]:
+        return [f"weft:turn:{request_id}:state", f"weft:turn:{request_id}:version"]
+
+    async def load(self, request_id: str) -> TurnState | None:
+        """The stored state, or None when the turn is unknown or finished."""
+        raw = await self._redis.get(self._keys(request_id)[0])
+        return TurnState.model_validate_json(raw) if raw else None
+
+    async def save(self, state: TurnState) -> TurnState:
+        """Write ``state`` if nobody else did since it was read; return it with the new version."""
+        new = state.model_copy(update={"version": state.version + 1})
+        ok = await self._cas(
+            keys=self._keys(state.request_id),
+            args=[str(state.version), str(new.version), new.model_dump_json(), self._ttl],
+        )
+        if not ok:
+            raise StaleTurnState(state.request_id)
+        return new
+
+    async def delete(self, request_id: str) -> None:
+        """Forget a finished turn."""
+        await self._redis.delete(*self._keys(request_id))

@@ -1,0 +1,62 @@
+"""Internal HTTP clients of the gateway: memory and agent-config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from fastapi import HTTPException
+
+from weft_contracts import AgentConfig
+
+
+class ServiceClient:
+    """A JSON client that turns a downstream 404/4xx into the same status for our caller."""
+
+    def __init__(self, base_url: str, name: str, timeout_s: float = 10.0):
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+        self._name = name
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Send a request; 4xx are re-raised as HTTPException, 5xx/transport as 503."""
+        try:
+            resp = await self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise HTTPException(503, f"{self._name} unavailable", {"Retry-After": "2"}) from exc
+        if 400 <= resp.status_code < 500:
+            raise HTTPException(resp.status_code, resp.json().get("detail", resp.text))
+        if resp.status_code >= 500:
+            raise HTTPException(503, f"{self._name} failed ({resp.status_code})", {"Retry-After": "2"})
+        return resp.json()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+
+class MemoryClient(ServiceClient):
+    """Sessions and messages, owned by memory."""
+
+    async def create_session(self, tenant_id: str, user_id: str, title: str, agent_id: str | None) -> Any:
+        body = {"tenant_id": tenant_id, "user_id": user_id, "title": title, "agent_id": agent_id}
+        return await self.call("POST", "/internal/sessions", json=body)
+
+    async def get_session(self, tenant_id: str, session_id: str) -> Any:
+        return await self.call("GET", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id})
+
+    async def list_messages(self, tenant_id: str, session_id: str, limit: int) -> Any:
+        return await self.call(
+            "GET",
+            f"/internal/sessions/{session_id}/messages",
+            params={"tenant_id": tenant_id, "limit": limit},
+        )
+
+
+class AgentConfigClient(ServiceClient):
+    """Agent resolution, owned by agent-config."""
+
+    async def resolve(
+        self, tenant_id: str, agent_id: str, knowledge_base_ids: list[str] | None
+    ) -> AgentConfig:
+        body = {"tenant_id": tenant_id, "agent_id": agent_id, "knowledge_base_ids": knowledge_base_ids}
+        return AgentConfig.model_validate(await self.call("POST", "/internal/resolve", json=body))

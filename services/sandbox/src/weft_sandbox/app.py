@@ -1,0 +1,61 @@
+"""App factory of the sandbox service (placeholder until its issue builds it)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, Topic
+from weft_platform.app import create_service_app, init_logging
+from weft_platform.bus import EventBus
+from weft_platform.runtime import create_runtime
+from weft_platform.settings import ServiceSettings
+
+CONSUMER_GROUP = "weft-sandbox"
+NOT_AVAILABLE = (
+    "sandbox tools are not available yet in this Weft version; "
+    "answer without {tool} or tell the user it cannot be done here"
+)
+
+
+class SandboxSettings(ServiceSettings):
+    """sandbox settings."""
+
+    service_name: str = "sandbox"
+    http_port: int = 8084
+
+
+class SandboxUnavailable:
+    """Answers each sandbox call with a failed result the model can read."""
+
+    def __init__(self, bus: EventBus, worker: str):
+        self._bus = bus
+        self._worker = worker
+
+    async def handle(self, call: ToolCallRequested) -> None:
+        """Publish the "not available yet" result of ``call``."""
+        await self._bus.publish(
+            Topic.TOOL_RESULTS,
+            ToolCallCompleted(
+                tenant_id=call.tenant_id,
+                session_id=call.session_id,
+                request_id=call.request_id,
+                traceparent=call.traceparent,
+                data=ToolCallCompletedData(
+                    call_id=call.data.call_id,
+                    tool_name=call.data.tool_name,
+                    success=False,
+                    error=NOT_AVAILABLE.format(tool=call.data.tool_name),
+                    worker=self._worker,
+                ),
+            ),
+        )
+
+
+def create_app(settings: SandboxSettings | None = None) -> FastAPI:
+    """Wire the placeholder to ``sandbox.calls``."""
+    runtime = create_runtime(settings or SandboxSettings())
+    init_logging(runtime)
+    runtime.bus.consume(
+        Topic.SANDBOX_CALLS, CONSUMER_GROUP, SandboxUnavailable(runtime.bus, runtime.instance_id).handle
+    )
+    return create_service_app(runtime, title="weft sandbox (not available yet)")

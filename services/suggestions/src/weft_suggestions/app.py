@@ -1,0 +1,50 @@
+"""App factory of the suggestions service (placeholder until its issue builds it)."""
+
+from __future__ import annotations
+
+import structlog
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import JSONResponse
+
+from weft_contracts import Topic
+from weft_platform.app import create_service_app, init_logging
+from weft_platform.runtime import create_runtime
+from weft_platform.settings import ServiceSettings
+
+CONSUMER_GROUP = "weft-suggestions"
+NOT_AVAILABLE = "suggested questions are not available yet in this Weft version"
+
+log = structlog.get_logger(__name__)
+
+
+class SuggestionsSettings(ServiceSettings):
+    """suggestions settings."""
+
+    service_name: str = "suggestions"
+    http_port: int = 8086
+
+
+async def observe_event(event: object) -> None:
+    """Follow-ups will be generated on ``complete``; for now the event is only seen."""
+    log.debug("event_seen", type=getattr(event, "type", "?"))
+
+
+def suggestions_router() -> APIRouter:
+    """The suggestions API, answering 501 until it is built."""
+    router = APIRouter(prefix="/api/v1", tags=["suggestions"])
+
+    @router.get("/sessions/{session_id}/suggestions", status_code=501)
+    async def get_suggestions(session_id: str) -> JSONResponse:
+        return JSONResponse({"detail": NOT_AVAILABLE, "session_id": session_id}, status_code=501)
+
+    return router
+
+
+def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
+    """Wire the placeholder consumer and API."""
+    runtime = create_runtime(settings or SuggestionsSettings())
+    init_logging(runtime)
+    runtime.bus.consume(Topic.AGENT_EVENTS, CONSUMER_GROUP, observe_event)
+    return create_service_app(
+        runtime, title="weft suggestions (not available yet)", routers=[suggestions_router()]
+    )

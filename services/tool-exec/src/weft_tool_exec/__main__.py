@@ -1,0 +1,14 @@
+"""``python -m weft_tool_exec``."""
+
+from weft_platform.app import run_service
+from weft_tool_exec.app import create_app
+
+
+def main() -> None:
+    """Run the service."""
+    app = create_app()
+    run_service(app, app.state.runtime)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""What a policy needs to know about the conversation in a request."""
+
+from __future__ import annotations
+
+from weft_scripted_llm.openai_schema import ChatCompletionRequest, ChatMessage
+
+
+def last_user_index(request: ChatCompletionRequest) -> int | None:
+    """Index of the last `user` message, None when there is none."""
+    for index in range(len(request.messages) - 1, -1, -1):
+        if request.messages[index].role == "user":
+            return index
+    return None
+
+
+def last_user_text(request: ChatCompletionRequest) -> str:
+    """Text of the last `user` message ('' when there is none)."""
+    index = last_user_index(request)
+    return "" if index is None else request.messages[index].text()
+
+
+def tool_messages_after_last_user(request: ChatCompletionRequest) -> list[ChatMessage]:
+    """The `tool` messages that follow the last user message (the pending tool results)."""
+    index = last_user_index(request)
+    start = 0 if index is None else index + 1
+    return [m for m in request.messages[start:] if m.role == "tool"]
+
+
+def asks_for_summary(request: ChatCompletionRequest) -> bool:
+    """Whether a system message or the last user message asks for a summary."""
+    texts = [m.text() for m in request.messages if m.role in ("system", "developer")]
+    texts.append(last_user_text(request))
+    return any("summar" in t.lower() for t in texts)

@@ -1,0 +1,117 @@
+"""The script file: steps the test double plays back, in order.
+
+A script is either a list of steps (one global queue) or an object
+``{"steps": [...], "conversations": {"<key>": [...]}}`` with per-conversation queues.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from weft_scripted_llm.reply import (
+    ErrorFault,
+    Faults,
+    FinishReason,
+    Reply,
+    ToolCallReply,
+    UsageOverride,
+)
+from weft_scripted_llm.tokens import split_words
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolCallSpec(_Strict):
+    """A scripted tool call; a string `arguments` is sent as is (it may be broken JSON)."""
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    id: str | None = None
+
+    def arguments_text(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+class ScriptStep(_Strict):
+    """One scripted answer with its faults. Text given as a list is streamed piece by piece."""
+
+    match: str | None = None
+    content: str | list[str] | None = None
+    reasoning: str | list[str] | None = None
+    tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    usage: UsageOverride | None = None
+    delay_ms: int = Field(default=0, ge=0)
+    chunk_delay_ms: int = Field(default=0, ge=0)
+    error: ErrorFault | None = None
+    stall_after_chunks: int | None = Field(default=None, ge=0)
+    context_overflow: bool = False
+
+    def matches(self, user_text: str) -> bool:
+        """Whether `match` occurs in `user_text` (case-insensitive); False without `match`."""
+        return self.match is not None and self.match.lower() in user_text.lower()
+
+    def to_reply(self, *, call_id_prefix: str, words_per_chunk: int) -> Reply:
+        calls = tuple(
+            ToolCallReply(
+                id=spec.id or f"{call_id_prefix}_{i}",
+                name=spec.name,
+                arguments=spec.arguments_text(),
+            )
+            for i, spec in enumerate(self.tool_calls)
+        )
+        return Reply(
+            content=_pieces(self.content, words_per_chunk),
+            reasoning=_pieces(self.reasoning, words_per_chunk),
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            faults=self.faults(),
+        )
+
+    def faults(self) -> Faults:
+        return Faults(
+            delay_ms=self.delay_ms,
+            chunk_delay_ms=self.chunk_delay_ms,
+            error=self.error,
+            stall_after_chunks=self.stall_after_chunks,
+            context_overflow=self.context_overflow,
+        )
+
+
+class Script(_Strict):
+    """The global queue `steps` and optional per-conversation queues."""
+
+    steps: list[ScriptStep] = Field(default_factory=list)
+    conversations: dict[str, list[ScriptStep]] = Field(default_factory=dict)
+
+
+def _pieces(text: str | list[str] | None, words_per_chunk: int) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    if isinstance(text, list):
+        return tuple(text)
+    return tuple(split_words(text, words_per_chunk))
+
+
+def parse_script(data: Any) -> Script:
+    """A script from decoded JSON/YAML: a list of steps or a `Script` object."""
+    if isinstance(data, list):
+        return Script(steps=[ScriptStep.model_validate(s) for s in data])
+    return Script.model_validate(data)
+
+
+def load_script(path: Path) -> Script:
+    """Read a script file; `.json` is JSON, anything else YAML (a superset of JSON)."""
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    return parse_script(data if data is not None else [])

@@ -1,0 +1,190 @@
+"""LocalStack: start every service as a subprocess on free ports, wait until ready, stop.
+
+Each stack gets its own topic prefix (and so its own topics and consumer groups), so a
+test stack never competes with ``make up`` or another test run on the same broker.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+SERVICES = (
+    "gateway",
+    "agent_config",
+    "engine",
+    "tool_exec",
+    "sandbox",
+    "memory",
+    "suggestions",
+)
+
+
+def infra_env() -> dict[str, str]:
+    """Connection settings of the local infrastructure (overridable from the environment)."""
+    return {
+        "WEFT_KAFKA_BOOTSTRAP": os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+        "WEFT_DATABASE_URL": os.environ.get(
+            "WEFT_DATABASE_URL", "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
+        ),
+        "WEFT_REDIS_URL": os.environ.get("WEFT_REDIS_URL", "redis://127.0.0.1:56379/0"),
+    }
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(kw_only=True)
+class StackConfig:
+    """What to start and where to log."""
+
+    log_dir: Path
+    replicas: dict[str, int] = field(default_factory=dict)
+    """Processes per service (default 1), e.g. {"engine": 2}."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = 120.0
+
+
+@dataclass
+class _Proc:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+
+
+class LocalStack:
+    """A running stack; use as a context manager."""
+
+    def __init__(self, config: StackConfig):
+        self.config = config
+        self.prefix = f"t{secrets.token_hex(4)}."
+        self.tenant = f"tenant-{secrets.token_hex(4)}"
+        self.api_key = f"key-{secrets.token_hex(16)}"
+        self.ports: dict[str, list[int]] = {}
+        self._procs: list[_Proc] = []
+
+    @property
+    def gateway_url(self) -> str:
+        """Base URL of the first gateway."""
+        return f"http://127.0.0.1:{self.ports['gateway'][0]}"
+
+    @property
+    def llm_url(self) -> str:
+        """Base URL of the scripted LLM test double (without /v1)."""
+        return f"http://127.0.0.1:{self.ports['scripted_llm'][0]}"
+
+    def url(self, service: str, index: int = 0) -> str:
+        """Base URL of one replica of ``service``."""
+        return f"http://127.0.0.1:{self.ports[service][index]}"
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Create topics, start every process, wait until all are ready."""
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("scripted_llm", *SERVICES):
+            count = self.config.replicas.get(name, 1)
+            self.ports[name] = [free_port() for _ in range(count)]
+        self._ensure_topics()
+        llm_port = self.ports["scripted_llm"][0]
+        self._spawn("scripted_llm", llm_port, ["serve", "--host", "127.0.0.1", "--port", str(llm_port)])
+        for name in SERVICES:
+            for port in self.ports[name]:
+                self._spawn(name, port, [])
+        self._wait_ready()
+
+    def _ensure_topics(self) -> None:
+        env = {**os.environ, **infra_env(), "WEFT_TOPIC_PARTITIONS": "3"}
+        subprocess.run(
+            [sys.executable, "-m", "weft_platform.topics", "ensure", "--prefix", self.prefix,
+             "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def service_env(self, name: str, port: int) -> dict[str, str]:
+        """Environment of one service process."""
+        return {
+            **os.environ,
+            **infra_env(),
+            "PYTHONUNBUFFERED": "1",
+            "WEFT_HTTP_PORT": str(port),
+            "WEFT_TOPIC_PREFIX": self.prefix,
+            "WEFT_INSTANCE_ID": f"{name}-{port}",
+            "WEFT_LOG_FORMAT": "json",
+            "WEFT_MEMORY_URL": self.url("memory"),
+            "WEFT_AGENT_CONFIG_URL": self.url("agent_config"),
+            "WEFT_DEV_API_KEY": self.api_key,
+            "WEFT_DEV_TENANT": self.tenant,
+            "OPENAI_BASE_URL": f"{self.llm_url}/v1",
+            "OPENAI_API_KEY": "scripted-llm-test-double",
+            "WEFT_LLM_MODEL": "weft-scripted",
+            **self.config.extra_env,
+        }
+
+    def _spawn(self, name: str, port: int, args: list[str]) -> None:
+        log = open(self.config.log_dir / f"{name}-{port}.log", "ab")  # noqa: SIM115
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"weft_{name}", *args],
+            env=self.service_env(name, port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._procs.append(_Proc(name, port, process))
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        pending = list(self._procs)
+        with httpx.Client(timeout=3) as client:
+            while pending:
+                proc = pending[0]
+                if proc.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"{proc.name} exited at start; see {self.config.log_dir}")
+                try:
+                    if client.get(f"http://127.0.0.1:{proc.port}/readyz").status_code == 200:
+                        pending.pop(0)
+                        continue
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{proc.name} not ready in time; see {self.config.log_dir}")
+                time.sleep(0.3)
+
+    def kill(self, name: str, index: int = 0, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one replica of ``name`` and wait for it to exit."""
+        proc = [p for p in self._procs if p.name == name][index]
+        proc.process.send_signal(sig)
+        proc.process.wait(timeout=60)
+
+    def stop(self) -> None:
+        """SIGTERM every process, then SIGKILL what is left after 20 s."""
+        for proc in self._procs:
+            if proc.process.poll() is None:
+                proc.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for proc in self._procs:
+            try:
+                proc.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.process.kill()
+        self._procs.clear()

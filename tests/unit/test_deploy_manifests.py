@@ -1,0 +1,693 @@
+"""Offline checks of the deployment manifests: Dockerfile, docker-compose.yml, Helm chart.
+
+No Docker engine or Kubernetes cluster is needed. The Helm chart is rendered with the
+`helm` CLI (PATH or $HOME/.cache/weft/bin/helm, installed by deploy/tools/install-helm.sh)
+and every rendered object is validated against the Kubernetes OpenAPI schemas shipped by
+the `kubernetes-validate` package.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+CHART = REPO / "helm" / "weft"
+
+# The seven Weft services and their WEFT_HTTP_PORT.
+SERVICE_PORTS = {
+    "gateway": 8080,
+    "agent-config": 8081,
+    "engine": 8082,
+    "tool-exec": 8083,
+    "sandbox": 8084,
+    "memory": 8085,
+    "suggestions": 8086,
+}
+TEST_DOUBLE = "scripted-llm"  # test double of an OpenAI-compatible LLM, not a Weft service
+TEST_DOUBLE_PORT = 8090
+INFRA = ("kafka", "postgres", "redis")
+JOBS = ("topics", "migrate")
+
+COMMON_REQUIRED_ENV = (
+    "WEFT_KAFKA_BOOTSTRAP",
+    "WEFT_DATABASE_URL",
+    "WEFT_REDIS_URL",
+    "WEFT_HTTP_PORT",
+)
+LLM_REQUIRED_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEFT_LLM_MODEL")
+EXTRA_REQUIRED_ENV: dict[str, tuple[str, ...]] = {
+    "gateway": ("WEFT_MEMORY_URL", "WEFT_AGENT_CONFIG_URL"),
+    "engine": (*LLM_REQUIRED_ENV, "WEFT_MEMORY_URL"),
+    "tool-exec": LLM_REQUIRED_ENV,
+}
+# Optional variables the compose stack sets anyway.
+COMPOSE_OPTIONAL_ENV: dict[str, tuple[str, ...]] = {
+    "gateway": ("WEFT_DEV_API_KEY", "WEFT_DEV_TENANT"),
+    "engine": ("WEFT_EMBEDDING_MODEL",),
+    "tool-exec": ("WEFT_EMBEDDING_MODEL",),
+}
+
+TOOL_EXEC_GROUP = "weft-tool-exec"
+TOOL_CALLS_TOPIC = "weft.tool.calls.v1"
+
+HELM_INSTALL_HINT = (
+    "the `helm` CLI is required to validate helm/weft but was found neither in PATH nor at "
+    "$HOME/.cache/weft/bin/helm. Install it with `bash deploy/tools/install-helm.sh` (builds "
+    "helm with `go install helm.sh/helm/v3/cmd/helm@v3.22.0` into $HOME/.cache/weft/bin; needs "
+    "Go and the Go module proxy, ~4 min the first time), or put any helm v3 on PATH."
+)
+# Kubernetes version to render for, and the schema versions to validate against
+# (Chart.yaml: kubeVersion >=1.27).
+KUBE_VERSION = "1.33.0"
+SCHEMA_VERSIONS = ("1.27.0", "1.37.0")
+
+
+def required_env(name: str) -> tuple[str, ...]:
+    return COMMON_REQUIRED_ENV + EXTRA_REQUIRED_ENV.get(name, ())
+
+
+# --------------------------------------------------------------------------- YAML loading
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys (YAML merge keys `<<` aside)."""
+
+
+def _construct_mapping_no_duplicates(
+    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    loader.flatten_mapping(node)
+    return dict(loader.construct_pairs(node, deep=deep))
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping_no_duplicates
+)
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+
+
+def load_yaml_docs(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.load_all(text, Loader=_StrictLoader) if doc]
+
+
+# --------------------------------------------------------------------------- docker compose
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    assert COMPOSE_FILE.is_file(), "docker-compose.yml missing at the repository root"
+    data = load_yaml(COMPOSE_FILE.read_text())
+    assert isinstance(data, dict)
+    assert isinstance(data.get("services"), dict)
+    return data
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        pairs = (item.split("=", 1) if "=" in item else (item, "") for item in env)
+        return {k: v for k, v in pairs}
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _interpolated_default(value: str) -> str:
+    """`${VAR:-default}` -> default (what compose uses when VAR is unset)."""
+    return re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}", r"\1", value)
+
+
+def _depends_on(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return {name: {"condition": "service_started"} for name in deps}
+    return deps
+
+
+def _source_dir(service_arg: str) -> Path | None:
+    for parent in ("services", "testing"):
+        candidate = REPO / parent / service_arg
+        if (candidate / "pyproject.toml").is_file():
+            return candidate
+    return None
+
+
+def test_compose_names_every_component(compose: dict[str, Any]) -> None:
+    names = set(compose["services"])
+    expected = {*SERVICE_PORTS, TEST_DOUBLE, *INFRA, *JOBS}
+    assert expected <= names, f"missing from docker-compose.yml: {sorted(expected - names)}"
+
+
+def test_compose_builds_every_weft_image_from_the_root_dockerfile(
+    compose: dict[str, Any],
+) -> None:
+    built = {name: svc for name, svc in compose["services"].items() if "build" in svc}
+    assert {*SERVICE_PORTS, TEST_DOUBLE, *JOBS} <= set(built)
+    for name, svc in built.items():
+        build = svc["build"]
+        assert isinstance(build, dict), f"{name}: build must be a mapping"
+        assert build.get("context") == ".", f"{name}: build context must be the repo root"
+        dockerfile = build.get("dockerfile", "Dockerfile")
+        assert (REPO / dockerfile).is_file(), f"{name}: dockerfile {dockerfile} does not exist"
+        args = build.get("args") or {}
+        if isinstance(args, list):
+            args = dict(item.split("=", 1) for item in args)
+        service_arg = args.get("SERVICE")
+        assert service_arg, f"{name}: build arg SERVICE missing"
+        source = _source_dir(service_arg)
+        assert source is not None, (
+            f"{name}: SERVICE={service_arg} is neither services/{service_arg} "
+            f"nor testing/{service_arg}"
+        )
+        project = tomllib.loads((source / "pyproject.toml").read_text())["project"]
+        assert project["name"] == f"weft-{service_arg}"
+        assert f"weft-{service_arg}" in project.get("scripts", {}), (
+            f"{source}: console script weft-{service_arg} (the image entrypoint) missing"
+        )
+        if name in SERVICE_PORTS or name == TEST_DOUBLE:
+            assert service_arg == name, f"{name}: built with SERVICE={service_arg}"
+
+
+def test_compose_service_environment(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, port in SERVICE_PORTS.items():
+        env = _env(services[name])
+        missing = [
+            var for var in required_env(name) + COMPOSE_OPTIONAL_ENV.get(name, ()) if var not in env
+        ]
+        assert not missing, f"{name}: environment lacks {missing}"
+        empty = [var for var in required_env(name) if not _interpolated_default(env[var])]
+        assert not empty, f"{name}: required variables without a value: {empty}"
+        assert env["WEFT_HTTP_PORT"] == str(port)
+        assert env["WEFT_KAFKA_BOOTSTRAP"] == "kafka:9092"
+        assert env["WEFT_DATABASE_URL"] == "postgresql+asyncpg://weft:weft@postgres:5432/weft"
+        assert env["WEFT_REDIS_URL"] == "redis://redis:6379/0"
+        assert env.get("WEFT_LOG_FORMAT") == "json"
+        # Services default to 127.0.0.1; in a container they must listen on every interface.
+        assert env.get("WEFT_HTTP_HOST") == "0.0.0.0", f"{name}: WEFT_HTTP_HOST must be 0.0.0.0"
+        for var in ("WEFT_MEMORY_URL", "WEFT_AGENT_CONFIG_URL"):
+            if var in env:
+                target = "memory" if var == "WEFT_MEMORY_URL" else "agent-config"
+                assert env[var] == f"http://{target}:{SERVICE_PORTS[target]}"
+        if "OPENAI_BASE_URL" in env:
+            assert _interpolated_default(env["OPENAI_BASE_URL"]) == (
+                f"http://{TEST_DOUBLE}:{TEST_DOUBLE_PORT}/v1"
+            )
+
+
+def test_compose_kafka_is_official_image_in_kraft_mode(compose: dict[str, Any]) -> None:
+    kafka = compose["services"]["kafka"]
+    image, _, tag = kafka["image"].partition(":")
+    assert image == "apache/kafka"
+    assert tag and tag != "latest", "pin the Kafka image version"
+    env = _env(kafka)
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    node_id = env["KAFKA_NODE_ID"]
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(f"{node_id}@kafka:")
+    assert (
+        "CONTROLLER" in env["KAFKA_LISTENERS"]
+        and "CONTROLLER" in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+    )
+    assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] == "CONTROLLER"
+    assert "kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    for var in (
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+    ):
+        assert env[var] == "1", f"{var} must be 1 on a single node"
+    assert env["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    if "CLUSTER_ID" in env:  # base64url of 16 bytes
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", env["CLUSTER_ID"])
+    assert not any(k.startswith("KAFKA_ZOOKEEPER") for k in env)
+
+
+def test_compose_infrastructure_images(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["postgres"]["image"] == "postgres:16"
+    pg_env = _env(services["postgres"])
+    assert (pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"], pg_env["POSTGRES_DB"]) == (
+        "weft",
+        "weft",
+        "weft",
+    )
+    assert services["redis"]["image"] == "redis:7"
+
+
+def test_compose_healthchecks(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in (*INFRA, *SERVICE_PORTS, TEST_DOUBLE):
+        check = services[name].get("healthcheck")
+        assert check and check.get("test"), f"{name}: healthcheck missing"
+        assert not check.get("disable")
+    for name, port in {**SERVICE_PORTS, TEST_DOUBLE: TEST_DOUBLE_PORT}.items():
+        test = " ".join(services[name]["healthcheck"]["test"])
+        assert f":{port}/readyz" in test, f"{name}: healthcheck must probe /readyz on {port}"
+        # python:3.11-slim has no curl/wget: probe with the image's own interpreter.
+        assert "curl" not in test and "wget" not in test
+
+
+def test_compose_start_order(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    valid = {"service_started", "service_healthy", "service_completed_successfully"}
+    for name, svc in services.items():
+        for dep, spec in _depends_on(svc).items():
+            assert dep in services, f"{name} depends on unknown service {dep}"
+            assert spec.get("condition") in valid, f"{name} -> {dep}: bad condition"
+            if dep in JOBS:
+                assert spec["condition"] == "service_completed_successfully"
+            elif dep in services and "healthcheck" in services[dep]:
+                assert spec["condition"] == "service_healthy", f"{name} -> {dep}"
+    assert _depends_on(services["topics"])["kafka"]["condition"] == "service_healthy"
+    assert _depends_on(services["migrate"])["postgres"]["condition"] == "service_healthy"
+    for name in SERVICE_PORTS:
+        deps = _depends_on(services[name])
+        missing = {*INFRA, *JOBS} - set(deps)
+        assert not missing, f"{name}: does not wait for {sorted(missing)}"
+    assert {"memory", "agent-config"} <= set(_depends_on(services["gateway"]))
+    assert "memory" in _depends_on(services["engine"])
+
+    # No cycles.
+    graph = {name: set(_depends_on(svc)) for name, svc in services.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        if state.get(node) == 2:
+            return
+        assert state.get(node) != 1, f"depends_on cycle: {' -> '.join((*path, node))}"
+        state[node] = 1
+        for dep in graph[node]:
+            visit(dep, (*path, node))
+        state[node] = 2
+
+    for node in graph:
+        visit(node, ())
+
+
+def test_compose_one_shot_jobs(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+
+    def argv(svc: dict[str, Any]) -> str:
+        parts = []
+        for key in ("entrypoint", "command"):
+            value = svc.get(key) or []
+            parts.extend(value.split() if isinstance(value, str) else value)
+        return " ".join(parts)
+
+    assert "python -m weft_platform.topics ensure --bootstrap kafka:9092" in argv(
+        services["topics"]
+    )
+    assert "python -m weft_storage.migrate upgrade" in argv(services["migrate"])
+    assert "WEFT_DATABASE_URL" in _env(services["migrate"])
+    for job in JOBS:
+        assert services[job].get("restart", "no") == "no", f"{job} is one-shot"
+        assert not services[job].get("ports")
+
+
+def test_compose_ports_scaling_and_test_double(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert any(str(p).endswith(":8080") for p in services["gateway"].get("ports", []))
+    tool_exec = services["tool-exec"]
+    assert tool_exec["deploy"]["replicas"] == "${TOOL_WORKERS:-1}"
+    # Replicas cannot share a published host port or a fixed container name.
+    assert not tool_exec.get("ports") and not tool_exec.get("container_name")
+    command = services[TEST_DOUBLE]["command"]
+    command = command.split() if isinstance(command, str) else command
+    assert command == ["serve", "--host", "0.0.0.0", "--port", "8090", "--policy", "demo"]
+
+
+# --------------------------------------------------------------------------- Dockerfile
+
+
+def _workspace_members() -> list[Path]:
+    root = tomllib.loads((REPO / "pyproject.toml").read_text())
+    members: list[Path] = []
+    for pattern in root["tool"]["uv"]["workspace"]["members"]:
+        members.extend(p for p in sorted(REPO.glob(pattern)) if (p / "pyproject.toml").is_file())
+    return members
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text()
+    text = re.sub(r"\\\n", " ", text)  # join continuation lines
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        op, _, rest = line.partition(" ")
+        out.append((op.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_is_multi_stage_and_parameterised() -> None:
+    instructions = _dockerfile_instructions()
+    froms = [rest for op, rest in instructions if op == "FROM"]
+    assert len(froms) >= 2, "builder + runtime stages expected"
+    args = " ".join(rest for op, rest in instructions if op == "ARG")
+    assert "SERVICE" in args
+    assert "python:3.11-slim" in args + " ".join(froms)
+    runs = [rest for op, rest in instructions if op == "RUN"]
+    assert any("pip install" in r and "uv==0.13.8" in r for r in runs) or (
+        "UV_VERSION=0.13.8" in args and any('"uv==${UV_VERSION}"' in r for r in runs)
+    )
+
+
+def test_dockerfile_installs_from_the_lockfile_dependencies_first() -> None:
+    instructions = _dockerfile_instructions()
+    copies = [(i, rest) for i, (op, rest) in enumerate(instructions) if op == "COPY"]
+    assert any("uv.lock" in rest for _, rest in copies), "Dockerfile must COPY uv.lock"
+    copied = " ".join(rest for _, rest in copies)
+    for member in _workspace_members():
+        rel = member.relative_to(REPO).as_posix()
+        assert f"{rel}/pyproject.toml" in copied, f"Dockerfile does not copy {rel}/pyproject.toml"
+
+    syncs = [
+        (i, rest) for i, (op, rest) in enumerate(instructions) if op == "RUN" and "uv sync" in rest
+    ]
+    assert len(syncs) == 2, "two `uv sync` steps: dependencies, then the workspace"
+    (dep_i, dep_sync), (ws_i, ws_sync) = syncs
+    for sync in (dep_sync, ws_sync):
+        assert "--frozen" in sync
+        assert "--no-dev" in sync
+        assert re.search(r"--package\s+\"?weft-\$\{?SERVICE\}?", sync), sync
+    assert "--no-install-workspace" in dep_sync
+    assert "--no-install-workspace" not in ws_sync
+    source_copies = [
+        i for i, rest in copies if re.match(r"(--\S+\s+)*(libs|services|testing)/\s", rest)
+    ]
+    assert source_copies, "sources are never copied"
+    assert dep_i < min(source_copies) < ws_i, "dependency layer must come before the sources"
+
+
+def test_dockerfile_runtime_stage() -> None:
+    instructions = _dockerfile_instructions()
+    last_from = max(i for i, (op, _) in enumerate(instructions) if op == "FROM")
+    runtime = instructions[last_from:]
+    users = [rest for op, rest in runtime if op == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0"), "runtime must not run as root"
+    assert any(op == "COPY" and "--from=builder" in rest for op, rest in runtime)
+    entrypoints = [rest for op, rest in runtime if op == "ENTRYPOINT"]
+    assert entrypoints, "runtime stage needs an ENTRYPOINT"
+    text = DOCKERFILE.read_text()
+    # The entrypoint resolves to the console script of the SERVICE being built.
+    assert re.search(r"/app/\.venv/bin/weft-\$\{SERVICE\}", text)
+    assert "weft-service" in entrypoints[-1]
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    ignore = (REPO / ".dockerignore").read_text().split()
+    for entry in (".git", "**/.venv"):
+        assert entry in ignore, f".dockerignore should exclude {entry}"
+    for needed in ("uv.lock", "pyproject.toml", "libs", "services", "testing"):
+        assert needed not in ignore
+
+
+# --------------------------------------------------------------------------- Helm
+
+
+def _find_helm() -> str | None:
+    found = shutil.which("helm")
+    if found:
+        return found
+    cached = Path(os.environ.get("HOME", str(Path.home()))) / ".cache" / "weft" / "bin" / "helm"
+    return str(cached) if cached.is_file() and os.access(cached, os.X_OK) else None
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    path = _find_helm()
+    if path is None:
+        pytest.fail(HELM_INSTALL_HINT, pytrace=False)
+    return path
+
+
+def _helm_template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm, "template", "weft", str(CHART), "--kube-version", KUBE_VERSION, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _render(helm: str, *args: str) -> list[dict[str, Any]]:
+    result = _helm_template(helm, *args)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return load_yaml_docs(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def test_double_render(helm: str) -> list[dict[str, Any]]:
+    return _render(helm, "-f", str(CHART / "ci" / "test-double-values.yaml"))
+
+
+@pytest.fixture(scope="module")
+def production_render(helm: str) -> list[dict[str, Any]]:
+    return _render(helm, "-f", str(CHART / "ci" / "production-values.yaml"))
+
+
+def _by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def _iter_renders(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    yield "test-double", test_double_render
+    yield "production", production_render
+
+
+def test_helm_cli_available() -> None:
+    """Fails (never skips) without helm, so an unvalidated chart cannot pass unnoticed."""
+    path = _find_helm()
+    if path is None:
+        pytest.fail(HELM_INSTALL_HINT, pytrace=False)
+    result = subprocess.run(
+        [path, "version", "--short"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, f"{path} does not run: {result.stderr}"
+    assert result.stdout.startswith("v3."), f"helm v3 expected, got {result.stdout.strip()}"
+
+
+def test_helm_lint(helm: str) -> None:
+    for values in ("test-double-values.yaml", "production-values.yaml"):
+        result = subprocess.run(
+            [helm, "lint", str(CHART), "--strict", "-f", str(CHART / "ci" / values)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, f"helm lint ({values}):\n{result.stdout}\n{result.stderr}"
+
+
+def test_helm_rendered_objects_match_kubernetes_schemas(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    errors: list[str] = []
+    for label, docs in _iter_renders(test_double_render, production_render):
+        assert docs, f"{label}: nothing rendered"
+        for doc in docs:
+            if doc["apiVersion"].startswith("keda.sh/"):
+                continue  # CRD: checked by test_helm_keda_scaled_object
+            for version in SCHEMA_VERSIONS:
+                try:
+                    kubernetes_validate.validate(doc, version, strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    path = ".".join(str(p) for p in exc.path)
+                    errors.append(
+                        f"{label}: {doc['kind']}/{doc['metadata']['name']} invalid for "
+                        f"Kubernetes {version} at {path}: {exc.message}"
+                    )
+    assert not errors, "\n".join(errors)
+
+
+def _container_env(
+    container: dict[str, Any], configmaps: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Effective environment: envFrom ConfigMaps (rendered) then explicit env entries."""
+    env: dict[str, Any] = {}
+    for source in container.get("envFrom", []):
+        ref = source.get("configMapRef")
+        assert ref, "only ConfigMaps rendered by the chart are expected in envFrom"
+        assert ref["name"] in configmaps, f"envFrom references unknown ConfigMap {ref['name']}"
+        env.update(configmaps[ref["name"]]["data"])
+    for item in container.get("env", []):
+        env[item["name"]] = item.get("value", item.get("valueFrom"))
+    return env
+
+
+def test_helm_deployment_and_service_per_weft_service(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    for label, docs in _iter_renders(test_double_render, production_render):
+        deployments = _by_kind(docs, "Deployment")
+        services = _by_kind(docs, "Service")
+        configmaps = _by_kind(docs, "ConfigMap")
+        secrets = _by_kind(docs, "Secret")
+        expected = dict(SERVICE_PORTS)
+        if label == "test-double":
+            expected[TEST_DOUBLE] = TEST_DOUBLE_PORT
+        assert set(deployments) == {f"weft-{n}" for n in expected}, label
+        for name, port in expected.items():
+            deployment = deployments[f"weft-{name}"]
+            pod = deployment["spec"]["template"]["spec"]
+            (container,) = pod["containers"]
+            ctx = f"{label}: {name}"
+            assert re.search(rf"/(weft-)?{name}:[\w.-]+$", container["image"]), ctx
+            assert container["ports"] == [
+                {"name": "http", "containerPort": port, "protocol": "TCP"}
+            ]
+            env = _container_env(container, configmaps)
+            if name != TEST_DOUBLE:
+                missing = [var for var in required_env(name) if var not in env]
+                assert not missing, f"{ctx}: environment lacks {missing}"
+                assert env["WEFT_HTTP_PORT"] == str(port), ctx
+                assert env["WEFT_HTTP_HOST"] == "0.0.0.0", ctx
+                for var in ("WEFT_DATABASE_URL", *(v for v in ("OPENAI_API_KEY",) if v in env)):
+                    ref = env[var]["secretKeyRef"]
+                    assert ref["key"] == var, ctx
+                    if label == "test-double":
+                        assert ref["name"] in secrets and var in secrets[ref["name"]]["stringData"]
+                    else:
+                        assert ref["name"] == "weft-credentials", ctx
+            for var in ("WEFT_MEMORY_URL", "WEFT_AGENT_CONFIG_URL"):
+                if var in env:
+                    target = "memory" if var == "WEFT_MEMORY_URL" else "agent-config"
+                    assert env[var] == f"http://weft-{target}:{SERVICE_PORTS[target]}", ctx
+            readiness = container["readinessProbe"]["httpGet"]
+            liveness = container["livenessProbe"]["httpGet"]
+            assert (readiness["path"], readiness["port"]) == ("/readyz", "http"), ctx
+            assert (liveness["path"], liveness["port"]) == ("/healthz", "http"), ctx
+            resources = container["resources"]
+            assert resources.get("requests") and resources.get("limits"), ctx
+            assert pod["securityContext"]["runAsNonRoot"] is True, ctx
+
+            service = services[f"weft-{name}"]
+            assert service["spec"]["selector"].items() <= (
+                deployment["spec"]["template"]["metadata"]["labels"].items()
+            ), ctx
+            assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+            assert service["spec"]["ports"][0]["port"] == port, ctx
+            assert service["spec"]["ports"][0]["targetPort"] == "http", ctx
+
+        if label == "test-double":
+            llm_env = _container_env(
+                deployments["weft-engine"]["spec"]["template"]["spec"]["containers"][0], configmaps
+            )
+            assert llm_env["OPENAI_BASE_URL"] == f"http://weft-{TEST_DOUBLE}:{TEST_DOUBLE_PORT}/v1"
+            (double,) = deployments[f"weft-{TEST_DOUBLE}"]["spec"]["template"]["spec"]["containers"]
+            assert double["args"] == [
+                "serve",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "8090",
+                "--policy",
+                "demo",
+            ]
+        else:
+            assert not secrets, "with secrets.existingSecret the chart must not create Secrets"
+
+
+def test_helm_migrate_and_topics_jobs_are_hooks(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    for label, docs in _iter_renders(test_double_render, production_render):
+        jobs = _by_kind(docs, "Job")
+        assert set(jobs) == {"weft-topics", "weft-migrate"}, label
+        commands = {}
+        for name, job in jobs.items():
+            annotations = job["metadata"]["annotations"]
+            assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+            (container,) = job["spec"]["template"]["spec"]["containers"]
+            commands[name] = " ".join(container["command"])
+            assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+            env = {e["name"]: e for e in container["env"]}
+            assert {"WEFT_KAFKA_BOOTSTRAP", "WEFT_DATABASE_URL"} <= set(env), f"{label}: {name}"
+            secret_name = env["WEFT_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"]
+            if label == "test-double":
+                # The release's own resources do not exist yet when pre-install hooks run:
+                # the jobs must only reference hook resources that sort before them.
+                hook_secret = _by_kind(docs, "Secret")[secret_name]
+                weight = int(hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"])
+                assert weight < int(annotations["helm.sh/hook-weight"])
+                assert "WEFT_DATABASE_URL" in hook_secret["stringData"]
+        assert commands["weft-migrate"] == "python -m weft_storage.migrate upgrade"
+        assert commands["weft-topics"].startswith(
+            "python -m weft_platform.topics ensure --bootstrap "
+        )
+
+
+def test_helm_keda_scaled_object(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    from weft_contracts.topics import Topic  # the topic the chart names must exist in code
+
+    assert not _by_kind(test_double_render, "ScaledObject"), "KEDA must be off by default"
+    (scaled,) = _by_kind(production_render, "ScaledObject").values()
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    spec = scaled["spec"]
+    assert spec["scaleTargetRef"]["name"] == "weft-tool-exec"
+    assert spec["scaleTargetRef"].get("kind", "Deployment") == "Deployment"
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "kafka"
+    meta = trigger["metadata"]
+    assert all(isinstance(v, str) for v in meta.values()), "KEDA trigger metadata are strings"
+    assert meta["consumerGroup"] == TOOL_EXEC_GROUP
+    assert meta["topic"] == TOOL_CALLS_TOPIC == Topic.TOOL_CALLS.value
+    assert int(meta["lagThreshold"]) == 25
+    assert meta["bootstrapServers"] == "kafka-0.kafka:9092,kafka-1.kafka:9092,kafka-2.kafka:9092"
+    version = tuple(int(p) for p in meta["version"].split("."))
+    assert version >= (2, 1, 0), "Kafka 4 needs KEDA's Kafka protocol version >= 2.1.0"
+    # KEDA owns the replica count: the Deployment must not set one.
+    tool_exec = _by_kind(production_render, "Deployment")["weft-tool-exec"]
+    assert "replicas" not in tool_exec["spec"]
+
+
+def test_helm_refuses_incomplete_values(helm: str) -> None:
+    result = _helm_template(helm)
+    assert result.returncode != 0, "rendering without Kafka/Postgres/Redis/LLM values must fail"
+    assert "is required" in result.stderr
+
+    base = ["-f", str(CHART / "ci" / "test-double-values.yaml")]
+    no_llm = _helm_template(helm, *base, "--set", "services.scripted-llm.enabled=false")
+    assert no_llm.returncode != 0 and "llm.baseUrl is required" in no_llm.stderr
+
+    old_protocol = _helm_template(
+        helm,
+        *base,
+        "--set",
+        "keda.toolExec.enabled=true",
+        "--set",
+        "keda.toolExec.kafkaVersion=1.0.0",
+    )
+    assert old_protocol.returncode != 0 and "2.1.0" in old_protocol.stderr

@@ -1,0 +1,33 @@
+"""Stored turns replay as OpenAI messages (SPEC M-09) with KB results redacted (T-20)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from weft_memory.history import KB_RESULT_REDACTION, replay_turn
+from weft_storage.models import Message
+
+
+def _msg(role: str, content: str, steps: list[dict[str, object]] | None = None) -> Message:
+    return Message(
+        id=role, tenant_id="t", session_id="s", request_id="r", role=role, content=content,
+        agent_steps=steps or [], is_completed=True, created_at=datetime.now(UTC),
+    )  # fmt: skip
+
+
+def test_turn_replays_user_tool_round_and_answer() -> None:
+    steps = [
+        {"round": 0, "thought": "", "tool_calls": [
+            {"call_id": "k1", "tool_name": "search_knowledge", "arguments": {"query": "x"},
+             "success": True, "output": "secret chunk text"},
+            {"call_id": "w1", "tool_name": "thinking", "arguments": {}, "success": False,
+             "error": "bad"},
+        ]},
+        {"round": 1, "thought": "", "tool_calls": []},
+    ]  # fmt: skip
+    messages = replay_turn(_msg("user", "question"), _msg("assistant", "answer [c1]", steps))
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert messages[1]["tool_calls"][0]["function"]["name"] == "search_knowledge"
+    assert messages[2]["content"] == KB_RESULT_REDACTION  # SPEC T-20
+    assert messages[3]["content"] == "Error: bad"
+    assert messages[-1] == {"role": "assistant", "content": "answer [c1]"}

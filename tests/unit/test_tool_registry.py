@@ -1,0 +1,84 @@
+"""ToolRegistry rules: SPEC T-01, T-02, T-03."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from weft_contracts import ToolContext
+from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec, truncate_output
+
+
+class EchoTool:
+    def __init__(self, name: str, output: str = "ok"):
+        self.spec = ToolSpec(
+            name=name,
+            description=f"echo {name}",
+            parameters={
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+            },
+        )
+        self.output = output
+        self.calls = 0
+
+    async def run(self, call: ToolInvocation) -> ToolOutcome:
+        self.calls += 1
+        return ToolOutcome(success=True, output=self.output or call.arguments["text"])
+
+
+def _call(args: dict[str, object], limit: int = 24000) -> ToolInvocation:
+    ctx = ToolContext(user_id="u", agent_id="a", max_output_chars=limit)
+    return ToolInvocation(tenant_id="t", session_id="s", request_id="r", arguments=args, context=ctx)
+
+
+def test_first_registration_wins() -> None:  # SPEC T-01
+    registry = ToolRegistry()
+    registry.register(EchoTool("search"))
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(EchoTool("search"))
+
+
+def test_definitions_are_sorted_and_byte_identical() -> None:  # SPEC T-01
+    a, b = ToolRegistry(), ToolRegistry()
+    for name in ("zeta", "alpha", "mid"):
+        a.register(EchoTool(name))
+    for name in ("mid", "zeta", "alpha"):
+        b.register(EchoTool(name))
+    assert [d["function"]["name"] for d in a.definitions()] == ["alpha", "mid", "zeta"]
+    assert json.dumps(a.definitions()) == json.dumps(b.definitions())
+
+
+async def test_invalid_arguments_are_a_readable_error_and_the_tool_does_not_run() -> None:  # T-02
+    registry = ToolRegistry()
+    tool = EchoTool("echo")
+    registry.register(tool)
+    outcome = await registry.execute("echo", _call({"text": 3}))
+    assert not outcome.success
+    assert "text" in (outcome.error or "") and "string" in (outcome.error or "")
+    assert tool.calls == 0
+
+
+async def test_unknown_tool_names_the_known_ones() -> None:
+    registry = ToolRegistry()
+    registry.register(EchoTool("echo"))
+    outcome = await registry.execute("nope", _call({"text": "x"}))
+    assert not outcome.success and "echo" in (outcome.error or "")
+
+
+def test_truncation_keeps_70_percent_head_and_30_percent_tail() -> None:  # SPEC T-03
+    text = "H" * 700 + "M" * 5000 + "T" * 300
+    out = truncate_output(text, 1000)
+    head, _, tail = out.partition("[...")
+    assert head.strip() == "H" * 700
+    assert tail.endswith("T" * 300)
+    assert "5000 characters omitted" in out
+
+
+async def test_registry_truncates_to_the_per_call_limit() -> None:  # SPEC T-03 override
+    registry = ToolRegistry()
+    registry.register(EchoTool("big", output="x" * 5000))
+    outcome = await registry.execute("big", _call({"text": "-"}, limit=1000))
+    assert len(outcome.output) < 1100 and "omitted" in outcome.output
