@@ -104,6 +104,7 @@ class LocalStack:
             count = self.config.replicas.get(name, 1)
             self.ports[name] = [free_port() for _ in range(count)]
         self._ensure_topics()
+        self._migrate()
         llm_port = self.ports["scripted_llm"][0]
         self._spawn("scripted_llm", llm_port, ["serve", "--host", "127.0.0.1", "--port", str(llm_port)])
         for name in SERVICES:
@@ -116,6 +117,13 @@ class LocalStack:
         subprocess.run(
             [sys.executable, "-m", "weft_platform.topics", "ensure", "--prefix", self.prefix,
              "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def _migrate(self) -> None:
+        env = {**os.environ, **infra_env()}
+        subprocess.run(
+            [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
             env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
 
