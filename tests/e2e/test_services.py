@@ -1,0 +1,49 @@
+"""Every service answers health and readiness; placeholders say "not available yet"."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from weft_testkit import LocalStack, read_turn
+from weft_testkit.stack import SERVICES
+
+
+@pytest.mark.parametrize("service", SERVICES)
+async def test_service_is_ready_with_all_dependencies(stack: LocalStack, service: str) -> None:
+    async with httpx.AsyncClient(base_url=stack.url(service)) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"kafka": "ok", "postgres": "ok", "redis": "ok"}
+
+
+async def test_suggestions_answer_not_available_yet(stack: LocalStack) -> None:
+    async with httpx.AsyncClient(base_url=stack.url("suggestions")) as client:
+        resp = await client.get("/api/v1/sessions/s1/suggestions")
+    assert resp.status_code == 501
+    assert "not available yet" in resp.json()["detail"]
+
+
+async def test_sandbox_tool_call_gets_a_readable_not_available_result(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:
+    script = {"steps": [
+        {"match": "run ls", "tool_calls": [{"name": "shell_exec", "arguments": {"command": "ls"}}]},
+        {"match": "run ls", "content": "The sandbox is not available, sorry."},
+    ]}  # fmt: skip
+    assert (await llm.post("/_script", json=script)).status_code == 200
+    session = (await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})).json()
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session['id']}", api_key=stack.api_key,
+        json_body={"query": "please run ls"},
+    )  # fmt: skip
+    result = next(e for e in events if e.event == "tool_result").data["data"]
+    assert result["tool_name"] == "shell_exec" and not result["success"]
+    assert "not available yet" in result["error"]
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == "The sandbox is not available, sorry."
+    requests = (await llm.get("/_requests")).json()["requests"]
+    tool_message = requests[-1]["body"]["messages"][-1]
+    assert tool_message["role"] == "tool" and "not available yet" in tool_message["content"]
