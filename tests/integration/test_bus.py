@@ -1,0 +1,105 @@
+"""EventBus on the real Kafka: publish/consume, retry then dead-letter, de-duplication."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from weft_contracts import ThoughtData, ThoughtEvent, Topic
+from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.settings import ServiceSettings
+from weft_platform.topics import ensure_topics
+
+
+@pytest.fixture
+async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
+    prefix = f"it{secrets.token_hex(4)}."
+    await ensure_topics(infra["WEFT_KAFKA_BOOTSTRAP"], {"WEFT_TOPIC_PARTITIONS": "2"}, prefix=prefix)
+    settings = ServiceSettings(
+        service_name="bus-test",
+        kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
+        redis_url=infra["WEFT_REDIS_URL"],
+        database_url=infra["WEFT_DATABASE_URL"],
+        topic_prefix=prefix,
+        consumer_attempts=3,
+        consumer_retry_backoff_s=0.01,
+    )
+    rt = create_runtime(settings)
+    yield rt
+    await rt.broker.stop()
+    await rt.redis.aclose()
+    await rt.db.dispose()
+
+
+def _event(delta: str) -> ThoughtEvent:
+    return ThoughtEvent(tenant_id="t", session_id="s", request_id="r",
+                        data=ThoughtData(round=0, delta=delta))  # fmt: skip
+
+
+async def _dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:
+    consumer = AIOKafkaConsumer(
+        rt.bus.topic_name(Topic.DLQ),
+        bootstrap_servers=rt.settings.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        group_id=f"dlq-{secrets.token_hex(4)}",
+    )
+    await consumer.start()
+    letters: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout(30):
+            while len(letters) < count:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    letters.extend(json.loads(r.value) for r in records)
+    finally:
+        await consumer.stop()
+    return letters
+
+
+async def test_failing_handler_is_retried_then_dead_lettered_and_next_message_flows(
+    runtime: ServiceRuntime,
+) -> None:
+    attempts: dict[str, int] = {}
+    handled = asyncio.Event()
+
+    async def handler(event: Any) -> None:
+        attempts[event.data.delta] = attempts.get(event.data.delta, 0) + 1
+        if event.data.delta == "poison":
+            raise RuntimeError("cannot process poison")
+        handled.set()
+
+    runtime.bus.consume(Topic.AGENT_EVENTS, "g", handler)
+    await runtime.broker.start()
+    await runtime.bus.publish(Topic.AGENT_EVENTS, _event("poison"))
+    await runtime.bus.publish(Topic.AGENT_EVENTS, _event("fine"))
+    await asyncio.wait_for(handled.wait(), 30)
+
+    assert attempts == {"poison": 3, "fine": 1}
+    [letter] = await _dead_letters(runtime, 1)
+    assert letter["data"]["reason"] == "handler_failed: cannot process poison"
+    assert letter["data"]["error_type"] == "RuntimeError"
+    assert letter["tenant_id"] == "t" and letter["data"]["consumer_group"].endswith("g")
+
+
+async def test_redelivered_message_is_handled_once(runtime: ServiceRuntime) -> None:  # inv. 3
+    seen: list[str] = []
+    twice = asyncio.Event()
+
+    async def handler(event: Any) -> None:
+        seen.append(event.id)
+        if event.data.delta == "after":
+            twice.set()
+
+    runtime.bus.consume(Topic.AGENT_EVENTS, "g", handler)
+    await runtime.broker.start()
+    event = _event("dup")
+    await runtime.bus.publish(Topic.AGENT_EVENTS, event)
+    await runtime.bus.publish(Topic.AGENT_EVENTS, event)  # same id: a redelivery
+    await runtime.bus.publish(Topic.AGENT_EVENTS, _event("after"))
+    await asyncio.wait_for(twice.wait(), 30)
+    assert seen.count(event.id) == 1

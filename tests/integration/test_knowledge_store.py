@@ -1,0 +1,48 @@
+"""KnowledgeStore on the real PostgreSQL: keyword search, scoped by tenant and KB."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+from weft_storage.knowledge import KnowledgeStore
+
+
+@pytest.fixture(scope="module")
+def migrated(infra: dict[str, str]) -> str:
+    subprocess.run(
+        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
+        env={**infra}, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return infra["WEFT_DATABASE_URL"]
+
+
+@pytest.fixture
+async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(migrated)
+    yield eng
+    await eng.dispose()
+
+
+async def test_keyword_search_ranks_and_stays_in_tenant(engine: AsyncEngine) -> None:
+    store = KnowledgeStore(async_sessionmaker(engine))
+    tenant, other = f"t-{secrets.token_hex(4)}", f"t-{secrets.token_hex(4)}"
+    kb = await store.create_knowledge_base(tenant, "docs")
+    other_kb = await store.create_knowledge_base(other, "docs")
+    await store.add_document(tenant, kb, "Refunds", "Annual plans are refunded within 30 days.")
+    await store.add_document(tenant, kb, "Security", "Data is encrypted with AES-256 at rest.")
+    await store.add_document(other, other_kb, "Refunds", "Other tenant refund secret.")
+
+    hits = await store.keyword_search(tenant, [], "how are refunds handled for annual plans?")
+    assert [h.title for h in hits] == ["Refunds"]
+    assert hits[0].knowledge_base_id == kb and hits[0].score > 0
+
+    scoped = await store.keyword_search(tenant, [other_kb], "refund")
+    assert scoped == []  # another tenant's KB id gives nothing (invariant 5)
+    assert await store.keyword_search(tenant, [kb], "'); DROP TABLE chunks; --") == []
+    assert not await store.knowledge_base_exists(tenant, other_kb)
