@@ -31,7 +31,7 @@ class ChunkHit:
     score: float
 
 
-def split_into_chunks(text: str, size: int = 800, overlap: int = 120) -> list[str]:
+def split_into_chunks(text: str, size: int = 500, overlap: int = 80) -> list[str]:
     """Cut ``text`` into chunks of about ``size`` characters, each sharing ``overlap``
     characters with the previous one; cuts fall on paragraph or sentence ends when possible.
     """
@@ -78,6 +78,17 @@ class KnowledgeStore:
         async with self._sessions.begin() as s:
             s.add(KnowledgeBase(id=kb_id, tenant_id=tenant_id, name=name, description=description))
         return kb_id
+
+    async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, str]]:
+        """The tenant's knowledge bases, oldest first."""
+        stmt = (
+            select(KnowledgeBase)
+            .where(KnowledgeBase.tenant_id == tenant_id)
+            .order_by(KnowledgeBase.created_at, KnowledgeBase.id)
+        )
+        async with self._sessions() as s:
+            rows = (await s.scalars(stmt)).all()
+        return [{"id": r.id, "name": r.name, "description": r.description} for r in rows]
 
     async def knowledge_base_exists(self, tenant_id: str, kb_id: str) -> bool:
         """Whether ``kb_id`` exists for this tenant."""

@@ -174,6 +174,10 @@ def public_router(gw: Gateway, auth: ApiKeyAuth) -> APIRouter:
         kb_id = await gw.knowledge.create_knowledge_base(who.tenant_id, body.name, body.description)
         return {"id": kb_id, "name": body.name}
 
+    @router.get("/knowledge-bases", tags=["knowledge"])
+    async def list_kbs(who: Who) -> list[dict[str, str]]:
+        return await gw.knowledge.list_knowledge_bases(who.tenant_id)
+
     @router.post("/knowledge-bases/{kb_id}/documents", status_code=201, tags=["knowledge"])
     async def add_document(who: Who, kb_id: str, body: DocumentCreate) -> dict[str, Any]:
         if not await gw.knowledge.knowledge_base_exists(who.tenant_id, kb_id):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from weft_scripted_llm.openai_schema import ChatCompletionRequest, ChatMessage
 
 
@@ -13,10 +15,15 @@ def last_user_index(request: ChatCompletionRequest) -> int | None:
     return None
 
 
+_RUNTIME_CONTEXT = re.compile(r"<runtime_context>.*?</runtime_context>", re.DOTALL)
+
+
 def last_user_text(request: ChatCompletionRequest) -> str:
-    """Text of the last `user` message ('' when there is none)."""
+    """Text of the last `user` message ('' when there is none), without the per-turn
+    ``<runtime_context>`` block the engine appends (SPEC E-24): that is not the question."""
     index = last_user_index(request)
-    return "" if index is None else request.messages[index].text()
+    text = "" if index is None else request.messages[index].text()
+    return _RUNTIME_CONTEXT.sub("", text).strip()
 
 
 def tool_messages_after_last_user(request: ChatCompletionRequest) -> list[ChatMessage]:
