@@ -1,0 +1,22 @@
+"""Run every benchmark under bench/ (``make bench``); each prints numbers and writes JSON."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHES = ["turn_latency.py"]
+
+
+def main() -> int:
+    here = Path(__file__).parent
+    failed = 0
+    for name in BENCHES:
+        print(f"== {name}", flush=True)
+        failed += subprocess.run([sys.executable, str(here / name)], check=False).returncode != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
