@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from weft_testkit import LocalStack, StackConfig, read_turn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,8 +37,12 @@ async def _load_kb(api: httpx.AsyncClient) -> str:
     return kb_id
 
 
-async def _one_turn(api: httpx.AsyncClient, stack: LocalStack, kb_id: str, q: str) -> dict[str, float]:
-    session = (await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})).json()
+async def _one_turn(
+    api: httpx.AsyncClient, stack: LocalStack, kb_id: str, q: str
+) -> dict[str, float]:
+    session = (
+        await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})
+    ).json()
     started = time.monotonic()
     events = await read_turn(
         api, f"/api/v1/agent-chat/{session['id']}", api_key=stack.api_key,
@@ -57,7 +60,9 @@ async def _one_turn(api: httpx.AsyncClient, stack: LocalStack, kb_id: str, q: st
 async def run(turns: int) -> dict[str, object]:
     with LocalStack(StackConfig(log_dir=REPO / ".weft" / "logs" / "bench")) as stack:
         headers = {"Authorization": f"Bearer {stack.api_key}"}
-        async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=120) as api:
+        async with httpx.AsyncClient(
+            base_url=stack.gateway_url, headers=headers, timeout=120
+        ) as api:
             kb_id = await _load_kb(api)
             await _one_turn(api, stack, kb_id, QUESTIONS[0])  # warm-up
             samples = [
@@ -96,7 +101,9 @@ def _cpus() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "turn_latency.json")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "bench" / "results" / "turn_latency.json"
+    )
     args = parser.parse_args()
     result = asyncio.run(run(args.turns))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
-
 from weft_testkit import infra_env
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}

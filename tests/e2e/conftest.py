@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from weft_testkit import LocalStack, StackConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,6 @@ import asyncio
 from typing import Any
 
 import httpx
-
 from weft_testkit import LocalStack, SseEvent, read_turn
 
 AGENT = "builtin-smart-reasoning"

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
 from weft_contracts import Topic
 from weft_testkit import LocalStack, read_turn
 
@@ -88,7 +87,6 @@ async def test_other_tenants_session_is_404(api: httpx.AsyncClient, stack: Local
 
 async def _register_key(stack: LocalStack, tenant: str, key: str) -> None:
     from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-
     from weft_gateway.auth import ApiKeyAuth
     from weft_testkit import infra_env
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
 from weft_testkit import LocalStack, read_turn
 from weft_testkit.stack import SERVICES
 
@@ -33,7 +32,9 @@ async def test_sandbox_tool_call_gets_a_readable_not_available_result(
         {"match": "run ls", "content": "The sandbox is not available, sorry."},
     ]}  # fmt: skip
     assert (await llm.post("/_script", json=script)).status_code == 200
-    session = (await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})).json()
+    session = (
+        await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})
+    ).json()
     events = await read_turn(
         api, f"/api/v1/agent-chat/{session['id']}", api_key=stack.api_key,
         json_body={"query": "please run ls"},

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-
 from weft_contracts import ThoughtData, ThoughtEvent, Topic
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
@@ -20,7 +19,9 @@ from weft_platform.topics import ensure_topics
 @pytest.fixture
 async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
     prefix = f"it{secrets.token_hex(4)}."
-    await ensure_topics(infra["WEFT_KAFKA_BOOTSTRAP"], {"WEFT_TOPIC_PARTITIONS": "2"}, prefix=prefix)
+    await ensure_topics(
+        infra["WEFT_KAFKA_BOOTSTRAP"], {"WEFT_TOPIC_PARTITIONS": "2"}, prefix=prefix
+    )
     settings = ServiceSettings(
         service_name="bus-test",
         kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],

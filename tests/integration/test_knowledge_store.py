@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-
 from weft_storage.knowledge import KnowledgeStore
 
 

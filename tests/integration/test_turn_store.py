@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
-
 from weft_contracts import AgentConfig
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 

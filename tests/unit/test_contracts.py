@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
-
 from weft_contracts import (
     AgentEvent,
     CompleteData,
@@ -39,7 +38,9 @@ def test_unknown_type_is_rejected_with_the_discriminator_named() -> None:
 
 def test_envelope_requires_tenant_and_session() -> None:
     with pytest.raises(ValidationError, match="tenant_id"):
-        ThoughtEvent(tenant_id="", session_id="s", request_id="r", data=ThoughtData(round=0, delta=""))
+        ThoughtEvent(
+            tenant_id="", session_id="s", request_id="r", data=ThoughtData(round=0, delta="")
+        )
 
 
 def test_event_ids_sort_by_creation() -> None:

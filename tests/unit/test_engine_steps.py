@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from weft_contracts import AgentConfig, ToolCallCompletedData
 from weft_engine.act import ERROR_HINT, parse_arguments, plan_calls
 from weft_engine.observe import observe
@@ -56,10 +55,16 @@ def test_observe_appends_protocol_messages_in_original_order() -> None:  # SPEC 
     ]
     pending, _, _ = plan_calls(state, calls, deadline_s=60)
     results = {  # the second result arrived first
-        "c-b": ToolCallCompletedData(call_id="c-b", tool_name="search_knowledge", success=False, error="boom"),
-        "c-a": ToolCallCompletedData(call_id="c-a", tool_name="search_knowledge", success=True, output="A"),
+        "c-b": ToolCallCompletedData(
+            call_id="c-b", tool_name="search_knowledge", success=False, error="boom"
+        ),
+        "c-a": ToolCallCompletedData(
+            call_id="c-a", tool_name="search_knowledge", success=True, output="A"
+        ),
     }
-    state = state.model_copy(update={"pending": pending, "results": results, "preamble": "let me look"})
+    state = state.model_copy(
+        update={"pending": pending, "results": results, "preamble": "let me look"}
+    )
     after = observe(state)
     assert after.round == 1 and not after.pending
     assistant, tool_a, tool_b = after.messages[-3:]

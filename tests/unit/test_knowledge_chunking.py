@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+import itertools
 
+import pytest
 from weft_storage.knowledge import keyword_tsquery, split_into_chunks
 
 
@@ -12,7 +13,7 @@ def test_chunks_overlap_and_cover_the_text() -> None:
     chunks = split_into_chunks(text, size=300, overlap=60)
     assert len(chunks) > 3
     assert all(len(c) <= 300 for c in chunks)
-    for previous, current in zip(chunks, chunks[1:], strict=False):
+    for previous, current in itertools.pairwise(chunks):
         assert previous[-40:].split()[-1] in current  # the overlap carries words across
     assert chunks[0].startswith("word0") and chunks[-1].endswith("word999")
 

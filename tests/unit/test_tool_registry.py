@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from weft_contracts import ToolContext
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec, truncate_output
 
@@ -31,7 +30,9 @@ class EchoTool:
 
 def _call(args: dict[str, object], limit: int = 24000) -> ToolInvocation:
     ctx = ToolContext(user_id="u", agent_id="a", max_output_chars=limit)
-    return ToolInvocation(tenant_id="t", session_id="s", request_id="r", arguments=args, context=ctx)
+    return ToolInvocation(
+        tenant_id="t", session_id="s", request_id="r", arguments=args, context=ctx
+    )
 
 
 def test_first_registration_wins() -> None:  # SPEC T-01

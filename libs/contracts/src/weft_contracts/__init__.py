@@ -5,6 +5,17 @@ AsyncAPI document generated from them by ``make proto``.
 """
 
 from weft_contracts.agent import AgentConfig, AgentMode
+from weft_contracts.commands import (
+    AgentControl,
+    AgentRequest,
+    CancelRequested,
+    CancelRequestedData,
+    ChatRequested,
+    ChatRequestedData,
+    SteerMessage,
+    SteerMessageData,
+)
+from weft_contracts.dlq import DeadLetter, DeadLetterData
 from weft_contracts.envelope import SCHEMA_VERSION, Envelope, new_event_id
 from weft_contracts.events import (
     AgentEvent,
@@ -29,16 +40,6 @@ from weft_contracts.events import (
     TurnStartedEvent,
     TurnStatus,
 )
-from weft_contracts.commands import (
-    AgentControl,
-    AgentRequest,
-    CancelRequested,
-    CancelRequestedData,
-    ChatRequested,
-    ChatRequestedData,
-    SteerMessage,
-    SteerMessageData,
-)
 from weft_contracts.tools import (
     ToolCallCompleted,
     ToolCallCompletedData,
@@ -46,8 +47,7 @@ from weft_contracts.tools import (
     ToolCallRequestedData,
     ToolContext,
 )
-from weft_contracts.dlq import DeadLetter, DeadLetterData
-from weft_contracts.topics import Topic, TOPIC_MODELS
+from weft_contracts.topics import TOPIC_MODELS, Topic
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -74,9 +74,9 @@ __all__ = [
     "Reference",
     "ReferencesData",
     "ReferencesEvent",
-    "StepToolCall",
     "SteerMessage",
     "SteerMessageData",
+    "StepToolCall",
     "ThoughtData",
     "ThoughtEvent",
     "ToolCallCompleted",

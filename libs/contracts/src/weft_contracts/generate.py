@@ -77,9 +77,7 @@ def asyncapi_document(schemas: dict[Topic, dict[str, Any]]) -> dict[str, Any]:
 def render(out_dir: Path) -> dict[Path, str]:
     """Every generated file and its exact content."""
     schemas = topic_schemas()
-    files = {
-        out_dir / "schemas" / schema_file_name(t): _dump(s) for t, s in schemas.items()
-    }
+    files = {out_dir / "schemas" / schema_file_name(t): _dump(s) for t, s in schemas.items()}
     files[out_dir / "asyncapi.json"] = _dump(asyncapi_document(schemas))
     return files
 

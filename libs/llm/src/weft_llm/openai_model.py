@@ -98,11 +98,11 @@ class OpenAIChatModel:
         await self._client.close()
 
 
-async def _with_stall_timeout(stream: Any, timeout: float) -> AsyncIterator[Any]:
+async def _with_stall_timeout(stream: Any, stall_s: float) -> AsyncIterator[Any]:
     iterator = stream.__aiter__()
     while True:
         try:
-            yield await asyncio.wait_for(iterator.__anext__(), timeout)
+            yield await asyncio.wait_for(iterator.__anext__(), stall_s)
         except StopAsyncIteration:
             return
 

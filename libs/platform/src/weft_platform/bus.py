@@ -22,9 +22,9 @@ from faststream.kafka.annotations import KafkaMessage
 from faststream.message import StreamMessage
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
-
 from weft_contracts import DeadLetter, DeadLetterData, Envelope, Topic
 from weft_contracts.topics import TOPIC_MODELS
+
 from weft_platform.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
@@ -69,7 +69,9 @@ class EventBus:
             headers={"type": getattr(message, "type", ""), "content-type": "application/json"},
         )
 
-    def consume(self, topic: Topic, group_id: str, handler: Handler, *, dedupe: bool = True) -> None:
+    def consume(
+        self, topic: Topic, group_id: str, handler: Handler, *, dedupe: bool = True
+    ) -> None:
         """Register ``handler`` for decoded messages of ``topic`` in consumer group ``group_id``.
 
         With ``dedupe`` a message id already handled by this group is skipped (invariant 3).

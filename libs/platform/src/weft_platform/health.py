@@ -39,7 +39,11 @@ def health_router(runtime: ServiceRuntime) -> APIRouter:
     @router.get("/readyz")
     async def readyz() -> JSONResponse:
         results = dict(
-            zip(checks, await asyncio.gather(*(_run(c, timeout) for c in checks.values())), strict=True)
+            zip(
+                checks,
+                await asyncio.gather(*(_run(c, timeout) for c in checks.values())),
+                strict=True,
+            )
         )
         ready = all(v == "ok" for v in results.values())
         return JSONResponse(
@@ -50,9 +54,9 @@ def health_router(runtime: ServiceRuntime) -> APIRouter:
     return router
 
 
-async def _run(check: Check, timeout: float) -> str:
+async def _run(check: Check, limit_s: float) -> str:
     try:
-        ok = await asyncio.wait_for(check(), timeout)
+        ok = await asyncio.wait_for(check(), limit_s)
     except Exception as exc:  # readiness reports every failure as data, never raises
         return f"error: {type(exc).__name__}: {exc}"[:300]
     return "ok" if ok else "error: not reachable"

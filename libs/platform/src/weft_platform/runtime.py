@@ -8,7 +8,12 @@ from dataclasses import dataclass
 
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from weft_platform.bus import EventBus, create_broker
 from weft_platform.settings import ServiceSettings
@@ -26,7 +31,7 @@ class ServiceRuntime:
     """Publishing and consuming Weft envelopes through ``broker``."""
     db: AsyncEngine
     """SQLAlchemy async engine (asyncpg)."""
-    sessions: async_sessionmaker
+    sessions: async_sessionmaker[AsyncSession]
     """Factory of ORM sessions bound to ``db``."""
     redis: Redis
     """Redis client (decoded responses off: values are bytes)."""

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
-
 from weft_contracts import Topic
 
 
@@ -32,15 +32,16 @@ async def ensure_topics(
     try:
         existing = set(await admin.list_topics())
         missing = [
-            NewTopic(name=prefix + t.value, num_partitions=partitions_for(t, env), replication_factor=1)
+            NewTopic(
+                name=prefix + t.value, num_partitions=partitions_for(t, env), replication_factor=1
+            )
             for t in Topic
             if prefix + t.value not in existing
         ]
         if missing:
-            try:
+            # another process may create them between list and create
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass  # another process created them between list and create
         return [t.name for t in missing]
     finally:
         await admin.close()
@@ -65,7 +66,9 @@ def main() -> int:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("command", choices=["ensure"])
-    parser.add_argument("--bootstrap", default=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"))
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+    )
     parser.add_argument("--wait", type=float, default=90.0)
     parser.add_argument("--prefix", default=os.environ.get("WEFT_TOPIC_PREFIX", ""))
     args = parser.parse_args()

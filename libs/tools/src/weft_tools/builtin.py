@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from weft_storage.knowledge import KnowledgeStore
+
 from weft_tools.knowledge_tools import SEARCH_KNOWLEDGE, SearchKnowledgeTool
 from weft_tools.registry import ToolRegistry, ToolSpec
 
@@ -27,4 +28,6 @@ def spec_by_name(name: str) -> ToolSpec | None:
 
 def definitions_for(allowed: list[str]) -> list[dict[str, object]]:
     """OpenAI tool definitions of the allowed built-ins, sorted by name (SPEC T-01)."""
-    return [s.definition() for s in sorted(BUILTIN_SPECS, key=lambda s: s.name) if s.name in allowed]
+    return [
+        s.definition() for s in sorted(BUILTIN_SPECS, key=lambda s: s.name) if s.name in allowed
+    ]

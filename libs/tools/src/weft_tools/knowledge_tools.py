@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from weft_storage.knowledge import ChunkHit, KnowledgeStore
+
 from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
 
 SEARCH_KNOWLEDGE = ToolSpec(

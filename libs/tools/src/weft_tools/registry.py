@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
-
 from weft_contracts import ToolContext
 
 
@@ -121,7 +120,9 @@ class ToolRegistry:
             return ToolOutcome(success=False, error=f"unknown tool {name!r}; known: {known}")
         errors = sorted(self._validators[name].iter_errors(call.arguments), key=str)
         if errors:
-            detail = "; ".join(f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors)
+            detail = "; ".join(
+                f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors
+            )
             return ToolOutcome(success=False, error=f"invalid arguments for {name}: {detail}")
         outcome = await tool.run(call)
         limit = call.context.max_output_chars

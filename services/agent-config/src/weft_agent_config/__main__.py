@@ -1,6 +1,7 @@
 """``python -m weft_agent_config``."""
 
 from weft_platform.app import run_service
+
 from weft_agent_config.app import create_app
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI, HTTPException
 from pydantic import BaseModel, Field
-
-from weft_agent_config.resolver import AgentNotFound, AgentResolver, InvalidAgent
 from weft_contracts import AgentConfig
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
+
+from weft_agent_config.resolver import AgentNotFound, AgentResolver, InvalidAgent
 
 
 class AgentConfigSettings(ServiceSettings):
@@ -50,4 +50,6 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
     runtime = create_runtime(s)
     init_logging(runtime)
     resolver = AgentResolver(runtime.sessions, s.llm_model)
-    return create_service_app(runtime, title="weft agent-config", routers=[resolve_router(resolver)])
+    return create_service_app(
+        runtime, title="weft agent-config", routers=[resolve_router(resolver)]
+    )

@@ -9,7 +9,6 @@ import yaml
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from weft_contracts import AgentConfig, AgentMode
 from weft_storage.models import Agent
 

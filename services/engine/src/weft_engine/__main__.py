@@ -1,6 +1,7 @@
 """``python -m weft_engine``."""
 
 from weft_platform.app import run_service
+
 from weft_engine.app import create_app
 
 

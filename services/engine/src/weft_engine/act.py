@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from json_repair import repair_json
-
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
-from weft_engine.state import PendingCall, TurnState
 from weft_llm import ToolCallRequest
+
+from weft_engine.state import PendingCall, TurnState
 
 ERROR_HINT = "[Analyze the error above and try a different approach.]"
 

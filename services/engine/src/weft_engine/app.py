@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-
 from weft_contracts import Topic
+from weft_llm import OpenAIChatModel
+from weft_platform.app import create_service_app, init_logging
+from weft_platform.runtime import create_runtime
+
 from weft_engine.emitter import EventEmitter
 from weft_engine.history import HistoryClient
 from weft_engine.loop import TurnRunner
 from weft_engine.settings import EngineSettings
 from weft_engine.state import TurnStore
-from weft_llm import OpenAIChatModel
-from weft_platform.app import create_service_app, init_logging
-from weft_platform.runtime import create_runtime
 
 REQUESTS_GROUP = "weft-engine"
 RESULTS_GROUP = "weft-engine-results"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
-
 from weft_contracts import CompleteData, CompleteEvent, Envelope, Topic
 from weft_platform.bus import EventBus
 
@@ -22,7 +22,9 @@ class EventEmitter:
         self._redis = redis
         self._ttl = ttl_s
 
-    async def emit(self, event_type: type[Envelope], ids: dict[str, Any], data: Any) -> None:
+    async def emit(
+        self, event_type: Callable[..., Envelope], ids: dict[str, Any], data: Any
+    ) -> None:
         """Publish one event of ``event_type`` for the turn named by ``ids``."""
         seq_key = f"weft:turn:{ids['request_id']}:seq"
         seq = int(await self._redis.incr(seq_key))

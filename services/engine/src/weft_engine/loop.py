@@ -11,7 +11,6 @@ import time
 from typing import assert_never
 
 import structlog
-
 from weft_contracts import (
     AgentStep,
     ChatRequested,
@@ -34,6 +33,10 @@ from weft_contracts import (
     TurnStartedEvent,
     TurnStatus,
 )
+from weft_llm import ChatModel, LLMCallError
+from weft_platform.bus import EventBus
+from weft_tools.builtin import SANDBOX_TOOLS, definitions_for
+
 from weft_engine.act import plan_calls
 from weft_engine.emitter import EventEmitter
 from weft_engine.history import HistoryClient, HistoryUnavailable
@@ -43,9 +46,6 @@ from weft_engine.prompt import initial_messages
 from weft_engine.settings import EngineSettings
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 from weft_engine.think import ids_of, think
-from weft_llm import ChatModel, LLMCallError
-from weft_platform.bus import EventBus
-from weft_tools.builtin import SANDBOX_TOOLS, definitions_for
 
 log = structlog.get_logger(__name__)
 
@@ -208,7 +208,9 @@ class TurnRunner:
             await self._report_result(state, early)
         saved = await self._store.save(state)
         for message in outcome.calls:
-            topic = Topic.SANDBOX_CALLS if message.data.tool_name in SANDBOX_TOOLS else Topic.TOOL_CALLS
+            topic = (
+                Topic.SANDBOX_CALLS if message.data.tool_name in SANDBOX_TOOLS else Topic.TOOL_CALLS
+            )
             await self._bus.publish(topic, message)
         return saved
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from weft_contracts import AgentStep, StepToolCall
+
 from weft_engine.act import ERROR_HINT
 from weft_engine.state import TurnState
 

@@ -8,8 +8,7 @@ from typing import Any
 from weft_contracts import AgentConfig
 
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a helpful assistant. Use the tools when they help, and answer in the user's "
-    "language."
+    "You are a helpful assistant. Use the tools when they help, and answer in the user's language."
 )
 CITATION_PROTOCOL = (
     "When you use a passage returned by a tool, cite it with its id in square brackets, "

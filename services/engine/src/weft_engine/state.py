@@ -6,7 +6,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
-
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
 

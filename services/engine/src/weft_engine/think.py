@@ -1,15 +1,15 @@
-"""Think: one streamed LLM call, deltas routed to thought / final-answer events (SPEC E-06..E-08)."""
+"""Think: one streamed LLM call; deltas go to thought / final-answer events (SPEC E-06..E-08)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import structlog
-
 from weft_contracts import FinalAnswerData, FinalAnswerEvent, ThoughtData, ThoughtEvent
+from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse
+
 from weft_engine.emitter import EventEmitter
 from weft_engine.state import TurnState
-from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse
 
 log = structlog.get_logger(__name__)
 
@@ -23,7 +23,9 @@ class _EventSink:
         self._round = state.round
 
     async def on_reasoning(self, delta: str) -> None:
-        await self._emitter.emit(ThoughtEvent, self._ids, ThoughtData(round=self._round, delta=delta))
+        await self._emitter.emit(
+            ThoughtEvent, self._ids, ThoughtData(round=self._round, delta=delta)
+        )
 
     async def on_content(self, delta: str) -> None:
         await self._emitter.emit(
@@ -53,7 +55,7 @@ async def think(
     request = LLMRequest(
         model=agent.model,
         messages=state.messages,
-        tools=list(tools),  # type: ignore[arg-type]
+        tools=list(tools),
         temperature=agent.temperature,
         max_completion_tokens=agent.max_completion_tokens,
         stall_timeout_s=agent.llm_call_timeout_s,

@@ -1,6 +1,7 @@
 """``python -m weft_gateway``."""
 
 from weft_platform.app import run_service
+
 from weft_gateway.app import create_app
 
 

@@ -1,6 +1,5 @@
 """The public API (``/api/v1``): sessions, knowledge bases, agent chat over SSE."""
 
-
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -9,14 +8,14 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from ulid import ULID
-
 from weft_contracts import ChatRequested, ChatRequestedData, Topic
+from weft_platform.bus import EventBus
+from weft_storage.knowledge import KnowledgeStore
+
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams, StreamEntry
-from weft_platform.bus import EventBus
-from weft_storage.knowledge import KnowledgeStore
 
 AGENT_REQUIRED = "agent_id is required when agent mode is enabled"
 
@@ -71,7 +70,9 @@ class Gateway:
         self.agents = agents
         self.knowledge = knowledge
 
-    async def start_turn(self, who: Principal, session_id: str, body: ChatBody) -> EventSourceResponse:
+    async def start_turn(
+        self, who: Principal, session_id: str, body: ChatBody
+    ) -> EventSourceResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         session = await self.memory.get_session(who.tenant_id, session_id)
         agent_id = body.agent_id or session.get("agent_id")
@@ -92,7 +93,9 @@ class Gateway:
             events, ping=self.settings.sse_ping_s, headers={"X-Request-Id": request.request_id}
         )
 
-    async def resume(self, who: Principal, session_id: str, last_event_id: str | None) -> EventSourceResponse:
+    async def resume(
+        self, who: Principal, session_id: str, last_event_id: str | None
+    ) -> EventSourceResponse:
         """Rejoin the newest turn: after ``Last-Event-ID``, or from the turn's start."""
         await self.memory.get_session(who.tenant_id, session_id)
         start = last_event_id or await self.streams.latest_turn_start(who.tenant_id, session_id)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-
 from weft_contracts import Topic
+from weft_platform.app import create_service_app, init_logging
+from weft_platform.runtime import create_runtime
+from weft_storage.knowledge import KnowledgeStore
+
 from weft_gateway.api import Gateway, public_router
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.clients import AgentConfigClient, MemoryClient
 from weft_gateway.projector import StreamProjector
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
-from weft_platform.app import create_service_app, init_logging
-from weft_platform.runtime import create_runtime
-from weft_storage.knowledge import KnowledgeStore
 
 PROJECTOR_GROUP = "weft-gateway-projector"
 
@@ -23,7 +23,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     s = settings or GatewaySettings()
     runtime = create_runtime(s)
     init_logging(runtime)
-    streams = SessionStreams(runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s)
+    streams = SessionStreams(
+        runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+    )
     memory = MemoryClient(s.memory_url, "memory")
     agents = AgentConfigClient(s.agent_config_url, "agent-config")
     auth = ApiKeyAuth(runtime.sessions)

@@ -10,7 +10,6 @@ from fastapi import HTTPException, Request
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from weft_storage.models import ApiKey
 
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import httpx
 from fastapi import HTTPException
-
 from weft_contracts import AgentConfig
 
 
@@ -26,7 +25,9 @@ class ServiceClient:
         if 400 <= resp.status_code < 500:
             raise HTTPException(resp.status_code, resp.json().get("detail", resp.text))
         if resp.status_code >= 500:
-            raise HTTPException(503, f"{self._name} failed ({resp.status_code})", {"Retry-After": "2"})
+            raise HTTPException(
+                503, f"{self._name} failed ({resp.status_code})", {"Retry-After": "2"}
+            )
         return resp.json()
 
     async def aclose(self) -> None:
@@ -37,12 +38,16 @@ class ServiceClient:
 class MemoryClient(ServiceClient):
     """Sessions and messages, owned by memory."""
 
-    async def create_session(self, tenant_id: str, user_id: str, title: str, agent_id: str | None) -> Any:
+    async def create_session(
+        self, tenant_id: str, user_id: str, title: str, agent_id: str | None
+    ) -> Any:
         body = {"tenant_id": tenant_id, "user_id": user_id, "title": title, "agent_id": agent_id}
         return await self.call("POST", "/internal/sessions", json=body)
 
     async def get_session(self, tenant_id: str, session_id: str) -> Any:
-        return await self.call("GET", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id})
+        return await self.call(
+            "GET", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id}
+        )
 
     async def list_messages(self, tenant_id: str, session_id: str, limit: int) -> Any:
         return await self.call(
@@ -58,5 +63,9 @@ class AgentConfigClient(ServiceClient):
     async def resolve(
         self, tenant_id: str, agent_id: str, knowledge_base_ids: list[str] | None
     ) -> AgentConfig:
-        body = {"tenant_id": tenant_id, "agent_id": agent_id, "knowledge_base_ids": knowledge_base_ids}
+        body = {
+            "tenant_id": tenant_id,
+            "agent_id": agent_id,
+            "knowledge_base_ids": knowledge_base_ids,
+        }
         return AgentConfig.model_validate(await self.call("POST", "/internal/resolve", json=body))

@@ -33,12 +33,24 @@ async def ensure_sample_kb(api: httpx.AsyncClient, kb_dir: Path) -> str:
     for kb in existing:
         if kb["name"] == SAMPLE_KB_NAME:
             return str(kb["id"])
+    documents = await asyncio.to_thread(read_documents, kb_dir)
+    if not documents:
+        raise SystemExit(f"no *.md documents in {kb_dir}")
     kb = (await _ok(api.post("/api/v1/knowledge-bases", json={"name": SAMPLE_KB_NAME}))).json()
-    for doc in sorted(kb_dir.glob("*.md")):
-        body = {"title": doc.stem, "content": doc.read_text(), "file_name": doc.name}
-        added = (await _ok(api.post(f"/api/v1/knowledge-bases/{kb['id']}/documents", json=body))).json()
-        console.print(f"[dim]loaded {doc.name}: {added['chunks']} chunk(s)[/dim]")
+    for body in documents:
+        added = (
+            await _ok(api.post(f"/api/v1/knowledge-bases/{kb['id']}/documents", json=body))
+        ).json()
+        console.print(f"[dim]loaded {body['file_name']}: {added['chunks']} chunk(s)[/dim]")
     return str(kb["id"])
+
+
+def read_documents(kb_dir: Path) -> list[dict[str, str]]:
+    """Request bodies of the Markdown documents in ``kb_dir``."""
+    return [
+        {"title": doc.stem, "content": doc.read_text(), "file_name": doc.name}
+        for doc in sorted(kb_dir.glob("*.md"))
+    ]
 
 
 async def _ok(request: Any) -> httpx.Response:
@@ -86,7 +98,11 @@ class TurnPrinter:
             self.first_answer = now
         if self._mode != event:
             self._end_stream()
-            label = "[dim italic]thinking[/dim italic]  " if event == "thought" else "[bold green]answer[/bold green]  "
+            label = (
+                "[dim italic]thinking[/dim italic]  "
+                if event == "thought"
+                else "[bold green]answer[/bold green]  "
+            )
             console.print(label, end="")
             self._mode = event
         style = "dim italic" if event == "thought" else ""
@@ -106,7 +122,9 @@ class TurnPrinter:
         except (ValueError, AttributeError):
             count = None
         what = f"{count} passage(s)" if count is not None else f"{len(data['output'])} chars"
-        console.print(f"[cyan]tool result[/cyan]  {data['tool_name']}: {what} in {data['duration_ms']} ms")
+        console.print(
+            f"[cyan]tool result[/cyan]  {data['tool_name']}: {what} in {data['duration_ms']} ms"
+        )
 
 
 async def run(base_url: str, api_key: str, question: str, kb_dir: Path) -> int:
@@ -114,7 +132,9 @@ async def run(base_url: str, api_key: str, question: str, kb_dir: Path) -> int:
     headers = {"Authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as api:
         kb_id = await ensure_sample_kb(api, kb_dir)
-        session = (await _ok(api.post("/api/v1/sessions", json={"title": "demo", "agent_id": AGENT}))).json()
+        session = (
+            await _ok(api.post("/api/v1/sessions", json={"title": "demo", "agent_id": AGENT}))
+        ).json()
         printer = TurnPrinter()
         body = {"query": question, "knowledge_base_ids": [kb_id]}
         async with aconnect_sse(
@@ -122,7 +142,9 @@ async def run(base_url: str, api_key: str, question: str, kb_dir: Path) -> int:
         ) as source:
             if source.response.status_code != 200:
                 await source.response.aread()
-                raise SystemExit(f"chat failed {source.response.status_code}: {source.response.text}")
+                raise SystemExit(
+                    f"chat failed {source.response.status_code}: {source.response.text}"
+                )
             async for sse in source.aiter_sse():
                 if sse.event and sse.data:
                     printer.show(sse.event, json.loads(sse.data))
@@ -142,7 +164,9 @@ def _summary(p: TurnPrinter, base_url: str, api_key: str, session_id: str, kb_id
     )
     console.print(f"\nAPI docs: {base_url}/docs   OpenAPI: {base_url}/openapi.json")
     console.print("Ask your own question (streams Server-Sent Events):")
-    body = json.dumps({"query": "What does the Enterprise plan guarantee?", "knowledge_base_ids": [kb_id]})
+    body = json.dumps(
+        {"query": "What does the Enterprise plan guarantee?", "knowledge_base_ids": [kb_id]}
+    )
     console.print(
         f"  curl -N -H 'Authorization: Bearer {api_key}' -H 'Content-Type: application/json' "
         f"-d '{body}' {base_url}/api/v1/agent-chat/{session_id}",
@@ -155,7 +179,9 @@ def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("question", nargs="?", default=DEFAULT_QUESTION)
-    parser.add_argument("--url", default=os.environ.get("WEFT_GATEWAY_URL", "http://127.0.0.1:8080"))
+    parser.add_argument(
+        "--url", default=os.environ.get("WEFT_GATEWAY_URL", "http://127.0.0.1:8080")
+    )
     parser.add_argument("--api-key", default=os.environ.get("WEFT_DEV_API_KEY", "weft-dev-key"))
     parser.add_argument("--kb-dir", type=Path, default=Path("deploy/sample-kb"))
     args = parser.parse_args()

@@ -70,7 +70,7 @@ class SessionStreams:
 
     async def last_position(self, tenant_id: str, session_id: str) -> str:
         """The id of the newest entry, or ``0-0`` for an empty stream."""
-        newest = await self._redis.xrevrange(stream_key(tenant_id, session_id), count=1)
+        newest: Any = await self._redis.xrevrange(stream_key(tenant_id, session_id), count=1)
         return newest[0][0].decode() if newest else "0-0"
 
     async def exists(self, tenant_id: str, session_id: str) -> bool:
@@ -80,7 +80,7 @@ class SessionStreams:
     async def latest_turn_start(self, tenant_id: str, session_id: str) -> str | None:
         """Position just before the newest turn's first event, to replay it whole."""
         key = stream_key(tenant_id, session_id)
-        entries = await self._redis.xrevrange(key, count=2000)
+        entries: Any = await self._redis.xrevrange(key, count=2000)
         for entry_id, fields in entries:
             if fields.get(b"type") == b"turn_started":
                 return _before(entry_id.decode())
@@ -102,7 +102,7 @@ class SessionStreams:
         block_ms = int(min(idle_timeout_s, 5.0) * 1000)
         silent_ms = 0
         while True:
-            batch = await self._redis.xread({key: position}, block=block_ms, count=200)
+            batch: Any = await self._redis.xread({key: position}, block=block_ms, count=200)
             if not batch:
                 silent_ms += block_ms
                 if silent_ms >= idle_timeout_s * 1000:
@@ -120,7 +120,7 @@ class SessionStreams:
                     return
 
 
-def _entry(entry_id: str, fields: dict[bytes, bytes]) -> StreamEntry:
+def _entry(entry_id: str, fields: Any) -> StreamEntry:
     return StreamEntry(
         entry_id=entry_id,
         type=fields[b"type"].decode(),

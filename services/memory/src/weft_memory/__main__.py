@@ -1,6 +1,7 @@
 """``python -m weft_memory``."""
 
 from weft_platform.app import run_service
+
 from weft_memory.app import create_app
 
 

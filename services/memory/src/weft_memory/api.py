@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
+from weft_storage.models import ChatSession, Message
 
 from weft_memory.history import HistoryLoader
-from weft_storage.models import ChatSession, Message
 
 
 class SessionCreate(BaseModel):

@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from weft_storage.models import Message
 
 KB_RESULT_REDACTION = (

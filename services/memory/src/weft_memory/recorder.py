@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from weft_contracts import CompleteEvent, ReferencesEvent, TurnStartedEvent, TurnStatus
 from weft_storage.models import ChatSession, Message
 
@@ -44,11 +43,24 @@ class MessageRecorder:
                 "session_id": event.session_id,
                 "request_id": event.request_id,
             }
-            user = {**base, "id": event.id, "role": "user", "content": event.data.query,
-                    "is_completed": True, "status": "completed", "created_at": event.time}
+            user = {
+                **base,
+                "id": event.id,
+                "role": "user",
+                "content": event.data.query,
+                "is_completed": True,
+                "status": "completed",
+                "created_at": event.time,
+            }
             # The assistant row sorts right after its user row, even at equal timestamps.
-            assistant = {**base, "id": event.id + "a", "role": "assistant", "content": "",
-                         "status": "running", "created_at": event.time + timedelta(microseconds=1)}
+            assistant = {
+                **base,
+                "id": event.id + "a",
+                "role": "assistant",
+                "content": "",
+                "status": "running",
+                "created_at": event.time + timedelta(microseconds=1),
+            }
             for row in (user, assistant):
                 await s.execute(insert(Message).values(**row).on_conflict_do_nothing())
 

@@ -1,6 +1,7 @@
 """``python -m weft_sandbox``."""
 
 from weft_platform.app import run_service
+
 from weft_sandbox.app import create_app
 
 

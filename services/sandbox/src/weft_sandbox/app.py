@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-
 from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.bus import EventBus
@@ -56,6 +55,8 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     runtime = create_runtime(settings or SandboxSettings())
     init_logging(runtime)
     runtime.bus.consume(
-        Topic.SANDBOX_CALLS, CONSUMER_GROUP, SandboxUnavailable(runtime.bus, runtime.instance_id).handle
+        Topic.SANDBOX_CALLS,
+        CONSUMER_GROUP,
+        SandboxUnavailable(runtime.bus, runtime.instance_id).handle,
     )
     return create_service_app(runtime, title="weft sandbox (not available yet)")

@@ -1,6 +1,7 @@
 """``python -m weft_suggestions``."""
 
 from weft_platform.app import run_service
+
 from weft_suggestions.app import create_app
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import structlog
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
-
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime

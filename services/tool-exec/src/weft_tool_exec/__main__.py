@@ -1,6 +1,7 @@
 """``python -m weft_tool_exec``."""
 
 from weft_platform.app import run_service
+
 from weft_tool_exec.app import create_app
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_storage.knowledge import KnowledgeStore
-from weft_tool_exec.worker import ToolWorker
 from weft_tools.builtin import builtin_registry
+
+from weft_tool_exec.worker import ToolWorker
 
 CONSUMER_GROUP = "weft-tool-exec"
 

@@ -7,7 +7,6 @@ import time
 from datetime import UTC, datetime
 
 import structlog
-
 from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, Topic
 from weft_platform.bus import EventBus
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry

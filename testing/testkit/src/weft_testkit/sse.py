@@ -39,7 +39,7 @@ async def read_turn(
     ) as source:
         source.response.raise_for_status()
         async for sse in source.aiter_sse():
-            if not sse.event or sse.event == "message" and not sse.data:
+            if not sse.event or (sse.event == "message" and not sse.data):
                 continue
             events.append(SseEvent(sse.id, sse.event, json.loads(sse.data), time.monotonic()))
             if sse.event == "complete":

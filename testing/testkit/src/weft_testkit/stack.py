@@ -106,7 +106,9 @@ class LocalStack:
         self._ensure_topics()
         self._migrate()
         llm_port = self.ports["scripted_llm"][0]
-        self._spawn("scripted_llm", llm_port, ["serve", "--host", "127.0.0.1", "--port", str(llm_port)])
+        self._spawn(
+            "scripted_llm", llm_port, ["serve", "--host", "127.0.0.1", "--port", str(llm_port)]
+        )
         for name in SERVICES:
             for port in self.ports[name]:
                 self._spawn(name, port, [])

@@ -7,7 +7,6 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
-
 from weft_storage.models import Base
 
 target_metadata = Base.metadata

@@ -1,0 +1,95 @@
+# Weft developer entry points. `make help` lists the targets. Every target is idempotent.
+# The local stack runs as plain processes (no Docker): see docs/operations.md.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+# Number of tool-exec processes for `make up` (ports 8083, 8183, 8283, ...).
+TOOL_WORKERS ?= 1
+export TOOL_WORKERS
+WEFT_HOME ?= $(CURDIR)/.weft
+export WEFT_HOME
+
+VENV := .venv/bin
+PY := $(VENV)/python
+LOCAL := deploy/local
+
+.PHONY: help bootstrap infra-up infra-down infra-status up down status logs proto lint \
+	typecheck test-unit test-integration test demo bench
+
+help: ## List the targets
+	@echo "Weft make targets (variables: TOOL_WORKERS=$(TOOL_WORKERS), WEFT_HOME=$(WEFT_HOME)):"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+bootstrap: ## Install what is missing (postgresql, redis, uv, .venv via uv sync, Kafka jars)
+	@$(LOCAL)/bootstrap.sh
+
+infra-up: ## Start Kafka, PostgreSQL and Redis (reuses running ones) and ensure Kafka topics
+	@$(LOCAL)/infra.sh up
+
+infra-down: ## Stop Kafka, PostgreSQL and Redis
+	@$(LOCAL)/infra.sh down
+
+infra-status: ## Show whether Kafka, PostgreSQL and Redis are up
+	@$(LOCAL)/infra.sh status || true
+
+up: ## bootstrap + infra-up + start all services and wait for /readyz (TOOL_WORKERS=N)
+	@$(LOCAL)/bootstrap.sh
+	@$(LOCAL)/infra.sh up
+	@$(LOCAL)/services.sh up
+
+down: ## Stop the services, then the infrastructure
+	@$(LOCAL)/services.sh down
+	@$(LOCAL)/infra.sh down
+
+status: ## Show infrastructure and services
+	@$(LOCAL)/infra.sh status || true
+	@$(LOCAL)/services.sh status || true
+
+logs: ## Follow all logs in .weft/logs (Ctrl-C to stop)
+	@ls $(WEFT_HOME)/logs/*.log >/dev/null 2>&1 || { echo "[weft] no logs in $(WEFT_HOME)/logs yet"; exit 0; }
+	@tail -n 20 -F $(WEFT_HOME)/logs/*.log
+
+proto: ## Generate proto/ from the contracts (weft_contracts.generate)
+	@$(PY) -m weft_contracts.generate proto/
+
+lint: ## ruff check + ruff format --check
+	@rc=0; $(VENV)/ruff check . || rc=1; $(VENV)/ruff format --check . || rc=1; exit $$rc
+
+typecheck: ## mypy on libs, services, testing
+	@$(VENV)/mypy libs services testing
+
+test-unit: ## Unit tests (no infrastructure needed)
+	@$(VENV)/pytest tests/unit -q
+
+test-integration: ## Integration + e2e tests against the real infra (runs infra-up first)
+	@$(LOCAL)/infra.sh up
+	@$(VENV)/pytest tests/integration tests/e2e -q
+
+# Runs every step even after a failure (so one run shows all problems), then fails if any did.
+test: ## bootstrap, lint, typecheck, test-unit, infra-up, test-integration (what CI runs)
+	@$(LOCAL)/bootstrap.sh
+	@failed=(); \
+	step() { local name="$$1"; shift; echo "[weft] ===== $$name ====="; \
+		local t0=$$SECONDS; \
+		if "$$@"; then echo "[weft] ===== $$name: ok ($$((SECONDS - t0))s) ====="; \
+		else echo "[weft] ===== $$name: FAILED ($$((SECONDS - t0))s) ====="; failed+=("$$name"); return 1; fi; }; \
+	step lint $(MAKE) lint || true; \
+	step typecheck $(MAKE) typecheck || true; \
+	step test-unit $(MAKE) test-unit || true; \
+	if step infra-up $(MAKE) infra-up; then \
+		step test-integration $(MAKE) test-integration || true; \
+	else failed+=("test-integration (skipped: no infra)"); fi; \
+	if [ $${#failed[@]} -gt 0 ]; then echo "[weft] make test FAILED: $${failed[*]}"; exit 1; fi; \
+	echo "[weft] make test: all steps passed"
+
+demo: ## bootstrap + up + run the gateway demo (weft_gateway.demo)
+	@$(LOCAL)/bootstrap.sh
+	@$(LOCAL)/infra.sh up
+	@$(LOCAL)/services.sh up
+	@$(PY) -m weft_gateway.demo
+
+bench: ## Run the benchmarks (bench/run_all.py)
+	@$(PY) bench/run_all.py

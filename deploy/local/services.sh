@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# The Python processes of the Weft stack, in the background, on 127.0.0.1.
+#
+#   deploy/local/services.sh up       migrate the database, start what is not running, wait
+#                                     until every GET /readyz answers 200
+#   deploy/local/services.sh down     SIGTERM every service, wait, SIGKILL stragglers
+#   deploy/local/services.sh status   report; exit 0 when every service is ready, 3 otherwise
+#
+# Needs the infrastructure (deploy/local/infra.sh up). Settings: deploy/local/env.sh
+# (TOOL_WORKERS=N starts N tool-exec processes on ports 8083, 8183, 8283, ...).
+# Logs: $WEFT_HOME/logs/<service>.log; pids: $WEFT_HOME/run/<service>.pid.
+set -euo pipefail
+# shellcheck source=env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+# shellcheck source=lib.sh
+source "$WEFT_REPO/deploy/local/lib.sh"
+
+INFRA_NAMES=" kafka postgres redis "
+
+[[ "$TOOL_WORKERS" =~ ^[1-9][0-9]*$ ]] || die "TOOL_WORKERS must be a positive integer (got '$TOOL_WORKERS')"
+
+# The stack: "name module port" per line, in start order.
+stack() {
+    if [[ "$WEFT_LLM_MODE" == scripted ]]; then
+        echo "scripted-llm weft_scripted_llm $WEFT_SCRIPTED_LLM_PORT"
+    fi
+    echo "agent-config weft_agent_config $WEFT_AGENT_CONFIG_PORT"
+    echo "memory weft_memory $WEFT_MEMORY_PORT"
+    echo "sandbox weft_sandbox $WEFT_SANDBOX_PORT"
+    local i
+    for ((i = 0; i < TOOL_WORKERS; i++)); do
+        echo "$(tool_exec_name "$i") weft_tool_exec $((WEFT_TOOL_EXEC_PORT + 100 * i))"
+    done
+    echo "engine weft_engine $WEFT_ENGINE_PORT"
+    echo "suggestions weft_suggestions $WEFT_SUGGESTIONS_PORT"
+    echo "gateway weft_gateway $WEFT_GATEWAY_PORT"
+}
+
+# tool-exec, tool-exec-2, tool-exec-3, ...
+tool_exec_name() {
+    if (($1 == 0)); then echo tool-exec; else echo "tool-exec-$(($1 + 1))"; fi
+}
+
+ready() {
+    curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$1/readyz" 2>/dev/null
+}
+
+start_one() {
+    local name="$1" module="$2" port="$3" pid
+    local pidfile="$WEFT_RUN/$name.pid" logfile="$WEFT_LOGS/$name.log"
+    if pid="$(running_pid "$pidfile" "-m $module")"; then
+        say "$name: already running (pid $pid, port $port)"
+        return 0
+    fi
+    if port_open "$port"; then
+        die "$name: port $port is taken by a process that is not ours (another stack running?)"
+    fi
+    if [[ "$name" == scripted-llm ]]; then
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+            "$WEFT_PYTHON" -m "$module" serve --port "$port" --policy "$WEFT_SCRIPTED_LLM_POLICY"
+    else
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+            "$WEFT_PYTHON" -m "$module"
+    fi
+    say "$name: started (pid $(read_pid "$pidfile"), port $port)"
+}
+
+# Pid files of services (everything in run/ but the infrastructure's).
+service_pidfiles() {
+    local f name
+    for f in "$WEFT_RUN"/*.pid; do
+        [[ -e "$f" ]] || continue
+        name="$(basename "$f" .pid)"
+        [[ "$INFRA_NAMES" == *" $name "* ]] && continue
+        echo "$f"
+    done
+}
+
+# stop_many PIDFILE...: SIGTERM all of them at once, wait up to 20 s, SIGKILL the rest.
+stop_many() {
+    local f pid name i alive
+    local -a pids=() names=()
+    for f in "$@"; do
+        name="$(basename "$f" .pid)"
+        pid="$(read_pid "$f")"
+        if pid_matches "$pid" "-m weft_"; then
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+            names+=("$name")
+        fi
+        rm -f "$f"
+    done
+    ((${#pids[@]})) || return 0
+    for ((i = 0; i < 200; i++)); do
+        alive=0
+        for pid in "${pids[@]}"; do
+            kill -0 "$pid" 2>/dev/null && alive=1
+        done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for i in "${!pids[@]}"; do
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            warn "${names[$i]} (pid ${pids[$i]}) ignored SIGTERM for 20s; sending SIGKILL"
+            kill -KILL "${pids[$i]}" 2>/dev/null || true
+        fi
+        say "${names[$i]}: stopped (pid ${pids[$i]})"
+    done
+}
+
+services_up() {
+    local t0 name module port f pid
+    t0="$(now_s)"
+    ensure_dirs
+    [[ -x "$WEFT_PYTHON" ]] || die "$WEFT_PYTHON not found: run make bootstrap"
+    if [[ "$WEFT_LLM_MODE" == real ]]; then
+        say "real provider mode: OPENAI_BASE_URL=$OPENAI_BASE_URL (scripted-llm not started)"
+        [[ "$OPENAI_API_KEY" != scripted-llm-test-double ]] ||
+            warn "OPENAI_API_KEY is the test-double key; set your provider's key"
+        [[ "$WEFT_LLM_MODEL" != weft-scripted ]] ||
+            warn "WEFT_LLM_MODEL is 'weft-scripted'; set a model of your provider"
+    fi
+
+    # Fewer tool-exec processes than last time: stop the extra ones.
+    local -a extra=()
+    local wanted
+    wanted=" $(stack | awk '{print $1}' | tr '\n' ' ') "
+    for f in "$WEFT_RUN"/tool-exec*.pid; do
+        [[ -e "$f" ]] || continue
+        name="$(basename "$f" .pid)"
+        [[ "$wanted" == *" $name "* ]] || extra+=("$f")
+    done
+    ((${#extra[@]} == 0)) || stop_many "${extra[@]}"
+
+    # Database schema first (idempotent).
+    local mlog="$WEFT_LOGS/migrate.log"
+    printf '\n===== %s migrate upgrade =====\n' "$(date '+%Y-%m-%d %H:%M:%S')" >>"$mlog"
+    if ! "$WEFT_PYTHON" -m weft_storage.migrate upgrade </dev/null >>"$mlog" 2>&1; then
+        tail_log "$mlog"
+        die "database migration failed (python -m weft_storage.migrate upgrade; is the infra up?)"
+    fi
+
+    while read -r name module port; do
+        start_one "$name" "$module" "$port"
+    done < <(stack)
+
+    # Wait until every /readyz answers 200.
+    local deadline pending
+    deadline=$(($(date +%s) + WEFT_SERVICES_READY_TIMEOUT))
+    while :; do
+        pending=()
+        while read -r name module port; do
+            pid="$(read_pid "$WEFT_RUN/$name.pid")"
+            if ! pid_matches "$pid" "-m $module"; then
+                tail_log "$WEFT_LOGS/$name.log"
+                die "$name exited during start-up (log: $WEFT_LOGS/$name.log)"
+            fi
+            ready "$port" || pending+=("$name:$port")
+        done < <(stack)
+        ((${#pending[@]})) || break
+        if (($(date +%s) >= deadline)); then
+            for f in "${pending[@]}"; do
+                name="${f%%:*}"
+                printf '[weft] %s: GET http://127.0.0.1:%s/readyz -> %s\n' "$name" "${f##*:}" \
+                    "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:${f##*:}/readyz" || true)" >&2
+                tail_log "$WEFT_LOGS/$name.log" 30
+            done
+            die "not ready after ${WEFT_SERVICES_READY_TIMEOUT}s: ${pending[*]}"
+        fi
+        sleep 0.5
+    done
+    say "services ready in $(elapsed "$t0")s: gateway http://127.0.0.1:$WEFT_GATEWAY_PORT (logs in $WEFT_LOGS)"
+}
+
+services_down() {
+    ensure_dirs
+    local -a files=()
+    mapfile -t files < <(service_pidfiles)
+    if ((${#files[@]} == 0)); then
+        say "services: none running"
+        return 0
+    fi
+    stop_many "${files[@]}"
+}
+
+services_status() {
+    ensure_dirs
+    local rc=0 name module port pid state
+    while read -r name module port; do
+        pid="$(read_pid "$WEFT_RUN/$name.pid")"
+        if ! pid_matches "$pid" "-m $module"; then
+            state="DOWN"
+            rc=3
+        elif ready "$port"; then
+            state="ready"
+        else
+            state="up, NOT READY"
+            rc=3
+        fi
+        printf '[weft] %-14s %-14s pid %-8s http://127.0.0.1:%s\n' "$name" "$state" "${pid:--}" "$port"
+    done < <(stack)
+    return "$rc"
+}
+
+case "${1:-}" in
+    up) services_up ;;
+    down) services_down ;;
+    status) services_status ;;
+    *)
+        echo "usage: $0 up|down|status" >&2
+        exit 2
+        ;;
+esac
