@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from weft_contracts.agent import AgentConfig
-from weft_contracts.envelope import Envelope
+from weft_contracts.envelope import Envelope, Payload
 
 
-class _Data(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ChatRequestedData(_Data):
+class ChatRequestedData(Payload):
     """A user message to answer, with the agent snapshot it must run with."""
 
     query: str = Field(min_length=1, max_length=100_000)
@@ -25,13 +21,13 @@ class ChatRequestedData(_Data):
     mentions: list[str] = Field(default_factory=list)
 
 
-class CancelRequestedData(_Data):
+class CancelRequestedData(Payload):
     """The user pressed stop."""
 
     reason: str = "user_stop"
 
 
-class SteerMessageData(_Data):
+class SteerMessageData(Payload):
     """A message to inject into the running turn (E-13)."""
 
     content: str = Field(min_length=1, max_length=100_000)

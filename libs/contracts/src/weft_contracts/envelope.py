@@ -21,6 +21,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class Payload(BaseModel):
+    """Base of every ``data`` model: immutable, unknown fields refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 class Envelope(BaseModel):
     """Fields shared by every message; subclasses add a literal ``type`` and a ``data`` model.
 

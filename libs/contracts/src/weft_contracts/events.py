@@ -11,13 +11,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from weft_contracts.envelope import Envelope
-
-
-class _Data(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from weft_contracts.envelope import Envelope, Payload
 
 
 class TurnStatus(StrEnum):
@@ -28,7 +24,7 @@ class TurnStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-class TurnStartedData(_Data):
+class TurnStartedData(Payload):
     """The user's message as the engine accepted it."""
 
     query: str
@@ -37,7 +33,7 @@ class TurnStartedData(_Data):
     mode: Literal["agent", "normal"] = "agent"
 
 
-class ThoughtData(_Data):
+class ThoughtData(Payload):
     """A piece of the model's reasoning (``reasoning_content`` or ``<think>``; E-08)."""
 
     round: int = Field(ge=0)
@@ -45,7 +41,7 @@ class ThoughtData(_Data):
     done: bool = False
 
 
-class FinalAnswerData(_Data):
+class FinalAnswerData(Payload):
     """A piece of the final answer; ``done`` marks the last piece (E-10, E-12)."""
 
     round: int = Field(ge=0)
@@ -54,7 +50,7 @@ class FinalAnswerData(_Data):
     truncated: bool = False
 
 
-class ToolCallData(_Data):
+class ToolCallData(Payload):
     """The model asked for a tool (E-18)."""
 
     round: int = Field(ge=0)
@@ -64,7 +60,7 @@ class ToolCallData(_Data):
     display_hint: str = ""
 
 
-class ToolResultData(_Data):
+class ToolResultData(Payload):
     """A tool finished; ``success=false`` is reported and the agent continues (E-18)."""
 
     round: int = Field(ge=0)
@@ -77,7 +73,7 @@ class ToolResultData(_Data):
     duration_ms: int = Field(default=0, ge=0)
 
 
-class Reference(_Data):
+class Reference(Payload):
     """A source the answer may cite, by its short alias (E-22)."""
 
     alias: str
@@ -88,13 +84,13 @@ class Reference(_Data):
     excerpt: str = ""
 
 
-class ReferencesData(_Data):
+class ReferencesData(Payload):
     """Sources gathered during the turn."""
 
     references: list[Reference]
 
 
-class StepToolCall(_Data):
+class StepToolCall(Payload):
     """One tool call of a round, with its outcome, as persisted in agent steps."""
 
     call_id: str
@@ -106,7 +102,7 @@ class StepToolCall(_Data):
     duration_ms: int = Field(default=0, ge=0)
 
 
-class AgentStep(_Data):
+class AgentStep(Payload):
     """One round of the loop: what the model thought and which tools it called (E-04)."""
 
     round: int = Field(ge=0)
@@ -115,7 +111,7 @@ class AgentStep(_Data):
     tool_calls: list[StepToolCall] = Field(default_factory=list)
 
 
-class CompleteData(_Data):
+class CompleteData(Payload):
     """The single terminal event of a turn (E-04)."""
 
     status: TurnStatus
@@ -127,7 +123,7 @@ class CompleteData(_Data):
     duration_ms: int = Field(default=0, ge=0)
 
 
-class ErrorData(_Data):
+class ErrorData(Payload):
     """A turn-level failure; always followed by ``complete`` with status ``failed``."""
 
     code: str

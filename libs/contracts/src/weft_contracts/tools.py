@@ -5,16 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from weft_contracts.envelope import Envelope
-
-
-class _Data(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from weft_contracts.envelope import Envelope, Payload
 
 
-class ToolContext(_Data):
+class ToolContext(Payload):
     """What a tool may know about the caller; tenant and session are on the envelope."""
 
     user_id: str
@@ -23,7 +19,7 @@ class ToolContext(_Data):
     max_output_chars: int = Field(default=24000, ge=256)
 
 
-class ToolCallRequestedData(_Data):
+class ToolCallRequestedData(Payload):
     """Run one tool call before ``deadline``."""
 
     call_id: str
@@ -34,7 +30,7 @@ class ToolCallRequestedData(_Data):
     context: ToolContext
 
 
-class ToolCallCompletedData(_Data):
+class ToolCallCompletedData(Payload):
     """The outcome of one tool call; a failure is a result the model reads, not a crash."""
 
     call_id: str
