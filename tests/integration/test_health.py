@@ -1,0 +1,70 @@
+"""/readyz is 200 only when Kafka, PostgreSQL and Redis all answer (issue 2, item 4)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from weft_platform.health import health_router
+from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.settings import ServiceSettings
+from weft_testkit.stack import free_port
+
+
+async def _runtime(infra: dict[str, str], **overrides: str) -> ServiceRuntime:
+    fields = {
+        "kafka_bootstrap": infra["WEFT_KAFKA_BOOTSTRAP"],
+        "database_url": infra["WEFT_DATABASE_URL"],
+        "redis_url": infra["WEFT_REDIS_URL"],
+        **overrides,
+    }
+    settings = ServiceSettings(service_name="health-test", readiness_timeout_s=2, **fields)
+    return create_runtime(settings)
+
+
+@pytest.fixture
+async def client_for() -> AsyncIterator[list[ServiceRuntime]]:
+    runtimes: list[ServiceRuntime] = []
+    yield runtimes
+    for rt in runtimes:
+        await rt.broker.stop()
+        await rt.redis.aclose()
+        await rt.db.dispose()
+
+
+async def _readyz(rt: ServiceRuntime) -> httpx.Response:
+    app = FastAPI()
+    app.include_router(health_router(rt))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        return await c.get("/readyz")
+
+
+async def test_ready_when_all_dependencies_answer(
+    infra: dict[str, str], client_for: list[ServiceRuntime]
+) -> None:
+    rt = await _runtime(infra)
+    client_for.append(rt)
+    await rt.broker.start()
+    resp = await _readyz(rt)
+    assert resp.status_code == 200
+    assert resp.json()["checks"] == {"kafka": "ok", "postgres": "ok", "redis": "ok"}
+
+
+async def test_not_ready_names_each_broken_dependency(
+    infra: dict[str, str], client_for: list[ServiceRuntime]
+) -> None:
+    closed = free_port()
+    rt = await _runtime(
+        infra,
+        redis_url=f"redis://127.0.0.1:{closed}/0",
+        database_url=f"postgresql+asyncpg://weft:weft@127.0.0.1:{closed}/weft",
+    )
+    client_for.append(rt)
+    await rt.broker.start()
+    resp = await _readyz(rt)
+    assert resp.status_code == 503
+    checks = resp.json()["checks"]
+    assert checks["kafka"] == "ok"
+    assert checks["redis"].startswith("error:") and checks["postgres"].startswith("error:")
