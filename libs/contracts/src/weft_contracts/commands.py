@@ -9,6 +9,9 @@ from pydantic import Field
 from weft_contracts.agent import AgentConfig
 from weft_contracts.envelope import Envelope, Payload
 
+DoubleTexting = Literal["reject", "enqueue", "interrupt"]
+"""What to do with a new message while the session already runs a turn."""
+
 
 class ChatRequestedData(Payload):
     """A user message to answer, with the agent snapshot it must run with."""
@@ -19,6 +22,7 @@ class ChatRequestedData(Payload):
     agent: AgentConfig
     attachments: list[str] = Field(default_factory=list)
     mentions: list[str] = Field(default_factory=list)
+    double_texting: DoubleTexting = "enqueue"
 
 
 class CancelRequestedData(Payload):

@@ -131,6 +131,31 @@ class ErrorData(Payload):
     retryable: bool = False
 
 
+class ContextCompactedData(Payload):
+    """History was summarised to fit the context window (SPEC M-06)."""
+
+    round: int = Field(ge=0)
+    tokens_before: int = Field(ge=0)
+    tokens_after: int = Field(ge=0)
+    reason: str
+    split_turn: bool = False
+    degraded: bool = False
+
+
+class RecalledMemory(Payload):
+    """One long-term memory fact given to the model."""
+
+    id: str
+    content: str
+    score: float = 0.0
+
+
+class MemoryRecalledData(Payload):
+    """Long-term memories recalled for this turn (SPEC M-10)."""
+
+    memories: list[RecalledMemory]
+
+
 class TurnStartedEvent(Envelope):
     """First event of every turn."""
 
@@ -187,6 +212,20 @@ class ErrorEvent(Envelope):
     data: ErrorData
 
 
+class ContextCompactedEvent(Envelope):
+    """History compacted."""
+
+    type: Literal["context_compacted"] = "context_compacted"
+    data: ContextCompactedData
+
+
+class MemoryRecalledEvent(Envelope):
+    """Long-term memories recalled."""
+
+    type: Literal["memory_recalled"] = "memory_recalled"
+    data: MemoryRecalledData
+
+
 AgentEvent = Annotated[
     TurnStartedEvent
     | ThoughtEvent
@@ -195,7 +234,9 @@ AgentEvent = Annotated[
     | ToolResultEvent
     | ReferencesEvent
     | CompleteEvent
-    | ErrorEvent,
+    | ErrorEvent
+    | ContextCompactedEvent
+    | MemoryRecalledEvent,
     Field(discriminator="type"),
 ]
 """Any message of ``weft.agent.events.v1``."""

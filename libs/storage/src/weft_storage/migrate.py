@@ -1,7 +1,8 @@
 """Apply the schema migrations: ``python -m weft_storage.migrate upgrade [REVISION]``.
 
-Idempotent; run before services start (``make up`` does it, the Helm chart runs it as a
-hook Job). The database URL comes from ``WEFT_DATABASE_URL``.
+Idempotent; upgrades every head (features may add independent migration branches that
+depend only on ``0001``). Run before services start (``make up`` does it, the Helm chart
+runs it as a hook Job). The database URL comes from ``WEFT_DATABASE_URL``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def main() -> int:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("command", choices=["upgrade", "downgrade", "current"])
-    parser.add_argument("revision", nargs="?", default="head")
+    parser.add_argument("revision", nargs="?", default="heads")
     args = parser.parse_args()
     cfg = alembic_config(os.environ.get("WEFT_DATABASE_URL", DEFAULT_URL))
     if args.command == "upgrade":
