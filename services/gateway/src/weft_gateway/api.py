@@ -1,4 +1,4 @@
-"""The public API (``/api/v1``): sessions, knowledge bases, agent chat over SSE."""
+"""The public API (``/api/v1``): sessions and agent chat over SSE."""
 
 import json
 from collections.abc import AsyncIterator
@@ -10,7 +10,6 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from ulid import ULID
 from weft_contracts import ChatRequested, ChatRequestedData, Topic
 from weft_platform.bus import EventBus
-from weft_storage.knowledge import KnowledgeStore
 
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
@@ -35,21 +34,6 @@ class ChatBody(BaseModel):
     knowledge_base_ids: list[str] | None = Field(default=None, max_length=10)
 
 
-class KnowledgeBaseCreate(BaseModel):
-    """Body of ``POST /knowledge-bases``."""
-
-    name: str = Field(min_length=1, max_length=200)
-    description: str = Field(default="", max_length=2000)
-
-
-class DocumentCreate(BaseModel):
-    """Body of ``POST /knowledge-bases/{id}/documents`` (plain text or Markdown)."""
-
-    title: str = Field(min_length=1, max_length=500)
-    content: str = Field(min_length=1, max_length=5_000_000)
-    file_name: str = Field(default="", max_length=500)
-
-
 class Gateway:
     """Route handlers and what they need, built once by the app factory."""
 
@@ -61,14 +45,12 @@ class Gateway:
         streams: SessionStreams,
         memory: MemoryClient,
         agents: AgentConfigClient,
-        knowledge: KnowledgeStore,
     ):
         self.settings = settings
         self.bus = bus
         self.streams = streams
         self.memory = memory
         self.agents = agents
-        self.knowledge = knowledge
 
     async def start_turn(
         self, who: Principal, session_id: str, body: ChatBody
@@ -171,23 +153,5 @@ def public_router(gw: Gateway, auth: ApiKeyAuth) -> APIRouter:
         last_event_id: Annotated[str | None, Header(pattern=r"^\d+-\d+$")] = None,
     ) -> EventSourceResponse:
         return await gw.resume(who, session_id, last_event_id)
-
-    @router.post("/knowledge-bases", status_code=201, tags=["knowledge"])
-    async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, str]:
-        kb_id = await gw.knowledge.create_knowledge_base(who.tenant_id, body.name, body.description)
-        return {"id": kb_id, "name": body.name}
-
-    @router.get("/knowledge-bases", tags=["knowledge"])
-    async def list_kbs(who: Who) -> list[dict[str, str]]:
-        return await gw.knowledge.list_knowledge_bases(who.tenant_id)
-
-    @router.post("/knowledge-bases/{kb_id}/documents", status_code=201, tags=["knowledge"])
-    async def add_document(who: Who, kb_id: str, body: DocumentCreate) -> dict[str, Any]:
-        if not await gw.knowledge.knowledge_base_exists(who.tenant_id, kb_id):
-            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
-        doc_id, chunks = await gw.knowledge.add_document(
-            who.tenant_id, kb_id, body.title, body.content, body.file_name
-        )
-        return {"id": doc_id, "knowledge_base_id": kb_id, "chunks": chunks, "status": "ready"}
 
     return router

@@ -11,6 +11,7 @@ from weft_storage.knowledge import KnowledgeStore
 from weft_gateway.api import Gateway, public_router
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.clients import AgentConfigClient, MemoryClient
+from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.projector import StreamProjector
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
@@ -35,7 +36,6 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         streams=streams,
         memory=memory,
         agents=agents,
-        knowledge=KnowledgeStore(runtime.sessions),
     )
     # The projector does its own exact de-duplication by (turn, seq).
     runtime.bus.consume(
@@ -49,7 +49,10 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     return create_service_app(
         runtime,
         title="Weft gateway",
-        routers=[public_router(gateway, auth)],
+        routers=[
+            public_router(gateway, auth),
+            knowledge_router(KnowledgeStore(runtime.sessions), auth),
+        ],
         on_startup=[register_dev_key],
         on_shutdown=[memory.aclose, agents.aclose],
     )
