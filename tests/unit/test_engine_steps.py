@@ -1,4 +1,4 @@
-"""Engine phases without infrastructure: argument repair (E-16), observe (E-19)."""
+"""Engine phases without infrastructure: act (E-15, E-16, E-17), observe (E-19)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,13 @@ import time
 
 import pytest
 from weft_contracts import AgentConfig, ToolCallCompletedData
-from weft_engine.act import ERROR_HINT, parse_arguments, plan_calls
+from weft_engine.act import (
+    ERROR_HINT,
+    dispatch_groups,
+    dispatch_messages,
+    parse_arguments,
+    plan_calls,
+)
 from weft_engine.observe import observe
 from weft_engine.state import TurnState
 from weft_llm import ToolCallRequest
@@ -24,6 +30,12 @@ def _state() -> TurnState:
     )
 
 
+def _call(
+    call_id: str, name: str = "search_knowledge", args: str = '{"query": "a"}'
+) -> ToolCallRequest:
+    return ToolCallRequest(id=call_id, name=name, arguments=args)
+
+
 def test_broken_json_arguments_are_repaired() -> None:  # SPEC E-16
     assert parse_arguments('{"query": "refund policy"') == {"query": "refund policy"}
     assert parse_arguments("") == {}
@@ -34,26 +46,42 @@ def test_non_object_arguments_are_refused() -> None:  # SPEC E-16
         parse_arguments("[1, 2]")
 
 
-def test_plan_normalises_ids_and_reports_bad_arguments_without_dispatching() -> None:
-    calls = [
-        ToolCallRequest(id="", name="search_knowledge", arguments='{"query": "a"}'),
-        ToolCallRequest(id="x1", name="search_knowledge", arguments="[1]"),
-    ]
-    pending, messages, errors = plan_calls(_state(), calls, deadline_s=60)
+def test_plan_normalises_ids_and_reports_bad_arguments_with_the_hint() -> None:  # SPEC E-16
+    pending, errors = plan_calls(_state(), [_call(""), _call("x1", args="[1]")], 60)
     assert [p.call_id for p in pending] == ["call_0_0", "x1"]
-    assert [m.data.call_id for m in messages] == ["call_0_0"]
-    assert errors["x1"].endswith(ERROR_HINT)
+    assert list(errors) == ["x1"] and errors["x1"].endswith(ERROR_HINT)
+
+
+def test_per_tool_timeouts() -> None:  # SPEC E-17
+    calls = [_call("a"), _call("b", name="shell_exec"), _call("c", name="web_fetch")]
+    pending, _ = plan_calls(_state(), calls, 60)
+    assert [p.timeout_s for p in pending] == [60, 605, 185]
+
+
+def test_only_read_only_calls_overlap_others_are_barriers() -> None:  # SPEC E-15
+    calls = [_call("r1"), _call("r2"), _call("w1", name="shell_exec"), _call("r3"), _call("r4")]
+    pending, _ = plan_calls(_state(), calls, 60)
+    assert dispatch_groups(pending) == [["r1", "r2"], ["w1"], ["r3", "r4"]]
+
+
+def test_dispatch_sets_absolute_deadlines_and_skips_failed_calls() -> None:
+    state = _state()
+    pending, _ = plan_calls(state, [_call("ok"), _call("bad", args="[1]")], 60)
+    results = {
+        "bad": ToolCallCompletedData(call_id="bad", tool_name="search_knowledge", success=False)
+    }
+    state = state.model_copy(update={"pending": pending, "results": results})
+    before = time.time()
+    updated, messages = dispatch_messages(state, ["ok", "bad"])
+    assert [m.data.call_id for m in messages] == ["ok"]
+    assert messages[0].key() == b"ok"  # spread over workers by call id
     assert messages[0].data.context.knowledge_base_ids == ["kb1"]
-    assert messages[0].key() == b"call_0_0"  # spread over workers by call id
+    assert updated[0].deadline >= before + 60
 
 
 def test_observe_appends_protocol_messages_in_original_order() -> None:  # SPEC E-19
     state = _state()
-    calls = [
-        ToolCallRequest(id="c-a", name="search_knowledge", arguments='{"query": "a"}'),
-        ToolCallRequest(id="c-b", name="search_knowledge", arguments='{"query": "b"}'),
-    ]
-    pending, _, _ = plan_calls(state, calls, deadline_s=60)
+    pending, _ = plan_calls(state, [_call("c-a"), _call("c-b")], 60)
     results = {  # the second result arrived first
         "c-b": ToolCallCompletedData(
             call_id="c-b", tool_name="search_knowledge", success=False, error="boom"
@@ -63,10 +91,15 @@ def test_observe_appends_protocol_messages_in_original_order() -> None:  # SPEC 
         ),
     }
     state = state.model_copy(
-        update={"pending": pending, "results": results, "preamble": "let me look"}
+        update={
+            "pending": pending,
+            "results": results,
+            "preamble": "let me look",
+            "phase": "waiting",
+        }
     )
     after = observe(state)
-    assert after.round == 1 and not after.pending
+    assert after.round == 1 and not after.pending and after.phase == "think"
     assistant, tool_a, tool_b = after.messages[-3:]
     assert [c["id"] for c in assistant["tool_calls"]] == ["c-a", "c-b"]
     assert assistant["content"] == "let me look"

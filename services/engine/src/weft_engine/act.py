@@ -1,18 +1,29 @@
-"""Act: turn the model's tool calls into ``ToolCallRequested`` messages (SPEC E-16)."""
+"""Act: the model's tool calls -> pending calls, dispatch groups and Kafka messages.
+
+SPEC E-15: calls run in parallel, but only read-only tools overlap; any other tool is a
+barrier that runs alone, after what came before it. SPEC E-16: call ids normalised,
+arguments parsed, repaired once when broken, else an error result the model reads.
+SPEC E-17: each call carries a deadline the engine enforces even if no worker answers.
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from json_repair import repair_json
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 from weft_llm import ToolCallRequest
+from weft_tools.builtin import spec_by_name
 
 from weft_engine.state import PendingCall, TurnState
 
 ERROR_HINT = "[Analyze the error above and try a different approach.]"
+WEB_FETCH_PAGE_BUDGET_S = 180.0
+TOOL_TIMEOUTS_S = {"shell_exec": 605.0, "web_fetch": WEB_FETCH_PAGE_BUDGET_S + 5.0}
+"""Per-tool deadlines (SPEC E-17); others use the engine's default (60 s)."""
 
 
 class ArgumentsError(ValueError):
@@ -37,50 +48,85 @@ def normalise_call_id(call: ToolCallRequest, state: TurnState, index: int) -> st
     return call.id.strip() or f"call_{state.round}_{index}"
 
 
+def is_read_only(tool_name: str) -> bool:
+    """Unknown tools (sandbox, MCP) are treated as writes: they never overlap."""
+    spec = spec_by_name(tool_name)
+    return spec is not None and spec.read_only
+
+
 def plan_calls(
-    state: TurnState, calls: list[ToolCallRequest], deadline_s: float
-) -> tuple[list[PendingCall], list[ToolCallRequested], dict[str, str]]:
-    """Pending calls in order, the messages to publish, and immediate argument errors."""
+    state: TurnState, calls: list[ToolCallRequest], default_timeout_s: float
+) -> tuple[list[PendingCall], dict[str, str]]:
+    """Pending calls in the model's order and the argument errors known before dispatch."""
     pending: list[PendingCall] = []
-    messages: list[ToolCallRequested] = []
     errors: dict[str, str] = {}
-    deadline = datetime.now(UTC) + timedelta(seconds=deadline_s)
-    context = ToolContext(
-        user_id=state.user_id,
-        agent_id=state.agent.agent_id,
-        knowledge_base_ids=state.agent.knowledge_base_ids,
-        max_output_chars=state.agent.tool_output_max_chars,
-    )
     for index, call in enumerate(calls):
         call_id = normalise_call_id(call, state, index)
         try:
             arguments = parse_arguments(call.arguments)
-        except (ArgumentsError, ValueError) as exc:
+        except ValueError as exc:
             errors[call_id] = f"{exc}\n{ERROR_HINT}"
             arguments = {}
+        timeout = TOOL_TIMEOUTS_S.get(call.name, default_timeout_s)
         pending.append(
             PendingCall(
                 call_id=call_id,
                 tool_name=call.name,
                 arguments=arguments,
                 arguments_json=json.dumps(arguments, ensure_ascii=False),
+                read_only=is_read_only(call.name),
+                timeout_s=timeout,
             )
         )
-        if call_id not in errors:
-            messages.append(
-                ToolCallRequested(
-                    tenant_id=state.tenant_id,
-                    session_id=state.session_id,
-                    request_id=state.request_id,
-                    traceparent=state.traceparent,
-                    data=ToolCallRequestedData(
-                        call_id=call_id,
-                        tool_name=call.name,
-                        arguments=arguments,
-                        round=state.round,
-                        deadline=deadline,
-                        context=context,
-                    ),
-                )
+    return pending, errors
+
+
+def dispatch_groups(pending: list[PendingCall]) -> list[list[str]]:
+    """Consecutive read-only calls share a group; any other call is a group of its own."""
+    groups: list[list[str]] = []
+    for call in pending:
+        if call.read_only and groups and _all_read_only(groups[-1], pending):
+            groups[-1].append(call.call_id)
+        else:
+            groups.append([call.call_id])
+    return groups
+
+
+def _all_read_only(group: list[str], pending: list[PendingCall]) -> bool:
+    by_id = {c.call_id: c for c in pending}
+    return all(by_id[cid].read_only for cid in group)
+
+
+def dispatch_messages(
+    state: TurnState, call_ids: list[str]
+) -> tuple[list[PendingCall], list[ToolCallRequested]]:
+    """Give the calls absolute deadlines from now and build their Kafka messages."""
+    now = time.time()
+    context = ToolContext(
+        user_id=state.user_id,
+        agent_id=state.agent.agent_id,
+        knowledge_base_ids=state.agent.knowledge_base_ids,
+        max_output_chars=state.agent.tool_output_max_chars,
+    )
+    updated: list[PendingCall] = []
+    messages: list[ToolCallRequested] = []
+    for call in state.pending:
+        if call.call_id not in call_ids or call.call_id in state.results:
+            updated.append(call)
+            continue
+        deadline = now + call.timeout_s
+        updated.append(call.model_copy(update={"deadline": deadline}))
+        messages.append(
+            ToolCallRequested(
+                **state.ids(),
+                data=ToolCallRequestedData(
+                    call_id=call.call_id,
+                    tool_name=call.tool_name,
+                    arguments=call.arguments,
+                    round=state.round,
+                    deadline=datetime.fromtimestamp(deadline, UTC),
+                    context=context,
+                ),
             )
-    return pending, messages, errors
+        )
+    return updated, messages

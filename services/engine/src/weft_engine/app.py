@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import FastAPI
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
@@ -9,32 +11,73 @@ from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
 
 from weft_engine.emitter import EventEmitter
+from weft_engine.finalize import Finisher
 from weft_engine.history import HistoryClient
-from weft_engine.loop import TurnRunner
+from weft_engine.intake import TurnIntake
+from weft_engine.leases import TurnLeases
+from weft_engine.loop import TurnLoop
+from weft_engine.reporting import ResultReporter
+from weft_engine.scheduler import StepScheduler
+from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.settings import EngineSettings
 from weft_engine.state import TurnStore
+from weft_engine.think import ThinkSettings
 
 REQUESTS_GROUP = "weft-engine"
 RESULTS_GROUP = "weft-engine-results"
+CONTROL_GROUP = "weft-engine-control"
 
 
 def create_app(settings: EngineSettings | None = None) -> FastAPI:
-    """Wire the TurnRunner to ``agent.requests`` and ``tool.results``."""
+    """Wire the loop, the scheduler and the three consumers."""
     s = settings or EngineSettings()
     runtime = create_runtime(s)
     init_logging(runtime)
+    redis, ttl = runtime.redis, s.turn_state_ttl_s
     model = OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key)
     history = HistoryClient(s.memory_url)
-    runner = TurnRunner(
-        bus=runtime.bus,
-        store=TurnStore(runtime.redis, s.turn_state_ttl_s),
-        emitter=EventEmitter(runtime.bus, runtime.redis, s.turn_state_ttl_s),
-        model=model,
-        history=history,
-        settings=s,
+    store = TurnStore(redis, ttl)
+    emitter = EventEmitter(runtime.bus, redis, ttl)
+    leases = TurnLeases(
+        redis, owner=runtime.instance_id, namespace=s.topic_prefix, ttl_s=s.lease_ttl_s
     )
-    runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, runner.on_chat_requested)
-    runtime.bus.consume(Topic.TOOL_RESULTS, RESULTS_GROUP, runner.on_tool_result)
+    sessions = SessionGate(redis, ttl)
+    inbox = SteerInbox(redis, ttl)
+    reporter = ResultReporter(store, emitter)
+    finisher = Finisher(emitter=emitter, store=store, leases=leases, sessions=sessions)
+    loop = TurnLoop(
+        bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
+        finisher=finisher, reporter=reporter, inbox=inbox, leases=leases,
+        think_settings=ThinkSettings(
+            retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
+        ),
+        tool_timeout_s=s.tool_deadline_s,
+    )  # fmt: skip
+    scheduler = StepScheduler(
+        leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s
+    )
+    intake = TurnIntake(
+        redis=redis, store=store, emitter=emitter, history=history, sessions=sessions,
+        inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
+        cancel_channel=f"weft:{s.topic_prefix}cancel", ttl_s=ttl,
+    )  # fmt: skip
+    runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, intake.on_chat_requested)
+    runtime.bus.consume(Topic.TOOL_RESULTS, RESULTS_GROUP, intake.on_tool_result)
+    runtime.bus.consume(Topic.AGENT_CONTROL, CONTROL_GROUP, intake.on_control)
+    listener: list[asyncio.Task[None]] = []
+
+    async def start_background() -> None:
+        scheduler.start()
+        listener.append(asyncio.create_task(intake.listen_for_cancels(), name="cancel-listener"))
+
+    async def stop_background() -> None:
+        for task in listener:
+            task.cancel()
+        await asyncio.gather(*listener, return_exceptions=True)
+        await scheduler.stop(s.shutdown_grace_s)
+        await model.aclose()
+        await history.aclose()
+
     return create_service_app(
-        runtime, title="weft engine", on_shutdown=[model.aclose, history.aclose]
+        runtime, title="weft engine", on_startup=[start_background], on_shutdown=[stop_background]
     )

@@ -34,15 +34,29 @@ class EventEmitter:
 
     async def complete(self, ids: dict[str, Any], data: CompleteData) -> bool:
         """Publish the turn's ``complete`` unless it was already; True when this call did."""
-        first = await self._redis.set(
-            f"weft:turn:{ids['request_id']}:completed", 1, nx=True, ex=self._ttl
-        )
-        if not first:
+        flag = f"weft:turn:{ids['request_id']}:completed"
+        if not await self._redis.set(flag, 1, nx=True, ex=self._ttl):
             return False
         try:
             await self.emit(CompleteEvent, ids, data)
         except BaseException:
             # Not published: let the redelivered step try again.
-            await self._redis.delete(f"weft:turn:{ids['request_id']}:completed")
+            await self._redis.delete(flag)
             raise
         return True
+
+    async def completed(self, request_id: str) -> bool:
+        """Whether the turn already emitted its ``complete``."""
+        return bool(await self._redis.exists(f"weft:turn:{request_id}:completed"))
+
+    async def mark_streaming(self, request_id: str, on: bool) -> None:
+        """Remember that an LLM answer is half-streamed: a takeover must not replay it."""
+        key = f"weft:turn:{request_id}:streaming"
+        if on:
+            await self._redis.set(key, 1, ex=self._ttl)
+        else:
+            await self._redis.delete(key)
+
+    async def streaming(self, request_id: str) -> bool:
+        """Whether a replica died with an answer half-streamed."""
+        return bool(await self._redis.exists(f"weft:turn:{request_id}:streaming"))

@@ -1,281 +1,302 @@
-"""TurnRunner: the loop, one step at a time, continued by whichever replica gets the event.
+"""TurnLoop: one step of a turn, run by whichever replica holds the turn's lease.
 
-A step is think -> (final answer | tool calls dispatched | failure). While tools run the
-turn lives only in Redis; the result that completes a round advances the turn on the
-replica that consumed it. Every exit path ends in exactly one ``complete`` (SPEC E-04).
+A step is think -> analyze -> (answer | retry | intermediate | dispatch tools), repeated
+until the turn ends or waits for tools; every outcome is handled in one ``match``
+(STYLE principle 1). While tools run the turn lives only in Redis.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from dataclasses import asdict
 from typing import assert_never
 
 import structlog
-from weft_contracts import (
-    AgentStep,
-    ChatRequested,
-    CompleteData,
-    ErrorData,
-    ErrorEvent,
-    FinalAnswerData,
-    FinalAnswerEvent,
-    Reference,
-    ReferencesData,
-    ReferencesEvent,
-    ToolCallCompleted,
-    ToolCallCompletedData,
-    ToolCallData,
-    ToolCallEvent,
-    ToolResultData,
-    ToolResultEvent,
-    Topic,
-    TurnStartedData,
-    TurnStartedEvent,
-    TurnStatus,
-)
-from weft_llm import ChatModel, LLMCallError
+from redis.asyncio import Redis
+from weft_contracts import AgentStep, ToolCallCompletedData, ToolCallData, ToolCallEvent, Topic
+from weft_llm import ChatModel, LLMCallError, LLMResponse
 from weft_platform.bus import EventBus
 from weft_tools.builtin import SANDBOX_TOOLS, definitions_for
 
-from weft_engine.act import plan_calls
+from weft_engine.act import dispatch_groups, dispatch_messages, plan_calls
+from weft_engine.analyze import Counters, analyze
 from weft_engine.emitter import EventEmitter
-from weft_engine.history import HistoryClient, HistoryUnavailable
+from weft_engine.finalize import Finisher, closing_request, final_step
+from weft_engine.leases import TurnLeases
 from weft_engine.observe import observe
-from weft_engine.outcomes import Failed, FinalAnswer, StepOutcome, ToolsDispatched
-from weft_engine.prompt import initial_messages
-from weft_engine.settings import EngineSettings
-from weft_engine.state import StaleTurnState, TurnState, TurnStore
-from weft_engine.think import ids_of, think
+from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
+from weft_engine.reporting import ResultReporter
+from weft_engine.sessions import SteerInbox
+from weft_engine.state import TurnCounters, TurnState, TurnStore
+from weft_engine.think import ThinkSettings, think
 
 log = structlog.get_logger(__name__)
 
-EMPTY_ANSWER_FALLBACK = "Sorry, I could not produce an answer. Please rephrase your question."
-MAX_ITERATIONS_REQUEST = (
-    "You have reached the maximum number of steps. Answer now with what you have gathered."
-)
-CAS_ATTEMPTS = 5
+MAX_ITERATIONS_REASON = "You have reached the maximum number of reasoning steps."
+LLM_FAILED_REASON = "The model failed repeatedly."
+CANCEL_REASON = "The user stopped the task."
+REPLICA_LOST = "The engine replica running this turn stopped while answering; please ask again."
+MAX_TAKEOVERS = 3
+MAX_STEER_OVERRUNS = 1
 
 
-class TurnRunner:
-    """Runs turns from ``agent.requests`` and ``tool.results``."""
+class TurnLoop:
+    """Runs steps of turns; built once per replica."""
 
     def __init__(
         self,
         *,
         bus: EventBus,
+        redis: Redis,
         store: TurnStore,
         emitter: EventEmitter,
         model: ChatModel,
-        history: HistoryClient,
-        settings: EngineSettings,
+        finisher: Finisher,
+        reporter: ResultReporter,
+        inbox: SteerInbox,
+        leases: TurnLeases,
+        think_settings: ThinkSettings,
+        tool_timeout_s: float,
     ):
         self._bus = bus
+        self._redis = redis
         self._store = store
         self._emitter = emitter
         self._model = model
-        self._history = history
-        self._settings = settings
+        self._finisher = finisher
+        self._reporter = reporter
+        self._inbox = inbox
+        self._leases = leases
+        self._think = think_settings
+        self._tool_timeout = tool_timeout_s
 
-    async def on_chat_requested(self, request: ChatRequested) -> None:
-        """Start a turn (a redelivered request for a known turn is ignored)."""
-        if await self._store.load(request.request_id) is not None:
+    async def run_step(self, request_id: str, takeover: bool) -> None:
+        """Advance the turn as far as it can go now."""
+        state = await self._store.load(request_id)
+        if state is None:
             return
-        data = request.data
-        ids = {
-            "tenant_id": request.tenant_id,
-            "session_id": request.session_id,
-            "request_id": request.request_id,
-            "traceparent": request.traceparent,
-        }
-        await self._emitter.emit(
-            TurnStartedEvent,
-            ids,
-            TurnStartedData(
-                query=data.query, user_id=data.user_id, agent_id=data.agent.agent_id, mode=data.mode
-            ),
-        )
         try:
-            history = await self._history.load(
-                request.tenant_id, request.session_id, data.agent.history_turns
-            )
-        except HistoryUnavailable as exc:
-            await self._end_failed(ids, time.time(), Failed("history_unavailable", str(exc)), [])
-            return
-        state = TurnState(
-            **{k: v for k, v in ids.items() if k != "traceparent"},
-            traceparent=request.traceparent,
-            user_id=data.user_id,
-            agent=data.agent,
-            messages=initial_messages(data.agent, history, data.query),
-            started_at=time.time(),
-        )
-        await self._advance(await self._store.save(state))
+            await self._run(state, takeover)
+        except asyncio.CancelledError:
+            if not await cancel_requested(self._redis, request_id):
+                raise  # shutdown: the scheduler hands the turn over
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            await self._stop(request_id)
 
-    async def on_tool_result(self, result: ToolCallCompleted) -> None:
-        """Record a result; the one that completes the round advances the turn."""
-        for _ in range(CAS_ATTEMPTS):
-            state = await self._store.load(result.request_id)
-            call_id = result.data.call_id
-            if state is None or call_id in state.results:
-                return  # finished turn or duplicate result: nothing to do
-            if call_id not in {c.call_id for c in state.pending}:
+    async def _run(self, state: TurnState, takeover: bool) -> None:
+        rid = state.request_id
+        if await cancel_requested(self._redis, rid):
+            await self._stop(rid)
+            return
+        if takeover and await self._replica_lost(state):
+            return
+        if state.phase == "waiting":
+            state = await self._reporter.expire_overdue(state)
+            advanced = await self._advance_tools(state)
+            if advanced is None:
                 return
-            updated = state.model_copy(update={"results": {**state.results, call_id: result.data}})
-            try:
-                saved = await self._store.save(updated)
-            except StaleTurnState:
-                continue
-            await self._report_result(saved, result.data)
-            if saved.all_results_in():
-                await self._advance(await self._store.save(observe(saved)))
-            return
-        raise StaleTurnState(result.request_id)
+            state = advanced
+        await self._think_loop(state)
 
-    async def _advance(self, state: TurnState) -> None:
-        """Step until the turn ends or waits for tools."""
+    async def _replica_lost(self, state: TurnState) -> bool:
+        """After a crash: a half-streamed answer cannot be replayed without duplicates."""
+        takeovers = int(await self._redis.incr(f"weft:turn:{state.request_id}:takeovers"))
+        if await self._emitter.streaming(state.request_id):
+            await self._finisher.fail(state, "engine_replica_lost", REPLICA_LOST)
+            return True
+        if takeovers > MAX_TAKEOVERS:
+            await self._finisher.fail(state, "engine_error", "the turn failed on every replica")
+            return True
+        return False
+
+    async def _think_loop(self, state: TurnState) -> None:
         while True:
-            outcome, state = await self._step(state)
-            match outcome:
-                case FinalAnswer():
-                    await self._finish(state, outcome)
-                    return
-                case Failed():
-                    await self._end_failed(ids_of(state), state.started_at, outcome, state.steps)
-                    await self._store.delete(state.request_id)
-                    return
-                case ToolsDispatched():
-                    state = await self._dispatch(state, outcome)
-                    if not state.all_results_in():
-                        return
-                    state = await self._store.save(observe(state))
-                case _:
-                    assert_never(outcome)
+            state = await self._take_steers(state)
+            if self._iterations_exhausted(state):  # SPEC E-21
+                await self._synthesize(state, MAX_ITERATIONS_REASON)
+                return
+            try:
+                response = await self._call_model(state)
+            except LLMCallError as exc:  # SPEC E-07
+                await self._emitter.mark_streaming(state.request_id, False)
+                if state.has_tool_results():
+                    await self._synthesize(state, LLM_FAILED_REASON)
+                else:
+                    await self._finisher.fail(state, "llm_error", str(exc))
+                return
+            next_state = await self._handle(state, response)
+            if next_state is None:
+                return
+            state = next_state
 
-    async def _step(self, state: TurnState) -> tuple[StepOutcome, TurnState]:
-        agent = state.agent
-        tools = definitions_for(agent.allowed_tools)
-        if 0 <= agent.max_iterations <= state.round:
-            closing = {"role": "user", "content": MAX_ITERATIONS_REQUEST}
-            state = state.model_copy(update={"messages": [*state.messages, closing]})
-            tools = []
-        try:
-            response = await think(
-                state, self._model, self._emitter, tools, self._settings.llm_retry_backoff_s
-            )
-        except LLMCallError as exc:
-            return Failed("llm_error", str(exc)), state
-        if response.tool_calls:
-            pending, calls, errors = plan_calls(
-                state, response.tool_calls, self._settings.tool_deadline_s
-            )
-            results = {
-                cid: ToolCallCompletedData(
-                    call_id=cid,
-                    tool_name=next(p.tool_name for p in pending if p.call_id == cid),
-                    success=False,
-                    error=err,
-                )
-                for cid, err in errors.items()
-            }
-            update = {
-                "pending": pending,
-                "results": results,
-                "preamble": response.content,
-                "reasoning": response.reasoning,
-            }
-            return ToolsDispatched(calls), state.model_copy(update=update)
-        text = response.content.strip()
-        final_step = AgentStep(round=state.round, reasoning=response.reasoning)
-        state = state.model_copy(update={"steps": [*state.steps, final_step]})
-        if not text:
-            return FinalAnswer(EMPTY_ANSWER_FALLBACK, is_fallback=True), state
-        return FinalAnswer(text, truncated=response.finish_reason == "length"), state
+    async def _handle(self, state: TurnState, response: LLMResponse) -> TurnState | None:
+        """Apply the analysed outcome; the new state to think again with, or None."""
+        steered = await self._inbox.waiting(state.request_id)
+        outcome, counters = analyze(
+            response, Counters(**state.counters.model_dump()), steered=steered
+        )
+        state = state.model_copy(update={"counters": TurnCounters(**asdict(counters))})
+        match outcome:
+            case Answer():
+                done = state.model_copy(update={"steps": final_step(state, response.reasoning)})
+                await self._finisher.answer(done, outcome)
+                return None
+            case Fail():
+                await self._finisher.fail(state, outcome.code, outcome.message)
+                return None
+            case Retry():
+                nudge = {"role": "user", "content": outcome.nudge}
+                state = state.model_copy(update={"messages": [*state.messages, nudge]})
+                return await self._saved(state)
+            case Intermediate():
+                return await self._saved(self._intermediate(state, outcome, response))
+            case Dispatch():
+                return await self._start_tools(state, response, outcome)
+            case _:
+                assert_never(outcome)
 
-    async def _dispatch(self, state: TurnState, outcome: ToolsDispatched) -> TurnState:
-        ids = ids_of(state)
-        for call in state.pending:
-            await self._emitter.emit(
-                ToolCallEvent,
-                ids,
-                ToolCallData(
-                    round=state.round,
-                    call_id=call.call_id,
-                    tool_name=call.tool_name,
-                    arguments=call.arguments,
-                ),
-            )
-        for early in state.results.values():
-            await self._report_result(state, early)
+    async def _saved(self, state: TurnState) -> TurnState:
         saved = await self._store.save(state)
-        for message in outcome.calls:
-            topic = (
-                Topic.SANDBOX_CALLS if message.data.tool_name in SANDBOX_TOOLS else Topic.TOOL_CALLS
-            )
-            await self._bus.publish(topic, message)
+        await self._emitter.mark_streaming(state.request_id, False)
         return saved
 
-    async def _report_result(self, state: TurnState, result: ToolCallCompletedData) -> None:
-        ids = ids_of(state)
-        await self._emitter.emit(
-            ToolResultEvent,
-            ids,
-            ToolResultData(
-                round=state.round,
-                call_id=result.call_id,
-                tool_name=result.tool_name,
-                success=result.success,
-                output=result.output,
-                error=result.error,
-                display_type=result.display_type,
-                duration_ms=result.duration_ms,
-            ),
+    def _intermediate(
+        self, state: TurnState, outcome: Intermediate, response: LLMResponse
+    ) -> TurnState:
+        message = {"role": "assistant", "content": outcome.text}
+        overrun = state.steer_overruns
+        if 0 <= state.agent.max_iterations <= state.round + 1 and overrun < MAX_STEER_OVERRUNS:
+            overrun += 1  # SPEC E-13: one extra round to read the steer message
+        step = AgentStep(round=state.round, thought=outcome.text, reasoning=response.reasoning)
+        return state.model_copy(
+            update={
+                "messages": [*state.messages, message],
+                "steps": [*state.steps, step],
+                "round": state.round + 1,
+                "steer_overruns": overrun,
+            }
         )
-        refs = [Reference.model_validate(r) for r in result.data.get("references", [])]
-        if refs:
-            await self._emitter.emit(ReferencesEvent, ids, ReferencesData(references=refs))
 
-    async def _finish(self, state: TurnState, answer: FinalAnswer) -> None:
-        ids = ids_of(state)
-        if answer.is_fallback:
-            await self._emitter.emit(
-                FinalAnswerEvent, ids, FinalAnswerData(round=state.round, delta=answer.text)
+    def _iterations_exhausted(self, state: TurnState) -> bool:
+        limit = state.agent.max_iterations
+        return limit >= 0 and state.round >= limit + state.steer_overruns
+
+    async def _take_steers(self, state: TurnState) -> TurnState:
+        """SPEC E-05: injected messages join the conversation before the LLM call."""
+        messages = await self._inbox.drain(state.request_id)
+        if not messages:
+            return state
+        injected = [{"role": "user", "content": m} for m in messages]
+        return await self._store.save(
+            state.model_copy(update={"messages": [*state.messages, *injected]})
+        )
+
+    async def _call_model(self, state: TurnState, *, closing: bool = False) -> LLMResponse:
+        tools = definitions_for(state.agent.allowed_tools)
+        choice = "none" if closing and tools else None
+        return await think(
+            state, self._model, self._emitter, tools, self._think, tool_choice=choice
+        )
+
+    async def _synthesize(self, state: TurnState, reason: str) -> None:
+        """A last answer from what was gathered, without tools (SPEC E-21, E-07, E-20)."""
+        closing = state.model_copy(update={"messages": [*state.messages, closing_request(reason)]})
+        try:
+            response = await self._call_model(closing, closing=True)
+        except LLMCallError as exc:
+            await self._finisher.fail(state, "llm_error", str(exc))
+            return
+        text = response.content.strip()
+        answer = Answer(text) if text else Answer(reason, is_fallback=True)
+        done = state.model_copy(update={"steps": final_step(state, response.reasoning)})
+        await self._finisher.answer(done, answer)
+
+    async def _stop(self, request_id: str) -> None:
+        """The user stopped the turn: rescue synthesis when tools gave results (SPEC E-20)."""
+        state = await self._store.load(request_id)
+        if state is None:
+            return
+        await self._emitter.mark_streaming(request_id, False)
+        await self._redis.delete(cancel_key(request_id))
+        if state.has_tool_results():
+            await asyncio.shield(self._synthesize(state, CANCEL_REASON))
+        else:
+            await asyncio.shield(self._finisher.cancelled(state))
+
+    async def _start_tools(
+        self, state: TurnState, response: LLMResponse, outcome: Dispatch
+    ) -> TurnState | None:
+        pending, errors = plan_calls(state, outcome.calls, self._tool_timeout)
+        names = {p.call_id: p.tool_name for p in pending}
+        results = {
+            cid: ToolCallCompletedData(call_id=cid, tool_name=names[cid], success=False, error=err)
+            for cid, err in errors.items()
+        }
+        state = state.model_copy(
+            update={
+                "pending": pending,
+                "results": results,
+                "groups": dispatch_groups(pending),
+                "dispatched_groups": 0,
+                "preamble": response.content,
+                "reasoning": response.reasoning,
+                "phase": "waiting",
+            }
+        )
+        for call in pending:
+            data = ToolCallData(
+                round=state.round, call_id=call.call_id, tool_name=call.tool_name,
+                arguments=call.arguments,
+            )  # fmt: skip
+            await self._emitter.emit(ToolCallEvent, state.ids(), data)
+        for early in results.values():
+            await self._reporter.report(state, early)
+        return await self._advance_tools(state)
+
+    async def _advance_tools(self, state: TurnState) -> TurnState | None:
+        """Dispatch the next group once the previous answered; the observed state when the
+        round is over, else None (the turn waits for tools, holding nothing in memory)."""
+        while state.dispatched_results_in():
+            if state.dispatched_groups >= len(state.groups):
+                await self._leases.clear_deadline(state.request_id)
+                return await self._saved(observe(state))
+            group = state.groups[state.dispatched_groups]
+            pending, messages = dispatch_messages(
+                state, [c for c in group if c not in state.results]
             )
-        await self._emitter.emit(
-            FinalAnswerEvent,
-            ids,
-            FinalAnswerData(round=state.round, delta="", done=True, truncated=answer.truncated),
-        )
-        await self._emitter.complete(
-            ids,
-            CompleteData(
-                status=TurnStatus.COMPLETED,
-                final_answer=answer.text,
-                is_fallback=answer.is_fallback,
-                truncated=answer.truncated,
-                rounds=state.round + 1,
-                steps=state.steps,
-                duration_ms=_elapsed_ms(state.started_at),
-            ),
-        )
-        await self._store.delete(state.request_id)
-
-    async def _end_failed(
-        self, ids: dict[str, str | None], started_at: float, failure: Failed, steps: list[AgentStep]
-    ) -> None:
-        log.warning("turn_failed", code=failure.code, error=failure.message, **ids)
-        await self._emitter.emit(
-            ErrorEvent, ids, ErrorData(code=failure.code, message=failure.message)
-        )
-        await self._emitter.complete(
-            ids,
-            CompleteData(
-                status=TurnStatus.FAILED,
-                steps=steps,
-                rounds=len(steps),
-                duration_ms=_elapsed_ms(started_at),
-            ),
-        )
+            state = state.model_copy(
+                update={"pending": pending, "dispatched_groups": state.dispatched_groups + 1}
+            )
+            if messages:
+                state = await self._saved(state)
+                await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
+                for message in messages:
+                    topic = (
+                        Topic.SANDBOX_CALLS
+                        if message.data.tool_name in SANDBOX_TOOLS
+                        else Topic.TOOL_CALLS
+                    )
+                    await self._bus.publish(topic, message)
+                return None
+        await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
+        return None
 
 
-def _elapsed_ms(started_at: float) -> int:
-    return max(0, int((time.time() - started_at) * 1000))
+def _earliest_deadline(state: TurnState) -> float:
+    open_calls = [
+        c.deadline for c in state.pending if c.deadline and c.call_id not in state.results
+    ]
+    return min(open_calls, default=time.time() + 60)
+
+
+def cancel_key(request_id: str) -> str:
+    """Redis flag set when the user stopped the turn."""
+    return f"weft:turn:{request_id}:cancel"
+
+
+async def cancel_requested(redis: Redis, request_id: str) -> bool:
+    """Whether the user stopped the turn."""
+    return bool(await redis.exists(cancel_key(request_id)))

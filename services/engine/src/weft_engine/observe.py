@@ -50,6 +50,9 @@ def observe(state: TurnState) -> TurnState:
             "round": state.round + 1,
             "pending": [],
             "results": {},
+            "groups": [],
+            "dispatched_groups": 0,
+            "phase": "think",
             "preamble": "",
             "reasoning": "",
         }

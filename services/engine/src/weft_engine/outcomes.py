@@ -1,15 +1,15 @@
-"""What one step of the loop can end in (STYLE principle 1)."""
+"""What analysing one LLM response can lead to (STYLE principle 1, SPEC E-20)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weft_contracts import ToolCallRequested
+from weft_llm import ToolCallRequest
 
 
 @dataclass(frozen=True)
-class FinalAnswer:
-    """The model answered; the turn ends."""
+class Answer:
+    """Break: the turn ends with this final answer."""
 
     text: str
     truncated: bool = False
@@ -17,18 +17,33 @@ class FinalAnswer:
 
 
 @dataclass(frozen=True)
-class ToolsDispatched:
-    """Tool calls went to the workers; the turn waits for their results in Redis."""
+class Retry:
+    """Continue: ask again without consuming a round, after appending ``nudge``."""
 
-    calls: list[ToolCallRequested]
+    nudge: str
 
 
 @dataclass(frozen=True)
-class Failed:
-    """The turn cannot go on (e.g. the model is unreachable after retries)."""
+class Dispatch:
+    """Next: run these tool calls, then start the next round."""
+
+    calls: list[ToolCallRequest]
+
+
+@dataclass(frozen=True)
+class Intermediate:
+    """Next: a steer message arrived, so this answer is not final; the agent reads it and
+    goes on (SPEC E-13)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Break: the turn ends with an error."""
 
     code: str
     message: str
 
 
-StepOutcome = FinalAnswer | ToolsDispatched | Failed
+StepOutcome = Answer | Retry | Dispatch | Intermediate | Fail

@@ -23,3 +23,7 @@ class EngineSettings(ServiceSettings):
     tool_deadline_s: float = Field(default=60.0, gt=0, description="SPEC E-17 default.")
     turn_state_ttl_s: int = Field(default=6 * 3600, ge=60)
     llm_retry_backoff_s: tuple[float, ...] = (1.0, 2.0)
+    delta_coalesce_ms: float = Field(default=30.0, ge=0, description="Thought/answer window.")
+    max_inflight_turns: int = Field(default=64, ge=1, description="Running steps per replica.")
+    lease_ttl_s: float = Field(default=6.0, gt=1, description="Takeover delay after a crash.")
+    shutdown_grace_s: float = Field(default=15.0, ge=0)

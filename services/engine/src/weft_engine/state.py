@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
@@ -10,12 +10,24 @@ from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedD
 
 
 class PendingCall(BaseModel):
-    """A tool call sent to a worker, waiting for its result."""
+    """A tool call of the current round."""
 
     call_id: str
     tool_name: str
     arguments: dict[str, Any]
     arguments_json: str
+    read_only: bool = True
+    timeout_s: float = Field(default=60.0, gt=0, description="SPEC E-17.")
+    deadline: float = Field(default=0.0, description="Epoch seconds once dispatched.")
+
+
+class TurnCounters(BaseModel):
+    """Persisted twin of :class:`weft_engine.analyze.Counters`."""
+
+    empty_retries: int = 0
+    length_rounds: int = 0
+    last_content: str | None = None
+    repeats: int = 0
 
 
 class TurnState(BaseModel):
@@ -28,19 +40,44 @@ class TurnState(BaseModel):
     traceparent: str | None = None
     agent: AgentConfig
     messages: list[dict[str, Any]] = Field(description="OpenAI messages sent to the model.")
+    phase: Literal["think", "waiting"] = "think"
     round: int = 0
     steps: list[AgentStep] = Field(default_factory=list)
     preamble: str = Field(default="", description="Content of the round that called tools.")
     reasoning: str = ""
     pending: list[PendingCall] = Field(default_factory=list, description="In original order.")
+    groups: list[list[str]] = Field(
+        default_factory=list, description="Call ids by dispatch group (E-15 barriers)."
+    )
+    dispatched_groups: int = 0
     results: dict[str, ToolCallCompletedData] = Field(default_factory=dict)
     references: list[Reference] = Field(default_factory=list)
+    counters: TurnCounters = Field(default_factory=TurnCounters)
+    steer_overruns: int = 0
     started_at: float = Field(description="Wall-clock start (epoch seconds).")
     version: int = 0
 
+    def ids(self) -> dict[str, Any]:
+        """Envelope fields that name the turn."""
+        return {
+            "tenant_id": self.tenant_id,
+            "session_id": self.session_id,
+            "request_id": self.request_id,
+            "traceparent": self.traceparent,
+        }
+
     def all_results_in(self) -> bool:
-        """Every pending call has its result."""
+        """Every call of the round has its result."""
         return all(c.call_id in self.results for c in self.pending)
+
+    def dispatched_results_in(self) -> bool:
+        """Every call dispatched so far has its result."""
+        sent = {cid for group in self.groups[: self.dispatched_groups] for cid in group}
+        return sent <= set(self.results)
+
+    def has_tool_results(self) -> bool:
+        """Whether the turn gathered any tool output (rescue synthesis is possible)."""
+        return any(step.tool_calls for step in self.steps) or bool(self.results)
 
 
 # Compare-and-set: write only when the stored version is the one this replica read.

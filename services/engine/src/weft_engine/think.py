@@ -1,73 +1,122 @@
-"""Think: one streamed LLM call; deltas go to thought / final-answer events (SPEC E-06..E-08)."""
+"""Think: one streamed LLM call; deltas go to thought / final-answer events (SPEC E-06..E-08).
+
+``reasoning_content`` and ``<think>`` blocks become ``thought`` events, visible content
+becomes ``final_answer`` events; deltas are coalesced over ``coalesce_window_s``. When
+tools follow, that round's content is its preamble: clients take the final answer from
+the round of the ``final_answer`` event marked ``done``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from weft_contracts import FinalAnswerData, FinalAnswerEvent, ThoughtData, ThoughtEvent
 from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse
 
+from weft_engine.coalesce import DeltaCoalescer
 from weft_engine.emitter import EventEmitter
+from weft_engine.sanitize import sanitize_messages
 from weft_engine.state import TurnState
+from weft_engine.thinksplit import ThinkSplitter
 
 log = structlog.get_logger(__name__)
 
 
-class _EventSink:
-    """Streams reasoning as ``thought`` and content as ``final_answer`` deltas."""
+@dataclass(frozen=True, kw_only=True)
+class ThinkSettings:
+    """How to call the model."""
 
-    def __init__(self, emitter: EventEmitter, state: TurnState):
+    retry_backoff_s: tuple[float, ...] = (1.0, 2.0)
+    coalesce_window_s: float = 0.03
+
+
+class _EventSink:
+    """Feeds the coalescer; marks the turn as streaming at its first visible delta."""
+
+    def __init__(self, emitter: EventEmitter, state: TurnState, window_s: float):
         self._emitter = emitter
-        self._ids = ids_of(state)
+        self._ids = state.ids()
         self._round = state.round
+        self._request_id = state.request_id
+        self._split = ThinkSplitter()
+        self._coalescer = DeltaCoalescer(self._emit, window_s)
+        self.emitted = False
+
+    async def _emit(self, kind: str, text: str) -> None:
+        if not self.emitted:
+            self.emitted = True
+            await self._emitter.mark_streaming(self._request_id, True)
+        if kind == "thought":
+            data: Any = ThoughtData(round=self._round, delta=text)
+            await self._emitter.emit(ThoughtEvent, self._ids, data)
+        else:
+            data = FinalAnswerData(round=self._round, delta=text)
+            await self._emitter.emit(FinalAnswerEvent, self._ids, data)
 
     async def on_reasoning(self, delta: str) -> None:
-        await self._emitter.emit(
-            ThoughtEvent, self._ids, ThoughtData(round=self._round, delta=delta)
-        )
+        await self._coalescer.add("thought", delta)
 
     async def on_content(self, delta: str) -> None:
-        await self._emitter.emit(
-            FinalAnswerEvent, self._ids, FinalAnswerData(round=self._round, delta=delta)
-        )
+        await self._route(self._split.feed(delta))
 
+    async def _route(self, split: Any) -> None:
+        await self._coalescer.add("thought", split.thought)
+        await self._coalescer.add("answer", split.content)
 
-def ids_of(state: TurnState) -> dict[str, str | None]:
-    """Envelope fields that name the turn."""
-    return {
-        "tenant_id": state.tenant_id,
-        "session_id": state.session_id,
-        "request_id": state.request_id,
-        "traceparent": state.traceparent,
-    }
+    async def close(self) -> None:
+        await self._route(self._split.flush())
+        await self._coalescer.flush()
 
 
 async def think(
     state: TurnState,
     model: ChatModel,
     emitter: EventEmitter,
-    tools: list[dict[str, object]],
-    backoff_s: tuple[float, ...],
+    tools: list[dict[str, Any]],
+    settings: ThinkSettings,
+    *,
+    tool_choice: str | None = None,
 ) -> LLMResponse:
-    """Call the model, retrying transient failures with ``backoff_s`` pauses (SPEC E-07)."""
+    """Call the model, retrying transient failures with backoff (SPEC E-07); a cancel
+    during the backoff stops at once (the sleep is cancellable)."""
     agent = state.agent
     request = LLMRequest(
         model=agent.model,
-        messages=state.messages,
-        tools=list(tools),
+        messages=sanitize_messages(state.messages),
+        tools=tools,
         temperature=agent.temperature,
         max_completion_tokens=agent.max_completion_tokens,
         stall_timeout_s=agent.llm_call_timeout_s,
-        tool_choice="none" if not tools else None,
+        tool_choice=tool_choice,
     )
-    sink = _EventSink(emitter, state)
-    for attempt, pause in enumerate((*backoff_s, None)):
+    for attempt, pause in enumerate((*settings.retry_backoff_s, None)):
+        sink = _EventSink(emitter, state, settings.coalesce_window_s)
         try:
-            return await model.stream(request, sink)
+            response = await model.stream(request, sink)
+            await sink.close()
+            return _without_think_blocks(response)
         except LLMCallError as exc:
-            if not exc.transient or pause is None:
+            await sink.close()
+            if not exc.transient or pause is None or sink.emitted:
                 raise
             log.warning("llm_retry", attempt=attempt + 1, error=str(exc))
             await asyncio.sleep(pause)
     raise AssertionError("unreachable")
+
+
+def _without_think_blocks(response: LLMResponse) -> LLMResponse:
+    """The response's content with ``<think>`` blocks moved to its reasoning."""
+    if "<think>" not in response.content:
+        return response
+    splitter = ThinkSplitter()
+    first, last = splitter.feed(response.content), splitter.flush()
+    return LLMResponse(
+        content=first.content + last.content,
+        reasoning=response.reasoning + first.thought + last.thought,
+        tool_calls=response.tool_calls,
+        finish_reason=response.finish_reason,
+        usage=response.usage,
+    )

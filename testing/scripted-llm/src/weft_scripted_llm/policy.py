@@ -61,6 +61,7 @@ class ScriptPolicy:
         self._conversations = {key: list(steps) for key, steps in script.conversations.items()}
         self._words_per_chunk = words_per_chunk
         self._served = 0
+        self._fallback = DemoPolicy(words_per_chunk) if script.fallback == "demo" else None
 
     def _queue(self, conversation_key: str | None) -> list[ScriptStep]:
         if conversation_key is not None and conversation_key in self._conversations:
@@ -69,6 +70,8 @@ class ScriptPolicy:
 
     def reply(self, request: ChatCompletionRequest, conversation_key: str | None) -> Reply:
         step = take_step(self._queue(conversation_key), last_user_text(request))
+        if step is None and self._fallback is not None:
+            return self._fallback.reply(request, conversation_key)
         if step is None:
             where = f" for conversation {conversation_key!r}" if conversation_key else ""
             raise ScriptExhaustedError(f"{EXHAUSTED_MESSAGE}{where}: no unconsumed step matches")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -93,6 +93,9 @@ class Script(_Strict):
 
     steps: list[ScriptStep] = Field(default_factory=list)
     conversations: dict[str, list[ScriptStep]] = Field(default_factory=dict)
+    fallback: Literal["error", "demo"] = "error"
+    """What answers a request no step matches: the exhausted error, or the demo policy
+    (lets a test script faults for a few sessions while others get ordinary answers)."""
 
 
 def _pieces(text: str | list[str] | None, words_per_chunk: int) -> tuple[str, ...]:

@@ -1,0 +1,128 @@
+"""Finalize: end a turn exactly once, whichever way it ends (SPEC E-04, E-20, E-21)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from weft_contracts import (
+    AgentStep,
+    ChatRequested,
+    CompleteData,
+    ErrorData,
+    ErrorEvent,
+    FinalAnswerData,
+    FinalAnswerEvent,
+    TurnStatus,
+)
+
+from weft_engine.emitter import EventEmitter
+from weft_engine.leases import TurnLeases
+from weft_engine.outcomes import Answer
+from weft_engine.sessions import SessionGate
+from weft_engine.state import TurnState, TurnStore
+
+log = structlog.get_logger(__name__)
+
+StartQueued = Callable[[ChatRequested], Awaitable[None]]
+
+
+class Finisher:
+    """Emits the last events of a turn, forgets its state and frees its session."""
+
+    def __init__(
+        self,
+        *,
+        emitter: EventEmitter,
+        store: TurnStore,
+        leases: TurnLeases,
+        sessions: SessionGate,
+    ):
+        self._emitter = emitter
+        self._store = store
+        self._leases = leases
+        self._sessions = sessions
+        self.start_queued: StartQueued | None = None
+
+    async def answer(self, state: TurnState, answer: Answer) -> None:
+        """The turn ends with a final answer."""
+        ids = state.ids()
+        if answer.is_fallback:  # a fixed text: it was not streamed by the model
+            data = FinalAnswerData(round=state.round, delta=answer.text)
+            await self._emitter.emit(FinalAnswerEvent, ids, data)
+        done = FinalAnswerData(round=state.round, delta="", done=True, truncated=answer.truncated)
+        await self._emitter.emit(FinalAnswerEvent, ids, done)
+        await self._complete(
+            state,
+            CompleteData(
+                status=TurnStatus.COMPLETED,
+                final_answer=answer.text,
+                is_fallback=answer.is_fallback,
+                truncated=answer.truncated,
+                rounds=state.round + 1,
+                steps=state.steps,
+                duration_ms=_elapsed_ms(state.started_at),
+            ),
+        )
+
+    async def fail(self, state: TurnState, code: str, message: str) -> None:
+        """The turn ends with an explicit error, then ``complete`` (status failed)."""
+        log.warning("turn_failed", code=code, error=message, request_id=state.request_id)
+        await self._emitter.emit(ErrorEvent, state.ids(), ErrorData(code=code, message=message))
+        await self._complete(
+            state,
+            CompleteData(
+                status=TurnStatus.FAILED,
+                steps=state.steps,
+                rounds=len(state.steps),
+                duration_ms=_elapsed_ms(state.started_at),
+            ),
+        )
+
+    async def cancelled(self, state: TurnState) -> None:
+        """The user stopped the turn (no rescue synthesis was possible)."""
+        await self._complete(
+            state,
+            CompleteData(
+                status=TurnStatus.CANCELLED,
+                steps=state.steps,
+                rounds=len(state.steps),
+                duration_ms=_elapsed_ms(state.started_at),
+            ),
+        )
+
+    async def _complete(self, state: TurnState, data: CompleteData) -> None:
+        await self._emitter.complete(state.ids(), data)
+        await self.forget(state)
+
+    async def forget(self, state: TurnState) -> None:
+        """Drop the turn's state, free its session, start the next queued request."""
+        await self._store.delete(state.request_id)
+        await self._leases.clear_deadline(state.request_id)
+        await self._emitter.mark_streaming(state.request_id, False)
+        await self._sessions.release(state.tenant_id, state.session_id, state.request_id)
+        queued = await self._sessions.next_queued(state.tenant_id, state.session_id)
+        if queued is not None and self.start_queued is not None:
+            await self.start_queued(queued)
+
+
+def final_step(state: TurnState, reasoning: str) -> list[AgentStep]:
+    """The steps with the final round's reasoning appended."""
+    return [*state.steps, AgentStep(round=state.round, reasoning=reasoning)]
+
+
+def _elapsed_ms(started_at: float) -> int:
+    return max(0, int((time.time() - started_at) * 1000))
+
+
+def closing_request(reason: str) -> dict[str, Any]:
+    """The extra user message of a final synthesis (SPEC E-21)."""
+    return {
+        "role": "user",
+        "content": (
+            f"{reason} Do not call any tool. Answer now, as completely as you can, with what "
+            "you have gathered so far, and cite the sources you used."
+        ),
+    }

@@ -1,0 +1,173 @@
+"""TurnIntake: the engine's Kafka handlers. Each only records what arrived and submits the
+turn to the scheduler, so a consumer never waits on an LLM call (invariant 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+from redis.asyncio import Redis
+from weft_contracts import (
+    CancelRequested,
+    ChatRequested,
+    CompleteData,
+    ErrorData,
+    ErrorEvent,
+    SteerMessage,
+    ToolCallCompleted,
+    TurnStartedData,
+    TurnStartedEvent,
+    TurnStatus,
+)
+
+from weft_engine.emitter import EventEmitter
+from weft_engine.finalize import Finisher
+from weft_engine.history import HistoryClient, HistoryUnavailable
+from weft_engine.loop import cancel_key
+from weft_engine.prompt import initial_messages
+from weft_engine.reporting import ResultReporter
+from weft_engine.scheduler import StepScheduler
+from weft_engine.sessions import SessionGate, SteerInbox
+from weft_engine.state import TurnState, TurnStore
+
+log = structlog.get_logger(__name__)
+
+SESSION_BUSY = "this session already runs a turn (double_texting=reject)"
+
+
+class TurnIntake:
+    """Handlers of ``agent.requests``, ``tool.results`` and ``agent.control``."""
+
+    def __init__(
+        self,
+        *,
+        redis: Redis,
+        store: TurnStore,
+        emitter: EventEmitter,
+        history: HistoryClient,
+        sessions: SessionGate,
+        inbox: SteerInbox,
+        reporter: ResultReporter,
+        finisher: Finisher,
+        scheduler: StepScheduler,
+        cancel_channel: str,
+        ttl_s: int,
+    ):
+        self._redis = redis
+        self._store = store
+        self._emitter = emitter
+        self._history = history
+        self._sessions = sessions
+        self._inbox = inbox
+        self._reporter = reporter
+        self._finisher = finisher
+        self._scheduler = scheduler
+        self._channel = cancel_channel
+        self._ttl = ttl_s
+        finisher.start_queued = self.start
+
+    async def on_chat_requested(self, request: ChatRequested) -> None:
+        """Start the turn, or apply the double-texting strategy when the session is busy."""
+        rid = request.request_id
+        if await self._store.load(rid) is not None or await self._emitter.completed(rid):
+            return  # redelivery of a turn already started
+        holder = await self._sessions.claim(request.tenant_id, request.session_id, rid)
+        if holder is None:
+            await self.start(request)
+            return
+        match request.data.double_texting:
+            case "reject":
+                await self._reject(request)
+            case "enqueue":
+                await self._sessions.enqueue(request)
+            case "interrupt":
+                await self._sessions.enqueue(request)
+                await self.cancel(holder)
+
+    async def start(self, request: ChatRequested) -> None:
+        """Open the turn: ``turn_started``, history from memory, state, first step."""
+        ids = _ids(request)
+        data = request.data
+        started = TurnStartedData(
+            query=data.query, user_id=data.user_id, agent_id=data.agent.agent_id, mode=data.mode
+        )
+        await self._emitter.emit(TurnStartedEvent, ids, started)
+        state = TurnState(
+            **ids,
+            user_id=data.user_id,
+            agent=data.agent,
+            messages=[],
+            started_at=time.time(),
+        )
+        try:
+            history = await self._history.load(
+                request.tenant_id, request.session_id, data.agent.history_turns
+            )
+        except HistoryUnavailable as exc:
+            await self._finisher.fail(state, "history_unavailable", str(exc))
+            return
+        state = state.model_copy(
+            update={"messages": initial_messages(data.agent, history, data.query)}
+        )
+        await self._store.save(state)
+        await self._scheduler.submit(request.request_id)
+
+    async def on_tool_result(self, result: ToolCallCompleted) -> None:
+        """Record a result; when the dispatched calls have all answered, advance the turn."""
+        saved = await self._reporter.record(result)
+        if saved is not None and saved.dispatched_results_in():
+            await self._scheduler.submit(saved.request_id)
+
+    async def on_control(self, message: Any) -> None:
+        """Stop or steer the session's running turn."""
+        rid = await self._target(message)
+        if rid is None:
+            log.info("control_without_turn", type=message.type, session_id=message.session_id)
+            return
+        match message:
+            case CancelRequested():
+                await self.cancel(rid)
+            case SteerMessage():
+                await self._inbox.put(rid, message.data.content)
+
+    async def cancel(self, request_id: str) -> None:
+        """Flag the turn stopped; the replica running it is told at once through Redis."""
+        await self._redis.set(cancel_key(request_id), 1, ex=self._ttl)
+        await self._redis.publish(self._channel, request_id)
+        await self._scheduler.submit(request_id)  # a turn waiting for tools ends now
+
+    async def _target(self, message: CancelRequested | SteerMessage) -> str | None:
+        if await self._store.load(message.request_id) is not None:
+            return message.request_id
+        return await self._sessions.active(message.tenant_id, message.session_id)
+
+    async def _reject(self, request: ChatRequested) -> None:
+        ids = _ids(request)
+        await self._emitter.emit(
+            ErrorEvent, ids, ErrorData(code="session_busy", message=SESSION_BUSY)
+        )
+        await self._emitter.complete(ids, CompleteData(status=TurnStatus.FAILED))
+
+    async def listen_for_cancels(self) -> None:
+        """Cancel local steps named on the cancel channel (every replica listens)."""
+        pubsub = self._redis.pubsub()
+        await pubsub.subscribe(self._channel)
+        try:
+            async for item in pubsub.listen():
+                if item.get("type") == "message":
+                    self._scheduler.cancel(item["data"].decode())
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+
+
+def _ids(request: ChatRequested) -> dict[str, Any]:
+    return {
+        "tenant_id": request.tenant_id,
+        "session_id": request.session_id,
+        "request_id": request.request_id,
+        "traceparent": request.traceparent,
+    }

@@ -1,0 +1,91 @@
+"""TurnLeases: which replica runs a turn's step right now, in Redis.
+
+A replica holds a lease while it runs a step and renews it; when the replica dies the lease
+expires and any other replica's reaper claims the turn (invariant 2). Turns waiting for
+tools hold no lease; their earliest tool deadline is kept in a second sorted set so the
+engine can time out a worker that never answers (SPEC E-17).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+
+_CLAIM = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+return 1
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('ZREM', KEYS[2], ARGV[2])
+return 1
+"""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TurnLeases:
+    """Leases and tool deadlines of one deployment (namespaced by the topic prefix)."""
+
+    def __init__(self, redis: Redis, *, owner: str, namespace: str, ttl_s: float):
+        self._redis = redis
+        self.owner = owner
+        self._ttl_ms = int(ttl_s * 1000)
+        self._leases = f"weft:{namespace}leases"
+        self._deadlines = f"weft:{namespace}deadlines"
+        self._claim = redis.register_script(_CLAIM)
+        self._release = redis.register_script(_RELEASE)
+
+    @staticmethod
+    def _owner_key(request_id: str) -> str:
+        return f"weft:turn:{request_id}:lease"
+
+    async def claim(self, request_id: str) -> bool:
+        """Take (or renew) the lease unless another live replica holds it."""
+        expiry = _now_ms() + self._ttl_ms
+        ok = await self._claim(
+            keys=[self._owner_key(request_id), self._leases],
+            args=[self.owner, self._ttl_ms, expiry, request_id],
+        )
+        return bool(ok)
+
+    async def release(self, request_id: str) -> None:
+        """Give the lease up (the turn waits for tools, ended, or is handed over)."""
+        await self._release(
+            keys=[self._owner_key(request_id), self._leases], args=[self.owner, request_id]
+        )
+
+    async def hand_over(self, request_id: str) -> None:
+        """Drop the lease but keep the turn listed as expired, for an immediate takeover."""
+        await self._redis.delete(self._owner_key(request_id))
+        await self._redis.zadd(self._leases, {request_id: 0})
+
+    async def expired(self) -> list[str]:
+        """Turns whose holder stopped renewing: their replica is gone."""
+        raw: Any = await self._redis.zrangebyscore(
+            self._leases, "-inf", _now_ms(), start=0, num=100
+        )
+        return [r.decode() for r in raw]
+
+    async def set_deadline(self, request_id: str, deadline_s: float) -> None:
+        """Wake the turn at ``deadline_s`` (epoch seconds) if its tools have not answered."""
+        await self._redis.zadd(self._deadlines, {request_id: int(deadline_s * 1000)})
+
+    async def clear_deadline(self, request_id: str) -> None:
+        """The turn no longer waits for tools."""
+        await self._redis.zrem(self._deadlines, request_id)
+
+    async def due(self) -> list[str]:
+        """Turns whose tool deadline has passed."""
+        raw: Any = await self._redis.zrangebyscore(
+            self._deadlines, "-inf", _now_ms(), start=0, num=100
+        )
+        return [r.decode() for r in raw]

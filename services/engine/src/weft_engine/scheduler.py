@@ -1,0 +1,115 @@
+"""StepScheduler: runs turn steps as tasks so one slow turn never blocks another.
+
+Kafka handlers only record what arrived and submit the turn; the step (LLM stream, tool
+dispatch) runs in its own task under a lease. At most ``max_inflight`` steps run per
+replica: beyond that ``submit`` waits, so the consumer stops fetching and requests wait
+in Kafka, not in memory (invariant 6). A reaper claims turns whose replica died and turns
+whose tool deadline passed (invariants 2 and 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from weft_engine.leases import TurnLeases
+
+log = structlog.get_logger(__name__)
+
+RunStep = Callable[[str, bool], Awaitable[None]]
+"""``run_step(request_id, takeover)``."""
+
+
+class StepScheduler:
+    """Owns this replica's running steps and its background reaper."""
+
+    def __init__(self, leases: TurnLeases, run_step: RunStep, *, max_inflight: int, ttl_s: float):
+        self._leases = leases
+        self._run_step = run_step
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._ttl = ttl_s
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._background: list[asyncio.Task[None]] = []
+
+    def running(self, request_id: str) -> bool:
+        """Whether this replica runs a step of the turn now."""
+        return request_id in self._tasks
+
+    async def submit(self, request_id: str, *, takeover: bool = False) -> bool:
+        """Run the turn's next step here unless another replica holds it; waits for a slot."""
+        if request_id in self._tasks:
+            return False
+        await self._slots.acquire()
+        if not await self._leases.claim(request_id):
+            self._slots.release()
+            return False
+        task = asyncio.create_task(self._run(request_id, takeover), name=f"turn:{request_id}")
+        self._tasks[request_id] = task
+        return True
+
+    def cancel(self, request_id: str) -> bool:
+        """Interrupt the local step of the turn (user stop); True when there was one."""
+        task = self._tasks.get(request_id)
+        if task is None:
+            return False
+        task.cancel("user_stop")
+        return True
+
+    async def _run(self, request_id: str, takeover: bool) -> None:
+        try:
+            await self._run_step(request_id, takeover)
+        except asyncio.CancelledError:
+            # Shutdown: leave the lease expired so another replica's reaper takes over now.
+            log.info("step_handed_over", request_id=request_id)
+            await asyncio.shield(self._leases.hand_over(request_id))
+            raise
+        except Exception:
+            log.exception("step_crashed", request_id=request_id)
+            await asyncio.shield(self._leases.release(request_id))
+        else:
+            await asyncio.shield(self._leases.release(request_id))
+        finally:
+            self._tasks.pop(request_id, None)
+            self._slots.release()
+
+    def start(self) -> None:
+        """Start the lease heartbeat and the reaper."""
+        self._background = [
+            asyncio.create_task(self._heartbeat(), name="lease-heartbeat"),
+            asyncio.create_task(self._reap(), name="lease-reaper"),
+        ]
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            for request_id in list(self._tasks):
+                await self._leases.claim(request_id)
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                for request_id in await self._leases.expired():
+                    log.warning("turn_taken_over", request_id=request_id)
+                    await self.submit(request_id, takeover=True)
+                for request_id in await self._leases.due():
+                    await self.submit(request_id)
+            except Exception:  # a Redis hiccup must not kill the reaper
+                log.exception("reaper_failed")
+
+    async def stop(self, grace_s: float) -> None:
+        """Let running steps finish for ``grace_s``, then hand the rest back to other replicas."""
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        pending = list(self._tasks.values())
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=grace_s)
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*still, return_exceptions=True)
