@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from weft_contracts import (
     CancelRequested,
     ChatRequested,
@@ -152,16 +153,25 @@ class TurnIntake:
         await self._emitter.complete(ids, CompleteData(status=TurnStatus.FAILED))
 
     async def listen_for_cancels(self) -> None:
-        """Cancel local steps named on the cancel channel (every replica listens)."""
-        pubsub = self._redis.pubsub()
-        await pubsub.subscribe(self._channel)
-        try:
-            async for item in pubsub.listen():
-                if item.get("type") == "message":
-                    self._scheduler.cancel(item["data"].decode())
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+        """Cancel local steps named on the cancel channel (every replica listens).
+
+        Polls with a short timeout (below the Redis client's socket timeout) and
+        resubscribes after a connection error, so the listener never dies quietly.
+        """
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(self._channel)
+                while True:
+                    item = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if item and item.get("type") == "message":
+                        self._scheduler.cancel(item["data"].decode())
+            except RedisError:
+                log.warning("cancel_listener_reconnecting")
+                await asyncio.sleep(0.5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
 
 
 def _ids(request: ChatRequested) -> dict[str, Any]:

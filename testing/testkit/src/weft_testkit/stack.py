@@ -56,6 +56,8 @@ class StackConfig:
     """Processes per service (default 1), e.g. {"engine": 2}."""
     extra_env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 120.0
+    partitions: int = 3
+    """Partitions of every topic of this stack (1 puts every session on one partition)."""
 
 
 @dataclass
@@ -115,7 +117,7 @@ class LocalStack:
         self._wait_ready()
 
     def _ensure_topics(self) -> None:
-        env = {**os.environ, **infra_env(), "WEFT_TOPIC_PARTITIONS": "3"}
+        env = {**os.environ, **infra_env(), "WEFT_TOPIC_PARTITIONS": str(self.config.partitions)}
         subprocess.run(
             [sys.executable, "-m", "weft_platform.topics", "ensure", "--prefix", self.prefix,
              "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],

@@ -1,0 +1,214 @@
+"""Engine fault tests with separate OS processes on the real Kafka and Redis (issue 3).
+
+One stack for the module: three engine replicas, every topic on ONE partition (so all
+sessions share it), short lease and tool deadlines so the bounded times stay short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+from weft_storage.models import Agent
+from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env, read_turn
+
+REPO = Path(__file__).resolve().parents[2]
+NO_TOOLS_AGENT = "e2e-no-tools"
+
+
+@pytest.fixture(scope="module")
+def faults_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
+    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
+    config = StackConfig(
+        log_dir=home / "logs" / "e2e-faults",
+        replicas={"engine": 3},
+        partitions=1,
+        extra_env={"WEFT_LEASE_TTL_S": "3", "WEFT_TOOL_DEADLINE_S": "4"},
+    )
+    with LocalStack(config) as running:
+        asyncio.run(_create_no_tools_agent(running.tenant))
+        yield running
+
+
+async def _create_no_tools_agent(tenant: str) -> None:
+    engine = create_async_engine(infra_env()["WEFT_DATABASE_URL"])
+    async with async_sessionmaker(engine).begin() as s:
+        config = {"allowed_tools": [], "max_iterations": 3, "mode": "smart-reasoning"}
+        s.add(Agent(tenant_id=tenant, id=NO_TOOLS_AGENT, name="no tools", config=config))
+    await engine.dispose()
+
+
+@pytest.fixture
+async def client(faults_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"Authorization": f"Bearer {faults_stack.api_key}"}
+    async with httpx.AsyncClient(
+        base_url=faults_stack.gateway_url, headers=headers, timeout=60
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+async def script(faults_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=faults_stack.llm_url, timeout=30) as c:
+        yield c
+        await c.post("/_reset")
+
+
+async def _session(client: httpx.AsyncClient, agent: str) -> str:
+    resp = await client.post("/api/v1/sessions", json={"agent_id": agent})
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+async def _turn(
+    client: httpx.AsyncClient, stack: LocalStack, agent: str, query: str
+) -> list[SseEvent]:
+    session_id = await _session(client, agent)
+    return await read_turn(
+        client, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+        json_body={"query": query}, timeout_s=120,
+    )  # fmt: skip
+
+
+def _assert_clean_stream(events: list[SseEvent]) -> None:
+    """Invariant 1 across a crash: each event once, in seq order, one complete, last."""
+    ids = [e.data["id"] for e in events]
+    seqs = [e.data["seq"] for e in events]
+    assert len(set(ids)) == len(ids), "an event reached the client twice"
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs
+    assert [e.event for e in events].count("complete") == 1 and events[-1].event == "complete"
+
+
+async def test_a_stalled_llm_call_does_not_delay_other_sessions_on_its_partition(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # invariant 4
+    await script.post("/_script", json={
+        # 10 s in the issue; 30 s here so that 50 turns on a loaded 2-core machine finish
+        # inside the stall: the assertion is about ordering, not about throughput.
+        "steps": [{"match": "STALL", "delay_ms": 30000, "content": "late but fine"}],
+        "fallback": "demo",
+    })  # fmt: skip
+    finished: list[str] = []
+
+    async def run(name: str, query: str) -> None:
+        events = await _turn(client, faults_stack, NO_TOOLS_AGENT, query)
+        assert events[-1].data["data"]["status"] == "completed", events[-1].data
+        finished.append(name)
+
+    stalled = asyncio.create_task(run("stalled", "STALL please"))
+    await asyncio.sleep(0)  # the stalled request is published first
+    await asyncio.gather(*(run(f"s{i}", f"question number {i}") for i in range(50)))
+    await stalled
+    position = finished.index("stalled")
+    assert finished[-1] == "stalled", f"the stalled session finished {position + 1}th of 51"
+    assert len(finished) == 51
+
+
+async def _lease_owner(stack: LocalStack, request_id: str) -> str:
+    redis = Redis.from_url(infra_env()["WEFT_REDIS_URL"])
+    try:
+        async with asyncio.timeout(20):
+            while True:
+                owner = await redis.get(f"weft:turn:{request_id}:lease")
+                if owner:
+                    return str(owner.decode())
+                await asyncio.sleep(0.05)
+    finally:
+        await redis.aclose()
+
+
+def _kill_owner(stack: LocalStack, owner: str) -> None:
+    port = int(owner.rsplit("-", 1)[1])
+    stack.kill("engine", stack.ports["engine"].index(port))
+
+
+async def _watch(
+    client: httpx.AsyncClient, stack: LocalStack, agent: str, query: str, trigger: str
+) -> tuple[list[SseEvent], str]:
+    """Run a turn; when the first ``trigger`` event arrives, SIGKILL the replica running it."""
+    session_id = await _session(client, agent)
+    events: list[SseEvent] = []
+    killed = ""
+    from httpx_sse import aconnect_sse
+
+    async with aconnect_sse(
+        client, "POST", f"/api/v1/agent-chat/{session_id}", json={"query": query}, timeout=120
+    ) as source:
+        async for sse in source.aiter_sse():
+            if not sse.event:
+                continue
+            data: dict[str, Any] = json.loads(sse.data)
+            events.append(SseEvent(sse.id, sse.event, data, 0.0))
+            if sse.event == trigger and not killed:
+                killed = await _lease_owner(stack, data["request_id"])
+                _kill_owner(stack, killed)
+            if sse.event == "complete":
+                break
+    return events, killed
+
+
+async def test_killing_the_replica_mid_stream_ends_the_turn_with_an_explicit_error(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # invariant 2
+    words = " ".join(f"word{i}" for i in range(120))
+    await script.post("/_script", json={
+        "steps": [{"match": "KILLSTREAM", "content": words, "chunk_delay_ms": 100}],
+        "fallback": "demo",
+    })  # fmt: skip
+    events, killed = await asyncio.wait_for(
+        _watch(client, faults_stack, NO_TOOLS_AGENT, "KILLSTREAM now", "final_answer"), 90
+    )
+    assert killed
+    _assert_clean_stream(events)
+    assert events[-2].event == "error"
+    assert events[-2].data["data"]["code"] == "engine_replica_lost"
+    assert events[-1].data["data"]["status"] == "failed"
+
+
+async def test_killing_the_replica_during_a_tool_round_still_completes_the_turn(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # invariant 2
+    await script.post("/_script", json={
+        "steps": [
+            {"match": "KILLTOOLS", "tool_calls": [{"name": "search_knowledge",
+                                                   "arguments": {"query": "refunds"}}]},
+            {"match": "KILLTOOLS", "content": "Done after the tools."},
+        ],
+        "fallback": "demo",
+    })  # fmt: skip
+    events, killed = await asyncio.wait_for(
+        _watch(client, faults_stack, "builtin-smart-reasoning", "KILLTOOLS go", "tool_call"), 90
+    )
+    assert killed
+    _assert_clean_stream(events)
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed", [e.event for e in events]
+    assert complete["final_answer"] == "Done after the tools."
+
+
+async def test_a_tool_worker_that_never_answers_times_out_and_the_turn_goes_on(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # SPEC E-17
+    faults_stack.kill("tool_exec")
+    await script.post("/_script", json={
+        "steps": [
+            {"match": "NOWORKER", "tool_calls": [{"name": "search_knowledge",
+                                                  "arguments": {"query": "x"}}]},
+            {"match": "NOWORKER", "content": "The search timed out, sorry."},
+        ],
+        "fallback": "demo",
+    })  # fmt: skip
+    events = await _turn(client, faults_stack, "builtin-smart-reasoning", "NOWORKER please")
+    result = next(e for e in events if e.event == "tool_result").data["data"]
+    assert not result["success"] and "timed out" in result["error"]
+    assert events[-1].data["data"]["status"] == "completed"
+    assert events[-1].data["data"]["final_answer"] == "The search timed out, sorry."
