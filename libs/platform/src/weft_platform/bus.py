@@ -40,6 +40,7 @@ def create_broker(settings: ServiceSettings) -> KafkaBroker:
         acks="all",
         allow_auto_create_topics=False,
         logger=logging.getLogger("weft.bus"),
+        log_level=logging.DEBUG,  # per-message "Received/Processed" lines only when debugging
     )
 
 

@@ -136,6 +136,7 @@ class TurnIntake:
 
     async def cancel(self, request_id: str) -> None:
         """Flag the turn stopped; the replica running it is told at once through Redis."""
+        log.info("cancel_requested", request_id=request_id)
         await self._redis.set(cancel_key(request_id), 1, ex=self._ttl)
         await self._redis.publish(self._channel, request_id)
         await self._scheduler.submit(request_id)  # a turn waiting for tools ends now
@@ -165,7 +166,9 @@ class TurnIntake:
                 while True:
                     item = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if item and item.get("type") == "message":
-                        self._scheduler.cancel(item["data"].decode())
+                        request_id = item["data"].decode()
+                        if self._scheduler.cancel(request_id):
+                            log.info("step_cancelled", request_id=request_id)
             except RedisError:
                 log.warning("cancel_listener_reconnecting")
                 await asyncio.sleep(0.5)

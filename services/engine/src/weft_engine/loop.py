@@ -114,6 +114,9 @@ class TurnLoop:
 
     async def _think_loop(self, state: TurnState) -> None:
         while True:
+            if await cancel_requested(self._redis, state.request_id):
+                await self._stop(state.request_id)
+                return
             state = await self._take_steers(state)
             if self._iterations_exhausted(state):  # SPEC E-21
                 await self._synthesize(state, MAX_ITERATIONS_REASON)

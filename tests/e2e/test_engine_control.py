@@ -1,0 +1,139 @@
+"""Stop, steer and double-texting through weft.agent.control.v1 (SPEC E-13, E-20, E-04)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+from aiokafka import AIOKafkaProducer
+from httpx_sse import aconnect_sse
+from weft_contracts import (
+    CancelRequested,
+    CancelRequestedData,
+    Envelope,
+    SteerMessage,
+    SteerMessageData,
+    Topic,
+)
+from weft_testkit import LocalStack, SseEvent, read_turn
+
+AGENT = "builtin-smart-reasoning"
+
+
+async def _publish(stack: LocalStack, message: Envelope) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"]
+    )
+    await producer.start()
+    try:
+        topic = stack.prefix + Topic.AGENT_CONTROL.value
+        await producer.send_and_wait(topic, message.model_dump_json().encode(), key=message.key())
+    finally:
+        await producer.stop()
+
+
+async def _session(api: httpx.AsyncClient) -> str:
+    return str((await api.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"])
+
+
+async def _run_with_control(
+    api: httpx.AsyncClient, stack: LocalStack, query: str, trigger: str, control: Any
+) -> list[SseEvent]:
+    """Stream a turn; at the first ``trigger`` event publish ``control(event)``."""
+    session_id = await _session(api)
+    events: list[SseEvent] = []
+    sent = False
+    async with aconnect_sse(
+        api, "POST", f"/api/v1/agent-chat/{session_id}", json={"query": query}, timeout=60
+    ) as source:
+        async for sse in source.aiter_sse():
+            if not sse.event:
+                continue
+            data = json.loads(sse.data)
+            events.append(SseEvent(sse.id, sse.event, data, 0.0))
+            if sse.event == trigger and not sent:
+                sent = True
+                await _publish(stack, control(data))
+            if sse.event == "complete":
+                break
+    return events
+
+
+def _ids(event: dict[str, Any]) -> dict[str, str]:
+    return {k: event[k] for k in ("tenant_id", "session_id", "request_id")}
+
+
+async def test_stop_mid_answer_ends_the_turn_cancelled_at_once(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-20 cancel, E-04
+    words = " ".join(f"w{i}" for i in range(300))
+    await llm.post("/_script", json={
+        "steps": [{"match": "STOPME", "content": words, "chunk_delay_ms": 150}],
+        "fallback": "demo",
+    })  # fmt: skip
+    events = await asyncio.wait_for(
+        _run_with_control(
+            api, stack, "STOPME now", "final_answer",
+            lambda e: CancelRequested(**_ids(e), data=CancelRequestedData()),
+        ),
+        30,
+    )  # fmt: skip
+    types = [e.event for e in events]
+    assert types.count("complete") == 1 and types[-1] == "complete"
+    assert events[-1].data["data"]["status"] == "cancelled", types
+    streamed = sum(1 for t in types if t == "final_answer")
+    assert streamed < 60, "the answer kept streaming after the stop"
+
+
+async def test_steer_makes_the_first_answer_intermediate(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-13
+    await llm.post("/_script", json={
+        "steps": [
+            # The steer is sent at the first thought, while the answer still streams.
+            {"match": "STEERME", "reasoning": "thinking", "content": "first draft",
+             "chunk_delay_ms": 800},
+            {"match": "French", "content": "final, in French as asked"},
+        ],
+        "fallback": "demo",
+    })  # fmt: skip
+    events = await _run_with_control(
+        api, stack, "STEERME please", "thought",
+        lambda e: SteerMessage(**_ids(e), data=SteerMessageData(content="Answer in French.")),
+    )  # fmt: skip
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == "final, in French as asked"
+    assert complete["steps"][0]["thought"] == "first draft"
+    last = (await llm.get("/_requests")).json()["requests"][-1]["body"]["messages"]
+    assert [m["content"] for m in last[-2:]] == ["first draft", "Answer in French."]
+
+
+async def test_a_second_message_waits_for_the_running_turn(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # double-texting "enqueue" (the default)
+    await llm.post("/_script", json={
+        "steps": [{"match": "FIRST", "content": "first answer", "delay_ms": 1500},
+                  {"match": "SECOND", "content": "second answer"}],
+        "fallback": "demo",
+    })  # fmt: skip
+    session_id = await _session(api)
+    url = f"/api/v1/agent-chat/{session_id}"
+    first = asyncio.create_task(
+        read_turn(api, url, api_key=stack.api_key, json_body={"query": "FIRST one"})
+    )
+    await asyncio.sleep(0.3)  # let the first request reach the engine first
+    second = await read_turn(api, url, api_key=stack.api_key, json_body={"query": "SECOND one"})
+    first_events = await first
+    assert first_events[-1].data["data"]["final_answer"] == "first answer"
+    assert second[-1].data["data"]["final_answer"] == "second answer"
+    first_done = _position(first_events[-1].id)
+    second_started = _position(next(e for e in second if e.event == "turn_started").id)
+    assert second_started > first_done, "the second turn started before the first ended"
+
+
+def _position(entry_id: str) -> tuple[int, int]:
+    ms, seq = entry_id.split("-")
+    return int(ms), int(seq)
