@@ -17,7 +17,6 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-
 from weft_storage.models import Agent
 from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env, read_turn
 
