@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from weft_scripted_llm.citations import answer_reasoning, cited_answer, parse_search_hits
 from weft_scripted_llm.conversation import (
     asks_for_summary,
+    last_user_index,
     last_user_text,
     tool_messages_after_last_user,
 )
@@ -61,7 +62,11 @@ class ScriptPolicy:
         self._conversations = {key: list(steps) for key, steps in script.conversations.items()}
         self._words_per_chunk = words_per_chunk
         self._served = 0
-        self._fallback = DemoPolicy(words_per_chunk) if script.fallback == "demo" else None
+        self._fallback: DemoPolicy | RoundsPolicy | None = None
+        if script.fallback == "demo":
+            self._fallback = DemoPolicy(words_per_chunk)
+        elif script.fallback == "rounds":
+            self._fallback = RoundsPolicy(script.rounds, script.parallel, words_per_chunk)
 
     def _queue(self, conversation_key: str | None) -> list[ScriptStep]:
         if conversation_key is not None and conversation_key in self._conversations:
@@ -135,6 +140,44 @@ class DemoPolicy:
     def _answer_from_search(self, question: str, tool_output: str) -> Reply:
         hits = parse_search_hits(tool_output)
         return self._text_reply(cited_answer(question, hits), answer_reasoning(hits, question))
+
+
+class RoundsPolicy:
+    """For benchmarks: ``rounds`` rounds of ``parallel`` search calls, then a short answer.
+
+    The round is the number of assistant tool-call messages after the last user message,
+    so any number of concurrent conversations can share one server.
+    """
+
+    name = "rounds"
+
+    def __init__(self, rounds: int, parallel: int, words_per_chunk: int) -> None:
+        self._rounds = rounds
+        self._parallel = parallel
+        self._words_per_chunk = words_per_chunk
+
+    def status(self) -> dict[str, Any]:
+        return {"policy": self.name, "rounds": self._rounds, "parallel": self._parallel}
+
+    def reply(self, request: ChatCompletionRequest, conversation_key: str | None) -> Reply:
+        start = last_user_index(request)
+        later = request.messages[(start or 0) + 1 :]
+        done = sum(1 for m in later if m.role == "assistant" and m.tool_calls)
+        if done >= self._rounds:
+            text = f"Done after {done} tool rounds."
+            return Reply(
+                content=tuple(split_words(text, self._words_per_chunk)), finish_reason="stop"
+            )
+        prefix = _call_id(request)
+        calls = tuple(
+            ToolCallReply(
+                id=f"{prefix}_{done}_{i}",
+                name=SEARCH_TOOL,
+                arguments=json.dumps({"query": f"round {done} part {i}"}),
+            )
+            for i in range(self._parallel)
+        )
+        return Reply(tool_calls=calls, finish_reason="tool_calls")
 
 
 def _call_id(request: ChatCompletionRequest) -> str:

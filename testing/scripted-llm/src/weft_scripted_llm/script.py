@@ -93,9 +93,13 @@ class Script(_Strict):
 
     steps: list[ScriptStep] = Field(default_factory=list)
     conversations: dict[str, list[ScriptStep]] = Field(default_factory=dict)
-    fallback: Literal["error", "demo"] = "error"
-    """What answers a request no step matches: the exhausted error, or the demo policy
-    (lets a test script faults for a few sessions while others get ordinary answers)."""
+    fallback: Literal["error", "demo", "rounds"] = "error"
+    """What answers a request no step matches: the exhausted error, the demo policy (lets a
+    test script faults for a few sessions while others get ordinary answers), or the
+    rounds policy (``rounds`` tool rounds of ``parallel`` search calls, then an answer;
+    for benchmarks)."""
+    rounds: int = Field(default=3, ge=0, le=50)
+    parallel: int = Field(default=2, ge=1, le=16)
 
 
 def _pieces(text: str | list[str] | None, words_per_chunk: int) -> tuple[str, ...]:

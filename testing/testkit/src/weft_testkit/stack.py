@@ -182,6 +182,10 @@ class LocalStack:
                     raise RuntimeError(f"{proc.name} not ready in time; see {self.config.log_dir}")
                 time.sleep(0.3)
 
+    def pids(self, name: str) -> list[int]:
+        """Process ids of the running replicas of ``name``."""
+        return [p.process.pid for p in self._procs if p.name == name and p.process.poll() is None]
+
     def kill(self, name: str, index: int = 0, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one replica of ``name`` and wait for it to exit."""
         proc = [p for p in self._procs if p.name == name][index]

@@ -1,0 +1,160 @@
+"""Engine benchmarks (issue 3): per-round overhead and concurrent-turn throughput.
+
+Starts its own stack (all services as processes, scripted LLM test double with no added
+latency, `rounds` policy: R tool rounds of P parallel `search_knowledge` calls on an empty
+knowledge base, then a short answer) on the real Kafka/PostgreSQL/Redis.
+
+- overhead: sequential turns (3 rounds x 1 call). Per round, the time from the engine
+  emitting `tool_result` to it emitting the next `tool_call` (engine handling + one
+  scripted-LLM HTTP round trip + Kafka), and from the engine emitting the first answer
+  delta to the SSE client receiving it.
+- throughput: N concurrent sessions, each a 3-round turn with 2 parallel calls per round;
+  turns/s, p50/p99 turn latency and the engine's peak RSS.
+
+    .venv/bin/python bench/engine_bench.py --sessions 50 200 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse
+from weft_testkit import LocalStack, StackConfig
+
+REPO = Path(__file__).resolve().parents[1]
+AGENT = "builtin-smart-reasoning"
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+async def _turn(api: httpx.AsyncClient, query: str) -> list[tuple[str, dict[str, Any], float]]:
+    session = (await api.post("/api/v1/sessions", json={"agent_id": AGENT})).json()
+    events: list[tuple[str, dict[str, Any], float]] = []
+    async with aconnect_sse(
+        api, "POST", f"/api/v1/agent-chat/{session['id']}", json={"query": query}, timeout=600
+    ) as source:
+        async for sse in source.aiter_sse():
+            if sse.event and sse.data:
+                events.append((sse.event, json.loads(sse.data), time.time()))
+            if sse.event == "complete":
+                break
+    return events
+
+
+async def overhead(api: httpx.AsyncClient, turns: int) -> dict[str, Any]:
+    round_gaps: list[float] = []
+    first_token: list[float] = []
+    for i in range(turns + 1):
+        events = await _turn(api, f"overhead {i}")
+        if i == 0:
+            continue  # warm-up
+        for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events):
+            if kind == "tool_result" and next_kind == "tool_call":
+                round_gaps.append((_epoch(next_env["time"]) - _epoch(env["time"])) * 1000)
+        answer = next(e for e in events if e[0] == "final_answer")
+        first_token.append((answer[2] - _epoch(answer[1]["time"])) * 1000)
+    return {
+        "turns": turns,
+        "tool_result_to_next_tool_call_ms": _summary(round_gaps),
+        "first_answer_token_to_sse_client_ms": _summary(first_token),
+    }
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {"p50": _pct(values, 0.5), "p99": _pct(values, 0.99), "n": len(values)}
+
+
+def _rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total / 1024
+
+
+async def throughput(api: httpx.AsyncClient, stack: LocalStack, sessions: int) -> dict[str, Any]:
+    peak = [0.0]
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_mb(stack.pids("engine")))
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.create_task(sample())
+    started = time.monotonic()
+
+    async def one(i: int) -> tuple[float, str]:
+        t0 = time.monotonic()
+        events = await _turn(api, f"throughput {i}")
+        return time.monotonic() - t0, events[-1][1]["data"]["status"]
+
+    results = await asyncio.gather(*(one(i) for i in range(sessions)), return_exceptions=True)
+    wall = time.monotonic() - started
+    stop.set()
+    await sampler
+    ok = [r for r in results if isinstance(r, tuple) and r[1] == "completed"]
+    latencies = [r[0] * 1000 for r in ok]
+    return {
+        "sessions": sessions,
+        "completed": len(ok),
+        "errors": sessions - len(ok),
+        "wall_s": round(wall, 2),
+        "turns_per_s": round(len(ok) / wall, 2),
+        "turn_latency_ms": {"p50": _pct(latencies, 0.5), "p99": _pct(latencies, 0.99)}
+        if ok
+        else {},
+        "engine_peak_rss_mb": round(peak[0], 1),
+    }
+
+
+async def run(turns: int, sessions: list[int]) -> dict[str, Any]:
+    config = StackConfig(log_dir=REPO / ".weft" / "logs" / "bench-engine", partitions=6)
+    with LocalStack(config) as stack:
+        headers = {"Authorization": f"Bearer {stack.api_key}"}
+        limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
+        async with (
+            httpx.AsyncClient(
+                base_url=stack.gateway_url, headers=headers, timeout=600, limits=limits
+            ) as api,
+            httpx.AsyncClient(base_url=stack.llm_url) as llm,
+        ):
+            await llm.post("/_script", json={"fallback": "rounds", "rounds": 3, "parallel": 1})
+            result: dict[str, Any] = {"overhead": await overhead(api, turns)}
+            await llm.post("/_script", json={"fallback": "rounds", "rounds": 3, "parallel": 2})
+            result["throughput"] = [await throughput(api, stack, n) for n in sessions]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--sessions", type=int, nargs="+", default=[50, 200, 500])
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "bench" / "results" / "engine_bench.json"
+    )
+    args = parser.parse_args()
+    result = asyncio.run(run(args.turns, args.sessions))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

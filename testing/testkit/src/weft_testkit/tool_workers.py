@@ -1,0 +1,151 @@
+"""A pool of tool-exec worker processes on their own topics, and a client that sends them
+calls over the real Kafka (multi-worker tests of invariant 3 and the tool benchmarks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+
+from weft_testkit.stack import free_port, infra_env
+
+
+class ToolWorkerPool:
+    """``python -m weft_tool_exec`` processes sharing one consumer group."""
+
+    def __init__(
+        self, log_dir: Path, *, partitions: int = 6, extra_env: dict[str, str] | None = None
+    ):
+        self.prefix = f"tw{secrets.token_hex(4)}."
+        self.log_dir = log_dir
+        self.partitions = partitions
+        self.extra_env = extra_env or {}
+        self.procs: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
+        log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **infra_env(), "WEFT_TOPIC_PARTITIONS": str(partitions)}
+        subprocess.run(
+            [sys.executable, "-m", "weft_platform.topics", "ensure", "--prefix", self.prefix,
+             "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def start(self, name: str) -> None:
+        """Start worker ``name`` and wait for its /readyz."""
+        port = free_port()
+        env = {
+            **os.environ, **infra_env(), "PYTHONUNBUFFERED": "1", "WEFT_HTTP_PORT": str(port),
+            "WEFT_TOPIC_PREFIX": self.prefix, "WEFT_INSTANCE_ID": name, "WEFT_LOG_FORMAT": "json",
+            "WEFT_EMBEDDING_MODEL": "", **self.extra_env,
+        }  # fmt: skip
+        log = open(self.log_dir / f"{self.prefix}{name}.log", "ab")  # noqa: SIM115
+        process = subprocess.Popen(
+            [sys.executable, "-m", "weft_tool_exec"], env=env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        self.procs[name] = (port, process)
+        deadline = time.monotonic() + 120
+        with httpx.Client(timeout=3) as client:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    raise RuntimeError(f"worker {name} exited; see {self.log_dir}")
+                try:
+                    if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.3)
+        raise RuntimeError(f"worker {name} not ready in time")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one worker (a crash: no cleanup, no offset commit)."""
+        _, process = self.procs.pop(name)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM every worker, SIGKILL after 20 s."""
+        for _, process in self.procs.values():
+            process.send_signal(signal.SIGTERM)
+        for _, process in self.procs.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.procs.clear()
+
+
+class ToolCallClient:
+    """Publishes ``ToolCallRequested`` like the engine and collects the results."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.bootstrap = infra_env()["WEFT_KAFKA_BOOTSTRAP"]
+        self.results: dict[str, list[dict[str, Any]]] = {}
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+        self._consumer = AIOKafkaConsumer(
+            f"{prefix}weft.tool.results.v1", bootstrap_servers=self.bootstrap,
+            group_id=f"{prefix}probe-{secrets.token_hex(3)}", auto_offset_reset="earliest",
+        )  # fmt: skip
+        self._reader: asyncio.Task[None] | None = None
+        self._arrived = asyncio.Condition()
+
+    async def __aenter__(self) -> ToolCallClient:
+        await self._producer.start()
+        await self._consumer.start()
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._reader:
+            self._reader.cancel()
+        await self._consumer.stop()
+        await self._producer.stop()
+
+    async def _read(self) -> None:
+        async for record in self._consumer:
+            data = json.loads(record.value)["data"]
+            async with self._arrived:
+                self.results.setdefault(data["call_id"], []).append(data)
+                self._arrived.notify_all()
+
+    async def send(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        tenant: str = "bench",
+        deadline_s: float = 120,
+    ) -> str:
+        """Publish one call; return its id."""
+        call_id = f"call_{secrets.token_hex(6)}"
+        message = ToolCallRequested(
+            tenant_id=tenant, session_id=f"s-{call_id}", request_id=f"r-{call_id}",
+            data=ToolCallRequestedData(
+                call_id=call_id, tool_name=tool, arguments=arguments, round=0,
+                deadline=datetime.now(UTC) + timedelta(seconds=deadline_s),
+                context=ToolContext(user_id="u", agent_id="a"),
+            ),
+        )  # fmt: skip
+        await self._producer.send_and_wait(
+            f"{self.prefix}weft.tool.calls.v1", message.model_dump_json().encode(),
+            key=message.key(),
+        )  # fmt: skip
+        return call_id
+
+    async def wait_for(self, call_ids: list[str], timeout_s: float) -> None:
+        """Wait until every call has at least one result."""
+        async with asyncio.timeout(timeout_s), self._arrived:
+            await self._arrived.wait_for(lambda: all(c in self.results for c in call_ids))
