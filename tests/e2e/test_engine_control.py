@@ -137,3 +137,40 @@ async def test_a_second_message_waits_for_the_running_turn(
 def _position(entry_id: str) -> tuple[int, int]:
     ms, seq = entry_id.split("-")
     return int(ms), int(seq)
+
+
+async def test_quick_answer_agent_retrieves_once_then_answers_without_the_loop(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, knowledge_base: str
+) -> None:  # SPEC A-01, C-04
+    resp = await api.post("/api/v1/sessions", json={"agent_id": "builtin-quick-answer"})
+    session_id = resp.json()["id"]
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+        json_body={"query": "Which payment methods are accepted?",
+                   "knowledge_base_ids": [knowledge_base]},
+    )  # fmt: skip
+    calls = [e.data["data"] for e in events if e.event == "tool_call"]
+    assert [c["tool_name"] for c in calls] == ["search_knowledge"]
+    assert calls[0]["arguments"] == {"query": "Which payment methods are accepted?"}
+    assert events[-1].data["data"]["status"] == "completed"
+    requests = (await llm.get("/_requests")).json()["requests"]
+    assert len(requests) == 1, "quick-answer makes exactly one generation"
+    assert requests[0]["body"].get("tool_choice") == "none"
+
+
+async def test_context_overflow_sheds_history_and_retries_once(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-25
+    await llm.post("/_script", json={
+        "steps": [{"match": "OVERFLOW", "context_overflow": True},
+                  {"match": "OVERFLOW", "content": "fits now"}],
+        "fallback": "demo",
+    })  # fmt: skip
+    session_id = await _session(api)
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+        json_body={"query": "OVERFLOW please"},
+    )  # fmt: skip
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed" and complete["final_answer"] == "fits now"
+    assert len((await llm.get("/_requests")).json()["requests"]) == 2

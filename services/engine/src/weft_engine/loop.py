@@ -8,14 +8,22 @@ until the turn ends or waits for tools; every outcome is handled in one ``match`
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import asdict
 from typing import assert_never
 
 import structlog
 from redis.asyncio import Redis
-from weft_contracts import AgentStep, ToolCallCompletedData, ToolCallData, ToolCallEvent, Topic
-from weft_llm import ChatModel, LLMCallError, LLMResponse
+from weft_contracts import (
+    AgentMode,
+    AgentStep,
+    ToolCallCompletedData,
+    ToolCallData,
+    ToolCallEvent,
+    Topic,
+)
+from weft_llm import ChatModel, LLMCallError, LLMResponse, ToolCallRequest
 from weft_platform.bus import EventBus
 from weft_tools.builtin import SANDBOX_TOOLS, definitions_for
 
@@ -113,6 +121,10 @@ class TurnLoop:
         return False
 
     async def _think_loop(self, state: TurnState) -> None:
+        if state.agent.mode == AgentMode.QUICK_ANSWER:
+            await self._quick_answer(state)
+            return
+        overflow_retried = False
         while True:
             if await cancel_requested(self._redis, state.request_id):
                 await self._stop(state.request_id)
@@ -125,6 +137,10 @@ class TurnLoop:
                 response = await self._call_model(state)
             except LLMCallError as exc:  # SPEC E-07
                 await self._emitter.mark_streaming(state.request_id, False)
+                if is_context_overflow(exc) and not overflow_retried:  # SPEC E-25
+                    overflow_retried = True
+                    state = await self._store.save(shed_history(state))
+                    continue
                 if state.has_tool_results():
                     await self._synthesize(state, LLM_FAILED_REASON)
                 else:
@@ -182,6 +198,23 @@ class TurnLoop:
                 "steer_overruns": overrun,
             }
         )
+
+    async def _quick_answer(self, state: TurnState) -> None:
+        """SPEC A-01/C-04: retrieve once with the user's question, then one generation
+        without tools; no ReAct loop. (Query rewrite and FAQ priority are not built yet.)"""
+        if state.round == 0 and "search_knowledge" in state.agent.allowed_tools:
+            call = ToolCallRequest(
+                id="call_qa_0",
+                name="search_knowledge",
+                arguments=json.dumps({"query": current_query(state)}),
+            )
+            advanced = await self._start_tools(state, LLMResponse(
+                content="", reasoning="", tool_calls=[call], finish_reason="tool_calls"
+            ), Dispatch([call]))  # fmt: skip
+            if advanced is None:
+                return
+            state = advanced
+        await self._synthesize(state, "Answer the question using the retrieved passages.")
 
     def _iterations_exhausted(self, state: TurnState) -> bool:
         limit = state.agent.max_iterations
@@ -286,6 +319,47 @@ class TurnLoop:
                 return None
         await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
         return None
+
+
+OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
+
+
+def is_context_overflow(exc: LLMCallError) -> bool:
+    """The provider refused the request as too long for the model (SPEC E-25); a completion
+    budget truncation is not an overflow (that is a finish reason, not an error)."""
+    text = str(exc).lower()
+    return exc.status == 400 and any(marker in text for marker in OVERFLOW_MARKERS)
+
+
+def shed_history(state: TurnState) -> TurnState:
+    """Forced compaction stand-in: drop the oldest half of the history turns (whole turns,
+    so tool calls never lose their results), keep the system prompt and this turn."""
+    messages = state.messages
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if len(starts) < 2:
+        return state
+    current = _current_turn_start(state)
+    history_starts = [i for i in starts if i < current]
+    if not history_starts:
+        return state
+    cut = history_starts[len(history_starts) // 2] if len(history_starts) > 1 else current
+    kept = [m for m in messages[: starts[0]] if m.get("role") == "system"]
+    return state.model_copy(update={"messages": [*kept, *messages[cut:]]})
+
+
+def _current_turn_start(state: TurnState) -> int:
+    """Index of this turn's user message: the last user message carrying runtime context."""
+    for i in range(len(state.messages) - 1, -1, -1):
+        message = state.messages[i]
+        if message.get("role") == "user" and "<runtime_context>" in str(message.get("content")):
+            return i
+    return len(state.messages) - 1
+
+
+def current_query(state: TurnState) -> str:
+    """The user's question of this turn, without its runtime context."""
+    content = str(state.messages[_current_turn_start(state)].get("content", ""))
+    return content.split("<runtime_context>")[0].strip()
 
 
 def _earliest_deadline(state: TurnState) -> float:

@@ -1,0 +1,55 @@
+"""Context-overflow detection and history shedding (SPEC E-25)."""
+
+from __future__ import annotations
+
+import time
+
+from weft_contracts import AgentConfig
+from weft_engine.loop import current_query, is_context_overflow, shed_history
+from weft_engine.prompt import initial_messages
+from weft_engine.state import TurnState
+from weft_llm import LLMCallError
+
+
+def _state(history_turns: int) -> TurnState:
+    agent = AgentConfig(agent_id="a", model="m")
+    history = []
+    for i in range(history_turns):
+        history += [
+            {"role": "user", "content": f"q{i}"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": f"k{i}", "type": "function",
+             "function": {"name": "search_knowledge", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"k{i}", "content": "r"},
+            {"role": "assistant", "content": f"a{i}"},
+        ]  # fmt: skip
+    return TurnState(
+        tenant_id="t", session_id="s", request_id="r", user_id="u", agent=agent,
+        messages=initial_messages(agent, history, "now?"), started_at=time.time(),
+    )  # fmt: skip
+
+
+def test_only_a_400_naming_the_context_is_an_overflow() -> None:
+    assert is_context_overflow(
+        LLMCallError("This model's maximum context length is 8192", transient=False, status=400)
+    )
+    assert not is_context_overflow(LLMCallError("bad request", transient=False, status=400))
+    assert not is_context_overflow(
+        LLMCallError("context_length_exceeded", transient=True, status=500)
+    )
+
+
+def test_shedding_keeps_system_current_turn_and_whole_recent_turns() -> None:
+    state = _state(4)
+    shed = shed_history(state)
+    roles = [m["role"] for m in shed.messages]
+    assert roles[0] == "system" and shed.messages[-1]["content"].startswith("now?")
+    assert [m["content"] for m in shed.messages if m["role"] == "user"][:2] == ["q2", "q3"]
+    for i, message in enumerate(shed.messages):  # no orphan tool results
+        if message["role"] == "tool":
+            assert shed.messages[i - 1]["role"] in ("assistant", "tool")
+    assert current_query(shed) == "now?"
+
+
+def test_nothing_to_shed_without_history() -> None:
+    state = _state(0)
+    assert shed_history(state).messages == state.messages
