@@ -111,7 +111,9 @@ class TurnIntake:
             await self._finisher.fail(state, "history_unavailable", str(exc))
             return
         state = state.model_copy(
-            update={"messages": initial_messages(data.agent, history, data.query)}
+            update={
+                "messages": initial_messages(data.agent, history, data.query, request.session_id)
+            }
         )
         await self._store.save(state)
         await self._scheduler.submit(request.request_id)

@@ -34,6 +34,7 @@ from weft_engine.finalize import Finisher, closing_request, final_step
 from weft_engine.leases import TurnLeases
 from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
+from weft_engine.prompt import display_hint
 from weft_engine.reporting import ResultReporter
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnCounters, TurnState, TurnStore
@@ -285,7 +286,7 @@ class TurnLoop:
         for call in pending:
             data = ToolCallData(
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
-                arguments=call.arguments,
+                arguments=call.arguments, display_hint=display_hint(call.tool_name),
             )  # fmt: skip
             await self._emitter.emit(ToolCallEvent, state.ids(), data)
         for early in results.values():
