@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from weft_contracts import AgentConfig
-from weft_engine.loop import current_query, is_context_overflow, shed_history
+from weft_engine.overflow import current_query, is_context_overflow, shed_history
 from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
 from weft_llm import LLMCallError

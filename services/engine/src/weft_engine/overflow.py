@@ -1,0 +1,47 @@
+"""Provider context overflow (SPEC E-25): detect it, shed history, retry once."""
+
+from __future__ import annotations
+
+from weft_llm import LLMCallError
+
+from weft_engine.state import TurnState
+
+OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
+
+
+def is_context_overflow(exc: LLMCallError) -> bool:
+    """The provider refused the request as too long for the model (SPEC E-25); a completion
+    budget truncation is not an overflow (that is a finish reason, not an error)."""
+    text = str(exc).lower()
+    return exc.status == 400 and any(marker in text for marker in OVERFLOW_MARKERS)
+
+
+def shed_history(state: TurnState) -> TurnState:
+    """Forced compaction stand-in: drop the oldest half of the history turns (whole turns,
+    so tool calls never lose their results), keep the system prompt and this turn."""
+    messages = state.messages
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if len(starts) < 2:
+        return state
+    current = _current_turn_start(state)
+    history_starts = [i for i in starts if i < current]
+    if not history_starts:
+        return state
+    cut = history_starts[len(history_starts) // 2] if len(history_starts) > 1 else current
+    kept = [m for m in messages[: starts[0]] if m.get("role") == "system"]
+    return state.model_copy(update={"messages": [*kept, *messages[cut:]]})
+
+
+def _current_turn_start(state: TurnState) -> int:
+    """Index of this turn's user message: the last user message carrying runtime context."""
+    for i in range(len(state.messages) - 1, -1, -1):
+        message = state.messages[i]
+        if message.get("role") == "user" and "<runtime_context>" in str(message.get("content")):
+            return i
+    return len(state.messages) - 1
+
+
+def current_query(state: TurnState) -> str:
+    """The user's question of this turn, without its runtime context."""
+    content = str(state.messages[_current_turn_start(state)].get("content", ""))
+    return content.split("<runtime_context>")[0].strip()
