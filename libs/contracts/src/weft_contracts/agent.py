@@ -35,3 +35,6 @@ class AgentConfig(BaseModel):
     knowledge_base_ids: list[str] = Field(default_factory=list, description="Search scope.")
     history_turns: int = Field(default=5, ge=0)
     tool_output_max_chars: int = Field(default=24000, ge=256, description="SPEC T-03.")
+    context_window: int = Field(default=200_000, ge=1024, description="SPEC A-11, M-03.")
+    retain_retrieval_history: bool = Field(default=False, description="SPEC T-20.")
+    memory_enabled: bool = Field(default=False, description="Long-term memory (SPEC M-10).")

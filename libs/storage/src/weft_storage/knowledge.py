@@ -29,6 +29,7 @@ class ChunkHit:
     title: str
     content: str
     score: float
+    position: int = 0
 
 
 def split_into_chunks(text: str, size: int = 500, overlap: int = 80) -> list[str]:
@@ -114,6 +115,8 @@ class KnowledgeStore:
                     knowledge_base_id=kb_id,
                     title=title,
                     file_name=file_name,
+                    chunk_count=len(pieces),
+                    size_bytes=len(text.encode()),
                 )
             )
             await s.flush()
@@ -158,6 +161,7 @@ class KnowledgeStore:
                 title=title,
                 content=c.content,
                 score=float(sc),
+                position=c.position,
             )
             for c, title, sc in rows
         ]

@@ -12,9 +12,11 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Computed,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -23,7 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REAL, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 JsonB = JSONB().with_variant(JSON(), "sqlite")
@@ -55,6 +57,7 @@ class Agent(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     config: Mapped[dict[str, Any]] = mapped_column(JsonB, default=dict)
+    created_by: Mapped[str] = mapped_column(String(128), default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -97,6 +100,10 @@ class Message(Base):
     status: Mapped[str] = mapped_column(String(16), default="running")
     duration_ms: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Migration 0004 (memory): SPEC M-07 checkpoint, M-02 scale, partial answer on stop.
+    context_checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JsonB, nullable=True)
+    context_token_scale: Mapped[float | None] = mapped_column(Float, nullable=True)
+    is_partial: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class KnowledgeBase(Base):
@@ -123,6 +130,13 @@ class Document(Base):
     file_name: Mapped[str] = mapped_column(String(500), default="")
     status: Mapped[str] = mapped_column(String(16), default="ready")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Migration 0002 (knowledge ingestion): progress and outcome of asynchronous ingestion.
+    content_type: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    embedded_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class Chunk(Base):
@@ -141,3 +155,5 @@ class Chunk(Base):
     tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)
     )
+    # Migration 0002: the chunk's embedding for semantic search (SPEC T-07).
+    embedding: Mapped[list[float] | None] = mapped_column(ARRAY(REAL), nullable=True)

@@ -1,0 +1,191 @@
+"""Reading documents of knowledge bases: listing (T-09), pages of chunks in reading order,
+chunks with neighbours (T-08), original files (T-12), and the embeddings semantic search
+ranks (T-07). Every read is scoped to one tenant and, when given, to its KB ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from weft_storage.knowledge import ChunkHit
+from weft_storage.models import Chunk, Document
+from weft_storage.models_knowledge import DocumentFile
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentInfo:
+    """A document's metadata."""
+
+    id: str
+    knowledge_base_id: str
+    title: str
+    file_name: str
+    status: str
+    chunk_count: int
+    embedded_count: int
+    error: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkRow:
+    """A chunk in reading order."""
+
+    id: str
+    position: int
+    content: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScopeStats:
+    """Per knowledge base: chunks and how many of them have embeddings."""
+
+    knowledge_base_id: str
+    chunks: int
+    embedded: int
+
+
+def _info(d: Document) -> DocumentInfo:
+    return DocumentInfo(
+        id=d.id,
+        knowledge_base_id=d.knowledge_base_id,
+        title=d.title,
+        file_name=d.file_name,
+        status=d.status,
+        chunk_count=d.chunk_count,
+        embedded_count=d.embedded_count,
+        error=d.error,
+    )
+
+
+class DocumentReader:
+    """Read side of documents and chunks."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+        self._sessions = sessions
+
+    @staticmethod
+    def _scoped(stmt: Any, model: Any, tenant_id: str, kb_ids: list[str]) -> Any:
+        stmt = stmt.where(model.tenant_id == tenant_id)
+        return stmt.where(model.knowledge_base_id.in_(kb_ids)) if kb_ids else stmt
+
+    async def list_documents(
+        self, tenant_id: str, kb_ids: list[str], *, keyword: str = "", page: int = 1, size: int = 20
+    ) -> tuple[int, list[DocumentInfo]]:
+        """(total in scope, one page of documents), newest first; keyword on title/file name."""
+        base = self._scoped(select(Document), Document, tenant_id, kb_ids)
+        if keyword:
+            escaped = keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            like = f"%{escaped}%"
+            base = base.where(or_(Document.title.ilike(like), Document.file_name.ilike(like)))
+        count = select(func.count()).select_from(base.subquery())
+        rows = base.order_by(Document.created_at.desc(), Document.id.desc())
+        async with self._sessions() as s:
+            total = int(await s.scalar(count) or 0)
+            docs = (await s.scalars(rows.offset((page - 1) * size).limit(size))).all()
+        return total, [_info(d) for d in docs]
+
+    async def document(self, tenant_id: str, kb_ids: list[str], doc_id: str) -> DocumentInfo | None:
+        """The document if it is in scope."""
+        stmt = self._scoped(select(Document), Document, tenant_id, kb_ids).where(
+            Document.id == doc_id
+        )
+        async with self._sessions() as s:
+            doc = await s.scalar(stmt)
+        return _info(doc) if doc else None
+
+    async def chunks(
+        self, tenant_id: str, doc_id: str, *, start: int = 0, limit: int | None = None
+    ) -> list[ChunkRow]:
+        """Chunks of a document in reading order from position ``start``."""
+        stmt = (
+            select(Chunk.id, Chunk.position, Chunk.content)
+            .where(
+                Chunk.tenant_id == tenant_id, Chunk.document_id == doc_id, Chunk.position >= start
+            )
+            .order_by(Chunk.position)
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        return [ChunkRow(id=r.id, position=r.position, content=r.content) for r in rows]
+
+    async def chunk(self, tenant_id: str, kb_ids: list[str], chunk_id: str) -> ChunkHit | None:
+        """One chunk, in scope."""
+        hits = await self.chunks_by_ids(tenant_id, kb_ids, [chunk_id])
+        return hits[0] if hits else None
+
+    async def chunks_by_ids(
+        self, tenant_id: str, kb_ids: list[str], chunk_ids: list[str]
+    ) -> list[ChunkHit]:
+        """Chunks with their document titles, in the order of ``chunk_ids``."""
+        if not chunk_ids:
+            return []
+        stmt = self._scoped(
+            select(Chunk, Document.title).join(Document, Document.id == Chunk.document_id),
+            Chunk,
+            tenant_id,
+            kb_ids,
+        ).where(Chunk.id.in_(chunk_ids))
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        by_id = {
+            c.id: ChunkHit(
+                chunk_id=c.id,
+                document_id=c.document_id,
+                knowledge_base_id=c.knowledge_base_id,
+                title=title,
+                content=c.content,
+                score=0.0,
+                position=c.position,
+            )
+            for c, title in rows
+        }
+        return [by_id[i] for i in chunk_ids if i in by_id]
+
+    async def scope_stats(self, tenant_id: str, kb_ids: list[str]) -> list[ScopeStats]:
+        """Chunk and embedding counts per knowledge base in scope."""
+        stmt = self._scoped(
+            select(Chunk.knowledge_base_id, func.count(), func.count(Chunk.embedding)),
+            Chunk,
+            tenant_id,
+            kb_ids,
+        ).group_by(Chunk.knowledge_base_id)
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        return [ScopeStats(knowledge_base_id=k, chunks=n, embedded=e) for k, n, e in rows]
+
+    async def embedding_version(self, tenant_id: str, kb_id: str) -> tuple[int, str]:
+        """(embedded chunk count, newest chunk id): changes whenever the KB's vectors do."""
+        stmt = select(func.count(), func.max(Chunk.id)).where(
+            Chunk.tenant_id == tenant_id,
+            Chunk.knowledge_base_id == kb_id,
+            Chunk.embedding.is_not(None),
+        )
+        async with self._sessions() as s:
+            count, newest = (await s.execute(stmt)).one()
+        return int(count), str(newest or "")
+
+    async def embeddings(self, tenant_id: str, kb_id: str) -> tuple[list[str], list[list[float]]]:
+        """Ids and vectors of a knowledge base's embedded chunks."""
+        stmt = select(Chunk.id, Chunk.embedding).where(
+            Chunk.tenant_id == tenant_id,
+            Chunk.knowledge_base_id == kb_id,
+            Chunk.embedding.is_not(None),
+        )
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        return [r[0] for r in rows], [list(r[1] or []) for r in rows]
+
+    async def file(self, tenant_id: str, doc_id: str) -> tuple[str, bytes] | None:
+        """(file name, bytes) of an uploaded document of the tenant."""
+        stmt = select(DocumentFile.file_name, DocumentFile.content).where(
+            DocumentFile.tenant_id == tenant_id, DocumentFile.document_id == doc_id
+        )
+        async with self._sessions() as s:
+            row = (await s.execute(stmt)).first()
+        return (row[0], row[1]) if row else None

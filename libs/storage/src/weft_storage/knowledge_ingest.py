@@ -1,0 +1,148 @@
+"""The ingestion queue: uploaded files wait in PostgreSQL until a worker turns them into
+chunks and embeddings (SPEC T-07 ingestion; asynchronous, progress reported).
+
+A document is ``pending`` -> ``processing`` -> ``ready`` | ``failed``. Workers claim one
+document at a time with ``FOR UPDATE SKIP LOCKED``, so any number of tool-exec replicas can
+ingest without a coordinator; a claim older than ``stale_after_s`` (its worker died) is
+taken over. Progress (``chunk_count``, ``embedded_count``) is visible while it runs, and
+searches never wait for it: chunks become searchable batch by batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from ulid import ULID
+
+from weft_storage.models import Chunk, Document
+from weft_storage.models_knowledge import DocumentFile
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingDocument:
+    """A claimed document and its file."""
+
+    document_id: str
+    tenant_id: str
+    knowledge_base_id: str
+    file_name: str
+    content: bytes
+
+
+class IngestionQueue:
+    """Queue operations on the documents table."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, stale_after_s: float = 300):
+        self._sessions = sessions
+        self._stale = timedelta(seconds=stale_after_s)
+
+    async def enqueue_file(
+        self,
+        tenant_id: str,
+        kb_id: str,
+        *,
+        title: str,
+        file_name: str,
+        content: bytes,
+        content_type: str = "",
+    ) -> str:
+        """Store the file as a ``pending`` document; return its id."""
+        doc_id = f"doc_{ULID()}"
+        async with self._sessions.begin() as s:
+            s.add(
+                Document(
+                    id=doc_id,
+                    tenant_id=tenant_id,
+                    knowledge_base_id=kb_id,
+                    title=title,
+                    file_name=file_name,
+                    status="pending",
+                    content_type=content_type,
+                    size_bytes=len(content),
+                )
+            )
+            await s.flush()
+            s.add(
+                DocumentFile(
+                    document_id=doc_id,
+                    tenant_id=tenant_id,
+                    file_name=file_name,
+                    content_type=content_type,
+                    content=content,
+                )
+            )
+        return doc_id
+
+    async def claim(self) -> PendingDocument | None:
+        """Take the oldest pending (or abandoned) document, or None."""
+        stale = datetime.now(UTC) - self._stale
+        waiting = or_(
+            Document.status == "pending",
+            (Document.status == "processing") & (Document.updated_at < stale),
+        )
+        stmt = (
+            select(Document, DocumentFile)
+            .join(DocumentFile, DocumentFile.document_id == Document.id)
+            .where(waiting)
+            .order_by(Document.created_at)
+            .limit(1)
+            .with_for_update(of=Document, skip_locked=True)
+        )
+        async with self._sessions.begin() as s:
+            row = (await s.execute(stmt)).first()
+            if row is None:
+                return None
+            doc, file = row
+            doc.status, doc.updated_at, doc.error = "processing", func.now(), None
+            return PendingDocument(
+                document_id=doc.id,
+                tenant_id=doc.tenant_id,
+                knowledge_base_id=doc.knowledge_base_id,
+                file_name=file.file_name,
+                content=file.content,
+            )
+
+    async def start(self, doc: PendingDocument, pieces: list[str]) -> list[str]:
+        """Replace the document's chunks with ``pieces`` (keyword-searchable at once)."""
+        ids = [f"chk_{ULID()}" for _ in pieces]
+        async with self._sessions.begin() as s:
+            await s.execute(delete(Chunk).where(Chunk.document_id == doc.document_id))
+            s.add_all(
+                Chunk(
+                    id=cid,
+                    tenant_id=doc.tenant_id,
+                    knowledge_base_id=doc.knowledge_base_id,
+                    document_id=doc.document_id,
+                    position=i,
+                    content=piece,
+                )
+                for i, (cid, piece) in enumerate(zip(ids, pieces, strict=True))
+            )
+            await self._progress(s, doc.document_id, chunk_count=len(pieces), embedded_count=0)
+        return ids
+
+    async def save_embeddings(
+        self, doc: PendingDocument, chunk_ids: list[str], vectors: list[list[float]], done: int
+    ) -> None:
+        """Store one batch of embeddings and the progress."""
+        async with self._sessions.begin() as s:
+            for cid, vector in zip(chunk_ids, vectors, strict=True):
+                await s.execute(update(Chunk).where(Chunk.id == cid).values(embedding=vector))
+            await self._progress(s, doc.document_id, embedded_count=done)
+
+    async def finish(self, document_id: str, *, error: str | None = None) -> None:
+        """Mark the document ``ready`` or ``failed``."""
+        async with self._sessions.begin() as s:
+            status = "failed" if error else "ready"
+            await self._progress(s, document_id, status=status, error=error)
+
+    @staticmethod
+    async def _progress(s: AsyncSession, document_id: str, **values: object) -> None:
+        await s.execute(
+            update(Document)
+            .where(Document.id == document_id)
+            .values(updated_at=func.now(), **values)
+        )
