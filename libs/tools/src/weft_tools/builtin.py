@@ -2,23 +2,125 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.knowledge import KnowledgeStore
+from weft_storage.knowledge_documents import DocumentReader
 
+from weft_tools.aliases import AliasBook
+from weft_tools.data_tools import (
+    DATA_ANALYSIS,
+    DATA_SCHEMA,
+    DataAnalysisTool,
+    DataSchemaTool,
+    DatasetFile,
+)
+from weft_tools.database_query import DATABASE_QUERY, DatabaseQueryTool
+from weft_tools.document_parsing import is_table
+from weft_tools.document_tools import (
+    LIST_DOCUMENTS,
+    READ_DOCUMENT,
+    ListDocumentsTool,
+    ReadDocumentTool,
+)
+from weft_tools.duckdb_workspace import DuckDBWorkspace
+from weft_tools.embeddings import Embedder
+from weft_tools.knowledge_scope import KnowledgeScope
+from weft_tools.knowledge_search import KnowledgeSearch
 from weft_tools.knowledge_tools import SEARCH_KNOWLEDGE, SearchKnowledgeTool
+from weft_tools.memory_tools import MEMORY_SPECS, memory_tools
+from weft_tools.planning_tools import THINKING, TODO_WRITE, ThinkingTool, TodoWriteTool
+from weft_tools.ranking import Reranker
 from weft_tools.registry import ToolRegistry, ToolSpec
+from weft_tools.safe_http import SafeHttpClient
+from weft_tools.web_fetch import WEB_FETCH, WebFetchTool
+from weft_tools.web_search import WEB_SEARCH, SearchProvider, WebSearchTool
+from weft_tools.web_snapshots import SnapshotStore
 
-BUILTIN_SPECS: tuple[ToolSpec, ...] = (SEARCH_KNOWLEDGE,)
-"""Specs of every built-in tool (what the engine sends the model)."""
+BUILTIN_SPECS: tuple[ToolSpec, ...] = (
+    SEARCH_KNOWLEDGE,
+    READ_DOCUMENT,
+    LIST_DOCUMENTS,
+    THINKING,
+    TODO_WRITE,
+    DATABASE_QUERY,
+    DATA_SCHEMA,
+    DATA_ANALYSIS,
+    WEB_FETCH,
+    WEB_SEARCH,
+    *MEMORY_SPECS,
+)
+"""Specs of every built-in tool tool-exec runs (what the engine sends the model)."""
 
 SANDBOX_TOOLS: frozenset[str] = frozenset({"shell_exec", "read_file", "write_sandbox_file"})
 """Tools routed to ``sandbox.calls`` instead of ``tool.calls``."""
 
 
-def builtin_registry(store: KnowledgeStore) -> ToolRegistry:
+@dataclass(frozen=True, kw_only=True)
+class ToolDependencies:
+    """What the built-in tools need from the process that runs them."""
+
+    store: KnowledgeStore
+    reader: DocumentReader
+    sessions: async_sessionmaker[AsyncSession]
+    snapshots: SnapshotStore
+    aliases: AliasBook
+    embedder: Embedder | None = None
+    """None: semantic/hybrid searches fall back to keyword (reported per KB)."""
+    reranker: Reranker | None = None
+    """None: the offline lexical reranker."""
+    http: SafeHttpClient = field(default_factory=SafeHttpClient)
+    search_provider: SearchProvider | None = None
+    """None: ``web_search`` is not registered (no provider configured)."""
+    web_fetch_timeout_s: float = 180.0
+
+
+def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     """A registry holding every built-in tool, ready to execute."""
     registry = ToolRegistry()
-    registry.register(SearchKnowledgeTool(store))
+    workspace = DuckDBWorkspace()
+    scope = KnowledgeScope(deps.aliases)
+    datasets = StoredDatasets(deps.reader, scope)
+    search = KnowledgeSearch(
+        deps.store, deps.reader, embedder=deps.embedder, reranker=deps.reranker
+    )
+    registry.register(SearchKnowledgeTool(search, scope))
+    registry.register(ReadDocumentTool(deps.reader, scope))
+    registry.register(ListDocumentsTool(deps.reader, scope))
+    registry.register(ThinkingTool())
+    registry.register(TodoWriteTool())
+    registry.register(DatabaseQueryTool(deps.sessions))
+    registry.register(DataSchemaTool(datasets, workspace))
+    registry.register(DataAnalysisTool(datasets, workspace))
+    registry.register(
+        WebFetchTool(deps.http, deps.snapshots, page_timeout_s=deps.web_fetch_timeout_s)
+    )
+    for tool in memory_tools():
+        registry.register(tool)
+    if deps.search_provider is not None:
+        registry.register(WebSearchTool(deps.search_provider, deps.http))
     return registry
+
+
+class StoredDatasets:
+    """CSV/Excel uploads of the knowledge store as data_analysis inputs (dN or id)."""
+
+    def __init__(self, reader: DocumentReader, scope: KnowledgeScope):
+        self._reader = reader
+        self._scope = scope
+
+    async def dataset_file(
+        self, tenant_id: str, session_id: str, knowledge_id: str
+    ) -> DatasetFile | None:
+        """The stored file, when it is a table file of the tenant."""
+        doc_id = knowledge_id
+        if knowledge_id[:1] == "d" and knowledge_id[1:].isdigit():
+            doc_id = await self._scope.aliases.resolve(tenant_id, session_id, knowledge_id) or ""
+        found = await self._reader.file(tenant_id, doc_id)
+        if found is None or not is_table(found[0]):
+            return None
+        return DatasetFile(file_name=found[0], content=found[1])
 
 
 def spec_by_name(name: str) -> ToolSpec | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weft_tools.builtin import BUILTIN_SPECS
+from weft_tools.capabilities import ToolRequirement
 
 DEFAULT_ALLOWED_TOOLS: tuple[str, ...] = (
     "search_knowledge",
@@ -38,11 +39,15 @@ class ToolCatalogEntry:
     name: str
     description: str
     read_only: bool
+    requirement: ToolRequirement
+    """Knowledge-base capabilities the tool needs (SPEC A-07)."""
 
 
 def tool_catalog() -> list[ToolCatalogEntry]:
     """Every built-in tool, sorted by name."""
     return [
-        ToolCatalogEntry(name=s.name, description=s.description, read_only=s.read_only)
+        ToolCatalogEntry(
+            name=s.name, description=s.description, read_only=s.read_only, requirement=s.requirement
+        )
         for s in sorted(BUILTIN_SPECS, key=lambda s: s.name)
     ]

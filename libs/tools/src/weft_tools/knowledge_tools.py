@@ -1,66 +1,132 @@
-"""``search_knowledge``: keyword search over the tenant's knowledge bases (SPEC T-07, part).
+"""``search_knowledge`` (SPEC T-07) as a tool: parameters, scope, output budget.
 
-The output gives the model short ids (``c1``, ``c2`` ... per call, SPEC E-22) and never the
-stored UUIDs; ``data.references`` maps each alias to its chunk for the engine.
+The output gives the model session handles (``c1``, ``d1``, ``b1``; SPEC E-22) and never
+the stored ids; each document's header (title, KB) appears once; ``data.references`` maps
+each chunk handle to its chunk for the engine. Past 4/5 of the tool output budget,
+results are dropped from the bottom behind an ``<omitted ...>`` marker.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from weft_storage.knowledge import ChunkHit, KnowledgeStore
-
+from weft_tools.capabilities import RETRIEVAL
+from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
+from weft_tools.knowledge_search import KnowledgeSearch, NoIndexInScope, SearchMode, SearchReport
+from weft_tools.ranking import Candidate, terms
 from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
 
 SEARCH_KNOWLEDGE = ToolSpec(
     name="search_knowledge",
     description=(
-        "Search the knowledge bases available to this conversation. Returns the most "
-        "relevant passages with short ids (c1, c2, ...) to cite in the answer as [c1]."
+        "Search the knowledge bases available to this conversation. mode: hybrid (default), "
+        "keyword for exact terms, error codes and identifiers, semantic for rephrasings. "
+        "Returns passages with short ids (c1, c2, ...) to cite as [c1]; read more of a "
+        "document with read_document."
     ),
     parameters={
         "type": "object",
         "properties": {
             "query": {"type": "string", "minLength": 1, "description": "What to look for."},
+            "mode": {"enum": [m.value for m in SearchMode], "default": "hybrid"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 30, "default": 10},
+            "knowledge_base_ids": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
         },
         "required": ["query"],
         "additionalProperties": False,
     },
     read_only=True,
+    requirement=RETRIEVAL,
 )
 
 
+def omitted_marker(count: int) -> str:
+    """The marker replacing results cut for the output budget."""
+    return f'<omitted count={count} reason="output_budget">'
+
+
 class SearchKnowledgeTool:
-    """Keyword search; semantic/hybrid, rerank and MMR come with the tools issue."""
+    """Hybrid/semantic/keyword search with rerank and MMR."""
 
     spec = SEARCH_KNOWLEDGE
 
-    def __init__(self, store: KnowledgeStore):
-        self._store = store
+    def __init__(self, search: KnowledgeSearch, scope: KnowledgeScope):
+        self._search = search
+        self._scope = scope
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
-        """Search and format the hits."""
-        query = str(call.arguments["query"])
-        limit = int(call.arguments.get("limit", 10))
-        hits = await self._store.keyword_search(
-            call.tenant_id, call.context.knowledge_base_ids, query, limit
-        )
-        results = [_result(f"c{i}", hit) for i, hit in enumerate(hits, start=1)]
-        references = [_reference(f"c{i}", hit) for i, hit in enumerate(hits, start=1)]
+        """Search and format."""
+        args = call.arguments
+        query = str(args["query"])
+        try:
+            kb_ids = await self._scope.knowledge_bases(
+                call, list(args.get("knowledge_base_ids", []))
+            )
+            report = await self._search.search(
+                call.tenant_id,
+                kb_ids,
+                query,
+                SearchMode(args.get("mode", "hybrid")),
+                int(args.get("limit", 10)),
+            )
+        except (OutOfScope, NoIndexInScope) as exc:
+            return ToolOutcome(success=False, error=f"search_knowledge: {exc}")
+        payload, references = await self._format(call, query, report)
         return ToolOutcome(
             success=True,
-            output=dumps({"query": query, "count": len(results), "results": results}),
+            output=_within_budget(payload, call.context.max_output_chars * 4 // 5),
             display_type="search_results",
             data={"references": references},
         )
 
+    async def _format(
+        self, call: ToolInvocation, query: str, report: SearchReport
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        documents: dict[str, dict[str, str]] = {}
+        results: list[dict[str, Any]] = []
+        references: list[dict[str, Any]] = []
+        for hit in report.results:
+            alias = await self._scope.handle(call, "chunk", hit.chunk_id)
+            doc = await self._scope.handle(call, "document", hit.document_id)
+            if doc not in documents:
+                kb = await self._scope.handle(call, "knowledge_base", hit.knowledge_base_id)
+                documents[doc] = {"title": hit.title, "knowledge_base": kb}
+            results.append({"id": alias, "document": doc, "content": hit.content})
+            references.append(_reference(alias, hit))
+        payload: dict[str, Any] = {
+            "query": query,
+            "requested_mode": report.requested_mode.value,
+            "count": len(results),
+            "documents": documents,
+            "results": results,
+        }
+        if report.mode_fallbacks:
+            payload["mode_fallbacks"] = report.mode_fallbacks
+        if report.rerank_rejected:
+            payload["rerank_rejected"] = True
+            words = " ".join(sorted(terms(query))[:5])
+            payload["hint"] = (
+                'No passage matched well; retry with mode="keyword" and exact terms, '
+                f'e.g. "{words}".'
+            )
+        return payload, references
 
-def _result(alias: str, hit: ChunkHit) -> dict[str, Any]:
-    return {"id": alias, "title": hit.title, "content": hit.content}
+
+def _within_budget(payload: dict[str, Any], budget: int) -> str:
+    """Drop results from the bottom until the JSON fits ``budget`` characters."""
+    text = dumps(payload)
+    results: list[dict[str, Any]] = payload["results"]
+    dropped = 0
+    while len(text) > budget and results:
+        results.pop()
+        dropped += 1
+        payload["count"] = len(results)
+        payload["omitted"] = omitted_marker(dropped)
+        text = dumps(payload)
+    return text
 
 
-def _reference(alias: str, hit: ChunkHit) -> dict[str, Any]:
+def _reference(alias: str, hit: Candidate) -> dict[str, Any]:
     return {
         "alias": alias,
         "chunk_id": hit.chunk_id,

@@ -1,18 +1,24 @@
 """ToolRegistry: first registration wins, sorted definitions, validate -> run -> truncate.
 
-SPEC T-01 (first wins, sorted), T-02 (schema validation before execution), T-03 (output
-truncation 70 % head + 30 % tail with a marker). Casting of string parameters and the
-rest of T-02 come with the tools issue.
+SPEC T-01 (first wins, sorted), T-02 (cast string parameters, then JSON Schema
+validation, then execution), T-03 (output truncation 70 % head + 30 % tail with a marker,
+per-agent limit, per-tool cap), T-04 (cleanup hook of cleanable tools at turn end).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
 
+import structlog
 from jsonschema import Draft202012Validator
 from weft_contracts import ToolContext
+
+from weft_tools.capabilities import NO_REQUIREMENT, ToolRequirement
+from weft_tools.casting import cast_arguments
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +30,12 @@ class ToolSpec:
     parameters: dict[str, Any]
     read_only: bool = True
     """Read-only tools may run concurrently and be retried on another worker (invariant 3)."""
+    requirement: ToolRequirement = NO_REQUIREMENT
+    """Knowledge-base capabilities the tool needs (SPEC A-07)."""
+    max_output_chars: int | None = None
+    """The tool's own output cap, applied when tighter than the agent's (SPEC T-03)."""
+    sensitive_arguments: frozenset[str] = frozenset()
+    """Arguments masked in events, traces and logs (E-23: database_query's SQL)."""
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry."""
@@ -66,6 +78,15 @@ class Tool(Protocol):
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Execute; raise only for infrastructure failures."""
+        ...
+
+
+@runtime_checkable
+class Cleanable(Protocol):
+    """A tool holding per-turn resources (e.g. DuckDB tables) released at turn end (T-04)."""
+
+    async def cleanup(self, session_id: str, request_id: str) -> None:
+        """Release what the turn ``request_id`` of ``session_id`` left behind."""
         ...
 
 
@@ -113,26 +134,33 @@ class ToolRegistry:
         return [self._tools[n].spec.definition() for n in names]
 
     async def execute(self, name: str, call: ToolInvocation) -> ToolOutcome:
-        """Validate the arguments, run the tool, truncate its output."""
+        """Cast and validate the arguments, run the tool, truncate its output (T-02, T-03)."""
         tool = self._tools.get(name)
         if tool is None:
             known = ", ".join(self.names())
             return ToolOutcome(success=False, error=f"unknown tool {name!r}; known: {known}")
-        errors = sorted(self._validators[name].iter_errors(call.arguments), key=str)
+        arguments = cast_arguments(call.arguments, tool.spec.parameters)
+        errors = sorted(self._validators[name].iter_errors(arguments), key=str)
         if errors:
             detail = "; ".join(
                 f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors
             )
             return ToolOutcome(success=False, error=f"invalid arguments for {name}: {detail}")
-        outcome = await tool.run(call)
+        outcome = await tool.run(replace(call, arguments=arguments))
         limit = call.context.max_output_chars
-        return ToolOutcome(
-            success=outcome.success,
-            output=truncate_output(outcome.output, limit),
-            error=outcome.error,
-            display_type=outcome.display_type,
-            data=outcome.data,
-        )
+        if tool.spec.max_output_chars is not None:
+            limit = min(limit, tool.spec.max_output_chars)
+        return replace(outcome, output=truncate_output(outcome.output, limit))
+
+    async def cleanup(self, session_id: str, request_id: str) -> None:
+        """Run every cleanable tool's cleanup; one failing does not skip the others (T-04)."""
+        for name in self.names():
+            tool = self._tools[name]
+            if isinstance(tool, Cleanable):
+                try:
+                    await tool.cleanup(session_id, request_id)
+                except Exception:  # cleanup is best effort; the turn already ended
+                    log.exception("tool_cleanup_failed", tool=name, session_id=session_id)
 
 
 def dumps(value: Any) -> str:

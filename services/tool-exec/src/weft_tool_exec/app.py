@@ -5,28 +5,80 @@ from __future__ import annotations
 from fastapi import FastAPI
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
-from weft_platform.runtime import create_runtime
-from weft_platform.settings import ServiceSettings
+from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge import KnowledgeStore
-from weft_tools.builtin import builtin_registry
+from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge_ingest import IngestionQueue
+from weft_tools.aliases import RedisAliasBook
+from weft_tools.builtin import ToolDependencies, builtin_registry
+from weft_tools.embeddings import OpenAIEmbedder
+from weft_tools.ingestion import DocumentIngestor
+from weft_tools.ranking import HttpRerankModel
+from weft_tools.safe_http import AddressPolicy, SafeHttpClient
+from weft_tools.web_search import BraveSearchProvider
+from weft_tools.web_snapshots import RedisSnapshotStore
 
+from weft_tool_exec.ingestion_loop import IngestionLoop
+from weft_tool_exec.ledger import CallLedger
+from weft_tool_exec.settings import ToolExecSettings
 from weft_tool_exec.worker import ToolWorker
 
 CONSUMER_GROUP = "weft-tool-exec"
 
+__all__ = ["CONSUMER_GROUP", "ToolExecSettings", "create_app"]
 
-class ToolExecSettings(ServiceSettings):
-    """tool-exec settings."""
 
-    service_name: str = "tool-exec"
-    http_port: int = 8083
+def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> ToolDependencies:
+    """The built-in tools' dependencies from the settings."""
+    embedder = None
+    if settings.embedding_model:
+        embedder = OpenAIEmbedder(
+            base_url=settings.embedding_base_url,
+            api_key=settings.embedding_api_key,
+            model=settings.embedding_model,
+            dimensions=settings.embedding_dimensions,
+        )
+    reranker = None
+    if settings.rerank_base_url:
+        reranker = HttpRerankModel(
+            base_url=settings.rerank_base_url,
+            model=settings.rerank_model,
+            api_key=settings.rerank_api_key,
+        )
+    policy = AddressPolicy(allow_loopback=settings.web_fetch_allow_loopback)
+    search = (
+        BraveSearchProvider(settings.web_search_api_key) if settings.web_search_api_key else None
+    )
+    return ToolDependencies(
+        store=KnowledgeStore(runtime.sessions),
+        reader=DocumentReader(runtime.sessions),
+        sessions=runtime.sessions,
+        snapshots=RedisSnapshotStore(runtime.redis),
+        aliases=RedisAliasBook(runtime.redis),
+        embedder=embedder,
+        reranker=reranker,
+        http=SafeHttpClient(policy=policy),
+        search_provider=search,
+        web_fetch_timeout_s=settings.web_fetch_timeout_s,
+    )
 
 
 def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
-    """Wire the worker to ``tool.calls``."""
-    runtime = create_runtime(settings or ToolExecSettings())
+    """Wire ``tool_concurrency`` consumers of ``tool.calls`` and the ingestion loop."""
+    settings = settings or ToolExecSettings()
+    runtime = create_runtime(settings)
     init_logging(runtime)
-    registry = builtin_registry(KnowledgeStore(runtime.sessions))
-    worker = ToolWorker(runtime.bus, registry, runtime.instance_id)
-    runtime.bus.consume(Topic.TOOL_CALLS, CONSUMER_GROUP, worker.handle)
-    return create_service_app(runtime, title="weft tool-exec")
+    deps = tool_dependencies(runtime, settings)
+    registry = builtin_registry(deps)
+    ledger = CallLedger(runtime.redis, settings.topic_prefix)
+    worker = ToolWorker(runtime.bus, registry, runtime.instance_id, ledger)
+    # Each consumer of the group owns some partitions and runs one call at a time, so a
+    # worker never holds more than ``tool_concurrency`` calls (invariant 6).
+    for _ in range(settings.tool_concurrency):
+        runtime.bus.consume(Topic.TOOL_CALLS, CONSUMER_GROUP, worker.handle)
+    ingestion = IngestionLoop(
+        DocumentIngestor(IngestionQueue(runtime.sessions), deps.embedder), settings.ingestion_poll_s
+    )
+    return create_service_app(
+        runtime, title="weft tool-exec", on_startup=[ingestion.start], on_shutdown=[ingestion.stop]
+    )

@@ -11,7 +11,14 @@ from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallReq
 from weft_platform.bus import EventBus
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry
 
+from weft_tool_exec.ledger import CallLedger, Claim
+
 log = structlog.get_logger(__name__)
+
+OUTCOME_UNKNOWN = (
+    "{name}: outcome unknown - the worker running this call stopped before reporting. "
+    "It was a write and is not run again; check its effect before retrying."
+)
 
 
 class ToolWorker:
@@ -19,18 +26,37 @@ class ToolWorker:
 
     A tool that fails or overruns its deadline produces a failed result the model can
     read (STYLE principle 4, "final but reported"); only a failure to publish is raised,
-    so that Kafka redelivers the call.
+    so that Kafka redelivers the call. A redelivered write call is never replayed
+    (invariant 3, :mod:`weft_tool_exec.ledger`).
     """
 
-    def __init__(self, bus: EventBus, registry: ToolRegistry, worker_name: str):
+    def __init__(self, bus: EventBus, registry: ToolRegistry, worker_name: str, ledger: CallLedger):
         self._bus = bus
         self._registry = registry
         self._worker = worker_name
+        self._ledger = ledger
 
     async def handle(self, call: ToolCallRequested) -> None:
-        """Run ``call`` and publish its result."""
+        """Run ``call`` (or report it) and publish its result."""
         started = time.monotonic()
-        outcome = await self._run(call)
+        spec = self._registry.spec(call.data.tool_name)
+        is_write = spec is not None and not spec.read_only
+        claim = await self._ledger.claim(call.data.call_id, self._worker) if is_write else Claim.RUN
+        if claim is Claim.DONE:
+            log.info("write_call_already_reported", call_id=call.data.call_id)
+            return
+        if claim is Claim.UNKNOWN:
+            log.warning("write_call_outcome_unknown", call_id=call.data.call_id)
+            outcome = ToolOutcome(
+                success=False, error=OUTCOME_UNKNOWN.format(name=call.data.tool_name)
+            )
+        else:
+            outcome = await self._run(call)
+        await self._publish(call, outcome, started)
+        if is_write:
+            await self._ledger.finish(call.data.call_id)
+
+    async def _publish(self, call: ToolCallRequested, outcome: ToolOutcome, started: float) -> None:
         result = ToolCallCompleted(
             tenant_id=call.tenant_id,
             session_id=call.session_id,

@@ -127,12 +127,14 @@ class ToolCallClient:
         arguments: dict[str, Any],
         *,
         tenant: str = "bench",
+        session: str | None = None,
         deadline_s: float = 120,
     ) -> str:
-        """Publish one call; return its id."""
+        """Publish one call (in its own session unless ``session`` is given); return its id."""
         call_id = f"call_{secrets.token_hex(6)}"
+        session_id = session or f"s-{call_id}"
         message = ToolCallRequested(
-            tenant_id=tenant, session_id=f"s-{call_id}", request_id=f"r-{call_id}",
+            tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
             data=ToolCallRequestedData(
                 call_id=call_id, tool_name=tool, arguments=arguments, round=0,
                 deadline=datetime.now(UTC) + timedelta(seconds=deadline_s),

@@ -1,0 +1,192 @@
+"""``read_document`` (SPEC T-08) and ``list_documents`` (T-09)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from weft_storage.knowledge_documents import ChunkRow, DocumentInfo, DocumentReader
+
+from weft_tools.capabilities import DOCUMENT_READER
+from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
+from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+
+MAX_HITS = 20
+MAX_SCAN_CHUNKS = 5000
+
+READ_DOCUMENT = ToolSpec(
+    name="read_document",
+    description=(
+        "Read a document (dN) page by page in reading order, or a chunk (cN) with its "
+        "neighbours. With `query`, find passages containing all its words (any order) "
+        "or, with regex=true, matching the regular expression."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "minLength": 1, "description": "dN or cN."},
+            "offset": {"type": "integer", "minimum": 0, "default": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+            "context": {"type": "integer", "minimum": 0, "maximum": 5, "default": 1},
+            "query": {"type": "string"},
+            "regex": {"type": "boolean", "default": False},
+        },
+        "required": ["id"],
+        "additionalProperties": False,
+    },
+    requirement=DOCUMENT_READER,
+)
+
+LIST_DOCUMENTS = ToolSpec(
+    name="list_documents",
+    description="List the documents of the conversation's knowledge bases (dN handles).",
+    parameters={
+        "type": "object",
+        "properties": {
+            "keyword": {"type": "string", "description": "Filter on title or file name."},
+            "page": {"type": "integer", "minimum": 1, "default": 1},
+            "page_size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+        },
+        "additionalProperties": False,
+    },
+    requirement=DOCUMENT_READER,
+)
+
+
+class ReadDocumentTool:
+    """Pages, neighbourhoods and in-document search."""
+
+    spec = READ_DOCUMENT
+
+    def __init__(self, reader: DocumentReader, scope: KnowledgeScope):
+        self._reader = reader
+        self._scope = scope
+
+    async def run(self, call: ToolInvocation) -> ToolOutcome:
+        """Dispatch on the handle kind and arguments."""
+        handle = str(call.arguments["id"]).strip()
+        try:
+            if handle.startswith("c"):
+                return await self._around_chunk(call, handle)
+            doc = await self._document(call, await self._scope.resolve(call, handle, "d"))
+            if call.arguments.get("query"):
+                return await self._find(call, doc)
+            return await self._page(call, doc)
+        except OutOfScope as exc:
+            return ToolOutcome(success=False, error=f"read_document: {exc}")
+        except re.error as exc:
+            return ToolOutcome(success=False, error=f"read_document: invalid regex: {exc}")
+
+    async def _document(self, call: ToolInvocation, doc_id: str) -> DocumentInfo:
+        doc = await self._reader.document(call.tenant_id, call.context.knowledge_base_ids, doc_id)
+        if doc is None:
+            raise OutOfScope("document not found in this conversation's knowledge bases")
+        return doc
+
+    async def _page(self, call: ToolInvocation, doc: DocumentInfo) -> ToolOutcome:
+        offset = int(call.arguments.get("offset", 0))
+        limit = int(call.arguments.get("limit", 20))
+        rows = await self._reader.chunks(call.tenant_id, doc.id, start=offset, limit=limit + 1)
+        budget = call.context.max_output_chars * 4 // 5
+        page: list[ChunkRow] = []
+        used = 0
+        for row in rows[:limit]:
+            used += len(row.content) + 40
+            if page and used > budget:  # a page stays under 80 % of the tool budget
+                break
+            page.append(row)
+        more = len(page) < len(rows)
+        payload = await self._payload(call, doc, page)
+        if more and page:
+            payload["next_offset"] = page[-1].position + 1
+        return ToolOutcome(success=True, output=dumps(payload), display_type="document")
+
+    async def _around_chunk(self, call: ToolInvocation, handle: str) -> ToolOutcome:
+        chunk_id = await self._scope.resolve(call, handle, "c")
+        hit = await self._reader.chunk(call.tenant_id, call.context.knowledge_base_ids, chunk_id)
+        if hit is None:
+            raise OutOfScope(f"chunk {handle!r} not found in this conversation's knowledge bases")
+        doc = await self._document(call, hit.document_id)
+        around = int(call.arguments.get("context", 1))
+        start = max(0, hit.position - around)
+        rows = await self._reader.chunks(call.tenant_id, doc.id, start=start, limit=2 * around + 1)
+        payload = await self._payload(call, doc, rows)
+        return ToolOutcome(success=True, output=dumps(payload), display_type="document")
+
+    async def _find(self, call: ToolInvocation, doc: DocumentInfo) -> ToolOutcome:
+        query = str(call.arguments["query"])
+        matches = _matcher(query, bool(call.arguments.get("regex")))
+        rows = await self._reader.chunks(call.tenant_id, doc.id, limit=MAX_SCAN_CHUNKS)
+        hits = [i for i, row in enumerate(rows) if matches(row.content)][:MAX_HITS]
+        keep = sorted({j for i in hits for j in (i - 1, i, i + 1) if 0 <= j < len(rows)})
+        payload = await self._payload(call, doc, [rows[j] for j in keep])
+        payload["query"] = query
+        payload["hits"] = [await self._scope.handle(call, "chunk", rows[i].id) for i in hits]
+        return ToolOutcome(success=True, output=dumps(payload), display_type="document")
+
+    async def _payload(
+        self, call: ToolInvocation, doc: DocumentInfo, rows: list[ChunkRow]
+    ) -> dict[str, Any]:
+        chunks = [
+            {
+                "id": await self._scope.handle(call, "chunk", r.id),
+                "offset": r.position,
+                "content": r.content,
+            }
+            for r in rows
+        ]
+        return {
+            "document": await self._scope.handle(call, "document", doc.id),
+            "title": doc.title,
+            "total_chunks": doc.chunk_count or None,
+            "chunks": chunks,
+        }
+
+
+def _matcher(query: str, regex: bool) -> Any:
+    if regex:
+        pattern = re.compile(query, re.IGNORECASE)
+        return lambda text: pattern.search(text) is not None
+    words = [w.lower() for w in query.split() if w]
+    return lambda text: all(w in text.lower() for w in words)
+
+
+class ListDocumentsTool:
+    """Paginated listing with dN handles."""
+
+    spec = LIST_DOCUMENTS
+
+    def __init__(self, reader: DocumentReader, scope: KnowledgeScope):
+        self._reader = reader
+        self._scope = scope
+
+    async def run(self, call: ToolInvocation) -> ToolOutcome:
+        """One page."""
+        page = int(call.arguments.get("page", 1))
+        size = int(call.arguments.get("page_size", 20))
+        total, docs = await self._reader.list_documents(
+            call.tenant_id,
+            call.context.knowledge_base_ids,
+            keyword=str(call.arguments.get("keyword", "")),
+            page=page,
+            size=size,
+        )
+        items = [
+            {
+                "id": await self._scope.handle(call, "document", d.id),
+                "title": d.title,
+                "file_name": d.file_name,
+                "status": d.status,
+                "chunks": d.chunk_count,
+            }
+            for d in docs
+        ]
+        payload: dict[str, Any] = {
+            "total": total,
+            "page": page,
+            "page_size": size,
+            "documents": items,
+        }
+        if page * size < total:
+            payload["next_page"] = page + 1
+        return ToolOutcome(success=True, output=dumps(payload), display_type="document_list")

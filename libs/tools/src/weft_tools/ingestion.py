@@ -1,0 +1,60 @@
+"""Turn one claimed upload into searchable chunks (SPEC T-07 ingestion).
+
+parse (txt/md/csv/xlsx/pdf) -> overlapping chunks (keyword-searchable at once) ->
+embeddings in batches, each batch stored with the progress -> ready. A parse or
+embedding failure marks the document ``failed`` with the reason; keyword search keeps
+working on whatever chunks exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from weft_storage.knowledge import split_into_chunks
+from weft_storage.knowledge_ingest import IngestionQueue, PendingDocument
+
+from weft_tools.document_parsing import UnsupportedDocument, extract_text
+from weft_tools.embeddings import Embedder
+
+log = structlog.get_logger(__name__)
+
+
+class DocumentIngestor:
+    """Processes documents from the :class:`IngestionQueue`."""
+
+    def __init__(self, queue: IngestionQueue, embedder: Embedder | None, *, batch_size: int = 32):
+        self._queue = queue
+        self._embedder = embedder
+        self._batch = batch_size
+
+    async def ingest_next(self) -> bool:
+        """Process one pending document; False when none is waiting."""
+        doc = await self._queue.claim()
+        if doc is None:
+            return False
+        try:
+            await self._ingest(doc)
+        except UnsupportedDocument as exc:
+            await self._queue.finish(doc.document_id, error=str(exc))
+        except asyncio.CancelledError:
+            raise  # the claim goes stale and another worker takes the document over
+        except Exception as exc:  # embedding endpoint down, etc.: reported on the document
+            log.exception("ingestion_failed", document_id=doc.document_id)
+            await self._queue.finish(doc.document_id, error=f"{type(exc).__name__}: {exc}")
+        return True
+
+    async def _ingest(self, doc: PendingDocument) -> None:
+        text = await asyncio.to_thread(extract_text, doc.file_name, doc.content)
+        pieces = split_into_chunks(text)
+        if not pieces:
+            raise UnsupportedDocument(f"{doc.file_name}: no text found")
+        ids = await self._queue.start(doc, pieces)
+        if self._embedder is not None:
+            for start in range(0, len(pieces), self._batch):
+                batch = pieces[start : start + self._batch]
+                vectors = await self._embedder.embed(batch)
+                done = start + len(batch)
+                await self._queue.save_embeddings(doc, ids[start:done], vectors, done)
+        await self._queue.finish(doc.document_id)
+        log.info("document_ingested", document_id=doc.document_id, chunks=len(pieces))

@@ -1,0 +1,129 @@
+"""``search_memory`` and ``search_conversations`` (SPEC T-17): the caller's long-term memory
+and past conversations, read from the memory service (which owns those tables).
+
+The scope is implicit: tenant and user come from the call, never from the model. The
+engine offers ``search_memory`` only to agents with memory enabled (SPEC M-10).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+
+DEFAULT_MEMORY_URL = "http://127.0.0.1:8085"
+
+SEARCH_MEMORY = ToolSpec(
+    name="search_memory",
+    description=(
+        "Search the long-term memory about the current user (facts, preferences, projects "
+        "remembered from earlier conversations)."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "What to recall."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 20, "default": 10},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+)
+
+SEARCH_CONVERSATIONS = ToolSpec(
+    name="search_conversations",
+    description="Search the current user's past conversations for messages about a topic.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 8, "default": 5},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+)
+
+MEMORY_SPECS: tuple[ToolSpec, ...] = (SEARCH_MEMORY, SEARCH_CONVERSATIONS)
+
+
+class MemoryServiceClient:
+    """The memory service's search routes."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self._base_url = base_url or os.environ.get("WEFT_MEMORY_URL", DEFAULT_MEMORY_URL)
+        self._timeout_s = timeout_s
+        self._transport = transport
+
+    async def get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        """GET ``path``; raises ``httpx.HTTPError`` on failure."""
+        async with httpx.AsyncClient(
+            base_url=self._base_url, timeout=self._timeout_s, transport=self._transport
+        ) as http:
+            resp = await http.get(path, params=params)
+            resp.raise_for_status()
+            data: dict[str, Any] = resp.json()
+            return data
+
+
+class _MemorySearchTool:
+    spec: ToolSpec
+    _path: str
+    _key: str
+    _default_limit: int
+
+    def __init__(self, client: MemoryServiceClient):
+        self._client = client
+
+    async def run(self, call: ToolInvocation) -> ToolOutcome:
+        """Search in the caller's scope and list the results."""
+        query = str(call.arguments["query"])
+        limit = int(call.arguments.get("limit", self._default_limit))
+        params = {
+            "tenant_id": call.tenant_id,
+            "user_id": call.context.user_id,
+            "query": query,
+            "limit": limit,
+        }
+        try:
+            data = await self._client.get(self._path, params)
+        except httpx.HTTPError as exc:
+            return ToolOutcome(success=False, error=f"memory service unavailable: {exc}")
+        results = data.get(self._key, [])
+        return ToolOutcome(
+            success=True,
+            output=dumps({"query": query, "count": len(results), "results": results}),
+            display_type="search_results",
+        )
+
+
+class SearchMemoryTool(_MemorySearchTool):
+    """Long-term facts of the caller, best first (limit default 10, max 20)."""
+
+    spec = SEARCH_MEMORY
+    _path = "/internal/memories/search"
+    _key = "memories"
+    _default_limit = 10
+
+
+class SearchConversationsTool(_MemorySearchTool):
+    """Past messages of the caller, best first (limit default 5, max 8)."""
+
+    spec = SEARCH_CONVERSATIONS
+    _path = "/internal/conversations/search"
+    _key = "results"
+    _default_limit = 5
+
+
+def memory_tools(client: MemoryServiceClient | None = None) -> list[_MemorySearchTool]:
+    """Both memory tools, sharing one client."""
+    shared = client or MemoryServiceClient()
+    return [SearchMemoryTool(shared), SearchConversationsTool(shared)]

@@ -1,0 +1,39 @@
+"""tool-exec settings (environment, prefix ``WEFT_``)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from weft_platform.settings import ServiceSettings
+
+
+class ToolExecSettings(ServiceSettings):
+    """tool-exec settings."""
+
+    service_name: str = "tool-exec"
+    http_port: int = 8083
+    tool_concurrency: int = Field(
+        default=2, ge=1, le=64, description="Calls one worker runs at once (its Kafka consumers)."
+    )
+    embedding_base_url: str = Field(
+        default="http://127.0.0.1:8090/v1",
+        validation_alias=AliasChoices("WEFT_EMBEDDING_BASE_URL", "OPENAI_BASE_URL"),
+    )
+    embedding_api_key: str = Field(
+        default="scripted-llm-test-double",
+        validation_alias=AliasChoices("WEFT_EMBEDDING_API_KEY", "OPENAI_API_KEY"),
+    )
+    embedding_model: str = Field(
+        default="weft-scripted-embedding-test-double", description="Empty: no vectors."
+    )
+    embedding_dimensions: int | None = None
+    rerank_base_url: str = Field(default="", description="Optional rerank model endpoint.")
+    rerank_model: str = ""
+    rerank_api_key: str = ""
+    web_search_api_key: str = Field(
+        default="", description="Brave Search key; empty: no web_search."
+    )
+    web_fetch_timeout_s: float = Field(default=180.0, gt=0, description="Page budget (E-17).")
+    web_fetch_allow_loopback: bool = Field(
+        default=False, description="Tests only: lets web tools reach 127.0.0.1."
+    )
+    ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")
