@@ -1,18 +1,19 @@
-"""Internal HTTP API of memory (called by the gateway and the engine, never by browsers)."""
+"""Internal HTTP API of memory (called by the gateway and the engine, never by browsers).
+
+Every route is scoped by ``tenant_id``: another tenant's session answers 404 (invariant 5).
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
-from sqlalchemy import select
+from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_storage.models import ChatSession, Message
-
-from weft_memory.history import HistoryLoader
 
 
 class SessionCreate(BaseModel):
@@ -24,6 +25,13 @@ class SessionCreate(BaseModel):
     agent_id: str | None = None
 
 
+class SessionPatch(BaseModel):
+    """Fields of a session that can change; absent fields stay as they are."""
+
+    title: str | None = Field(default=None, max_length=500)
+    agent_id: str | None = Field(default=None, max_length=64)
+
+
 class SessionOut(BaseModel):
     """A session as the API shows it."""
 
@@ -33,6 +41,7 @@ class SessionOut(BaseModel):
     title: str
     agent_id: str | None
     created_at: datetime
+    updated_at: datetime
 
 
 class MessageOut(BaseModel):
@@ -46,34 +55,30 @@ class MessageOut(BaseModel):
     status: str
     is_completed: bool
     is_fallback: bool
+    is_partial: bool
     duration_ms: int
     agent_steps: list[dict[str, Any]]
     references: list[dict[str, Any]]
     created_at: datetime
 
 
-class HistoryOut(BaseModel):
-    """LLM-ready history."""
-
-    messages: list[dict[str, Any]]
-
-
-def memory_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
-    """Routes under ``/internal``."""
-    router = APIRouter(prefix="/internal", tags=["internal"])
-    history = HistoryLoader(sessions)
-
-    async def get_owned(s: AsyncSession, tenant_id: str, session_id: str) -> ChatSession:
-        row = await s.scalar(
-            select(ChatSession).where(
-                ChatSession.id == session_id,
-                ChatSession.tenant_id == tenant_id,
-                ChatSession.deleted_at.is_(None),
-            )
+async def get_owned(s: AsyncSession, tenant_id: str, session_id: str) -> ChatSession:
+    """The live session ``session_id`` of ``tenant_id``, or 404."""
+    row = await s.scalar(
+        select(ChatSession).where(
+            ChatSession.id == session_id,
+            ChatSession.tenant_id == tenant_id,
+            ChatSession.deleted_at.is_(None),
         )
-        if row is None:
-            raise HTTPException(404, f"session {session_id!r} not found")
-        return row
+    )
+    if row is None:
+        raise HTTPException(404, f"session {session_id!r} not found")
+    return row
+
+
+def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
+    """Session CRUD and message listing under ``/internal``."""
+    router = APIRouter(prefix="/internal", tags=["internal"])
 
     @router.post("/sessions", status_code=201, response_model=SessionOut)
     async def create_session(body: SessionCreate) -> ChatSession:
@@ -83,36 +88,96 @@ def memory_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         async with sessions() as s:
             return await get_owned(s, body.tenant_id, row.id)
 
+    @router.get("/sessions", response_model=list[SessionOut])
+    async def list_sessions(
+        tenant_id: str = Query(min_length=1),
+        user_id: str | None = Query(default=None, min_length=1),
+        limit: int = Query(default=20, ge=1, le=100),
+        offset: int = Query(default=0, ge=0),
+    ) -> list[ChatSession]:
+        stmt = select(ChatSession).where(
+            ChatSession.tenant_id == tenant_id, ChatSession.deleted_at.is_(None)
+        )
+        if user_id is not None:
+            stmt = stmt.where(ChatSession.user_id == user_id)
+        stmt = stmt.order_by(ChatSession.updated_at.desc(), ChatSession.id.desc())
+        async with sessions() as s:
+            return list((await s.scalars(stmt.limit(limit).offset(offset))).all())
+
     @router.get("/sessions/{session_id}", response_model=SessionOut)
     async def get_session(session_id: str, tenant_id: str = Query(min_length=1)) -> ChatSession:
         async with sessions() as s:
             return await get_owned(s, tenant_id, session_id)
+
+    @router.patch("/sessions/{session_id}", response_model=SessionOut)
+    async def patch_session(
+        session_id: str, body: SessionPatch, tenant_id: str = Query(min_length=1)
+    ) -> ChatSession:
+        async with sessions.begin() as s:
+            row = await get_owned(s, tenant_id, session_id)
+            for name, value in body.model_dump(exclude_unset=True).items():
+                if name == "title" and value is None:
+                    continue  # title is NOT NULL: an explicit null leaves it unchanged
+                setattr(row, name, value)
+            row.updated_at = datetime.now(UTC)
+        return row
+
+    @router.delete("/sessions/{session_id}", status_code=204)
+    async def delete_session(session_id: str, tenant_id: str = Query(min_length=1)) -> Response:
+        async with sessions.begin() as s:
+            row = await get_owned(s, tenant_id, session_id)
+            row.deleted_at = datetime.now(UTC)
+        return Response(status_code=204)
+
+    @router.delete("/sessions/{session_id}/messages", status_code=204)
+    async def clear_messages(session_id: str, tenant_id: str = Query(min_length=1)) -> Response:
+        async with sessions.begin() as s:
+            await get_owned(s, tenant_id, session_id)
+            await s.execute(
+                delete(Message).where(
+                    Message.session_id == session_id, Message.tenant_id == tenant_id
+                )
+            )
+            await s.execute(
+                update(ChatSession)
+                .where(ChatSession.id == session_id)
+                .values(updated_at=datetime.now(UTC))
+            )
+        return Response(status_code=204)
 
     @router.get("/sessions/{session_id}/messages", response_model=list[MessageOut])
     async def list_messages(
         session_id: str,
         tenant_id: str = Query(min_length=1),
         limit: int = Query(default=50, ge=1, le=200),
+        before: str | None = Query(default=None, min_length=1),
     ) -> list[Message]:
+        """The ``limit`` messages just older than ``before`` (or the newest), oldest first."""
         async with sessions() as s:
             await get_owned(s, tenant_id, session_id)
-            stmt = (
-                select(Message)
-                .where(Message.session_id == session_id, Message.tenant_id == tenant_id)
-                .order_by(Message.created_at.desc(), Message.id.desc())
-                .limit(limit)
+            stmt = select(Message).where(
+                Message.session_id == session_id, Message.tenant_id == tenant_id
             )
+            if before is not None:
+                cursor = await _cursor(s, tenant_id, session_id, before)
+                stmt = stmt.where(tuple_(Message.created_at, Message.id) < cursor)
+            stmt = stmt.order_by(Message.created_at.desc(), Message.id.desc()).limit(limit)
             rows = list((await s.scalars(stmt)).all())
         return list(reversed(rows))
 
-    @router.get("/sessions/{session_id}/history", response_model=HistoryOut)
-    async def get_history(
-        session_id: str,
-        tenant_id: str = Query(min_length=1),
-        max_turns: int = Query(default=5, ge=0, le=100),
-    ) -> HistoryOut:
-        async with sessions() as s:
-            await get_owned(s, tenant_id, session_id)
-        return HistoryOut(messages=await history.load(tenant_id, session_id, max_turns))
-
     return router
+
+
+async def _cursor(
+    s: AsyncSession, tenant_id: str, session_id: str, message_id: str
+) -> tuple[datetime, str]:
+    row = await s.scalar(
+        select(Message).where(
+            Message.id == message_id,
+            Message.session_id == session_id,
+            Message.tenant_id == tenant_id,
+        )
+    )
+    if row is None:
+        raise HTTPException(404, f"message {message_id!r} not found in this session")
+    return row.created_at, row.id

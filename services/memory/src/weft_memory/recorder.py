@@ -3,31 +3,54 @@
 Rows have a natural key (request_id, role), so a re-delivered event rewrites the same
 row with the same values (invariant 3). A turn whose ``complete`` never arrives keeps its
 assistant row at ``is_completed = false`` and is left out of history.
+
+When the user stops a turn, ``complete`` comes with status ``cancelled`` and an empty
+``final_answer``; what was already streamed is rebuilt from the ``final_answer`` deltas
+kept in Redis (one hash per turn, field = event seq, so re-delivery is harmless) and
+stored marked ``is_partial`` (as the reference does).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from redis.asyncio import Redis
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_contracts import CompleteEvent, ReferencesEvent, TurnStartedEvent, TurnStatus
+from weft_contracts import (
+    CompleteEvent,
+    FinalAnswerEvent,
+    ReferencesEvent,
+    TurnStartedEvent,
+    TurnStatus,
+)
 from weft_storage.models import ChatSession, Message
+
+PARTIAL_TTL_S = 24 * 3600
+
+
+def partial_key(request_id: str) -> str:
+    """Redis hash of the answer deltas streamed so far in one turn."""
+    return f"weft:memory:answer:{request_id}"
 
 
 class MessageRecorder:
     """Persists what memory needs of the event stream."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], redis: Redis | None = None):
         self._sessions = sessions
+        self._redis = redis
 
     async def handle(self, event: Any) -> None:
         """Dispatch one agent event; events memory does not store are ignored."""
         match event:
             case TurnStartedEvent():
                 await self._turn_started(event)
+            case FinalAnswerEvent():
+                await self._answer_delta(event)
             case ReferencesEvent():
                 await self._references(event)
             case CompleteEvent():
@@ -63,6 +86,30 @@ class MessageRecorder:
             }
             for row in (user, assistant):
                 await s.execute(insert(Message).values(**row).on_conflict_do_nothing())
+            await s.execute(
+                update(ChatSession)
+                .where(ChatSession.id == event.session_id)
+                .values(updated_at=datetime.now(UTC))
+            )
+
+    async def _answer_delta(self, event: FinalAnswerEvent) -> None:
+        if self._redis is None or not event.data.delta:
+            return
+        key = partial_key(event.request_id)
+        value = json.dumps({"round": event.data.round, "delta": event.data.delta})
+        await self._redis.hset(key, str(event.seq), value)
+        await self._redis.expire(key, PARTIAL_TTL_S)
+
+    async def _partial_answer(self, request_id: str) -> str:
+        """The answer streamed in the last round before the stop, in seq order."""
+        if self._redis is None:
+            return ""
+        raw = await self._redis.hgetall(partial_key(request_id))
+        pieces = sorted((int(seq), json.loads(v)) for seq, v in raw.items())
+        if not pieces:
+            return ""
+        last_round = max(p["round"] for _, p in pieces)
+        return "".join(p["delta"] for _, p in pieces if p["round"] == last_round)
 
     async def _references(self, event: ReferencesEvent) -> None:
         async with self._sessions.begin() as s:
@@ -75,15 +122,7 @@ class MessageRecorder:
                 row.references = [*row.references, *new]
 
     async def _complete(self, event: CompleteEvent) -> None:
-        data = event.data
-        values = {
-            "content": data.final_answer,
-            "agent_steps": [step.model_dump() for step in data.steps],
-            "is_completed": data.status == TurnStatus.COMPLETED,
-            "is_fallback": data.is_fallback,
-            "status": data.status.value,
-            "duration_ms": data.duration_ms,
-        }
+        values = await self._completion_values(event)
         async with self._sessions.begin() as s:
             await _ensure_session(s, event.tenant_id, event.session_id, "unknown")
             stmt = insert(Message).values(
@@ -98,6 +137,39 @@ class MessageRecorder:
             await s.execute(
                 stmt.on_conflict_do_update(constraint="uq_messages_request_role", set_=values)
             )
+        if self._redis is not None:
+            await self._redis.delete(partial_key(event.request_id))
+
+    async def _completion_values(self, event: CompleteEvent) -> dict[str, Any]:
+        data = event.data
+        content, partial = data.final_answer, False
+        if data.status == TurnStatus.CANCELLED and not content:
+            content = await self._partial_answer(event.request_id)
+            partial = bool(content)
+            if not partial:
+                # A re-delivered ``complete``: the deltas are gone, keep what was stored.
+                content = await self._stored_partial(event.request_id)
+                partial = bool(content)
+        return {
+            "content": content,
+            "agent_steps": [step.model_dump() for step in data.steps],
+            "is_completed": data.status == TurnStatus.COMPLETED,
+            "is_fallback": data.is_fallback,
+            "is_partial": partial,
+            "status": data.status.value,
+            "duration_ms": data.duration_ms,
+        }
+
+    async def _stored_partial(self, request_id: str) -> str:
+        async with self._sessions() as s:
+            row = await s.scalar(
+                select(Message).where(
+                    Message.request_id == request_id,
+                    Message.role == "assistant",
+                    Message.is_partial.is_(True),
+                )
+            )
+        return row.content if row is not None else ""
 
 
 async def _ensure_session(s: AsyncSession, tenant_id: str, session_id: str, user_id: str) -> None:

@@ -1,0 +1,168 @@
+"""What the engine needs from the memory service, as one small async client:
+history under a token budget (SPEC M-08), checkpoints and token scale (M-07, M-02),
+long-term memory recall and extraction (M-10)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from weft_context.compaction import Checkpoint, CompactionResult
+
+
+class MemoryUnavailable(Exception):
+    """The memory service could not answer."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedHistory:
+    """History as memory rebuilt it; ``turn_ids`` aligns with ``messages``."""
+
+    messages: list[dict[str, Any]]
+    turn_ids: list[str | None]
+    summary: str | None = None
+    checkpoint_turn_id: str | None = None
+    tokens: int = 0
+    token_scale: float | None = None
+
+    def with_prefix(
+        self, head: list[dict[str, Any]], tail: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], list[str | None]]:
+        """``head`` (system) + history + ``tail`` (the new user message) and their turn ids,
+        ready for :meth:`Compactor.compact`."""
+        extra = tail or []
+        messages = [*head, *self.messages, *extra]
+        return messages, [None] * len(head) + self.turn_ids + [None] * len(extra)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recalled:
+    """One long-term memory (``RecalledMemory`` fields)."""
+
+    id: str
+    content: str
+    score: float = 0.0
+
+
+@dataclass
+class MemoryClient:
+    """Calls ``/internal`` routes of memory; 404 on a session means "no history"."""
+
+    base_url: str
+    timeout_s: float = 10.0
+    transport: httpx.AsyncBaseTransport | None = None
+    _http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                base_url=self.base_url, timeout=self.timeout_s, transport=self.transport
+            )
+        return self._http
+
+    async def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return await self._client().request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise MemoryUnavailable(f"memory unreachable: {exc}") from exc
+
+    async def history(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        token_budget: int,
+        retain_retrieval_history: bool = False,
+    ) -> LoadedHistory:
+        """History within ``token_budget`` (pass the whole context window, SPEC M-08)."""
+        params = {
+            "tenant_id": tenant_id,
+            "token_budget": token_budget,
+            "retain_retrieval_history": str(retain_retrieval_history).lower(),
+        }
+        resp = await self._call("GET", f"/internal/sessions/{session_id}/history", params=params)
+        if resp.status_code == 404:
+            return LoadedHistory(messages=[], turn_ids=[])
+        _raise_for(resp)
+        body = resp.json()
+        turn_ids: list[str | None] = [None] * len(body["messages"])
+        for turn in body.get("turns", []):
+            for k in range(turn["start"], turn["start"] + turn["count"]):
+                turn_ids[k] = turn["turn_id"]
+        return LoadedHistory(
+            messages=body["messages"], turn_ids=turn_ids, summary=body.get("summary"),
+            checkpoint_turn_id=body.get("checkpoint_turn_id"), tokens=body.get("tokens", 0),
+            token_scale=body.get("token_scale"),
+        )  # fmt: skip
+
+    async def store_checkpoint(
+        self, tenant_id: str, session_id: str, result: CompactionResult
+    ) -> bool:
+        """Persist ``result.checkpoint`` (SPEC M-07); False when there is none or memory has
+        no such assistant message (the reference only logs that)."""
+        checkpoint: Checkpoint | None = result.checkpoint
+        if checkpoint is None:
+            return False
+        body = {
+            "summary": checkpoint.summary,
+            "degraded": checkpoint.degraded,
+            "tokens_before": result.tokens_before,
+            "tokens_after": result.tokens_after,
+        }
+        return await self._put_context(tenant_id, session_id, checkpoint.turn_id, body)
+
+    async def store_token_scale(
+        self, tenant_id: str, session_id: str, turn_id: str, scale: float
+    ) -> bool:
+        """Persist a measured calibration scale on a stored turn (SPEC M-02)."""
+        return await self._put_context(tenant_id, session_id, turn_id, {"token_scale": scale})
+
+    async def _put_context(
+        self, tenant_id: str, session_id: str, turn_id: str, body: dict[str, Any]
+    ) -> bool:
+        path = f"/internal/sessions/{session_id}/turns/{turn_id}/context"
+        resp = await self._call("PUT", path, params={"tenant_id": tenant_id}, json=body)
+        if resp.status_code == 404:
+            return False
+        _raise_for(resp)
+        return True
+
+    async def recall(
+        self, tenant_id: str, user_id: str, query: str, limit: int = 10
+    ) -> list[Recalled]:
+        """Long-term memories of the caller for ``query`` (only for memory-enabled agents)."""
+        params = {"tenant_id": tenant_id, "user_id": user_id, "query": query, "limit": limit}
+        resp = await self._call("GET", "/internal/memories/search", params=params)
+        _raise_for(resp)
+        return [
+            Recalled(id=m["id"], content=m["content"], score=m.get("score", 0.0))
+            for m in resp.json()["memories"]
+        ]
+
+    async def extract(self, tenant_id: str, user_id: str, session_id: str, request_id: str) -> int:
+        """Learn from a completed turn; the number of facts stored (0 when the turn is not
+        stored yet: memory persists from events asynchronously)."""
+        body = {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "session_id": session_id,
+            "request_id": request_id,
+        }
+        resp = await self._call("POST", "/internal/memories/extract", json=body)
+        if resp.status_code == 404:
+            return 0
+        _raise_for(resp)
+        return len(resp.json()["memory_ids"])
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    if resp.status_code >= 400:
+        raise MemoryUnavailable(f"memory answered {resp.status_code}: {resp.text[:200]}")

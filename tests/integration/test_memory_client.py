@@ -1,0 +1,116 @@
+"""weft_context.MemoryClient (the engine's client) against the real memory routes on the real
+PostgreSQL: history -> compaction -> checkpoint -> reload from it; scale; recall/extract."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from weft_context.compaction import CompactionSettings, Compactor
+from weft_context.memory_client import MemoryClient
+from weft_context.tokens import TokenEstimator
+from weft_llm import LLMRequest, LLMResponse, StreamSink
+from weft_memory.api import session_router
+from weft_memory.extraction import MemoryExtractor
+from weft_memory.history_api import history_router
+from weft_memory.longterm import LongTermMemory
+from weft_memory.memory_api import memory_router
+from weft_storage.models import ChatSession, Message
+
+
+class Model:
+    """Answers summaries and extractions (in-process ChatModel double)."""
+
+    def __init__(self) -> None:
+        self.requests: list[LLMRequest] = []
+
+    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
+        self.requests.append(request)
+        prompt = request.messages[-1]["content"]
+        content = "SUMMARY" if "<transcript>" in prompt else '["The user likes long answers."]'
+        return LLMResponse(content=content, reasoning="", tool_calls=[], finish_reason="stop")
+
+
+@pytest.fixture(scope="module")
+def migrated(infra: dict[str, str]) -> str:
+    subprocess.run(
+        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
+        env={**infra}, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return infra["WEFT_DATABASE_URL"]
+
+
+@pytest.fixture
+async def sessions(migrated: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    eng = create_async_engine(migrated)
+    yield async_sessionmaker(eng, expire_on_commit=False)
+    await eng.dispose()
+
+
+@pytest.fixture
+async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[MemoryClient]:
+    memory = LongTermMemory(sessions)
+    app = FastAPI()
+    app.include_router(session_router(sessions))
+    app.include_router(history_router(sessions))
+    app.include_router(
+        memory_router(sessions, memory, MemoryExtractor(sessions, Model(), "m", memory))
+    )
+    c = MemoryClient("http://memory", transport=httpx.ASGITransport(app=app))
+    yield c
+    await c.aclose()
+
+
+async def _seed(sessions: async_sessionmaker[AsyncSession], turns: int) -> tuple[str, str]:
+    tenant, sid = f"t-{secrets.token_hex(4)}", f"ses_{secrets.token_hex(6)}"
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    async with sessions.begin() as s:
+        s.add(ChatSession(id=sid, tenant_id=tenant, user_id="u"))
+    rows = []
+    for i in range(turns):
+        common = {"tenant_id": tenant, "session_id": sid, "request_id": f"{sid}-r{i}",
+                  "is_completed": True, "status": "completed", "agent_steps": []}  # fmt: skip
+        at = base + timedelta(seconds=i)
+        rows.append({**common, "id": f"{sid[-8:]}u{i}", "role": "user", "content": f"q{i}",
+                     "created_at": at})  # fmt: skip
+        done = at + timedelta(microseconds=1)
+        rows.append({**common, "id": f"{sid[-8:]}a{i}", "role": "assistant",
+                     "content": "long " * 1500, "created_at": done})  # fmt: skip
+    async with sessions.begin() as s:
+        await s.execute(insert(Message), rows)
+    return tenant, sid
+
+
+async def test_engine_flow_through_the_client(
+    client: MemoryClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    tenant, sid = await _seed(sessions, 6)
+    settings = CompactionSettings(model="m", context_window=24_000, completion_budget=512)
+    history = await client.history(tenant, sid, token_budget=settings.context_window)
+    assert len(history.messages) == 12 and history.turn_ids[0] == f"{sid[-8:]}a0"
+    messages, turn_ids = history.with_prefix(
+        [{"role": "system", "content": "sys"}], [{"role": "user", "content": "now?"}]
+    )
+    result = await Compactor(Model(), settings, TokenEstimator()).compact(messages, turn_ids)
+    assert result.compacted and result.checkpoint is not None
+    assert await client.store_checkpoint(tenant, sid, result)
+    assert await client.store_token_scale(tenant, sid, f"{sid}-r5", 0.9)
+    again = await client.history(tenant, sid, token_budget=settings.context_window)
+    assert again.summary is not None and again.summary.startswith("SUMMARY")
+    assert again.checkpoint_turn_id == result.checkpoint.turn_id
+    assert again.token_scale == 0.9 and again.turn_ids[0] is None
+    assert (await client.history(tenant, "unknown", token_budget=100)).messages == []
+    assert not await client.store_token_scale(tenant, sid, "nope", 1.0)
+
+    assert await client.extract(tenant, "u", sid, f"{sid}-r0") == 1
+    recalled = await client.recall(tenant, "u", "long answers")
+    assert [m.content for m in recalled] == ["The user likes long answers."]
+    assert await client.recall(tenant, "someone-else", "long answers") == []

@@ -1,0 +1,136 @@
+"""MessageRecorder on the real PostgreSQL and Redis: idempotent persistence, incomplete
+turns stay out of history, a stopped turn keeps its partially streamed answer."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from weft_contracts import (
+    AgentStep,
+    CompleteData,
+    CompleteEvent,
+    FinalAnswerData,
+    FinalAnswerEvent,
+    StepToolCall,
+    TurnStartedData,
+    TurnStartedEvent,
+    TurnStatus,
+)
+from weft_memory.history import HistoryLoader, HistoryQuery
+from weft_memory.recorder import MessageRecorder, partial_key
+from weft_storage.models import Message
+
+
+@pytest.fixture(scope="module")
+def migrated(infra: dict[str, str]) -> str:
+    subprocess.run(
+        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
+        env={**infra}, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return infra["WEFT_DATABASE_URL"]
+
+
+@pytest.fixture
+async def sessions(migrated: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    eng = create_async_engine(migrated)
+    yield async_sessionmaker(eng, expire_on_commit=False)
+    await eng.dispose()
+
+
+@pytest.fixture
+async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
+    client = Redis.from_url(infra["WEFT_REDIS_URL"])
+    yield client
+    await client.aclose()
+
+
+def _ids() -> dict[str, Any]:
+    return {
+        "tenant_id": f"t-{secrets.token_hex(4)}",
+        "session_id": f"ses_{secrets.token_hex(6)}",
+        "request_id": f"req_{secrets.token_hex(6)}",
+    }
+
+
+def _started(ids: dict[str, Any]) -> TurnStartedEvent:
+    data = TurnStartedData(query="what is the refund policy?", user_id="u1", agent_id="a")
+    return TurnStartedEvent(**ids, seq=1, data=data)
+
+
+def _complete(ids: dict[str, Any], status: TurnStatus, answer: str, seq: int) -> CompleteEvent:
+    step = AgentStep(round=0, tool_calls=[StepToolCall(
+        call_id="c1", tool_name="database_query", arguments={"sql": "select 1"},
+        success=True, output="1",
+    )])  # fmt: skip
+    data = CompleteData(status=status, final_answer=answer, steps=[step], duration_ms=42)
+    return CompleteEvent(**ids, seq=seq, data=data)
+
+
+async def _rows(sessions: async_sessionmaker[AsyncSession], request_id: str) -> list[Message]:
+    async with sessions() as s:
+        stmt = select(Message).where(Message.request_id == request_id).order_by(Message.role)
+        return list((await s.scalars(stmt)).all())
+
+
+async def test_redelivered_events_change_nothing(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:
+    recorder = MessageRecorder(sessions, redis)
+    ids = _ids()
+    started, complete = _started(ids), _complete(ids, TurnStatus.COMPLETED, "Thirty days.", 5)
+    for event in (started, complete, started, complete):
+        await recorder.handle(event)
+    assistant, user = await _rows(sessions, ids["request_id"])
+    assert user.content == "what is the refund policy?"
+    assert assistant.content == "Thirty days." and assistant.is_completed
+    assert assistant.agent_steps[0]["tool_calls"][0]["output"] == "1"
+    assert assistant.duration_ms == 42 and not assistant.is_partial
+    history = await HistoryLoader(sessions).build(
+        ids["tenant_id"], ids["session_id"], HistoryQuery(token_budget=10_000)
+    )
+    assert [m["role"] for m in history.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_turn_without_complete_stays_out_of_history(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:
+    recorder = MessageRecorder(sessions, redis)
+    ids = _ids()
+    await recorder.handle(_started(ids))
+    assistant, _ = await _rows(sessions, ids["request_id"])
+    assert not assistant.is_completed and assistant.status == "running"
+    history = await HistoryLoader(sessions).build(
+        ids["tenant_id"], ids["session_id"], HistoryQuery(token_budget=10_000)
+    )
+    assert history.messages == []
+
+
+async def test_stopped_turn_keeps_partial_answer(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:
+    recorder = MessageRecorder(sessions, redis)
+    ids = _ids()
+    await recorder.handle(_started(ids))
+    deltas = [(2, 0, "Let me look."), (4, 1, "Refunds are "), (5, 1, "possible within ")]
+    for seq, rnd, text in deltas:
+        event = FinalAnswerEvent(**ids, seq=seq, data=FinalAnswerData(round=rnd, delta=text))
+        await recorder.handle(event)
+        await recorder.handle(event)  # re-delivered delta
+    cancelled = _complete(ids, TurnStatus.CANCELLED, "", 6)
+    await recorder.handle(cancelled)
+    assistant, _ = await _rows(sessions, ids["request_id"])
+    assert assistant.content == "Refunds are possible within "  # the last round only
+    assert assistant.is_partial and assistant.status == "cancelled"
+    assert not assistant.is_completed
+    assert not await redis.exists(partial_key(ids["request_id"]))
+    await recorder.handle(cancelled)  # re-delivered after the deltas are gone
+    assistant, _ = await _rows(sessions, ids["request_id"])
+    assert assistant.content == "Refunds are possible within " and assistant.is_partial
