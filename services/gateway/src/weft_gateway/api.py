@@ -1,29 +1,42 @@
-"""The public API (``/api/v1``): sessions and agent chat over SSE."""
+"""Turns over SSE: start (SPEC C-01..C-03), rejoin, stop and steer a session's turn."""
 
-import json
+from __future__ import annotations
+
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query
+from fastapi import HTTPException
 from pydantic import BaseModel, Field
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from ulid import ULID
-from weft_contracts import ChatRequested, ChatRequestedData, Topic
+from weft_contracts import (
+    AgentConfig,
+    AgentMode,
+    CancelRequested,
+    CancelRequestedData,
+    ChatRequested,
+    ChatRequestedData,
+    SteerMessage,
+    SteerMessageData,
+    Topic,
+)
 from weft_platform.bus import EventBus
+from weft_storage.knowledge import KnowledgeStore
 
-from weft_gateway.auth import ApiKeyAuth, Principal
+from weft_gateway.auth import Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
+from weft_gateway.fanout import SlowClient, StreamFanout
+from weft_gateway.limits import TenantLimits
 from weft_gateway.settings import GatewaySettings
-from weft_gateway.streams import SessionStreams, StreamEntry
+from weft_gateway.sse import StreamFormat, synthetic_failure, to_sse
+from weft_gateway.streams import SessionStreams, active_turn_key
 
 AGENT_REQUIRED = "agent_id is required when agent mode is enabled"
-
-
-class SessionCreate(BaseModel):
-    """Body of ``POST /sessions``."""
-
-    title: str = Field(default="", max_length=500)
-    agent_id: str | None = Field(default=None, max_length=64)
+QUICK_ANSWER_AGENT = "builtin-quick-answer"
 
 
 class ChatBody(BaseModel):
@@ -31,127 +44,219 @@ class ChatBody(BaseModel):
 
     query: str = Field(min_length=1, max_length=100_000)
     agent_id: str | None = Field(default=None, max_length=64)
+    agent_enabled: bool = Field(default=True, description="Only read by /agent-chat (C-02).")
     knowledge_base_ids: list[str] | None = Field(default=None, max_length=10)
+    double_texting: Literal["reject", "enqueue", "interrupt"] = Field(
+        default="enqueue",
+        description="What to do when the session already runs a turn: reject answers 409, "
+        "enqueue runs this turn after it, interrupt stops it first.",
+    )
 
 
+class SteerBody(BaseModel):
+    """Body of ``POST /sessions/{id}/steer`` (SPEC E-13)."""
+
+    content: str = Field(min_length=1, max_length=100_000)
+
+
+class ControlAccepted(BaseModel):
+    """Answer of stop and steer: the command is on the control topic."""
+
+    request_id: str
+    status: Literal["cancel_requested", "steer_sent"]
+
+
+def chat_mode(agent: AgentConfig) -> Literal["agent", "normal"]:
+    """SPEC C-02: the agent's own mode wins; only smart-reasoning runs the agent loop, so a
+    quick-answer agent on /agent-chat is downgraded to normal mode."""
+    return "agent" if agent.mode == AgentMode.SMART_REASONING else "normal"
+
+
+def embedded_channel_mode(agent_mode_on: bool, channel_agent_id: str) -> Literal["agent", "normal"]:
+    """SPEC C-03: an embedded channel uses agent mode only when agent mode is on and its
+    agent is not the built-in quick-answer agent."""
+    return "agent" if agent_mode_on and channel_agent_id != QUICK_ANSWER_AGENT else "normal"
+
+
+def pick_agent_id(agent_enabled: bool, requested: str | None, session_agent: str | None) -> str:
+    """The agent of a turn: the request's, else the session's; agent mode without one is
+    the exact 400 of SPEC C-02; normal mode without one uses the quick-answer agent."""
+    agent_id = requested or session_agent
+    if agent_id:
+        return agent_id
+    if agent_enabled:
+        raise HTTPException(400, AGENT_REQUIRED)
+    return QUICK_ANSWER_AGENT
+
+
+@dataclass(kw_only=True)
 class Gateway:
-    """Route handlers and what they need, built once by the app factory."""
+    """Route handlers' state, built once by the app factory."""
 
-    def __init__(
-        self,
-        *,
-        settings: GatewaySettings,
-        bus: EventBus,
-        streams: SessionStreams,
-        memory: MemoryClient,
-        agents: AgentConfigClient,
-    ):
-        self.settings = settings
-        self.bus = bus
-        self.streams = streams
-        self.memory = memory
-        self.agents = agents
+    settings: GatewaySettings
+    bus: EventBus
+    redis: Redis
+    streams: SessionStreams
+    fanout: StreamFanout
+    memory: MemoryClient
+    agents: AgentConfigClient
+    limits: TenantLimits
+    knowledge: KnowledgeStore
 
     async def start_turn(
-        self, who: Principal, session_id: str, body: ChatBody
+        self,
+        who: Principal,
+        session_id: str,
+        body: ChatBody,
+        *,
+        agent_enabled: bool,
+        fmt: StreamFormat = "native",
     ) -> EventSourceResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         session = await self.memory.get_session(who.tenant_id, session_id)
-        agent_id = body.agent_id or session.get("agent_id")
-        if not agent_id:
-            raise HTTPException(400, AGENT_REQUIRED)
-        kb_ids = self._allowed_kbs(who, body.knowledge_base_ids)
-        agent = await self.agents.resolve(who.tenant_id, agent_id, kb_ids)
+        agent_id = pick_agent_id(agent_enabled, body.agent_id, session.get("agent_id"))
+        for kb_id in body.knowledge_base_ids or []:
+            if not await self.knowledge.knowledge_base_exists(who.tenant_id, kb_id):
+                raise HTTPException(404, f"knowledge base {kb_id!r} not found")
+        agent = await self.agents.resolve(
+            who.tenant_id, agent_id, body.knowledge_base_ids, who.knowledge_base_ids
+        )
+        if body.double_texting == "reject":
+            await self._reject_if_running(who.tenant_id, session_id)
         request = ChatRequested(
             tenant_id=who.tenant_id,
             session_id=session_id,
             request_id=f"req_{ULID()}",
-            data=ChatRequestedData(query=body.query, user_id=who.user_id, agent=agent),
+            data=ChatRequestedData(
+                query=body.query,
+                user_id=who.user_id,
+                agent=agent,
+                mode=chat_mode(agent),
+                double_texting=body.double_texting,
+            ),
         )
+        await self.limits.admit_turn(who.tenant_id, request.request_id)
         position = await self.streams.last_position(who.tenant_id, session_id)
-        await self.bus.publish(Topic.AGENT_REQUESTS, request)
-        events = self._sse(who.tenant_id, session_id, position, request.request_id)
-        return EventSourceResponse(
-            events, ping=self.settings.sse_ping_s, headers={"X-Request-Id": request.request_id}
-        )
+        try:
+            await self.bus.publish(Topic.AGENT_REQUESTS, request)
+        except Exception:
+            await self.limits.release_turn(who.tenant_id, request.request_id)
+            raise
+        events = self._sse(who.tenant_id, session_id, position, request.request_id, fmt)
+        return self._response(events, {"X-Request-Id": request.request_id})
 
     async def resume(
-        self, who: Principal, session_id: str, last_event_id: str | None
+        self,
+        who: Principal,
+        session_id: str,
+        last_event_id: str | None,
+        fmt: StreamFormat = "native",
     ) -> EventSourceResponse:
-        """Rejoin the newest turn: after ``Last-Event-ID``, or from the turn's start."""
-        await self.memory.get_session(who.tenant_id, session_id)
+        """Rejoin the newest turn: after ``Last-Event-ID``, or from the turn's start.
+
+        The stream key contains the tenant, so finding it proves the session is the
+        caller's tenant's (invariant 5) without asking memory on every reconnect."""
         start = last_event_id or await self.streams.latest_turn_start(who.tenant_id, session_id)
         if start is None or not await self.streams.exists(who.tenant_id, session_id):
             retention = self.settings.stream_retention_s
-            raise HTTPException(404, f"no turn of this session within the last {retention}s")
+            raise HTTPException(
+                404,
+                f"no turn of this session within the stream retention ({retention}s): "
+                "nothing to replay; load the stored messages instead",
+            )
+        return self._response(self._sse(who.tenant_id, session_id, start, None, fmt), {})
+
+    async def stop(self, who: Principal, session_id: str) -> ControlAccepted:
+        """Publish ``CancelRequested`` for the running turn (any engine replica acts on it)."""
+        request_id = await self._running_turn(who, session_id)
+        await self.bus.publish(
+            Topic.AGENT_CONTROL,
+            CancelRequested(
+                tenant_id=who.tenant_id,
+                session_id=session_id,
+                request_id=request_id,
+                data=CancelRequestedData(),
+            ),
+        )
+        return ControlAccepted(request_id=request_id, status="cancel_requested")
+
+    async def steer(self, who: Principal, session_id: str, body: SteerBody) -> ControlAccepted:
+        """Publish ``SteerMessage``: the engine injects it before its next LLM call (E-13)."""
+        request_id = await self._running_turn(who, session_id)
+        await self.bus.publish(
+            Topic.AGENT_CONTROL,
+            SteerMessage(
+                tenant_id=who.tenant_id,
+                session_id=session_id,
+                request_id=request_id,
+                data=SteerMessageData(content=body.content),
+            ),
+        )
+        return ControlAccepted(request_id=request_id, status="steer_sent")
+
+    async def _running_turn(self, who: Principal, session_id: str) -> str:
+        await self.memory.get_session(who.tenant_id, session_id)
+        active: Any = await self.redis.get(active_turn_key(who.tenant_id, session_id))
+        if not active:
+            raise HTTPException(409, "this session has no running turn")
+        return active.decode() if isinstance(active, bytes) else str(active)
+
+    async def _reject_if_running(self, tenant_id: str, session_id: str) -> None:
+        active: Any = await self.redis.get(active_turn_key(tenant_id, session_id))
+        if active:
+            running = active.decode() if isinstance(active, bytes) else str(active)
+            raise HTTPException(
+                409,
+                f"session is running turn {running}; double_texting=reject refuses a new "
+                "message until it completes (use enqueue or interrupt, or stop it first)",
+            )
+
+    def _response(
+        self, events: AsyncIterator[ServerSentEvent], headers: dict[str, str]
+    ) -> EventSourceResponse:
         return EventSourceResponse(
-            self._sse(who.tenant_id, session_id, start, None), ping=self.settings.sse_ping_s
+            events,
+            ping=self.settings.sse_ping_s,
+            send_timeout=self.settings.sse_send_timeout_s,
+            headers=headers,
         )
 
-    def _allowed_kbs(self, who: Principal, requested: list[str] | None) -> list[str] | None:
-        if who.knowledge_base_ids is None:
-            return requested
-        if requested is None:
-            return who.knowledge_base_ids
-        denied = sorted(set(requested) - set(who.knowledge_base_ids))
-        if denied:
-            raise HTTPException(403, f"this API key may not use knowledge bases: {denied}")
-        return requested
-
     async def _sse(
-        self, tenant_id: str, session_id: str, after: str, request_id: str | None
-    ) -> AsyncIterator[ServerSentEvent]:
-        async for entry in self.streams.follow(
-            tenant_id,
-            session_id,
-            after,
-            request_id=request_id,
-            idle_timeout_s=self.settings.turn_idle_timeout_s,
-        ):
-            if entry is None:
-                yield _idle_error(self.settings.turn_idle_timeout_s)
-                return
-            yield _to_sse(entry)
-
-
-def _to_sse(entry: StreamEntry) -> ServerSentEvent:
-    return ServerSentEvent(data=entry.event_json, event=entry.type, id=entry.entry_id)
-
-
-def _idle_error(timeout_s: float) -> ServerSentEvent:
-    payload = {"code": "stream_idle_timeout", "message": f"no event for {timeout_s:.0f}s"}
-    return ServerSentEvent(data=json.dumps(payload), event="error")
-
-
-def public_router(gw: Gateway, auth: ApiKeyAuth) -> APIRouter:
-    """Routes under ``/api/v1``; every one requires an API key."""
-    router = APIRouter(prefix="/api/v1")
-    Who = Annotated[Principal, Depends(auth)]
-
-    @router.post("/sessions", status_code=201, tags=["sessions"])
-    async def create_session(who: Who, body: SessionCreate) -> Any:
-        return await gw.memory.create_session(who.tenant_id, who.user_id, body.title, body.agent_id)
-
-    @router.get("/sessions/{session_id}", tags=["sessions"])
-    async def get_session(who: Who, session_id: str) -> Any:
-        return await gw.memory.get_session(who.tenant_id, session_id)
-
-    @router.get("/sessions/{session_id}/messages", tags=["sessions"])
-    async def list_messages(
-        who: Who, session_id: str, limit: int = Query(default=50, ge=1, le=200)
-    ) -> Any:
-        return await gw.memory.list_messages(who.tenant_id, session_id, limit)
-
-    @router.post("/agent-chat/{session_id}", tags=["chat"], response_class=EventSourceResponse)
-    async def agent_chat(who: Who, session_id: str, body: ChatBody) -> EventSourceResponse:
-        return await gw.start_turn(who, session_id, body)
-
-    @router.get("/sessions/{session_id}/stream", tags=["chat"], response_class=EventSourceResponse)
-    async def stream(
-        who: Who,
+        self,
+        tenant_id: str,
         session_id: str,
-        last_event_id: Annotated[str | None, Header(pattern=r"^\d+-\d+$")] = None,
-    ) -> EventSourceResponse:
-        return await gw.resume(who, session_id, last_event_id)
-
-    return router
+        after: str,
+        request_id: str | None,
+        fmt: StreamFormat,
+    ) -> AsyncIterator[ServerSentEvent]:
+        position, turn = after, request_id
+        timeout = self.settings.turn_idle_timeout_s
+        entries = self.fanout.follow(
+            tenant_id, session_id, after, request_id=request_id, idle_timeout_s=timeout
+        )
+        try:
+            async with aclosing(entries):  # unsubscribe at once, also on disconnect
+                async for entry in entries:
+                    if entry is None:
+                        code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
+                        break
+                    position, turn = entry.entry_id, entry.request_id
+                    projected = to_sse(entry, fmt)
+                    if projected is not None:
+                        yield projected
+                else:
+                    return
+        except SlowClient:
+            return  # the client reconnects with Last-Event-ID; others were not held up
+        except RedisError:
+            code, message = "stream_unavailable", "the event stream store is unavailable; retry"
+        for event in synthetic_failure(
+            tenant_id=tenant_id,
+            session_id=session_id,
+            request_id=turn or "unknown",
+            position=position,
+            code=code,
+            message=message,
+            fmt=fmt,
+        ):
+            yield event

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from redis.asyncio import BlockingConnectionPool, Redis
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
 from weft_storage.knowledge import KnowledgeStore
+from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge_ingest import IngestionQueue
 
-from weft_gateway.api import Gateway, public_router
+from weft_gateway.api import Gateway
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.clients import AgentConfigClient, MemoryClient
+from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
+from weft_gateway.limits import BodySizeLimit, TenantLimits
 from weft_gateway.projector import StreamProjector
+from weft_gateway.routes import agents_router, public_router
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
 
@@ -24,35 +30,58 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     s = settings or GatewaySettings()
     runtime = create_runtime(s)
     init_logging(runtime)
-    streams = SessionStreams(
-        runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+    # SSE connects come in bursts of thousands: their Redis calls wait for a pooled
+    # connection instead of failing when the pool is busy.
+    pool = BlockingConnectionPool.from_url(
+        s.redis_url, max_connections=s.redis_max_connections, timeout=s.redis_wait_s
     )
+    redis = Redis(connection_pool=pool)
+    streams = SessionStreams(redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s)
     memory = MemoryClient(s.memory_url, "memory")
     agents = AgentConfigClient(s.agent_config_url, "agent-config")
-    auth = ApiKeyAuth(runtime.sessions)
+    limits = TenantLimits(
+        redis,
+        requests_per_minute=s.rate_limit_per_minute,
+        concurrent_turns=s.max_concurrent_turns,
+        turn_ttl_s=s.turn_slot_ttl_s,
+    )
+    knowledge = KnowledgeStore(runtime.sessions)
+    fanout = StreamFanout(redis, queue_size=s.sse_queue_size)
+    auth = ApiKeyAuth(runtime.sessions, limits, cache_s=s.auth_cache_s)
     gateway = Gateway(
         settings=s,
         bus=runtime.bus,
+        redis=redis,
         streams=streams,
+        fanout=fanout,
         memory=memory,
         agents=agents,
+        limits=limits,
+        knowledge=knowledge,
     )
     # The projector does its own exact de-duplication by (turn, seq).
-    runtime.bus.consume(
-        Topic.AGENT_EVENTS, PROJECTOR_GROUP, StreamProjector(streams).handle, dedupe=False
-    )
+    projector = StreamProjector(streams, limits)
+    runtime.bus.consume(Topic.AGENT_EVENTS, PROJECTOR_GROUP, projector.handle, dedupe=False)
 
     async def register_dev_key() -> None:
         if s.dev_api_key:
             await auth.register(s.dev_tenant, s.dev_user, s.dev_api_key, name="dev bootstrap key")
 
-    return create_service_app(
+    app = create_service_app(
         runtime,
         title="Weft gateway",
         routers=[
             public_router(gateway, auth),
-            knowledge_router(KnowledgeStore(runtime.sessions), auth),
+            agents_router(agents, auth),
+            knowledge_router(
+                knowledge,
+                auth,
+                IngestionQueue(runtime.sessions),
+                DocumentReader(runtime.sessions),
+            ),
         ],
         on_startup=[register_dev_key],
-        on_shutdown=[memory.aclose, agents.aclose],
+        on_shutdown=[fanout.aclose, memory.aclose, agents.aclose, redis.aclose],
     )
+    app.add_middleware(BodySizeLimit, max_bytes=s.max_body_bytes)
+    return app

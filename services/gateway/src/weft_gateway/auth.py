@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
+import time
 from dataclasses import dataclass
 
 from fastapi import HTTPException, Request
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.models import ApiKey
+
+from weft_gateway.limits import TenantLimits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,31 +36,80 @@ def hash_key(key: str) -> str:
 class ApiKeyAuth:
     """Looks a request's key up; ``Authorization: Bearer <key>`` or ``X-API-Key``."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        limits: TenantLimits | None = None,
+        *,
+        cache_s: float = 30.0,
+    ):
         self._sessions = sessions
+        self._limits = limits
+        self._cache_s = cache_s
+        # A burst of thousands of SSE connects must not queue on the database pool: keys
+        # are cached briefly (a revocation takes effect within ``cache_s``) and concurrent
+        # lookups of one key share one query.
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._inflight: dict[str, asyncio.Task[Principal | None]] = {}
 
     async def __call__(self, request: Request) -> Principal:
         key = _presented_key(request)
         if not key:
             raise HTTPException(401, "missing API key (Authorization: Bearer <key> or X-API-Key)")
-        async with self._sessions() as s:
-            row = await s.scalar(
-                select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
-            )
-        if row is None:
+        principal = await self._lookup(hash_key(key))
+        if principal is None:
             raise HTTPException(401, "invalid or revoked API key")
+        if self._limits is not None:
+            await self._limits.check_rate(principal.tenant_id)
+        return principal
+
+    async def _lookup(self, digest: str) -> Principal | None:
+        now = time.monotonic()
+        cached = self._cache.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        task = self._inflight.get(digest)
+        if task is None:
+            task = asyncio.create_task(self._load(digest))
+            self._inflight[digest] = task
+            task.add_done_callback(lambda _: self._inflight.pop(digest, None))
+        principal = await asyncio.shield(task)
+        if len(self._cache) >= 10_000:
+            self._cache.clear()  # bounded; entries are cheap to reload
+        self._cache[digest] = (now + self._cache_s, principal)
+        return principal
+
+    async def _load(self, digest: str) -> Principal | None:
+        try:
+            async with self._sessions() as s:
+                row = await s.scalar(
+                    select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None))
+                )
+        except (SQLAlchemyError, OSError) as exc:
+            raise HTTPException(503, "authentication store busy", {"Retry-After": "1"}) from exc
+        if row is None:
+            return None
         return Principal(
             tenant_id=row.tenant_id, user_id=row.user_id, knowledge_base_ids=row.knowledge_base_ids
         )
 
-    async def register(self, tenant_id: str, user_id: str, key: str, name: str = "") -> None:
-        """Store ``key`` for the tenant/user (idempotent)."""
+    async def register(
+        self,
+        tenant_id: str,
+        user_id: str,
+        key: str,
+        name: str = "",
+        knowledge_base_ids: list[str] | None = None,
+    ) -> None:
+        """Store ``key`` for the tenant/user (idempotent); ``knowledge_base_ids`` limits it
+        to those knowledge bases (SPEC A-09)."""
         stmt = insert(ApiKey).values(
             id=secrets.token_hex(8),
             tenant_id=tenant_id,
             user_id=user_id,
             key_hash=hash_key(key),
             name=name,
+            knowledge_base_ids=knowledge_base_ids,
         )
         async with self._sessions.begin() as s:
             await s.execute(stmt.on_conflict_do_nothing(index_elements=["key_hash"]))

@@ -23,12 +23,12 @@ class ServiceClient:
         except httpx.HTTPError as exc:
             raise HTTPException(503, f"{self._name} unavailable", {"Retry-After": "2"}) from exc
         if 400 <= resp.status_code < 500:
-            raise HTTPException(resp.status_code, resp.json().get("detail", resp.text))
+            raise HTTPException(resp.status_code, _detail(resp))
         if resp.status_code >= 500:
             raise HTTPException(
                 503, f"{self._name} failed ({resp.status_code})", {"Retry-After": "2"}
             )
-        return resp.json()
+        return None if resp.status_code == 204 or not resp.content else resp.json()
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -49,23 +49,62 @@ class MemoryClient(ServiceClient):
             "GET", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id}
         )
 
-    async def list_messages(self, tenant_id: str, session_id: str, limit: int) -> Any:
+    async def list_sessions(self, tenant_id: str, user_id: str, limit: int, offset: int) -> Any:
+        params = {"tenant_id": tenant_id, "user_id": user_id, "limit": limit, "offset": offset}
+        return await self.call("GET", "/internal/sessions", params=params)
+
+    async def update_session(self, tenant_id: str, session_id: str, changes: dict[str, Any]) -> Any:
         return await self.call(
-            "GET",
-            f"/internal/sessions/{session_id}/messages",
-            params={"tenant_id": tenant_id, "limit": limit},
+            "PATCH",
+            f"/internal/sessions/{session_id}",
+            params={"tenant_id": tenant_id},
+            json=changes,
         )
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> None:
+        await self.call(
+            "DELETE", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id}
+        )
+
+    async def delete_messages(self, tenant_id: str, session_id: str) -> None:
+        await self.call(
+            "DELETE",
+            f"/internal/sessions/{session_id}/messages",
+            params={"tenant_id": tenant_id},
+        )
+
+    async def list_messages(
+        self, tenant_id: str, session_id: str, limit: int, before: str | None = None
+    ) -> Any:
+        params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
+        if before:
+            params["before"] = before
+        return await self.call("GET", f"/internal/sessions/{session_id}/messages", params=params)
 
 
 class AgentConfigClient(ServiceClient):
     """Agent resolution, owned by agent-config."""
 
     async def resolve(
-        self, tenant_id: str, agent_id: str, knowledge_base_ids: list[str] | None
+        self,
+        tenant_id: str,
+        agent_id: str,
+        knowledge_base_ids: list[str] | None,
+        key_knowledge_base_ids: list[str] | None = None,
     ) -> AgentConfig:
+        """The runtime config; agent-config applies the key's KB restriction (A-09)."""
         body = {
             "tenant_id": tenant_id,
             "agent_id": agent_id,
             "knowledge_base_ids": knowledge_base_ids,
+            "key_knowledge_base_ids": key_knowledge_base_ids,
         }
         return AgentConfig.model_validate(await self.call("POST", "/internal/resolve", json=body))
+
+
+def _detail(resp: httpx.Response) -> Any:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text
+    return body.get("detail", body) if isinstance(body, dict) else body

@@ -1,12 +1,17 @@
 """Knowledge-base routes of the public API (``/api/v1/knowledge-bases``)."""
 
+from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, File, Form, HTTPException, UploadFile
 from pydantic import BaseModel, Field
 from weft_storage.knowledge import KnowledgeStore
+from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge_ingest import IngestionQueue
 
 from weft_gateway.auth import ApiKeyAuth, Principal
+
+SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".xlsx", ".pdf")
 
 
 class KnowledgeBaseCreate(BaseModel):
@@ -24,7 +29,9 @@ class DocumentCreate(BaseModel):
     file_name: str = Field(default="", max_length=500)
 
 
-def knowledge_router(store: KnowledgeStore, auth: ApiKeyAuth) -> APIRouter:
+def knowledge_router(
+    store: KnowledgeStore, auth: ApiKeyAuth, queue: IngestionQueue, catalog: DocumentReader
+) -> APIRouter:
     """Routes under ``/api/v1``; every one requires an API key and is scoped to its tenant."""
     router = APIRouter(prefix="/api/v1", tags=["knowledge"])
     Who = Annotated[Principal, Depends(auth)]
@@ -46,5 +53,48 @@ def knowledge_router(store: KnowledgeStore, auth: ApiKeyAuth) -> APIRouter:
             who.tenant_id, kb_id, body.title, body.content, body.file_name
         )
         return {"id": doc_id, "knowledge_base_id": kb_id, "chunks": chunks, "status": "ready"}
+
+    @router.post("/knowledge-bases/{kb_id}/files", status_code=202)
+    async def upload_file(
+        who: Who,
+        kb_id: str,
+        file: UploadFile = File(description="txt, md, csv, xlsx or pdf"),
+        title: str = Form(default="", max_length=500),
+    ) -> dict[str, Any]:
+        """Queue a file; tool-exec workers parse, chunk and embed it asynchronously."""
+        if not await store.knowledge_base_exists(who.tenant_id, kb_id):
+            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
+        name = file.filename or "upload"
+        if not name.lower().endswith(SUPPORTED_SUFFIXES):
+            raise HTTPException(415, f"unsupported file type {name!r}; use {SUPPORTED_SUFFIXES}")
+        content = await file.read()
+        if not content:
+            raise HTTPException(422, "the file is empty")
+        doc_id = await queue.enqueue_file(
+            who.tenant_id, kb_id, title=title or name, file_name=name, content=content,
+            content_type=file.content_type or "",
+        )  # fmt: skip
+        return {"id": doc_id, "knowledge_base_id": kb_id, "status": "pending"}
+
+    @router.get("/knowledge-bases/{kb_id}/documents")
+    async def list_documents(
+        who: Who, kb_id: str, page: int = 1, page_size: int = 20
+    ) -> dict[str, Any]:
+        """Documents with their ingestion status and progress."""
+        if not await store.knowledge_base_exists(who.tenant_id, kb_id):
+            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
+        size = max(1, min(page_size, 100))
+        total, docs = await catalog.list_documents(
+            who.tenant_id, [kb_id], page=max(1, page), size=size
+        )
+        return {"total": total, "items": [asdict(d) for d in docs]}
+
+    @router.get("/knowledge-bases/{kb_id}/documents/{doc_id}")
+    async def get_document(who: Who, kb_id: str, doc_id: str) -> dict[str, Any]:
+        """One document's status (pending, processing, ready, failed) and progress."""
+        info = await catalog.document(who.tenant_id, [kb_id], doc_id)
+        if info is None:
+            raise HTTPException(404, f"document {doc_id!r} not found")
+        return asdict(info)
 
     return router

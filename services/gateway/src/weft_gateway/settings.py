@@ -22,3 +22,22 @@ class GatewaySettings(ServiceSettings):
     turn_idle_timeout_s: float = Field(
         default=600.0, gt=0, description="End an SSE stream with an error after this silence."
     )
+    sse_send_timeout_s: float = Field(
+        default=10.0, gt=0, description="Drop an SSE client that cannot take an event this long."
+    )
+    sse_queue_size: int = Field(
+        default=1000, ge=10, description="Events buffered per SSE client before it is dropped."
+    )
+    rate_limit_per_minute: int = Field(
+        default=600, ge=0, description="API requests per tenant per minute (0 = unlimited)."
+    )
+    max_concurrent_turns: int = Field(default=20, ge=1, description="Running turns per tenant.")
+    turn_slot_ttl_s: int = Field(
+        default=3600, ge=60, description="A running-turn slot is forgotten after this long."
+    )
+    max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1024, description="413 above this.")
+    auth_cache_s: float = Field(
+        default=30.0, ge=0, description="API key lookups cached this long (revocation delay)."
+    )
+    redis_max_connections: int = Field(default=200, ge=10, description="Gateway Redis pool.")
+    redis_wait_s: float = Field(default=30.0, gt=0, description="Wait for a pooled connection.")

@@ -8,7 +8,6 @@ SSE ``id``, a stable position any gateway replica can resume from.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,8 @@ return 1
 """
 
 TERMINAL = "complete"
+_TURN_SCAN_PAGE = 100
+_TURN_SCAN_PAGES = 20
 
 
 def stream_key(tenant_id: str, session_id: str) -> str:
@@ -78,55 +79,43 @@ class SessionStreams:
         return bool(await self._redis.exists(stream_key(tenant_id, session_id)))
 
     async def latest_turn_start(self, tenant_id: str, session_id: str) -> str | None:
-        """Position just before the newest turn's first event, to replay it whole."""
+        """Position just before the newest turn's first event, to replay it whole.
+
+        Reads backwards in small pages: the newest ``turn_started`` is usually close to
+        the end, and thousands of reconnecting clients must not each fetch a big range."""
         key = stream_key(tenant_id, session_id)
-        entries: Any = await self._redis.xrevrange(key, count=2000)
-        for entry_id, fields in entries:
-            if fields.get(b"type") == b"turn_started":
-                return _before(entry_id.decode())
-        return _before(entries[-1][0].decode()) if entries else None
-
-    async def follow(
-        self,
-        tenant_id: str,
-        session_id: str,
-        after: str,
-        *,
-        request_id: str | None,
-        idle_timeout_s: float,
-    ) -> AsyncIterator[StreamEntry | None]:
-        """Entries after ``after`` (of one turn when ``request_id`` is given), until that
-        turn's ``complete``; yields None after ``idle_timeout_s`` without any event."""
-        key = stream_key(tenant_id, session_id)
-        position = after
-        block_ms = int(min(idle_timeout_s, 5.0) * 1000)
-        silent_ms = 0
-        while True:
-            batch: Any = await self._redis.xread({key: position}, block=block_ms, count=200)
-            if not batch:
-                silent_ms += block_ms
-                if silent_ms >= idle_timeout_s * 1000:
-                    yield None
-                    return
-                continue
-            silent_ms = 0
-            for entry_id, fields in batch[0][1]:
-                position = entry_id.decode()
-                entry = _entry(position, fields)
-                if request_id and entry.request_id != request_id:
-                    continue
-                yield entry
-                if entry.type == TERMINAL:
-                    return
+        upper, oldest = "+", None
+        for _ in range(_TURN_SCAN_PAGES):
+            entries: Any = await self._redis.xrevrange(key, max=upper, count=_TURN_SCAN_PAGE)
+            for entry_id, fields in entries:
+                if fields.get(b"type") == b"turn_started":
+                    return _before(entry_id.decode())
+            if len(entries) < _TURN_SCAN_PAGE:
+                return _before(entries[-1][0].decode()) if entries else oldest
+            oldest = _before(entries[-1][0].decode())
+            upper = f"({entries[-1][0].decode()}"
+        return oldest
 
 
-def _entry(entry_id: str, fields: Any) -> StreamEntry:
+def stream_entry(entry_id: str, fields: Any) -> StreamEntry:
+    """A stored entry from its Redis id and fields."""
     return StreamEntry(
         entry_id=entry_id,
         type=fields[b"type"].decode(),
         request_id=fields[b"request_id"].decode(),
         event_json=fields[b"event"].decode(),
     )
+
+
+def parse_position(entry_id: str) -> tuple[int, int]:
+    """A stream id ``ms-seq`` as a comparable pair."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def active_turn_key(tenant_id: str, session_id: str) -> str:
+    """Redis key the engine holds (= the running request id) while a turn runs."""
+    return f"weft:session:{tenant_id}:{session_id}:active"
 
 
 def _before(entry_id: str) -> str:

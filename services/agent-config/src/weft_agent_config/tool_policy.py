@@ -1,0 +1,99 @@
+"""Which tools an agent may use: ``allowed_tools`` rules (SPEC A-06), the runtime
+registration steps (A-08) and the catalog the editor shows (A-07)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any
+
+from weft_tools.catalog import (
+    DEFAULT_ALLOWED_TOOLS,
+    LEGACY_TOOL_NAMES,
+    MANAGED_ELSEWHERE,
+    tool_catalog,
+)
+
+KNOWLEDGE_TOOLS: frozenset[str] = frozenset(
+    {"search_knowledge", "read_document", "list_documents", "data_schema", "data_analysis"}
+)
+"""Tools that only make sense with a knowledge-base scope (dropped for pure agents, A-08)."""
+
+REFERENCE_TOOL_NAMES: frozenset[str] = frozenset(
+    {
+        "search_knowledge", "read_document", "list_documents", "search_conversations",
+        "thinking", "todo_write", "database_query", "data_schema", "data_analysis",
+        "query_knowledge_graph", "wiki_search", "wiki_read_page", "wiki_flag_issue",
+        "wiki_write_page", "wiki_replace_text", "wiki_rename_page", "wiki_delete_page",
+        "wiki_list_issues", "wiki_update_issue", "shell", "read_file", "write_file",
+        "edit_file", "write_skill", "edit_skill",
+    }
+)  # fmt: skip
+"""Built-in tool names of the engine we re-create; the catalog may not run all yet."""
+
+
+class UnknownTool(ValueError):
+    """``allowed_tools`` names a tool that does not exist (HTTP 400)."""
+
+
+def known_tool_names() -> frozenset[str]:
+    """Every name ``allowed_tools`` may contain after legacy mapping."""
+    catalog = {entry.name for entry in tool_catalog()}
+    return frozenset(catalog | REFERENCE_TOOL_NAMES | set(DEFAULT_ALLOWED_TOOLS))
+
+
+def normalize_allowed_tools(names: list[str] | None) -> list[str]:
+    """SPEC A-06: null -> the default list; ``[]`` stays empty; legacy names mapped to
+    their successors; names managed elsewhere removed; unknown -> :class:`UnknownTool`."""
+    if names is None:
+        return list(DEFAULT_ALLOWED_TOOLS)
+    known = known_tool_names()
+    unknown = sorted(
+        {n for n in names if LEGACY_TOOL_NAMES.get(n, n) not in known} - MANAGED_ELSEWHERE
+    )
+    if unknown:
+        raise UnknownTool(f"unknown tools in allowed_tools: {unknown}")
+    mapped = (LEGACY_TOOL_NAMES.get(n, n) for n in names)
+    return _dedupe(n for n in mapped if n not in MANAGED_ELSEWHERE)
+
+
+def runtime_tools(
+    allowed: list[str] | None,
+    *,
+    has_kb_scope: bool,
+    web_search: bool,
+    memory: bool,
+) -> list[str]:
+    """SPEC A-08 steps: effective allow-list; a pure agent (no KB scope) drops KB tools;
+    web tools injected when the agent and the request allow web; search_memory when the
+    agent's memory is on; de-duplicated."""
+    tools = normalize_allowed_tools(allowed)
+    if not has_kb_scope:
+        tools = [t for t in tools if t not in KNOWLEDGE_TOOLS and not t.startswith("wiki_")]
+    if web_search:
+        tools += ["web_search", "web_fetch"]
+    if memory:
+        tools.append("search_memory")
+    return _dedupe(tools)
+
+
+def catalog_json() -> list[dict[str, Any]]:
+    """``GET /agents/tools``: every catalog entry with its capability fields as JSON."""
+    return [_jsonable(dataclasses.asdict(entry)) for entry in tool_catalog()]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def _dedupe(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))

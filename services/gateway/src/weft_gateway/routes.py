@@ -1,0 +1,171 @@
+"""The public API (``/api/v1``) except knowledge bases: sessions, messages, chat over SSE,
+stop and steer, and agents (proxied to agent-config). Every route needs an API key and is
+scoped to its tenant; a resource of another tenant is 404, never visible (invariant 5)."""
+
+# No ``from __future__ import annotations``: FastAPI must see the route annotations
+# (local aliases such as ``Who``) as objects, not strings.
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
+from pydantic import BaseModel, Field
+from sse_starlette import EventSourceResponse
+
+from weft_gateway.api import ChatBody, ControlAccepted, Gateway, SteerBody
+from weft_gateway.auth import ApiKeyAuth, Principal
+from weft_gateway.clients import ServiceClient
+
+FormatQuery = Annotated[
+    Literal["native", "weknora"],
+    Query(alias="format", description="weknora: the reference system's SSE shape."),
+]
+Id = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class SessionCreate(BaseModel):
+    """Body of ``POST /sessions``."""
+
+    title: str = Field(default="", max_length=500)
+    agent_id: str | None = Field(default=None, max_length=64)
+
+
+class SessionUpdate(BaseModel):
+    """Body of ``PATCH /sessions/{id}``: only the fields given change."""
+
+    title: str | None = Field(default=None, max_length=500)
+    agent_id: str | None = Field(default=None, max_length=64)
+
+
+def public_router(gw: Gateway, auth: ApiKeyAuth) -> APIRouter:
+    """Sessions and chat routes."""
+    router = APIRouter(prefix="/api/v1")
+    _session_routes(router, gw, auth)
+    _chat_routes(router, gw, auth)
+    return router
+
+
+def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
+    Who = Annotated[Principal, Depends(auth)]
+
+    @router.post("/sessions", status_code=201, tags=["sessions"])
+    async def create_session(who: Who, body: SessionCreate) -> Any:
+        return await gw.memory.create_session(who.tenant_id, who.user_id, body.title, body.agent_id)
+
+    @router.get("/sessions", tags=["sessions"])
+    async def list_sessions(
+        who: Who,
+        limit: int = Query(default=20, ge=1, le=100),
+        offset: int = Query(default=0, ge=0, le=100_000),
+    ) -> Any:
+        return await gw.memory.list_sessions(who.tenant_id, who.user_id, limit, offset)
+
+    @router.get("/sessions/{session_id}", tags=["sessions"])
+    async def get_session(who: Who, session_id: Id) -> Any:
+        return await gw.memory.get_session(who.tenant_id, session_id)
+
+    @router.patch("/sessions/{session_id}", tags=["sessions"])
+    async def update_session(who: Who, session_id: Id, body: SessionUpdate) -> Any:
+        changes = body.model_dump(exclude_unset=True)
+        return await gw.memory.update_session(who.tenant_id, session_id, changes)
+
+    @router.delete("/sessions/{session_id}", status_code=204, tags=["sessions"])
+    async def delete_session(who: Who, session_id: Id) -> Response:
+        await gw.memory.delete_session(who.tenant_id, session_id)
+        return Response(status_code=204)
+
+    @router.get("/sessions/{session_id}/messages", tags=["sessions"])
+    async def list_messages(
+        who: Who,
+        session_id: Id,
+        limit: int = Query(default=50, ge=1, le=200),
+        before: str | None = Query(default=None, max_length=64, description="Message id cursor."),
+    ) -> Any:
+        return await gw.memory.list_messages(who.tenant_id, session_id, limit, before)
+
+    @router.delete("/sessions/{session_id}/messages", status_code=204, tags=["sessions"])
+    async def delete_messages(who: Who, session_id: Id) -> Response:
+        await gw.memory.delete_messages(who.tenant_id, session_id)
+        return Response(status_code=204)
+
+
+def _chat_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
+    Who = Annotated[Principal, Depends(auth)]
+
+    @router.post("/agent-chat/{session_id}", tags=["chat"], response_class=EventSourceResponse)
+    async def agent_chat(
+        who: Who, session_id: Id, body: ChatBody, fmt: FormatQuery = "native"
+    ) -> EventSourceResponse:
+        return await gw.start_turn(who, session_id, body, agent_enabled=body.agent_enabled, fmt=fmt)
+
+    @router.post("/knowledge-chat/{session_id}", tags=["chat"], response_class=EventSourceResponse)
+    async def knowledge_chat(
+        who: Who, session_id: Id, body: ChatBody, fmt: FormatQuery = "native"
+    ) -> EventSourceResponse:
+        return await gw.start_turn(who, session_id, body, agent_enabled=False, fmt=fmt)
+
+    @router.get("/sessions/{session_id}/stream", tags=["chat"], response_class=EventSourceResponse)
+    async def stream(
+        who: Who,
+        session_id: Id,
+        last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
+        fmt: FormatQuery = "native",
+    ) -> EventSourceResponse:
+        return await gw.resume(who, session_id, last_event_id, fmt)
+
+    @router.post("/sessions/{session_id}/stop", status_code=202, tags=["chat"])
+    async def stop(who: Who, session_id: Id) -> ControlAccepted:
+        return await gw.stop(who, session_id)
+
+    @router.post("/sessions/{session_id}/steer", status_code=202, tags=["chat"])
+    async def steer(who: Who, session_id: Id, body: SteerBody) -> ControlAccepted:
+        return await gw.steer(who, session_id, body)
+
+
+def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
+    """``/api/v1/agents...``: proxied to agent-config with the caller's tenant (A-09)."""
+    router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
+    Who = Annotated[Principal, Depends(auth)]
+    AgentBody = Annotated[dict[str, Any], Body(description="An agent definition (agent-config).")]
+
+    def scope(who: Principal) -> dict[str, str]:
+        return {"tenant_id": who.tenant_id, "user_id": who.user_id}
+
+    @router.get("/tools")
+    async def tool_catalog(who: Who) -> Any:
+        return await agents.call("GET", "/internal/agents/tools")
+
+    @router.get("/presets")
+    async def type_presets(who: Who) -> Any:
+        return await agents.call("GET", "/internal/agents/presets")
+
+    @router.get("/placeholders")
+    async def placeholders(who: Who) -> Any:
+        return await agents.call("GET", "/internal/agents/placeholders")
+
+    @router.get("")
+    async def list_agents(who: Who) -> Any:
+        return await agents.call("GET", "/internal/agents", params=scope(who))
+
+    @router.post("", status_code=201)
+    async def create_agent(who: Who, body: AgentBody) -> Any:
+        return await agents.call("POST", "/internal/agents", params=scope(who), json=body)
+
+    @router.get("/{agent_id}")
+    async def get_agent(who: Who, agent_id: Id) -> Any:
+        return await agents.call("GET", f"/internal/agents/{agent_id}", params=scope(who))
+
+    @router.put("/{agent_id}")
+    async def update_agent(who: Who, agent_id: Id, body: AgentBody) -> Any:
+        path = f"/internal/agents/{agent_id}"
+        return await agents.call("PUT", path, params=scope(who), json=body)
+
+    @router.delete("/{agent_id}", status_code=204)
+    async def delete_agent(who: Who, agent_id: Id) -> Response:
+        await agents.call("DELETE", f"/internal/agents/{agent_id}", params=scope(who))
+        return Response(status_code=204)
+
+    @router.post("/{agent_id}/copy", status_code=201)
+    async def copy_agent(who: Who, agent_id: Id) -> Any:
+        return await agents.call("POST", f"/internal/agents/{agent_id}/copy", params=scope(who))
+
+    return router

@@ -1,0 +1,148 @@
+"""Tenant isolation (ARCHITECTURE invariant 5) and KB-restricted API keys (SPEC A-09).
+
+Tenant B tries to read, change and stream every resource of tenant A through the public
+API and gets 404 (or 403) every time; B's lists never show A's rows.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_gateway.auth import hash_key
+from weft_storage.models import ApiKey
+from weft_testkit import LocalStack, read_turn
+
+AGENT = "builtin-smart-reasoning"
+
+
+async def register_key(
+    database_url: str, tenant_id: str, key: str, knowledge_base_ids: list[str] | None = None
+) -> None:
+    """Store an API key the way the gateway does (SHA-256 only) in the real PostgreSQL."""
+    engine = create_async_engine(database_url)
+    try:
+        async with async_sessionmaker(engine).begin() as s:
+            await s.execute(
+                insert(ApiKey).values(
+                    id=secrets.token_hex(8),
+                    tenant_id=tenant_id,
+                    user_id="user-b",
+                    key_hash=hash_key(key),
+                    name="test",
+                    knowledge_base_ids=knowledge_base_ids,
+                )
+            )
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def other_tenant(
+    stack: LocalStack, infra: dict[str, str]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a second tenant on the same stack."""
+    key = f"key-{secrets.token_hex(16)}"
+    await register_key(infra["WEFT_DATABASE_URL"], f"tenant-b-{secrets.token_hex(4)}", key)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=60) as c:
+        yield c
+
+
+async def test_other_tenant_sees_nothing_of_ours(
+    api: httpx.AsyncClient,
+    other_tenant: httpx.AsyncClient,
+    stack: LocalStack,
+    knowledge_base: str,
+) -> None:
+    agent = await api.post("/api/v1/agents", json={"name": "private", "agent_type": "rag-qa"})
+    assert agent.status_code == 201, agent.text
+    agent_id = agent.json()["id"]
+    session = await api.post("/api/v1/sessions", json={"agent_id": AGENT})
+    session_id = session.json()["id"]
+    events = await read_turn(
+        api,
+        f"/api/v1/agent-chat/{session_id}",
+        api_key=stack.api_key,
+        json_body={"query": "refund annual plan?", "knowledge_base_ids": [knowledge_base]},
+    )
+    assert events[-1].event == "complete"
+
+    b = other_tenant
+    attempts = [
+        ("GET", f"/api/v1/agents/{agent_id}", None),
+        ("PUT", f"/api/v1/agents/{agent_id}", {"name": "stolen"}),
+        ("DELETE", f"/api/v1/agents/{agent_id}", None),
+        ("POST", f"/api/v1/agents/{agent_id}/copy", None),
+        ("GET", f"/api/v1/sessions/{session_id}", None),
+        ("PATCH", f"/api/v1/sessions/{session_id}", {"title": "x"}),
+        ("GET", f"/api/v1/sessions/{session_id}/messages", None),
+        ("DELETE", f"/api/v1/sessions/{session_id}/messages", None),
+        ("GET", f"/api/v1/sessions/{session_id}/stream", None),
+        ("POST", f"/api/v1/sessions/{session_id}/stop", None),
+        ("POST", f"/api/v1/sessions/{session_id}/steer", {"content": "hi"}),
+        ("POST", f"/api/v1/agent-chat/{session_id}", {"query": "q", "agent_id": AGENT}),
+        ("POST", f"/api/v1/knowledge-chat/{session_id}", {"query": "q"}),
+        ("DELETE", f"/api/v1/sessions/{session_id}", None),
+        (
+            "POST",
+            f"/api/v1/knowledge-bases/{knowledge_base}/documents",
+            {"title": "t", "content": "c"},
+        ),
+    ]
+    for method, url, body in attempts:
+        resp = await b.request(method, url, json=body)
+        assert resp.status_code in (403, 404), (method, url, resp.status_code, resp.text)
+
+    own = (await b.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
+    for body in (
+        {"query": "q", "agent_id": agent_id},
+        {"query": "q", "knowledge_base_ids": [knowledge_base]},
+    ):
+        resp = await b.post(f"/api/v1/agent-chat/{own}", json=body)
+        assert resp.status_code == 404, (body, resp.text)
+
+    assert agent_id not in {a["id"] for a in (await b.get("/api/v1/agents")).json()}
+    assert session_id not in {s["id"] for s in (await b.get("/api/v1/sessions")).json()}
+    kbs = (await b.get("/api/v1/knowledge-bases")).json()
+    assert knowledge_base not in {k["id"] for k in kbs}
+
+    # ... and everything of A is still there for A.
+    assert (await api.get(f"/api/v1/agents/{agent_id}")).status_code == 200
+    assert (await api.get(f"/api/v1/sessions/{session_id}/messages")).status_code == 200
+
+
+async def test_kb_restricted_key(
+    api: httpx.AsyncClient, stack: LocalStack, infra: dict[str, str], knowledge_base: str
+) -> None:
+    """SPEC A-09: an agent whose scope is all KBs -> 403 with a restricted key; a
+    selected scope or an explicit request list is checked base by base."""
+    other_kb = (await api.post("/api/v1/knowledge-bases", json={"name": "other"})).json()["id"]
+    key = f"key-{secrets.token_hex(16)}"
+    await register_key(infra["WEFT_DATABASE_URL"], stack.tenant, key, [knowledge_base])
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=60) as c:
+        session_id = (await c.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
+        url = f"/api/v1/agent-chat/{session_id}"
+        scope_all = await c.post(url, json={"query": "q"})
+        assert scope_all.status_code == 403, scope_all.text
+        denied = await c.post(url, json={"query": "q", "knowledge_base_ids": [other_kb]})
+        assert denied.status_code == 403 and other_kb in denied.json()["detail"]
+        selected = await c.post(
+            "/api/v1/agents",
+            json={"name": "sel", "kb_selection_mode": "selected", "knowledge_base_ids": [other_kb]},
+        )
+        assert selected.status_code == 201, selected.text
+        by_agent = await c.post(url, json={"query": "q", "agent_id": selected.json()["id"]})
+        assert by_agent.status_code == 403
+        events = await read_turn(
+            c,
+            url,
+            api_key=key,
+            json_body={"query": "refund annual plan?", "knowledge_base_ids": [knowledge_base]},
+        )
+        assert events[-1].event == "complete"

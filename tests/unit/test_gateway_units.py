@@ -1,0 +1,162 @@
+"""Gateway rules without infrastructure: mode choice, SSE shapes, limits' inputs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from fastapi import HTTPException
+from weft_contracts import AgentConfig, AgentMode
+from weft_gateway.api import (
+    AGENT_REQUIRED,
+    ChatBody,
+    chat_mode,
+    embedded_channel_mode,
+    pick_agent_id,
+)
+from weft_gateway.auth import ApiKeyAuth
+from weft_gateway.sse import synthetic_failure, to_sse, weknora_event
+from weft_gateway.streams import StreamEntry, parse_position
+
+
+def _agent(mode: AgentMode) -> AgentConfig:
+    return AgentConfig(agent_id="a", model="m", mode=mode)
+
+
+def _envelope(event_type: str, data: dict[str, object]) -> dict[str, object]:
+    return {"type": event_type, "request_id": "req_1", "session_id": "s1", "data": data}
+
+
+# SPEC C-02
+def test_agent_mode_without_agent_is_the_exact_400() -> None:
+    with pytest.raises(HTTPException) as err:
+        pick_agent_id(True, None, None)
+    assert err.value.status_code == 400
+    assert err.value.detail == AGENT_REQUIRED == "agent_id is required when agent mode is enabled"
+
+
+def test_agent_choice_request_then_session_then_quick_answer() -> None:  # SPEC C-02
+    assert pick_agent_id(True, "a1", "a2") == "a1"
+    assert pick_agent_id(True, None, "a2") == "a2"
+    assert pick_agent_id(False, None, None) == "builtin-quick-answer"
+
+
+def test_agent_mode_wins_and_quick_answer_is_downgraded() -> None:  # SPEC C-02
+    assert chat_mode(_agent(AgentMode.SMART_REASONING)) == "agent"
+    assert chat_mode(_agent(AgentMode.QUICK_ANSWER)) == "normal"
+
+
+def test_embedded_channel_rule() -> None:  # SPEC C-03
+    assert embedded_channel_mode(True, "agt_1") == "agent"
+    assert embedded_channel_mode(True, "builtin-quick-answer") == "normal"
+    assert embedded_channel_mode(False, "agt_1") == "normal"
+
+
+def test_double_texting_field() -> None:
+    assert ChatBody(query="q").double_texting == "enqueue"
+    assert ChatBody(query="q", double_texting="reject").double_texting == "reject"
+    with pytest.raises(ValueError):
+        ChatBody.model_validate({"query": "q", "double_texting": "later"})
+
+
+def test_native_event_has_id_event_and_json_data() -> None:  # invariant 1, SPEC C-05
+    raw = json.dumps(_envelope("thought", {"round": 0, "delta": "hm"}))
+    event = to_sse(StreamEntry(entry_id="5-1", type="thought", request_id="r", event_json=raw))
+    assert event is not None
+    assert (event.id, event.event, event.data) == ("5-1", "thought", raw)
+
+
+def test_synthetic_failure_is_error_then_failed_complete() -> None:  # invariant 2
+    events = synthetic_failure(
+        tenant_id="t",
+        session_id="s",
+        request_id="req_1",
+        position="9-0",
+        code="stream_idle_timeout",
+        message="silent",
+    )
+    assert [e.event for e in events] == ["error", "complete"]
+    assert all(e.id == "9-0" for e in events)
+    error, complete = (json.loads(str(e.data)) for e in events)
+    assert error["data"]["code"] == "stream_idle_timeout" and error["request_id"] == "req_1"
+    assert complete["data"]["status"] == "failed"
+
+
+def test_weknora_projection() -> None:
+    thought = weknora_event("1-0", _envelope("thought", {"round": 0, "delta": "x", "done": False}))
+    assert thought is not None and thought.event == "message" and thought.id == "1-0"
+    body = json.loads(str(thought.data))
+    assert (body["id"], body["response_type"], body["content"], body["done"]) == (
+        "req_1",
+        "thinking",
+        "x",
+        False,
+    )
+    answer = json.loads(str(weknora_event("2-0", _envelope("final_answer", {"delta": "y"})).data))  # type: ignore[union-attr]
+    assert answer["response_type"] == "answer" and answer["content"] == "y"
+    refs = _envelope("references", {"references": [{"alias": "c1"}]})
+    refs_body = json.loads(str(weknora_event("3-0", refs).data))  # type: ignore[union-attr]
+    assert refs_body["knowledge_references"] == [{"alias": "c1"}] and refs_body["done"]
+    done = json.loads(
+        str(weknora_event("4-0", _envelope("complete", {"status": "completed"})).data)
+    )  # type: ignore[union-attr]
+    assert done["response_type"] == "complete" and done["done"] is True
+    assert weknora_event("0-1", _envelope("turn_started", {})) is None
+
+
+def test_weknora_synthetic_failure() -> None:
+    events = synthetic_failure(
+        tenant_id="t", session_id="s", request_id="r", position="1-0", code="c", message="m",
+        fmt="weknora",
+    )  # fmt: skip
+    kinds = [json.loads(str(e.data))["response_type"] for e in events]
+    assert kinds == ["error", "complete"]
+
+
+def test_stream_positions_compare_numerically() -> None:
+    assert parse_position("10-0") > parse_position("9-99")
+    assert parse_position("5-2") > parse_position("5-1")
+
+
+class _Row:
+    tenant_id, user_id, knowledge_base_ids = "t1", "u1", None
+
+
+class _FakeDb:
+    """Stands in for the session factory: counts key lookups (unit test, no database)."""
+
+    def __init__(self) -> None:
+        self.queries = 0
+
+    def __call__(self) -> _FakeDb:
+        return self
+
+    async def __aenter__(self) -> _FakeDb:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def scalar(self, stmt: object) -> _Row | None:
+        self.queries += 1
+        await asyncio.sleep(0.01)
+        return _Row() if "key_hash" in str(stmt) else None
+
+
+class _Req:
+    def __init__(self, key: str) -> None:
+        self.headers = {"authorization": f"Bearer {key}"}
+
+
+async def test_api_key_lookups_are_shared_and_cached() -> None:
+    db = _FakeDb()
+    auth = ApiKeyAuth(db, cache_s=60)  # type: ignore[arg-type]
+    principals = await asyncio.gather(*(auth(_Req("k1")) for _ in range(200)))  # type: ignore[arg-type]
+    assert {p.tenant_id for p in principals} == {"t1"}
+    assert db.queries == 1  # a connect burst costs one query, not 200
+    await auth(_Req("k1"))  # type: ignore[arg-type]
+    assert db.queries == 1
+    with pytest.raises(HTTPException) as err:
+        await auth(_Req(""))  # type: ignore[arg-type]
+    assert err.value.status_code == 401
