@@ -6,7 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ["turn_latency.py"]
+BENCHES = [
+    "turn_latency.py",
+    "engine_bench.py",
+    "sse_fanout.py",
+    "history_reload.py",
+    "token_estimator.py",
+]
 
 
 def main() -> int:

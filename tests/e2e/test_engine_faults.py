@@ -31,7 +31,11 @@ def faults_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
         log_dir=home / "logs" / "e2e-faults",
         replicas={"engine": 3},
         partitions=1,
-        extra_env={"WEFT_LEASE_TTL_S": "3", "WEFT_TOOL_DEADLINE_S": "4"},
+        extra_env={
+            "WEFT_LEASE_TTL_S": "3",
+            "WEFT_TOOL_DEADLINE_S": "4",
+            "WEFT_MAX_CONCURRENT_TURNS": "100",  # the gateway's per-tenant limit (default 20)
+        },
     )
     with LocalStack(config) as running:
         asyncio.run(_create_no_tools_agent(running.tenant))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
+from weft_context import MemoryClient, TokenEstimator
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
 
+from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
-from weft_engine.history import HistoryClient
 from weft_engine.intake import TurnIntake
 from weft_engine.leases import TurnLeases
 from weft_engine.loop import TurnLoop
@@ -35,7 +36,6 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     init_logging(runtime)
     redis, ttl = runtime.redis, s.turn_state_ttl_s
     model = OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key)
-    history = HistoryClient(s.memory_url)
     store = TurnStore(redis, ttl)
     emitter = EventEmitter(runtime.bus, redis, ttl)
     leases = TurnLeases(
@@ -44,10 +44,14 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     sessions = SessionGate(redis, ttl)
     inbox = SteerInbox(redis, ttl)
     reporter = ResultReporter(store, emitter)
+    context = ContextManager(
+        memory=MemoryClient(base_url=s.memory_url), model=model, emitter=emitter,
+        estimator=TokenEstimator(),
+    )  # fmt: skip
     finisher = Finisher(emitter=emitter, store=store, leases=leases, sessions=sessions)
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
-        finisher=finisher, reporter=reporter, inbox=inbox, leases=leases,
+        finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,
         think_settings=ThinkSettings(
             retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
         ),
@@ -57,7 +61,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s
     )
     intake = TurnIntake(
-        redis=redis, store=store, emitter=emitter, history=history, sessions=sessions,
+        redis=redis, store=store, emitter=emitter, context=context, sessions=sessions,
         inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
         cancel_channel=f"weft:{s.topic_prefix}cancel", ttl_s=ttl,
     )  # fmt: skip
@@ -76,7 +80,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         await asyncio.gather(*listener, return_exceptions=True)
         await scheduler.stop(s.shutdown_grace_s)
         await model.aclose()
-        await history.aclose()
+        await context.aclose()
 
     return create_service_app(
         runtime, title="weft engine", on_startup=[start_background], on_shutdown=[stop_background]

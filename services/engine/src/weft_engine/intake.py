@@ -24,11 +24,10 @@ from weft_contracts import (
     TurnStatus,
 )
 
+from weft_engine.context import ContextManager, HistoryUnavailable
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
-from weft_engine.history import HistoryClient, HistoryUnavailable
 from weft_engine.loop import cancel_key
-from weft_engine.prompt import initial_messages
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
@@ -48,7 +47,7 @@ class TurnIntake:
         redis: Redis,
         store: TurnStore,
         emitter: EventEmitter,
-        history: HistoryClient,
+        context: ContextManager,
         sessions: SessionGate,
         inbox: SteerInbox,
         reporter: ResultReporter,
@@ -60,7 +59,7 @@ class TurnIntake:
         self._redis = redis
         self._store = store
         self._emitter = emitter
-        self._history = history
+        self._context = context
         self._sessions = sessions
         self._inbox = inbox
         self._reporter = reporter
@@ -104,17 +103,13 @@ class TurnIntake:
             started_at=time.time(),
         )
         try:
-            history = await self._history.load(
-                request.tenant_id, request.session_id, data.agent.history_turns
+            messages, turn_ids = await self._context.opening(
+                data.agent, request.tenant_id, request.session_id, data.user_id, data.query, ids
             )
         except HistoryUnavailable as exc:
             await self._finisher.fail(state, "history_unavailable", str(exc))
             return
-        state = state.model_copy(
-            update={
-                "messages": initial_messages(data.agent, history, data.query, request.session_id)
-            }
-        )
+        state = state.model_copy(update={"messages": messages, "turn_ids": turn_ids})
         await self._store.save(state)
         await self._scheduler.submit(request.request_id)
 

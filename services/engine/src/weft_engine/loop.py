@@ -29,6 +29,7 @@ from weft_tools.builtin import SANDBOX_TOOLS, definitions_for
 
 from weft_engine.act import dispatch_groups, dispatch_messages, plan_calls
 from weft_engine.analyze import Counters, analyze
+from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, closing_request, final_step
 from weft_engine.leases import TurnLeases
@@ -66,6 +67,7 @@ class TurnLoop:
         reporter: ResultReporter,
         inbox: SteerInbox,
         leases: TurnLeases,
+        context: ContextManager,
         think_settings: ThinkSettings,
         tool_timeout_s: float,
     ):
@@ -78,6 +80,7 @@ class TurnLoop:
         self._reporter = reporter
         self._inbox = inbox
         self._leases = leases
+        self._context = context
         self._think = think_settings
         self._tool_timeout = tool_timeout_s
 
@@ -131,6 +134,7 @@ class TurnLoop:
             if await cancel_requested(self._redis, state.request_id):
                 await self._stop(state.request_id)
                 return
+            state = await self._context.fit(state)  # SPEC E-05: context first
             state = await self._take_steers(state)
             if self._iterations_exhausted(state):  # SPEC E-21
                 await self._synthesize(state, MAX_ITERATIONS_REASON)
@@ -141,7 +145,7 @@ class TurnLoop:
                 await self._emitter.mark_streaming(state.request_id, False)
                 if is_context_overflow(exc) and not overflow_retried:  # SPEC E-25
                     overflow_retried = True
-                    state = await self._store.save(shed_history(state))
+                    state = await self._store.save(await self._shed(state))
                     continue
                 if state.has_tool_results():
                     await self._synthesize(state, LLM_FAILED_REASON)
@@ -217,6 +221,11 @@ class TurnLoop:
                 return
             state = advanced
         await self._synthesize(state, "Answer the question using the retrieved passages.")
+
+    async def _shed(self, state: TurnState) -> TurnState:
+        """Forced compaction (SPEC E-25); if it freed nothing, drop old history turns."""
+        compacted = await self._context.fit(state, force_reason="overflow")
+        return compacted if compacted.messages != state.messages else shed_history(state)
 
     def _iterations_exhausted(self, state: TurnState) -> bool:
         limit = state.agent.max_iterations

@@ -40,6 +40,10 @@ class TurnState(BaseModel):
     traceparent: str | None = None
     agent: AgentConfig
     messages: list[dict[str, Any]] = Field(description="OpenAI messages sent to the model.")
+    turn_ids: list[str | None] = Field(
+        default_factory=list,
+        description="Stored turn of each leading history message (checkpoints, SPEC M-07).",
+    )
     phase: Literal["think", "waiting"] = "think"
     round: int = 0
     steps: list[AgentStep] = Field(default_factory=list)
