@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 import httpx
-from weft_testkit import LocalStack, SseEvent, read_turn
+from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
 AGENT = "builtin-smart-reasoning"
 
@@ -100,8 +100,7 @@ async def test_second_turn_sees_the_first_in_its_history(
     events = await _turn(api, stack, session_id, second)
     assert events[-1].data["data"]["status"] == "completed"
 
-    requests = (await llm.get("/_requests")).json()["requests"]
-    sent = requests[0]["body"]["messages"]
+    sent = (await chat_requests(llm))[0]["messages"]
     contents = [m.get("content") or "" for m in sent]
     assert any(c == first["query"] for c in contents), contents
     assert first_answer in contents

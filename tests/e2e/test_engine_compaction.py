@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_storage.models import Agent
-from weft_testkit import LocalStack, infra_env, read_turn
+from weft_testkit import LocalStack, chat_requests, infra_env, read_turn
 
 SMALL_WINDOW_AGENT = "e2e-small-window"
 
@@ -37,9 +37,8 @@ async def test_long_conversation_is_compacted_and_resumes_from_the_checkpoint(
         await _stored(api, session["id"], 2 * (turn + 1))
     assert compacted, "the window of 20k tokens (threshold ~3.6k) was crossed but nothing compacted"
     assert compacted[0]["tokens_after"] < compacted[0]["tokens_before"]
-    requests = (await llm.get("/_requests")).json()["requests"]
-    last_chat = [r for r in requests if r["path"].endswith("/chat/completions")][-1]
-    contents = [str(m.get("content")) for m in last_chat["body"]["messages"]]
+    last_chat = (await chat_requests(llm))[-1]
+    contents = [str(m.get("content")) for m in last_chat["messages"]]
     assert not any("Turn 0:" in c for c in contents), "the oldest turn was replayed verbatim"
 
 

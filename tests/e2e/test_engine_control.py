@@ -17,7 +17,7 @@ from weft_contracts import (
     SteerMessageData,
     Topic,
 )
-from weft_testkit import LocalStack, SseEvent, read_turn
+from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
 AGENT = "builtin-smart-reasoning"
 
@@ -49,7 +49,7 @@ async def _run_with_control(
         api, "POST", f"/api/v1/agent-chat/{session_id}", json={"query": query}, timeout=60
     ) as source:
         async for sse in source.aiter_sse():
-            if not sse.event:
+            if not sse.event or not sse.data:
                 continue
             data = json.loads(sse.data)
             events.append(SseEvent(sse.id, sse.event, data, 0.0))
@@ -107,7 +107,7 @@ async def test_steer_makes_the_first_answer_intermediate(
     assert complete["status"] == "completed"
     assert complete["final_answer"] == "final, in French as asked"
     assert complete["steps"][0]["thought"] == "first draft"
-    last = (await llm.get("/_requests")).json()["requests"][-1]["body"]["messages"]
+    last = (await chat_requests(llm))[-1]["messages"]
     assert [m["content"] for m in last[-2:]] == ["first draft", "Answer in French."]
 
 
@@ -153,9 +153,9 @@ async def test_quick_answer_agent_retrieves_once_then_answers_without_the_loop(
     assert [c["tool_name"] for c in calls] == ["search_knowledge"]
     assert calls[0]["arguments"] == {"query": "Which payment methods are accepted?"}
     assert events[-1].data["data"]["status"] == "completed"
-    requests = (await llm.get("/_requests")).json()["requests"]
+    requests = await chat_requests(llm)
     assert len(requests) == 1, "quick-answer makes exactly one generation"
-    assert requests[0]["body"].get("tool_choice") == "none"
+    assert requests[0].get("tool_choice") == "none"
 
 
 async def test_context_overflow_sheds_history_and_retries_once(
@@ -173,4 +173,4 @@ async def test_context_overflow_sheds_history_and_retries_once(
     )  # fmt: skip
     complete = events[-1].data["data"]
     assert complete["status"] == "completed" and complete["final_answer"] == "fits now"
-    assert len((await llm.get("/_requests")).json()["requests"]) == 2
+    assert len(await chat_requests(llm)) == 2

@@ -17,7 +17,7 @@ from weft_context.compaction import CompactionSettings, Compactor
 from weft_context.summary import summary_text
 from weft_context.tokens import TokenEstimator
 from weft_llm import OpenAIChatModel
-from weft_testkit import LocalStack, read_turn
+from weft_testkit import LocalStack, chat_requests, read_turn
 
 AGENT = "builtin-smart-reasoning"
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -103,9 +103,9 @@ async def test_two_compactions_merge_and_a_fresh_loader_resumes(
         assert second.compacted and second.checkpoint is not None
         assert second.checkpoint.summary.startswith("SUMMARY-TWO")
         prompts = [
-            r["body"]["messages"][-1]["content"]
-            for r in (await llm.get("/_requests")).json()["requests"]
-            if "<transcript>" in str(r["body"]["messages"][-1].get("content", ""))
+            r["messages"][-1]["content"]
+            for r in await chat_requests(llm)
+            if "<transcript>" in str(r["messages"][-1].get("content", ""))
         ]
         assert len(prompts) == 2
         assert "<previous_summary>\nSUMMARY-ONE" in prompts[1]  # SPEC M-04: merged
@@ -115,8 +115,8 @@ async def test_two_compactions_merge_and_a_fresh_loader_resumes(
         assert summary_text(history["messages"][0]) == second.checkpoint.summary
         assert history["checkpoint_turn_id"] == second.checkpoint.turn_id
         assert not resumed.compacted and resumed.checkpoint is None  # no re-summarising
-        requests = (await llm.get("/_requests")).json()["requests"]
-        assert sum("<transcript>" in str(r["body"]["messages"][-1]) for r in requests) == 2
+        requests = await chat_requests(llm)
+        assert sum("<transcript>" in str(r["messages"][-1]) for r in requests) == 2
 
         found = await memory.get(
             "/internal/conversations/search",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from weft_testkit import LocalStack, read_turn
+from weft_testkit import LocalStack, chat_requests, read_turn
 from weft_testkit.stack import SERVICES
 
 
@@ -45,6 +45,5 @@ async def test_sandbox_tool_call_gets_a_readable_not_available_result(
     complete = events[-1].data["data"]
     assert complete["status"] == "completed"
     assert complete["final_answer"] == "The sandbox is not available, sorry."
-    requests = (await llm.get("/_requests")).json()["requests"]
-    tool_message = requests[-1]["body"]["messages"][-1]
+    tool_message = (await chat_requests(llm))[-1]["messages"][-1]
     assert tool_message["role"] == "tool" and "not available yet" in tool_message["content"]
