@@ -110,6 +110,7 @@ async def throughput(api: httpx.AsyncClient, stack: LocalStack, sessions: int) -
     stop.set()
     await sampler
     ok = [r for r in results if isinstance(r, tuple) and r[1] == "completed"]
+    failures = sorted({repr(r)[:160] for r in results if not isinstance(r, tuple)})[:3]
     latencies = [r[0] * 1000 for r in ok]
     return {
         "sessions": sessions,
@@ -121,11 +122,18 @@ async def throughput(api: httpx.AsyncClient, stack: LocalStack, sessions: int) -
         if ok
         else {},
         "engine_peak_rss_mb": round(peak[0], 1),
+        "first_errors": failures,
     }
 
 
 async def run(turns: int, sessions: list[int]) -> dict[str, Any]:
-    config = StackConfig(log_dir=REPO / ".weft" / "logs" / "bench-engine", partitions=6)
+    config = StackConfig(
+        log_dir=REPO / ".weft" / "logs" / "bench-engine",
+        partitions=6,
+        # The gateway's per-tenant limits (20 turns, 600 requests/min) would turn the
+        # concurrency test into a 429 test: lift them for this stack.
+        extra_env={"WEFT_MAX_CONCURRENT_TURNS": "10000", "WEFT_RATE_LIMIT_PER_MINUTE": "0"},
+    )
     with LocalStack(config) as stack:
         headers = {"Authorization": f"Bearer {stack.api_key}"}
         limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
