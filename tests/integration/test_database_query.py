@@ -4,33 +4,14 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_contracts import ToolContext
 from weft_storage.knowledge import KnowledgeStore
 from weft_tools import ToolInvocation, ToolRegistry
 from weft_tools.database_query import DatabaseQueryTool
-
-
-@pytest.fixture(scope="module")
-def migrated(infra: dict[str, str]) -> str:
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra["WEFT_DATABASE_URL"]
-
-
-@pytest.fixture
-async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_async_engine(migrated)
-    yield eng
-    await eng.dispose()
 
 
 @pytest.fixture

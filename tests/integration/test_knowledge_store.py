@@ -3,29 +3,9 @@
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 
-import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_storage.knowledge import KnowledgeStore
-
-
-@pytest.fixture(scope="module")
-def migrated(infra: dict[str, str]) -> str:
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra["WEFT_DATABASE_URL"]
-
-
-@pytest.fixture
-async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_async_engine(migrated)
-    yield eng
-    await eng.dispose()
 
 
 async def test_keyword_search_ranks_and_stays_in_tenant(engine: AsyncEngine) -> None:

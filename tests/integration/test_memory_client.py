@@ -4,8 +4,6 @@ PostgreSQL: history -> compaction -> checkpoint -> reload from it; scale; recall
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.compaction import CompactionSettings, Compactor
 from weft_context.memory_client import MemoryClient
 from weft_context.tokens import TokenEstimator
@@ -37,22 +35,6 @@ class Model:
         prompt = request.messages[-1]["content"]
         content = "SUMMARY" if "<transcript>" in prompt else '["The user likes long answers."]'
         return LLMResponse(content=content, reasoning="", tool_calls=[], finish_reason="stop")
-
-
-@pytest.fixture(scope="module")
-def migrated(infra: dict[str, str]) -> str:
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra["WEFT_DATABASE_URL"]
-
-
-@pytest.fixture
-async def sessions(migrated: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    eng = create_async_engine(migrated)
-    yield async_sessionmaker(eng, expire_on_commit=False)
-    await eng.dispose()
 
 
 @pytest.fixture

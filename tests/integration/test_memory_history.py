@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,28 +15,11 @@ from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
-    create_async_engine,
 )
 from weft_context.summary import summary_text
 from weft_memory.api import session_router
 from weft_memory.history_api import history_router
 from weft_storage.models import Message
-
-
-@pytest.fixture(scope="module")
-def migrated(infra: dict[str, str]) -> str:
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra["WEFT_DATABASE_URL"]
-
-
-@pytest.fixture
-async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_async_engine(migrated)
-    yield eng
-    await eng.dispose()
 
 
 @pytest.fixture

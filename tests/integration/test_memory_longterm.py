@@ -5,15 +5,13 @@ search_conversations through the memory routes."""
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import ToolContext
 from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
 from weft_memory.api import session_router
@@ -38,22 +36,6 @@ class FactsModel:
         if isinstance(answer, Exception):
             raise answer
         return LLMResponse(content=answer, reasoning="", tool_calls=[], finish_reason="stop")
-
-
-@pytest.fixture(scope="module")
-def migrated(infra: dict[str, str]) -> str:
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra["WEFT_DATABASE_URL"]
-
-
-@pytest.fixture
-async def sessions(migrated: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    eng = create_async_engine(migrated)
-    yield async_sessionmaker(eng, expire_on_commit=False)
-    await eng.dispose()
 
 
 @pytest.fixture

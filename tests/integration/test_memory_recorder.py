@@ -4,15 +4,13 @@ turns stay out of history, a stopped turn keeps its partially streamed answer.""
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import (
     AgentStep,
     CompleteData,
@@ -27,22 +25,6 @@ from weft_contracts import (
 from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.recorder import MessageRecorder, partial_key
 from weft_storage.models import Message
-
-
-@pytest.fixture(scope="module")
-def migrated(infra: dict[str, str]) -> str:
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra["WEFT_DATABASE_URL"]
-
-
-@pytest.fixture
-async def sessions(migrated: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    eng = create_async_engine(migrated)
-    yield async_sessionmaker(eng, expire_on_commit=False)
-    await eng.dispose()
 
 
 @pytest.fixture
