@@ -31,6 +31,11 @@ class TurnStartedData(Payload):
     user_id: str
     agent_id: str
     mode: Literal["agent", "normal"] = "agent"
+    memory_enabled: bool = Field(
+        default=False,
+        description="The agent's resolved long-term memory switch (SPEC M-10): memory "
+        "extracts facts after the turn only when it is on.",
+    )
 
 
 class ThoughtData(Payload):

@@ -92,7 +92,11 @@ class TurnIntake:
         ids = _ids(request)
         data = request.data
         started = TurnStartedData(
-            query=data.query, user_id=data.user_id, agent_id=data.agent.agent_id, mode=data.mode
+            query=data.query,
+            user_id=data.user_id,
+            agent_id=data.agent.agent_id,
+            mode=data.mode,
+            memory_enabled=data.agent.memory_enabled,
         )
         await self._emitter.emit(TurnStartedEvent, ids, started)
         state = TurnState(

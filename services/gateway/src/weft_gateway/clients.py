@@ -66,10 +66,16 @@ class MemoryClient(ServiceClient):
             "DELETE", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id}
         )
 
-    async def delete_messages(self, tenant_id: str, session_id: str) -> None:
+    async def delete_messages(
+        self, tenant_id: str, session_id: str, from_message: str | None = None
+    ) -> None:
+        params = {"tenant_id": tenant_id} | ({"from": from_message} if from_message else {})
+        await self.call("DELETE", f"/internal/sessions/{session_id}/messages", params=params)
+
+    async def delete_message(self, tenant_id: str, session_id: str, message_id: str) -> None:
         await self.call(
             "DELETE",
-            f"/internal/sessions/{session_id}/messages",
+            f"/internal/sessions/{session_id}/messages/{message_id}",
             params={"tenant_id": tenant_id},
         )
 

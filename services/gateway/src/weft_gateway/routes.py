@@ -83,8 +83,23 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
         return await gw.memory.list_messages(who.tenant_id, session_id, limit, before)
 
     @router.delete("/sessions/{session_id}/messages", status_code=204, tags=["sessions"])
-    async def delete_messages(who: Who, session_id: Id) -> Response:
-        await gw.memory.delete_messages(who.tenant_id, session_id)
+    async def delete_messages(
+        who: Who,
+        session_id: Id,
+        from_message: str | None = Query(
+            default=None, alias="from", max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$",
+            description="Rollback: delete this message's turn and every later message.",
+        ),
+    ) -> Response:  # fmt: skip
+        await gw.memory.delete_messages(who.tenant_id, session_id, from_message)
+        return Response(status_code=204)
+
+    @router.delete(
+        "/sessions/{session_id}/messages/{message_id}", status_code=204, tags=["sessions"]
+    )
+    async def delete_message(who: Who, session_id: Id, message_id: Id) -> Response:
+        """Delete one turn (this message and the other half of its turn)."""
+        await gw.memory.delete_message(who.tenant_id, session_id, message_id)
         return Response(status_code=204)
 
 

@@ -5,6 +5,7 @@ Every route is scoped by ``tenant_id``: another tenant's session answers 404 (in
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,8 @@ from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_storage.models import ChatSession, Message
+
+from weft_memory.rollback import UnknownMessage, delete_turn, truncate_from
 
 
 class SessionCreate(BaseModel):
@@ -130,19 +133,38 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         return Response(status_code=204)
 
     @router.delete("/sessions/{session_id}/messages", status_code=204)
-    async def clear_messages(session_id: str, tenant_id: str = Query(min_length=1)) -> Response:
+    async def clear_messages(
+        session_id: str,
+        tenant_id: str = Query(min_length=1),
+        from_: str | None = Query(
+            default=None, alias="from", min_length=1,
+            description="Rollback: delete this message's turn and everything after it.",
+        ),
+    ) -> Response:  # fmt: skip
+        """Delete every message, or truncate the session from a turn on (SPEC M-07)."""
         async with sessions.begin() as s:
             await get_owned(s, tenant_id, session_id)
-            await s.execute(
-                delete(Message).where(
-                    Message.session_id == session_id, Message.tenant_id == tenant_id
+            if from_ is None:
+                await s.execute(
+                    delete(Message).where(
+                        Message.session_id == session_id, Message.tenant_id == tenant_id
+                    )
                 )
-            )
-            await s.execute(
-                update(ChatSession)
-                .where(ChatSession.id == session_id)
-                .values(updated_at=datetime.now(UTC))
-            )
+            else:
+                await _or_404(truncate_from(s, tenant_id, session_id, from_))
+            await _touch(s, session_id)
+        return Response(status_code=204)
+
+    @router.delete("/sessions/{session_id}/messages/{message_id}", status_code=204)
+    async def delete_message(
+        session_id: str, message_id: str, tenant_id: str = Query(min_length=1)
+    ) -> Response:
+        """Delete one turn (the message and the other half of its turn); checkpoints that
+        summarise it are invalidated (SPEC M-07)."""
+        async with sessions.begin() as s:
+            await get_owned(s, tenant_id, session_id)
+            await _or_404(delete_turn(s, tenant_id, session_id, message_id))
+            await _touch(s, session_id)
         return Response(status_code=204)
 
     @router.get("/sessions/{session_id}/messages", response_model=list[MessageOut])
@@ -166,6 +188,19 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         return list(reversed(rows))
 
     return router
+
+
+async def _touch(s: AsyncSession, session_id: str) -> None:
+    await s.execute(
+        update(ChatSession).where(ChatSession.id == session_id).values(updated_at=datetime.now(UTC))
+    )
+
+
+async def _or_404(deletion: Awaitable[int]) -> int:
+    try:
+        return await deletion
+    except UnknownMessage as exc:
+        raise HTTPException(404, f"message {exc.args[0]!r} not found in this session") from None
 
 
 async def _cursor(

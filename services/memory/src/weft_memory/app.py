@@ -12,6 +12,8 @@ from weft_platform.settings import ServiceSettings
 
 from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
+from weft_memory.extraction_queue import ExtractionQueue
+from weft_memory.extraction_worker import ExtractionWorker, WorkerSettings
 from weft_memory.history_api import history_router
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
@@ -37,6 +39,11 @@ class MemorySettings(ServiceSettings):
         default="weft-scripted", validation_alias=AliasChoices("WEFT_LLM_MODEL", "LLM_MODEL")
     )
     extraction_stall_timeout_s: float = Field(default=60.0, gt=0)
+    extraction_concurrency: int = Field(default=2, ge=1, le=32, description="SPEC M-10 workers.")
+    extraction_poll_s: float = Field(default=5.0, gt=0)
+    extraction_attempts: int = Field(default=3, ge=1, le=10)
+    extraction_retry_backoff_s: float = Field(default=10.0, ge=0)
+    extraction_stale_after_s: float = Field(default=300.0, gt=0)
 
 
 def create_app(settings: MemorySettings | None = None) -> FastAPI:
@@ -44,11 +51,6 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
     settings = settings or MemorySettings()
     runtime = create_runtime(settings)
     init_logging(runtime)
-    runtime.bus.consume(
-        Topic.AGENT_EVENTS,
-        CONSUMER_GROUP,
-        MessageRecorder(runtime.sessions, runtime.redis).handle,
-    )
     memory = LongTermMemory(runtime.sessions)
     model = OpenAIChatModel(base_url=settings.openai_base_url, api_key=settings.openai_api_key)
     extractor = MemoryExtractor(
@@ -58,9 +60,28 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         memory,
         stall_timeout_s=settings.extraction_stall_timeout_s,
     )
+    queue = ExtractionQueue(runtime.sessions, stale_after_s=settings.extraction_stale_after_s)
+    worker = ExtractionWorker(
+        queue,
+        extractor,
+        WorkerSettings(
+            concurrency=settings.extraction_concurrency,
+            poll_s=settings.extraction_poll_s,
+            max_attempts=settings.extraction_attempts,
+            retry_backoff_s=settings.extraction_retry_backoff_s,
+        ),
+    )
+    recorder = MessageRecorder(runtime.sessions, runtime.redis, on_extraction_due=worker.wake)
+    runtime.bus.consume(Topic.AGENT_EVENTS, CONSUMER_GROUP, recorder.handle)
     routers = [
         session_router(runtime.sessions),
         history_router(runtime.sessions),
-        memory_router(runtime.sessions, memory, extractor),
+        memory_router(runtime.sessions, memory, extractor, queue),
     ]
-    return create_service_app(runtime, title="weft memory", routers=routers)
+    return create_service_app(
+        runtime,
+        title="weft memory",
+        routers=routers,
+        on_startup=[worker.start],
+        on_shutdown=[worker.stop, model.aclose],
+    )

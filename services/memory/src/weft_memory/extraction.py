@@ -3,7 +3,6 @@ client as the engine (``weft_llm``) turns the exchange into durable facts about 
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -12,8 +11,6 @@ from weft_llm import ChatModel, LLMCallError, LLMRequest
 from weft_storage.models import Message
 
 from weft_memory.longterm import LongTermMemory, parse_facts
-
-log = logging.getLogger(__name__)
 
 EXTRACTION_PROMPT = (
     "You maintain a long-term memory about a user of an AI assistant. From the exchange "
@@ -24,6 +21,10 @@ EXTRACTION_PROMPT = (
     "or [] when there is nothing to remember."
 )
 MAX_EXCHANGE_CHARS = 12_000
+
+
+class ExtractionFailed(Exception):
+    """The extraction model could not be asked (reported; the turn itself is unaffected)."""
 
 
 class _Ignore:
@@ -62,7 +63,19 @@ class MemoryExtractor:
     async def extract_turn(
         self, tenant_id: str, user_id: str, session_id: str, request_id: str
     ) -> ExtractionResult | None:
-        """Facts of turn ``request_id``; ``None`` when the turn is not stored and completed."""
+        """Extract and store the facts of turn ``request_id``; ``None`` when the turn is not
+        stored and completed. Raises :class:`ExtractionFailed` when the model call fails."""
+        facts = await self.facts(tenant_id, session_id, request_id)
+        if facts is None:
+            return None
+        ids = await self._memory.remember(
+            tenant_id, user_id, facts, session_id=session_id, request_id=request_id
+        )
+        return ExtractionResult(memory_ids=ids, facts=facts)
+
+    async def facts(self, tenant_id: str, session_id: str, request_id: str) -> list[str] | None:
+        """What the model finds worth remembering in turn ``request_id`` (nothing stored);
+        ``None`` when the turn is not stored and completed."""
         exchange = await self._exchange(tenant_id, session_id, request_id)
         if exchange is None:
             return None
@@ -79,13 +92,8 @@ class MemoryExtractor:
         try:
             response = await self._model.stream(request, _Ignore())
         except LLMCallError as exc:
-            log.warning("memory extraction failed for %s: %s", request_id, exc)
-            return ExtractionResult(memory_ids=[], facts=[])
-        facts = parse_facts(response.content)
-        ids = await self._memory.remember(
-            tenant_id, user_id, facts, session_id=session_id, request_id=request_id
-        )
-        return ExtractionResult(memory_ids=ids, facts=facts)
+            raise ExtractionFailed(f"extraction model call failed: {exc}") from exc
+        return parse_facts(response.content)
 
     async def _exchange(self, tenant_id: str, session_id: str, request_id: str) -> str | None:
         stmt = select(Message).where(

@@ -70,19 +70,10 @@ class LongTermMemory:
         self, tenant_id: str, user_id: str, facts: list[str], *, session_id: str, request_id: str
     ) -> list[str]:
         """Store ``facts``; returns their ids (idempotent)."""
-        rows = [
-            {
-                "id": memory_id(tenant_id, user_id, fact), "tenant_id": tenant_id,
-                "user_id": user_id, "content": fact.strip(), "source_session_id": session_id,
-                "source_request_id": request_id,
-            }
-            for fact in facts
-            if fact.strip()
-        ]  # fmt: skip
-        if rows:
-            async with self._sessions.begin() as s:
-                await s.execute(insert(Memory).values(rows).on_conflict_do_nothing())
-        return [str(r["id"]) for r in rows]
+        async with self._sessions.begin() as s:
+            return await store_facts(
+                s, tenant_id, user_id, facts, session_id=session_id, request_id=request_id
+            )
 
     async def search(
         self, tenant_id: str, user_id: str, query: str, limit: int = 10
@@ -147,6 +138,29 @@ class LongTermMemory:
                 return False
             await s.delete(row)
         return True
+
+
+async def store_facts(
+    s: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    facts: list[str],
+    *,
+    session_id: str,
+    request_id: str,
+) -> list[str]:
+    """Insert ``facts`` of the caller in ``s``'s transaction; a known fact is kept once."""
+    unique = {memory_id(tenant_id, user_id, f): f.strip() for f in facts if f.strip()}
+    rows = [
+        {
+            "id": mid, "tenant_id": tenant_id, "user_id": user_id, "content": fact,
+            "source_session_id": session_id, "source_request_id": request_id,
+        }
+        for mid, fact in unique.items()
+    ]  # fmt: skip
+    if rows:
+        await s.execute(insert(Memory).values(rows).on_conflict_do_nothing())
+    return [str(r["id"]) for r in rows]
 
 
 def _hit(m: Memory, score: float) -> MemoryHit:

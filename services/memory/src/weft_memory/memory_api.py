@@ -1,7 +1,8 @@
-"""Internal routes of long-term memory (SPEC M-10, T-17): extraction after a turn, recall /
-search_memory, search_conversations. Everything is scoped to (tenant, user); the engine
-calls these only for agents with memory enabled (an agent with memory off neither reads
-nor writes)."""
+"""Internal routes of long-term memory (SPEC M-10, T-17): extraction of a turn (run
+automatically after each completed turn of an agent with memory on; the route re-runs it by
+hand), its status, recall / search_memory, search_conversations. Everything is scoped to
+(tenant, user); the engine recalls only for agents with memory enabled (an agent with
+memory off neither reads nor writes)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from weft_memory.api import get_owned
-from weft_memory.extraction import MemoryExtractor
+from weft_memory.extraction import ExtractionFailed, MemoryExtractor
+from weft_memory.extraction_queue import ExtractionQueue
 from weft_memory.longterm import LongTermMemory
 
 
@@ -30,6 +32,19 @@ class ExtractOut(BaseModel):
 
     memory_ids: list[str]
     facts: list[str]
+
+
+class ExtractionOut(BaseModel):
+    """Where the automatic extraction of one turn stands (SPEC M-10)."""
+
+    request_id: str
+    session_id: str
+    user_id: str
+    status: str = Field(description="waiting, pending, running, done, failed or skipped")
+    attempts: int
+    facts: int
+    error: str | None
+    updated_at: datetime
 
 
 class MemoryOut(BaseModel):
@@ -69,6 +84,7 @@ def memory_router(
     sessions: async_sessionmaker[AsyncSession],
     memory: LongTermMemory,
     extractor: MemoryExtractor | None,
+    queue: ExtractionQueue | None = None,
 ) -> APIRouter:
     """Routes under ``/internal/memories`` and ``/internal/conversations``."""
     router = APIRouter(prefix="/internal", tags=["internal"])
@@ -79,12 +95,26 @@ def memory_router(
             raise HTTPException(503, "memory extraction has no model configured")
         async with sessions() as s:
             await get_owned(s, body.tenant_id, body.session_id)
-        result = await extractor.extract_turn(
-            body.tenant_id, body.user_id, body.session_id, body.request_id
-        )
+        try:
+            result = await extractor.extract_turn(
+                body.tenant_id, body.user_id, body.session_id, body.request_id
+            )
+        except ExtractionFailed as exc:
+            raise HTTPException(502, str(exc)) from None
         if result is None:
             raise HTTPException(404, f"no completed turn {body.request_id!r} in this session")
         return ExtractOut(memory_ids=result.memory_ids, facts=result.facts)
+
+    @router.get("/memories/extractions/{request_id}", response_model=ExtractionOut)
+    async def extraction_status(
+        request_id: str, tenant_id: str = Query(min_length=1)
+    ) -> ExtractionOut:
+        """The automatic extraction of turn ``request_id``; 404 when the turn has none (its
+        agent had memory off, or the turn is unknown)."""
+        row = await queue.get(tenant_id, request_id) if queue is not None else None
+        if row is None:
+            raise HTTPException(404, f"no memory extraction for turn {request_id!r}")
+        return ExtractionOut.model_validate(row, from_attributes=True)
 
     @router.get("/memories/search", response_model=MemoriesOut)
     async def search_memories(

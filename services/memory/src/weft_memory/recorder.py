@@ -8,11 +8,17 @@ When the user stops a turn, ``complete`` comes with status ``cancelled`` and an 
 ``final_answer``; what was already streamed is rebuilt from the ``final_answer`` deltas
 kept in Redis (one hash per turn, field = event seq, so re-delivery is harmless) and
 stored marked ``is_partial`` (as the reference does).
+
+Long-term memory (SPEC M-10): ``turn_started`` of an agent with memory on opens an
+extraction row, ``complete`` marks it pending (or skipped) in the same transaction as the
+assistant row, and ``on_extraction_due`` wakes the extraction worker; the model call
+itself never runs on the consume path.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +35,8 @@ from weft_contracts import (
 )
 from weft_storage.models import ChatSession, Message
 
+from weft_memory.extraction_queue import expect_extraction, turn_ended
+
 PARTIAL_TTL_S = 24 * 3600
 
 
@@ -40,9 +48,15 @@ def partial_key(request_id: str) -> str:
 class MessageRecorder:
     """Persists what memory needs of the event stream."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], redis: Redis | None = None):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        redis: Redis | None = None,
+        on_extraction_due: Callable[[], None] | None = None,
+    ):
         self._sessions = sessions
         self._redis = redis
+        self._on_extraction_due = on_extraction_due
 
     async def handle(self, event: Any) -> None:
         """Dispatch one agent event; events memory does not store are ignored."""
@@ -86,6 +100,11 @@ class MessageRecorder:
             }
             for row in (user, assistant):
                 await s.execute(insert(Message).values(**row).on_conflict_do_nothing())
+            if event.data.memory_enabled:
+                await expect_extraction(
+                    s, request_id=event.request_id, tenant_id=event.tenant_id,
+                    user_id=event.data.user_id, session_id=event.session_id,
+                )  # fmt: skip
             await s.execute(
                 update(ChatSession)
                 .where(ChatSession.id == event.session_id)
@@ -137,6 +156,9 @@ class MessageRecorder:
             await s.execute(
                 stmt.on_conflict_do_update(constraint="uq_messages_request_role", set_=values)
             )
+            due = await turn_ended(s, event.request_id, completed=bool(values["is_completed"]))
+        if due and self._on_extraction_due is not None:
+            self._on_extraction_due()
         if self._redis is not None:
             await self._redis.delete(partial_key(event.request_id))
 

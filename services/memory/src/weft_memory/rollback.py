@@ -1,0 +1,89 @@
+"""Deleting messages of a session, and the checkpoints that die with them (SPEC M-07).
+
+A compaction checkpoint stored on turn *k* summarises every message up to *k*. When
+messages are deleted (one turn, or a rollback that truncates the session from a turn on),
+a checkpoint stored on a surviving message newer than the oldest deleted one still
+describes the deleted messages, so it is cleared in the same transaction; the next history
+reload falls back to the newest checkpoint older than the deletion, or to none (M-08).
+Checkpoints on the deleted rows go with them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete, null, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
+from weft_storage.models import Message
+
+
+class UnknownMessage(LookupError):
+    """The message is not in this session."""
+
+
+async def delete_turn(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> int:
+    """Delete the turn of ``message_id`` (its user and assistant rows); returns rows deleted."""
+    anchor = await _message(s, tenant_id, session_id, message_id)
+    scope = _scope(tenant_id, session_id)
+    oldest = await _oldest_of_request(s, tenant_id, session_id, anchor.request_id)
+    deleted = await s.execute(
+        delete(Message).where(*scope, Message.request_id == anchor.request_id).returning(Message.id)
+    )
+    count = len(deleted.all())
+    await invalidate_checkpoints(s, tenant_id, session_id, oldest)
+    return count
+
+
+async def truncate_from(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> int:
+    """Rollback: delete the turn of ``message_id`` and every newer message."""
+    anchor = await _message(s, tenant_id, session_id, message_id)
+    oldest = await _oldest_of_request(s, tenant_id, session_id, anchor.request_id)
+    deleted = await s.execute(
+        delete(Message)
+        .where(*_scope(tenant_id, session_id), tuple_(Message.created_at, Message.id) >= oldest)
+        .returning(Message.id)
+    )
+    # Nothing newer survives, so every remaining checkpoint is older and still valid.
+    return len(deleted.all())
+
+
+async def invalidate_checkpoints(
+    s: AsyncSession, tenant_id: str, session_id: str, oldest_deleted: tuple[datetime, str]
+) -> None:
+    """Clear the checkpoints stored after ``oldest_deleted``: they summarise deleted rows."""
+    await s.execute(
+        update(Message)
+        .where(
+            *_scope(tenant_id, session_id),
+            Message.context_checkpoint.is_not(None),
+            tuple_(Message.created_at, Message.id) > oldest_deleted,
+        )
+        .values(context_checkpoint=null())  # SQL NULL, not the JSON null
+    )
+
+
+def _scope(tenant_id: str, session_id: str) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
+    return Message.session_id == session_id, Message.tenant_id == tenant_id
+
+
+async def _message(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> Message:
+    stmt = select(Message).where(*_scope(tenant_id, session_id), Message.id == message_id)
+    row = await s.scalar(stmt)
+    if row is None:
+        raise UnknownMessage(message_id)
+    return row
+
+
+async def _oldest_of_request(
+    s: AsyncSession, tenant_id: str, session_id: str, request_id: str
+) -> tuple[datetime, str]:
+    row = (
+        await s.execute(
+            select(Message.created_at, Message.id)
+            .where(*_scope(tenant_id, session_id), Message.request_id == request_id)
+            .order_by(Message.created_at, Message.id)
+            .limit(1)
+        )
+    ).one()
+    return row.created_at, row.id
