@@ -122,3 +122,67 @@ async def test_history_starts_from_latest_checkpoint(
     assert foreign.status_code == 404
     empty = await client.put(ctx.format(turns[3]["turn_id"]), params={"tenant_id": tenant}, json={})
     assert empty.status_code == 422
+
+
+async def _history(client: httpx.AsyncClient, tenant: str, sid: str) -> dict[str, Any]:
+    resp = await client.get(
+        f"/internal/sessions/{sid}/history", params={"tenant_id": tenant, "token_budget": 100_000}
+    )
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+async def test_deleting_messages_invalidates_the_checkpoints_that_cover_them(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # SPEC M-07: "rollback/delete invalidates"; M-08 falls back to an earlier checkpoint.
+    tenant, sid = await _seed(client, sessions, 10)
+    turns = (await _history(client, tenant, sid))["turns"]
+    ctx = f"/internal/sessions/{sid}/turns/{{}}/context"
+    for turn, summary in ((turns[3], "S1"), (turns[6], "S2")):
+        put = await client.put(
+            ctx.format(turn["turn_id"]), params={"tenant_id": tenant}, json={"summary": summary}
+        )
+        assert put.status_code == 204
+    assert (await _history(client, tenant, sid))["summary"] == "S2"
+    messages = f"/internal/sessions/{sid}/messages"
+    # _seed names rows <8 hex tag><"u"|"a"><index>.
+    user_of = {t["request_id"]: f"{t['turn_id'][:8]}u{t['turn_id'][9:]}" for t in turns}
+
+    # Delete turn 5 (by its user message): S2 on turn 6 summarises it and must go.
+    deleted = await client.delete(
+        f"{messages}/{user_of[turns[5]['request_id']]}", params={"tenant_id": tenant}
+    )
+    assert deleted.status_code == 204
+    body = await _history(client, tenant, sid)
+    assert body["summary"] == "S1" and body["checkpoint_turn_id"] == turns[3]["turn_id"]
+    assert [t["request_id"] for t in body["turns"]] == [
+        turns[i]["request_id"] for i in (4, 6, 7, 8, 9)
+    ]
+
+    # Rollback from turn 8: later rows go, the older checkpoint S1 stays valid.
+    rolled = await client.delete(
+        messages, params={"tenant_id": tenant, "from": turns[8]["turn_id"]}
+    )
+    assert rolled.status_code == 204
+    body = await _history(client, tenant, sid)
+    assert body["summary"] == "S1"
+    assert [t["request_id"] for t in body["turns"]] == [turns[i]["request_id"] for i in (4, 6, 7)]
+
+    # Delete turn 1: S1 covers it; no valid checkpoint is left, history starts at turn 0.
+    assert (
+        await client.delete(f"{messages}/{turns[1]['turn_id']}", params={"tenant_id": tenant})
+    ).status_code == 204
+    body = await _history(client, tenant, sid)
+    assert body["summary"] is None and body["checkpoint_turn_id"] is None
+    assert [t["request_id"] for t in body["turns"]] == [
+        turns[i]["request_id"] for i in (0, 2, 3, 4, 6, 7)
+    ]
+
+    for url, params in (
+        (f"{messages}/nope", {"tenant_id": tenant}),
+        (messages, {"tenant_id": tenant, "from": "nope"}),
+        (f"{messages}/{turns[0]['turn_id']}", {"tenant_id": "other"}),
+    ):
+        assert (await client.delete(url, params=params)).status_code == 404
