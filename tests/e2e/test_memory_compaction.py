@@ -1,128 +1,26 @@
-"""A long conversation crosses the compaction threshold twice on the running stack
-(SPEC M-03 .. M-08): turns go through gateway -> engine -> scripted LLM -> agent.events ->
-memory; the compactor (weft_context, as the engine runs it) summarises through the scripted
-LLM over HTTP and stores checkpoints in memory; the second compaction merges the first
-summary; a fresh loader (a restarted engine) starts from the latest checkpoint and does not
-summarise again."""
+"""Memory through the running stack (gateway -> engine -> scripted LLM -> agent.events ->
+memory): a stopped turn keeps its partial answer; long-term facts are extracted by memory
+after a completed turn and recalled only in the caller's scope (SPEC M-10, T-17). The
+compaction e2e (two compactions, restarted engine) is in test_engine_compaction.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
-from weft_context.compaction import CompactionSettings, Compactor
-from weft_context.summary import summary_text
-from weft_context.tokens import TokenEstimator
-from weft_llm import OpenAIChatModel
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_gateway.auth import hash_key
+from weft_storage.models import ApiKey
 from weft_testkit import LocalStack, chat_requests, read_turn
 
 AGENT = "builtin-smart-reasoning"
-SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
-SETTINGS = CompactionSettings(model="weft-scripted", context_window=20_000, completion_budget=512)
-
-
-def _answer(i: int) -> str:
-    return f"Answer about topic{i}: " + " ".join(f"detail{i}-{k}" for k in range(700))
-
-
-async def _persisted(api: httpx.AsyncClient, session_id: str, turns: int) -> None:
-    async with asyncio.timeout(60):
-        while True:
-            messages = (await api.get(f"/api/v1/sessions/{session_id}/messages")).json()
-            done = [m for m in messages if m["role"] == "assistant" and m["is_completed"]]
-            if len(done) >= turns:
-                return
-            await asyncio.sleep(0.2)
-
-
-async def _turns(
-    api: httpx.AsyncClient, stack: LocalStack, session_id: str, first: int, last: int
-) -> None:
-    for i in range(first, last):
-        events = await read_turn(
-            api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
-            json_body={"query": f"Tell me about topic{i}."},
-        )  # fmt: skip
-        assert events[-1].data["data"]["status"] == "completed", events[-1].data
-    await _persisted(api, session_id, last)
-
-
-async def _compact_and_checkpoint(
-    memory: httpx.AsyncClient, stack: LocalStack, session_id: str, question: str
-) -> tuple[Any, dict[str, Any]]:
-    """What the engine does before Think: load history, compact, persist the checkpoint."""
-    history = (
-        await memory.get(
-            f"/internal/sessions/{session_id}/history",
-            params={"tenant_id": stack.tenant, "token_budget": SETTINGS.context_window},
-        )
-    ).json()
-    messages = [SYSTEM, *history["messages"], {"role": "user", "content": question}]
-    turn_ids: list[str | None] = [None] * len(messages)
-    for turn in history["turns"]:
-        for k in range(turn["start"], turn["start"] + turn["count"]):
-            turn_ids[1 + k] = turn["turn_id"]
-    model = OpenAIChatModel(base_url=f"{stack.llm_url}/v1", api_key="scripted-llm-test-double")
-    try:
-        result = await Compactor(model, SETTINGS, TokenEstimator()).compact(messages, turn_ids)
-    finally:
-        await model.aclose()
-    if result.checkpoint is not None:
-        stored = await memory.put(
-            f"/internal/sessions/{session_id}/turns/{result.checkpoint.turn_id}/context",
-            params={"tenant_id": stack.tenant},
-            json={"summary": result.checkpoint.summary, "degraded": result.checkpoint.degraded,
-                  "tokens_before": result.tokens_before, "tokens_after": result.tokens_after},
-        )  # fmt: skip
-        assert stored.status_code == 204, stored.text
-    return result, history
-
-
-async def test_two_compactions_merge_and_a_fresh_loader_resumes(
-    api: httpx.AsyncClient, llm: httpx.AsyncClient, stack: LocalStack
-) -> None:
-    steps: list[dict[str, Any]] = [{"match": f"topic{i}.", "content": _answer(i)} for i in range(8)]
-    steps += [
-        {"match": "<transcript>", "content": "SUMMARY-ONE: topics 0-2 were discussed."},
-        {"match": "<transcript>", "content": "SUMMARY-TWO: topics 0-6 were discussed."},
-    ]
-    assert (await llm.post("/_script", json={"steps": steps})).status_code == 200
-    session_id = (await api.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
-    async with httpx.AsyncClient(base_url=stack.url("memory"), timeout=60) as memory:
-        await _turns(api, stack, session_id, 0, 4)
-        first, _ = await _compact_and_checkpoint(memory, stack, session_id, "next?")
-        assert first.compacted and first.checkpoint is not None
-        assert first.tokens_after < first.tokens_before
-
-        await _turns(api, stack, session_id, 4, 8)
-        second, history = await _compact_and_checkpoint(memory, stack, session_id, "and now?")
-        assert history["summary"].startswith("SUMMARY-ONE")  # reload started at checkpoint 1
-        assert second.compacted and second.checkpoint is not None
-        assert second.checkpoint.summary.startswith("SUMMARY-TWO")
-        prompts = [
-            r["messages"][-1]["content"]
-            for r in await chat_requests(llm)
-            if "<transcript>" in str(r["messages"][-1].get("content", ""))
-        ]
-        assert len(prompts) == 2
-        assert "<previous_summary>\nSUMMARY-ONE" in prompts[1]  # SPEC M-04: merged
-
-        # A restarted engine: nothing in memory but the database.
-        resumed, history = await _compact_and_checkpoint(memory, stack, session_id, "last?")
-        assert summary_text(history["messages"][0]) == second.checkpoint.summary
-        assert history["checkpoint_turn_id"] == second.checkpoint.turn_id
-        assert not resumed.compacted and resumed.checkpoint is None  # no re-summarising
-        requests = await chat_requests(llm)
-        assert sum("<transcript>" in str(r["messages"][-1]) for r in requests) == 2
-
-        found = await memory.get(
-            "/internal/conversations/search",
-            params={"tenant_id": stack.tenant, "user_id": "dev", "query": "topic5"},
-        )
-        assert any("topic5" in r["snippet"] for r in found.json()["results"])  # SPEC T-17
 
 
 async def test_stopped_turn_is_stored_with_its_partial_answer(
@@ -167,55 +65,147 @@ async def test_stopped_turn_is_stored_with_its_partial_answer(
     assert row["is_partial"] is True
 
 
-async def test_memory_tools_run_in_tool_exec_in_the_callers_scope(
-    api: httpx.AsyncClient, llm: httpx.AsyncClient, stack: LocalStack
+async def test_facts_extracted_after_a_turn_are_recalled_only_in_the_callers_scope(
+    api: httpx.AsyncClient, llm: httpx.AsyncClient, stack: LocalStack, infra: dict[str, str]
 ) -> None:
-    # SPEC T-17 / M-10: facts extracted after a turn; search_memory and search_conversations
-    # called by the model, executed by tool-exec against memory, scoped to the caller.
-    agent = await api.post(
-        "/api/v1/agents",
-        json={"name": "memory e2e", "allowed_tools": ["search_conversations"],
-              "memory_enabled": True, "kb_selection_mode": "none"},
-    )  # fmt: skip
-    assert agent.status_code == 201, agent.text
-    agent_id = agent.json()["id"]
+    # SPEC M-10 / T-17: after a completed turn of a memory-enabled agent, memory extracts
+    # facts by itself (scripted LLM), scoped to (tenant, user); another session of the same
+    # user recalls them (memory_recalled + search_memory); another user of the tenant does
+    # not; an agent with memory off neither reads nor writes.
+    on = await _agent(api, "memory e2e", ["search_conversations"], memory=True)
+    off = await _agent(api, "no memory e2e", [], memory=False)
     steps: list[dict[str, Any]] = [
         {"match": "codename is BLUEHERON", "content": "Noted."},
         {"match": "User: My project", "content": '["The user\'s project codename is BLUEHERON."]'},
+        {"match": "NOMEMORY", "content": "I do not keep memories."},
+        {"match": "User: NOMEMORY", "content": '["The user likes VERMILION."]'},  # never asked
         {"match": "SEARCHTOOLS", "tool_calls": [
             {"name": "search_conversations", "arguments": {"query": "BLUEHERON codename"}},
             {"name": "search_memory", "arguments": {"query": "project codename"}},
         ]},
         {"match": "SEARCHTOOLS", "content": "Your codename is BLUEHERON."},
+        {"match": "OTHERUSER", "tool_calls": [
+            {"name": "search_memory", "arguments": {"query": "project codename"}},
+        ]},
+        {"match": "OTHERUSER", "content": "I do not know your codename."},
+        {"match": "User: SEARCHTOOLS", "content": "[]"},
+        {"match": "User: OTHERUSER", "content": "[]"},
     ]  # fmt: skip
     assert (await llm.post("/_script", json={"steps": steps})).status_code == 200
-    first = (await api.post("/api/v1/sessions", json={"agent_id": agent_id})).json()["id"]
-    await _turn_with(api, stack, first, "My project codename is BLUEHERON.")
-    request_id = await _persisted_request(api, first)
     async with httpx.AsyncClient(base_url=stack.url("memory"), timeout=30) as memory:
-        body = {"tenant_id": stack.tenant, "user_id": "dev", "session_id": first,
-                "request_id": request_id}  # fmt: skip
-        extracted = await memory.post("/internal/memories/extract", json=body)
-        assert extracted.status_code == 200 and len(extracted.json()["memory_ids"]) == 1
+        first = await _session(api, on)
+        await _turn_with(api, stack, first, "My project codename is BLUEHERON.")
+        extraction = await _extraction_done(memory, stack, await _persisted_request(api, first))
+        assert extraction["facts"] == 1 and extraction["user_id"] == "dev"
+        facts = await _facts(memory, stack, "dev", "codename")
+        assert facts == ["The user's project codename is BLUEHERON."]
 
-    second = (await api.post("/api/v1/sessions", json={"agent_id": agent_id})).json()["id"]
-    events = await _turn_with(api, stack, second, "SEARCHTOOLS what is my codename?")
-    results = {
-        e.data["data"]["tool_name"]: e.data["data"] for e in events if e.event == "tool_result"
-    }
-    assert results["search_conversations"]["success"], results
-    assert "BLUEHERON" in results["search_conversations"]["output"]
-    assert results["search_memory"]["success"], results
-    assert "codename is BLUEHERON" in results["search_memory"]["output"]
+        # Memory off: no recall although a matching fact exists, no extraction, no fact.
+        quiet = await _session(api, off)
+        events = await _turn_with(
+            api, stack, quiet, "NOMEMORY my favourite colour is VERMILION; my codename?"
+        )
+        assert not [e for e in events if e.event == "memory_recalled"]
+        rid = await _persisted_request(api, quiet)
+        status = await memory.get(
+            f"/internal/memories/extractions/{rid}", params={"tenant_id": stack.tenant}
+        )
+        assert status.status_code == 404  # recorded without an extraction row: never one
+
+        second = await _session(api, on)
+        events = await _turn_with(api, stack, second, "SEARCHTOOLS what is my codename?")
+        recalled = [e.data["data"] for e in events if e.event == "memory_recalled"]
+        assert [m["content"] for m in recalled[0]["memories"]] == facts
+        results = {
+            e.data["data"]["tool_name"]: e.data["data"] for e in events if e.event == "tool_result"
+        }
+        assert results["search_conversations"]["success"], results
+        assert "BLUEHERON" in results["search_conversations"]["output"]
+        assert results["search_memory"]["success"], results
+        assert "codename is BLUEHERON" in results["search_memory"]["output"]
+
+        async with _other_user(stack, infra, "other-user") as other:
+            theirs = await _session(other, on)
+            events = await _turn_with(other, stack, theirs, "OTHERUSER what is my codename?")
+            assert not [e for e in events if e.event == "memory_recalled"]
+            found = [e.data["data"] for e in events if e.event == "tool_result"]
+            assert found[0]["success"] and "BLUEHERON" not in found[0]["output"]
+            assert await _facts(memory, stack, "other-user", "codename") == []
+            await _extraction_done(memory, stack, await _persisted_request(other, theirs))
+        assert await _facts(memory, stack, "dev", "VERMILION") == []
+    extraction_prompts = [
+        str(r["messages"][-1]["content"])
+        for r in await chat_requests(llm)
+        if str(r["messages"][-1].get("content", "")).startswith("User: ")
+    ]
+    assert not [p for p in extraction_prompts if "NOMEMORY" in p]
+
+
+async def _agent(api: httpx.AsyncClient, name: str, tools: list[str], *, memory: bool) -> str:
+    body = {"name": name, "allowed_tools": tools, "memory_enabled": memory,
+            "kb_selection_mode": "none"}  # fmt: skip
+    agent = await api.post("/api/v1/agents", json=body)
+    assert agent.status_code == 201, agent.text
+    return str(agent.json()["id"])
+
+
+async def _session(api: httpx.AsyncClient, agent_id: str) -> str:
+    resp = await api.post("/api/v1/sessions", json={"agent_id": agent_id})
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+async def _extraction_done(
+    memory: httpx.AsyncClient, stack: LocalStack, request_id: str
+) -> dict[str, Any]:
+    """Wait for memory's own extraction of the turn (no one asks for it)."""
+    url = f"/internal/memories/extractions/{request_id}"
+    async with asyncio.timeout(60):
+        while True:
+            resp = await memory.get(url, params={"tenant_id": stack.tenant})
+            if resp.status_code == 200 and resp.json()["status"] in ("done", "failed"):
+                body: dict[str, Any] = resp.json()
+                assert body["status"] == "done", body
+                return body
+            await asyncio.sleep(0.2)
+
+
+async def _facts(memory: httpx.AsyncClient, stack: LocalStack, user: str, query: str) -> list[str]:
+    resp = await memory.get(
+        "/internal/memories/search",
+        params={"tenant_id": stack.tenant, "user_id": user, "query": query},
+    )
+    assert resp.status_code == 200, resp.text
+    return [m["content"] for m in resp.json()["memories"]]
+
+
+@asynccontextmanager
+async def _other_user(
+    stack: LocalStack, infra: dict[str, str], user_id: str
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of another user of the same tenant (its own API key)."""
+    key = f"key-{secrets.token_hex(16)}"
+    engine = create_async_engine(infra["WEFT_DATABASE_URL"])
+    try:
+        async with async_sessionmaker(engine).begin() as s:
+            await s.execute(insert(ApiKey).values(
+                id=secrets.token_hex(8), tenant_id=stack.tenant, user_id=user_id,
+                key_hash=hash_key(key), name="other user",
+            ))  # fmt: skip
+    finally:
+        await engine.dispose()
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=60) as c:
+        yield c
 
 
 async def _turn_with(
     api: httpx.AsyncClient, stack: LocalStack, session_id: str, query: str
 ) -> list[Any]:
+    key = api.headers["Authorization"].removeprefix("Bearer ")  # this client's caller
     events = await read_turn(
-        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
-        json_body={"query": query},
-    )  # fmt: skip
+        api, f"/api/v1/agent-chat/{session_id}", api_key=key, json_body={"query": query}
+    )
     assert events[-1].data["data"]["status"] == "completed", events[-1].data
     return events
 

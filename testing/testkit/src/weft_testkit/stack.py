@@ -162,9 +162,9 @@ class LocalStack:
         )
         self._procs.append(_Proc(name, port, process))
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, procs: list[_Proc] | None = None) -> None:
         deadline = time.monotonic() + self.config.ready_timeout_s
-        pending = list(self._procs)
+        pending = list(self._procs if procs is None else procs)
         with httpx.Client(timeout=3) as client:
             while pending:
                 proc = pending[0]
@@ -191,6 +191,16 @@ class LocalStack:
         proc = [p for p in self._procs if p.name == name][index]
         proc.process.send_signal(sig)
         proc.process.wait(timeout=60)
+
+    def start_again(self, name: str, index: int = 0) -> None:
+        """Start a killed replica of ``name`` again on its port; wait until it is ready."""
+        old = [p for p in self._procs if p.name == name][index]
+        if old.process.poll() is None:
+            raise RuntimeError(f"{name} replica {index} is still running")
+        self._spawn(name, old.port, [])
+        new = self._procs.pop()
+        self._procs[self._procs.index(old)] = new
+        self._wait_ready([new])
 
     def stop(self) -> None:
         """SIGTERM every process, then SIGKILL what is left after 20 s."""
