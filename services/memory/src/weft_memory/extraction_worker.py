@@ -67,6 +67,7 @@ class ExtractionWorker:
 
     async def _run(self) -> None:
         while True:
+            self._wake.clear()  # before the claim: a wake-up during it is not lost
             try:
                 busy = await self.run_once()
             except asyncio.CancelledError:
@@ -75,7 +76,6 @@ class ExtractionWorker:
                 log.exception("memory_extraction_poll_failed")
                 busy = False
             if not busy:
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._settings.poll_s)
 
