@@ -72,7 +72,8 @@ async def test_placeholders_are_substituted_in_the_system_prompt(
     assert "{{knowledge_bases}}" in names and "{{agent_name}}" in names
     prompt = (
         "You are {{agent_name}} talking to {{user_name}} at {{current_time}} in {{language}}. "
-        "Knowledge:\n{{knowledge_bases}}\nWeb search is {{web_search_status}}. {{not_a_placeholder}}"
+        "Knowledge:\n{{knowledge_bases}}\nWeb search is {{web_search_status}}. "
+        "{{not_a_placeholder}}"
     )
     agent = await _agent(
         api, name="Placeholder Bot", system_prompt=prompt, allowed_tools=["search_knowledge"],
