@@ -165,3 +165,26 @@ def test_recipient_view_hides_prompt_creator_and_models() -> None:  # SPEC A-10
     flat = repr(view)
     for hidden in ("secret recipe", "created_by", "rerank", "kb_owner", "owner'"):
         assert hidden not in flat
+
+
+def test_shared_agent_knowledge_tools_read_the_owner_tenant() -> None:  # SPEC E-26
+    from datetime import UTC, datetime
+
+    from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+    from weft_tool_exec.worker import invocation_tenant
+    from weft_tools.builtin import BUILTIN_SPECS
+
+    specs = {s.name: s for s in BUILTIN_SPECS}
+
+    def call(owner: str | None) -> ToolCallRequested:
+        context = ToolContext(user_id="u", agent_id="a", retrieval_tenant_id=owner)
+        data = ToolCallRequestedData(
+            call_id="c", tool_name="t", round=0, deadline=datetime.now(UTC), context=context
+        )
+        return ToolCallRequested(tenant_id="recipient", session_id="s", request_id="r", data=data)
+
+    assert invocation_tenant(call("owner"), specs["search_knowledge"]) == "owner"
+    assert invocation_tenant(call("owner"), specs["read_document"]) == "owner"
+    assert invocation_tenant(call("owner"), specs["search_conversations"]) == "recipient"
+    assert invocation_tenant(call("owner"), None) == "recipient"
+    assert invocation_tenant(call(None), specs["search_knowledge"]) == "recipient"
