@@ -102,6 +102,8 @@ async def test_share_rules(
     assert (first.status_code, again.status_code) == (201, 200)
     listed = (await api.get(f"/api/v1/agents/{good}/shares")).json()
     assert [s["organisation_id"] for s in listed] == [org]
+    edit = await api.put(f"/api/v1/agents/{good}", json={"name": "g", "allowed_tools": []})
+    assert edit.status_code == 400 and "is shared" in edit.json()["detail"]  # model dropped
     resp = await api.post(f"/api/v1/agents/{good}/shares", json={"organisation_id": "org_none"})
     assert resp.status_code == 404
     resp = await api.post("/api/v1/agents/builtin-smart-reasoning/shares", json=share)

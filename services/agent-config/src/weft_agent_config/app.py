@@ -269,6 +269,8 @@ def agents_router(svc: AgentService, shares: SharingService | None = None) -> AP
             await shares.refuse_shared(tenant_id, agent_id)
         agent = svc.validate(body, apply_preset=False)
         await svc.check_knowledge(tenant_id, agent)
+        if shares:
+            await shares.keep_shareable(tenant_id, agent_id, agent)
         stored = await svc.store.replace(tenant_id, agent_id, agent)
         if stored is None:
             raise HTTPException(404, f"agent {agent_id!r} not found")

@@ -120,6 +120,16 @@ class SharingService:
             raise HTTPException(400, str(exc)) from None
         return await self.store.share(tenant_id, agent_id, org_id, user_id)
 
+    async def keep_shareable(self, tenant_id: str, agent_id: str, agent: AgentDefinition) -> None:
+        """An owner's edit may not make a shared agent unshareable (400): recipients would
+        otherwise fall back to defaults the owner never chose."""
+        if not await self.store.shares_of(tenant_id, agent_id):
+            return
+        try:
+            check_shareable(agent)
+        except NotShareable as exc:
+            raise HTTPException(400, f"agent {agent_id!r} is shared: {exc}") from None
+
     async def owned(self, tenant_id: str, agent_id: str) -> None:
         """404 unless the tenant owns the agent (403 when it is only shared with it)."""
         if await self.agents.store.get(tenant_id, agent_id) is None:

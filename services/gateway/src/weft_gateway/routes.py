@@ -154,7 +154,12 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
     async def placeholders(who: Who) -> Any:
         return await agents.call("GET", "/internal/agents/placeholders")
 
-    @router.post("/{agent_id}/shares", tags=["sharing"])
+    @router.post(
+        "/{agent_id}/shares",
+        status_code=201,
+        tags=["sharing"],
+        responses={200: {"description": "Already shared with this organisation (idempotent)."}},
+    )
     async def share_agent(who: Who, agent_id: Id, body: ShareBody, response: Response) -> Any:
         """Share with an organisation (SPEC A-10): owner only, editor+; 201 new, 200 again."""
         path = f"/internal/agents/{agent_id}/shares"
