@@ -112,14 +112,19 @@ class KnowledgeDirectory:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self._sessions = sessions
 
-    async def scoped(self, tenant_id: str, kb_ids: Sequence[str]) -> list[ScopedKnowledgeBase]:
-        """The tenant's KBs ``kb_ids`` in that order (every KB of the tenant when empty);
-        an id that is not the tenant's raises :class:`UnknownKnowledgeBase`."""
-        stmt = select(KnowledgeBase).where(KnowledgeBase.tenant_id == tenant_id)
-        if kb_ids:
-            stmt = stmt.where(KnowledgeBase.id.in_(list(kb_ids)))
+    async def scoped(
+        self, tenant_id: str, kb_ids: Sequence[str], *, limit: int = 100
+    ) -> list[ScopedKnowledgeBase]:
+        """The tenant's KBs ``kb_ids`` in that order (the tenant's first ``limit`` KBs
+        when empty); an id that is not the tenant's raises :class:`UnknownKnowledgeBase`."""
+        stmt = (
+            select(KnowledgeBase)
+            .where(KnowledgeBase.tenant_id == tenant_id)
+            .order_by(KnowledgeBase.created_at, KnowledgeBase.id)
+        )
+        chosen = stmt.where(KnowledgeBase.id.in_(list(kb_ids))) if kb_ids else stmt.limit(limit)
         async with self._sessions() as s:
-            rows = {r.id: r for r in await s.scalars(stmt.order_by(KnowledgeBase.created_at))}
+            rows = {r.id: r for r in await s.scalars(chosen)}
         missing = [kb for kb in kb_ids if kb not in rows]
         if missing:
             raise UnknownKnowledgeBase(f"knowledge bases not found: {missing}")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
@@ -25,7 +26,8 @@ from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
 from weft_agent_config.tool_policy import UnknownTool, runtime_tools
 
-KNOWLEDGE_BASES_PLACEHOLDER = "{{knowledge_bases}}"
+KNOWLEDGE_BASES_PLACEHOLDER = re.compile(r"\{\{\s*knowledge_bases\s*\}\}")
+"""The placeholder whose value needs the KBs' names (the engine's syntax)."""
 MAX_NAMED_KNOWLEDGE_BASES = 50
 """A tenant-wide scope names at most this many KBs in the prompt."""
 
@@ -99,7 +101,6 @@ def runtime_config(
     knowledge_base_ids: list[str],
     overrides: TurnOverrides = TurnOverrides(),
     models: ModelCapabilities | None = None,
-    knowledge_bases: list[KnowledgeBaseInfo] | None = None,
 ) -> AgentConfig:
     """The snapshot the engine runs with: defaults applied (A-04), tools registered by the
     runtime rules (A-08), web only when both agent and request allow it (A-11), reasoning
@@ -137,7 +138,6 @@ def runtime_config(
         retain_retrieval_history=full.retain_retrieval_history,
         memory_enabled=bool(full.memory_enabled),
         reasoning_effort=effort,
-        knowledge_bases=knowledge_bases or [],
     )
 
 
@@ -225,11 +225,13 @@ class AgentResolver:
         self, tenant_id: str, config: AgentConfig
     ) -> list[KnowledgeBaseInfo]:
         """Guard the scope (SPEC A-07) and name it when the prompt asks for the names."""
-        wants_names = KNOWLEDGE_BASES_PLACEHOLDER in config.system_prompt
+        wants_names = bool(KNOWLEDGE_BASES_PLACEHOLDER.search(config.system_prompt))
         if self._knowledge is None or not (config.knowledge_base_ids or wants_names):
             return []
         try:
-            kbs = await self._knowledge.scoped(tenant_id, config.knowledge_base_ids)
+            kbs = await self._knowledge.scoped(
+                tenant_id, config.knowledge_base_ids, limit=MAX_NAMED_KNOWLEDGE_BASES
+            )
         except UnknownKnowledgeBase as exc:
             raise InvalidRequest(str(exc)) from None
         if config.knowledge_base_ids:
