@@ -66,7 +66,7 @@ def test_placeholders_are_substituted_per_request_and_unknown_ones_kept() -> Non
     )
     system = initial_messages(agent, [], "Wie spät ist es?", "s", user_name="alice")[0]["content"]
     assert system.startswith("I am Helper for alice; it is 20")
-    assert "Reply in English." in system  # Latin script
+    assert "Reply in German." in system
     assert "- Handbook: HR rules\n- Pricing\n" in system
     assert "Web: enabled." in system
     assert "Keep {{unknown_thing}} and {single} braces." in system
@@ -84,6 +84,9 @@ def test_placeholder_values() -> None:
     assert message_language("こんにちは、元気") == "Japanese"
     assert message_language("안녕하세요") == "Korean"
     assert message_language("Привет") == "Russian"
+    assert message_language("Comment est-ce que je peux annuler?") == "French"
+    assert message_language("How do I cancel the plan?") == "English"
+    assert message_language("Refund 42") == "English"
     pure = AgentConfig(agent_id="a", model="m", allowed_tools=[])
     assert placeholder_values(pure, "hi")["knowledge_bases"] == "none"
     assert render_placeholders("{{a}} {{b}}", {"a": "1"}) == "1 {{b}}"

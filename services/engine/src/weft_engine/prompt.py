@@ -76,14 +76,29 @@ SCRIPT_LANGUAGES = (
 Japanese text mixes both."""
 
 
+_FUNCTION_WORDS = {
+    "German": "der die das und ist nicht ich wie was ein eine mit für auf es",
+    "French": "le la les et est une des pas je que pour dans qui vous",
+    "Spanish": "el los las y es una por que para con del cómo qué usted",
+    "Portuguese": "o os as e é um uma não que para com do da você",
+    "Italian": "il lo gli e è una non che per con del della come",
+    "English": "the and is are a an not i you what how to of in it",
+}
+LATIN_FUNCTION_WORDS = {lang: frozenset(words.split()) for lang, words in _FUNCTION_WORDS.items()}
+"""Frequent short words of Latin-script languages; a tie or no hit means English."""
+
+
 def message_language(text: str) -> str:
-    """The language of ``text``, guessed from its letters' script (Latin -> English, the
-    prompt's own language; the model adapts within a script)."""
+    """The language of ``text``: its letters' script, and for Latin script the language
+    with most frequent short words (a heuristic good enough for a prompt hint)."""
     names = [unicodedata.name(ch, "") for ch in text if ch.isalpha()]
     for script, language in SCRIPT_LANGUAGES:
         if any(name.startswith(script) for name in names):
             return language
-    return "English"
+    words = re.findall(r"\w+", text.lower())
+    hits = {lang: sum(w in vocab for w in words) for lang, vocab in LATIN_FUNCTION_WORDS.items()}
+    best = max(hits, key=lambda lang: hits[lang])
+    return best if hits[best] > hits["English"] else "English"
 
 
 def knowledge_base_list(agent: AgentConfig) -> str:
