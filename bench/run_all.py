@@ -12,6 +12,7 @@ BENCHES = [
     "sse_fanout.py",
     "history_reload.py",
     "token_estimator.py",
+    "agent_resolve.py",
 ]
 
 

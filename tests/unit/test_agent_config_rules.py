@@ -12,7 +12,12 @@ from weft_agent_config.definition import (
     ensure_defaults,
     normalize_max_iterations,
 )
-from weft_agent_config.resolver import KnowledgeScopeDenied, knowledge_scope, runtime_config
+from weft_agent_config.resolver import (
+    KnowledgeScopeDenied,
+    TurnOverrides,
+    knowledge_scope,
+    runtime_config,
+)
 from weft_agent_config.tool_policy import (
     UnknownTool,
     catalog_json,
@@ -181,7 +186,13 @@ def test_runtime_tools_injection_and_pure_agent() -> None:
 def test_web_needs_agent_and_request() -> None:  # SPEC A-11
     agent = _agent(web_search_enabled=True, allowed_tools=[])
     on = runtime_config("a", agent, default_model="m", knowledge_base_ids=[])
-    off = runtime_config("a", agent, default_model="m", knowledge_base_ids=[], web_allowed=False)
+    off = runtime_config(
+        "a",
+        agent,
+        default_model="m",
+        knowledge_base_ids=[],
+        overrides=TurnOverrides(web_allowed=False),
+    )
     assert "web_search" in on.allowed_tools and "web_search" not in off.allowed_tools
 
 

@@ -4,7 +4,7 @@ These pydantic models are the source of truth; ``proto/`` holds the JSON Schemas
 AsyncAPI document generated from them by ``make proto``.
 """
 
-from weft_contracts.agent import AgentConfig, AgentMode
+from weft_contracts.agent import AgentConfig, AgentMode, KnowledgeBaseInfo, ReasoningEffort
 from weft_contracts.commands import (
     AgentControl,
     AgentRequest,
@@ -78,8 +78,10 @@ __all__ = [
     "ErrorEvent",
     "FinalAnswerData",
     "FinalAnswerEvent",
+    "KnowledgeBaseInfo",
     "MemoryRecalledData",
     "MemoryRecalledEvent",
+    "ReasoningEffort",
     "RecalledMemory",
     "Reference",
     "ReferencesData",

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+ReasoningEffort = Literal["off", "auto", "minimal", "low", "medium", "high", "xhigh", "max"]
+"""SPEC A-05 levels; ``auto`` leaves the choice to the model, ``off`` asks for none."""
 
 
 class AgentMode(StrEnum):
@@ -12,6 +16,16 @@ class AgentMode(StrEnum):
 
     QUICK_ANSWER = "quick-answer"
     SMART_REASONING = "smart-reasoning"
+
+
+class KnowledgeBaseInfo(BaseModel):
+    """A knowledge base in a turn's scope, as the ``{{knowledge_bases}}`` placeholder shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str = ""
+    description: str = ""
 
 
 class AgentConfig(BaseModel):
@@ -38,3 +52,19 @@ class AgentConfig(BaseModel):
     context_window: int = Field(default=200_000, ge=1024, description="SPEC A-11, M-03.")
     retain_retrieval_history: bool = Field(default=False, description="SPEC T-20.")
     memory_enabled: bool = Field(default=False, description="Long-term memory (SPEC M-10).")
+    reasoning_effort: ReasoningEffort | None = Field(
+        default=None,
+        description="SPEC A-05, already resolved for the model (request override, thinking, "
+        "clamped to the model's levels); None: the request carries no reasoning effort.",
+    )
+    knowledge_bases: list[KnowledgeBaseInfo] = Field(
+        default_factory=list,
+        description="Names and descriptions of the KBs in scope (the {{knowledge_bases}} "
+        "placeholder); empty scope = every KB of the retrieval tenant.",
+    )
+    retrieval_tenant_id: str | None = Field(
+        default=None,
+        description="SPEC E-26: a shared agent's owner tenant, whose knowledge bases its "
+        "tools search; None = the caller's tenant.",
+    )
+    shared: bool = Field(default=False, description="SPEC A-10: shared by another tenant.")

@@ -17,6 +17,10 @@ class ToolContext(Payload):
     agent_id: str
     knowledge_base_ids: list[str] = Field(default_factory=list)
     max_output_chars: int = Field(default=24000, ge=256)
+    retrieval_tenant_id: str | None = Field(
+        default=None,
+        description="SPEC E-26: knowledge tools of a shared agent read this tenant's KBs.",
+    )
 
 
 class ToolCallRequestedData(Payload):

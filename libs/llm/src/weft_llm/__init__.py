@@ -9,7 +9,7 @@ from weft_llm.model import (
     ToolCallRequest,
     Usage,
 )
-from weft_llm.openai_model import OpenAIChatModel
+from weft_llm.openai_model import OpenAIChatModel, wire_reasoning_effort
 
 __all__ = [
     "ChatModel",
@@ -20,4 +20,5 @@ __all__ = [
     "StreamSink",
     "ToolCallRequest",
     "Usage",
+    "wire_reasoning_effort",
 ]

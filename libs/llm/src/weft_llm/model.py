@@ -18,6 +18,9 @@ class LLMRequest:
     stall_timeout_s: float = 120.0
     """Cancel when no chunk arrives for this long (SPEC E-06)."""
     tool_choice: str | None = None
+    reasoning_effort: str | None = None
+    """SPEC A-05 level (off/auto/minimal/.../max) already fitted to the model; None: not
+    sent. :func:`weft_llm.openai_model.wire_reasoning_effort` maps it to the wire."""
 
 
 @dataclass(frozen=True, kw_only=True)

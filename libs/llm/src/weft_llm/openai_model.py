@@ -49,6 +49,18 @@ class _Accumulator:
         )
 
 
+def wire_reasoning_effort(level: str | None) -> str | None:
+    """The ``reasoning_effort`` parameter for a Weft level (SPEC A-05), None = omit it.
+
+    ``auto`` omits the parameter so the model uses its own default; ``off`` is sent as
+    ``none`` (OpenAI's value for "no reasoning"); every other level is sent as is, since
+    agent-config has already clamped it to the levels the model accepts.
+    """
+    if level is None or level == "auto":
+        return None
+    return "none" if level == "off" else level
+
+
 class OpenAIChatModel:
     """Streams chat completions; retries are the caller's policy (the engine's, SPEC E-07)."""
 
@@ -87,6 +99,9 @@ class OpenAIChatModel:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        effort = wire_reasoning_effort(request.reasoning_effort)
+        if effort is not None:
+            kwargs["reasoning_effort"] = effort
         if request.tools:
             kwargs["tools"] = request.tools
             if request.tool_choice:

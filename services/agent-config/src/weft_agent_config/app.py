@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Response
 from pydantic import BaseModel, Field
-from weft_contracts import AgentConfig
+from weft_contracts import AgentConfig, ReasoningEffort
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
@@ -21,14 +21,31 @@ from weft_agent_config.definition import (
     ensure_defaults,
     normalize_max_iterations,
 )
+from weft_agent_config.knowledge_guard import (
+    IncompatibleKnowledgeBase,
+    KnowledgeDirectory,
+    UnknownKnowledgeBase,
+    check_compatible,
+)
+from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.resolver import (
     AgentNotFound,
     AgentResolver,
     InvalidAgent,
+    InvalidRequest,
     KnowledgeScopeDenied,
+    SharedAgentDisabled,
+    TurnOverrides,
 )
+from weft_agent_config.sharing import SharingStore
+from weft_agent_config.sharing_api import SharingService, sharing_router
 from weft_agent_config.store import AgentStore, StoredAgent
-from weft_agent_config.tool_policy import UnknownTool, catalog_json, normalize_allowed_tools
+from weft_agent_config.tool_policy import (
+    UnknownTool,
+    catalog_json,
+    normalize_allowed_tools,
+    runtime_tools,
+)
 
 PLACEHOLDERS = [
     {"name": "{{current_time}}", "description": "Date and time of the request"},
@@ -36,6 +53,7 @@ PLACEHOLDERS = [
     {"name": "{{knowledge_bases}}", "description": "Knowledge bases in scope, with descriptions"},
     {"name": "{{web_search_status}}", "description": "Whether web search is on for this turn"},
     {"name": "{{user_name}}", "description": "Display name of the caller"},
+    {"name": "{{agent_name}}", "description": "Name of the agent"},
 ]
 """Placeholders a system prompt may contain, substituted per request."""
 
@@ -46,6 +64,11 @@ class AgentConfigSettings(ServiceSettings):
     service_name: str = "agent-config"
     http_port: int = 8081
     llm_model: str = Field(default="weft-scripted", description="Default model (WEFT_LLM_MODEL).")
+    model_capabilities_file: str = Field(
+        default="",
+        description="YAML table of models' reasoning levels (WEFT_MODEL_CAPABILITIES_FILE); "
+        "empty = the shipped model_capabilities.yaml.",
+    )
 
 
 class ResolveRequest(BaseModel):
@@ -57,6 +80,12 @@ class ResolveRequest(BaseModel):
     key_knowledge_base_ids: list[str] | None = Field(
         default=None, description="The caller's API key KB restriction (A-09); None = any."
     )
+    reasoning_effort: ReasoningEffort | None = Field(
+        default=None, description="Request-level override (A-05)."
+    )
+    summary_model_id: str | None = Field(
+        default=None, max_length=200, description="Answering model; ignored for shared agents."
+    )
 
 
 def resolve_router(resolver: AgentResolver) -> APIRouter:
@@ -65,14 +94,23 @@ def resolve_router(resolver: AgentResolver) -> APIRouter:
 
     @router.post("/resolve", response_model=AgentConfig)
     async def resolve(body: ResolveRequest) -> AgentConfig:
+        overrides = TurnOverrides(
+            reasoning_effort=body.reasoning_effort, summary_model_id=body.summary_model_id
+        )
         try:
             return await resolver.resolve(
-                body.tenant_id, body.agent_id, body.knowledge_base_ids, body.key_knowledge_base_ids
+                body.tenant_id,
+                body.agent_id,
+                body.knowledge_base_ids,
+                body.key_knowledge_base_ids,
+                overrides,
             )
         except AgentNotFound:
             raise HTTPException(404, f"agent {body.agent_id!r} not found") from None
-        except KnowledgeScopeDenied as exc:
+        except (KnowledgeScopeDenied, SharedAgentDisabled) as exc:
             raise HTTPException(403, str(exc)) from None
+        except (IncompatibleKnowledgeBase, InvalidRequest) as exc:
+            raise HTTPException(400, str(exc)) from None
         except InvalidAgent as exc:
             raise HTTPException(422, str(exc)) from None
         except ValueError as exc:  # a stored row that no longer validates
@@ -86,12 +124,34 @@ class AgentService:
     """The CRUD rules: validation, presets, built-ins read-only, tenant scoping."""
 
     def __init__(
-        self, store: AgentStore, builtins: BuiltinAgents, presets: TypePresets, model: str
+        self,
+        store: AgentStore,
+        builtins: BuiltinAgents,
+        presets: TypePresets,
+        model: str,
+        knowledge: KnowledgeDirectory | None = None,
     ):
         self.store = store
         self.builtins = builtins
         self.presets = presets
         self.model = model
+        self.knowledge = knowledge
+
+    async def check_knowledge(self, tenant_id: str, agent: AgentDefinition) -> None:
+        """SPEC A-07 backend guard on save: the selected KBs must be the tenant's (400)
+        and able to serve the agent's tools (400 naming the KB and the capability)."""
+        if self.knowledge is None or agent.kb_selection_mode != "selected":
+            return
+        if not agent.knowledge_base_ids:
+            return
+        tools = runtime_tools(
+            agent.allowed_tools, has_kb_scope=True, web_search=False, memory=False
+        )
+        try:
+            kbs = await self.knowledge.scoped(tenant_id, agent.knowledge_base_ids)
+            check_compatible(tools, kbs)
+        except (UnknownKnowledgeBase, IncompatibleKnowledgeBase) as exc:
+            raise HTTPException(400, str(exc)) from None
 
     def validate(self, body: dict[str, Any], *, apply_preset: bool) -> AgentDefinition:
         """Parse and normalise a definition; 422 for bad fields, 400 for unknown tools."""
@@ -157,7 +217,7 @@ def _errors(exc: ValueError) -> Any:
     return str(exc)
 
 
-def agents_router(svc: AgentService) -> APIRouter:
+def agents_router(svc: AgentService, shares: SharingService | None = None) -> APIRouter:
     """``/internal/agents...``: CRUD, copy, catalog, presets, placeholders."""
     router = APIRouter(prefix="/internal/agents", tags=["agents"])
     Tenant = Annotated[str, Query(min_length=1, max_length=128)]
@@ -178,25 +238,39 @@ def agents_router(svc: AgentService) -> APIRouter:
     @router.get("")
     async def list_agents(tenant_id: Tenant, user_id: User = "") -> list[dict[str, Any]]:
         listed = [svc.view_builtin(k, v) for k, v in svc.builtins.listed().items()]
-        return listed + [svc.view(a) for a in await svc.store.list(tenant_id)]
+        own = [svc.view(a) for a in await svc.store.list(tenant_id)]
+        shared = await shares.list_shared(tenant_id, include_disabled=False) if shares else []
+        return listed + own + shared
 
     @router.post("", status_code=201)
     async def create(tenant_id: Tenant, body: dict[str, Any], user_id: User = "") -> dict[str, Any]:
         agent = svc.validate(body, apply_preset=True)
+        await svc.check_knowledge(tenant_id, agent)
         return svc.view(await svc.store.create(tenant_id, user_id, agent))
 
     @router.get("/{agent_id}")
     async def get(tenant_id: Tenant, agent_id: str, user_id: User = "") -> dict[str, Any]:
         if agent_id in svc.builtins.agents:
             return svc.view_builtin(agent_id, svc.builtins.agents[agent_id])
-        return svc.view(await _existing(svc, tenant_id, agent_id))
+        stored = await svc.store.get(tenant_id, agent_id)
+        if stored is not None:
+            return svc.view(stored)
+        shared = await shares.shared_view(tenant_id, agent_id) if shares else None
+        if shared is None:
+            raise HTTPException(404, f"agent {agent_id!r} not found")
+        return shared
 
     @router.put("/{agent_id}")
     async def replace(
         tenant_id: Tenant, agent_id: str, body: dict[str, Any], user_id: User = ""
     ) -> dict[str, Any]:
         svc.refuse_builtin(agent_id)
+        if shares:
+            await shares.refuse_shared(tenant_id, agent_id)
         agent = svc.validate(body, apply_preset=False)
+        await svc.check_knowledge(tenant_id, agent)
+        if shares:
+            await shares.keep_shareable(tenant_id, agent_id, agent)
         stored = await svc.store.replace(tenant_id, agent_id, agent)
         if stored is None:
             raise HTTPException(404, f"agent {agent_id!r} not found")
@@ -205,6 +279,8 @@ def agents_router(svc: AgentService) -> APIRouter:
     @router.delete("/{agent_id}", status_code=204)
     async def delete(tenant_id: Tenant, agent_id: str, user_id: User = "") -> Response:
         svc.refuse_builtin(agent_id)
+        if shares:
+            await shares.refuse_shared(tenant_id, agent_id)
         if not await svc.store.delete(tenant_id, agent_id):
             raise HTTPException(404, f"agent {agent_id!r} not found")
         return Response(status_code=204)
@@ -212,6 +288,8 @@ def agents_router(svc: AgentService) -> APIRouter:
     @router.post("/{agent_id}/copy", status_code=201)
     async def copy(tenant_id: Tenant, agent_id: str, user_id: User = "") -> dict[str, Any]:
         source = svc.builtins.agents.get(agent_id)
+        if source is None and shares:
+            await shares.refuse_shared(tenant_id, agent_id)  # a copy would reveal the prompt
         if source is None:
             source = (await _existing(svc, tenant_id, agent_id)).definition
         name = f"{display_name(source.name)} (copy)"
@@ -235,10 +313,18 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
     init_logging(runtime)
     store = AgentStore(runtime.sessions)
     builtins = BuiltinAgents.load()
-    resolver = AgentResolver(store, builtins, s.llm_model)
-    service = AgentService(store, builtins, TypePresets.load(), s.llm_model)
+    knowledge = KnowledgeDirectory(runtime.sessions)
+    sharing = SharingStore(runtime.sessions)
+    models = ModelCapabilities.load(s.model_capabilities_file or None)
+    resolver = AgentResolver(
+        store, builtins, s.llm_model, models=models, knowledge=knowledge, sharing=sharing
+    )
+    service = AgentService(store, builtins, TypePresets.load(), s.llm_model, knowledge)
+    shares = SharingService(service, sharing)
     return create_service_app(
         runtime,
         title="weft agent-config",
-        routers=[resolve_router(resolver), agents_router(service)],
+        # The sharing routes first: their fixed paths (/internal/agents/shared) must not be
+        # taken for an agent id.
+        routers=[resolve_router(resolver), sharing_router(shares), agents_router(service, shares)],
     )

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from weft_contracts import AgentMode
+from weft_contracts import AgentMode, ReasoningEffort
 
-ReasoningEffort = Literal["off", "auto", "minimal", "low", "medium", "high", "xhigh", "max"]
 EFFORT_ORDER: tuple[str, ...] = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 """Levels from least to most; ``auto`` stands for the model's own choice (SPEC A-05)."""
 
@@ -122,20 +121,28 @@ def effective_reasoning_effort(
     supported: Sequence[str] | None = None,
 ) -> str | None:
     """SPEC A-05: the request overrides the agent; ``reasoning_effort`` wins over
-    ``thinking`` (true ~ ``auto``, false ~ ``off``); neither set -> None (no reasoning);
-    a level the model lacks is adjusted down to the nearest level it has."""
+    ``thinking`` (true ~ ``auto``, false ~ ``off``); neither set -> None (no reasoning).
+
+    ``supported`` are the model's levels (None: unknown, no adjustment; empty: the model
+    does not reason, so None). A level the model lacks is adjusted down to the nearest
+    level it has; ``auto`` without support starts from ``medium``; when nothing is at or
+    below the level (``off`` on a model that always reasons) the lowest level is used.
+    """
     effort = request_override or reasoning_effort
     if effort is None and thinking is not None:
         effort = "auto" if thinking else "off"
     if effort is None or supported is None or effort in supported:
         return effort
+    levels = [level for level in EFFORT_ORDER if level in supported]
+    if not levels:
+        return None
     if effort == "auto":
         effort = "medium"  # the model has no "auto": start from the middle level
     rank = EFFORT_ORDER.index(effort)
     for level in reversed(EFFORT_ORDER[: rank + 1]):
         if level in supported:
             return level
-    return "off"
+    return levels[0]
 
 
 def display_name(name: str | dict[str, str], locale: str | None = None) -> str:

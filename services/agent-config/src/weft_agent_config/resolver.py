@@ -3,13 +3,33 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, replace
+
 from pydantic import ValidationError
-from weft_contracts import AgentConfig
+from weft_contracts import AgentConfig, KnowledgeBaseInfo, ReasoningEffort
 
 from weft_agent_config.catalogs import BuiltinAgents
-from weft_agent_config.definition import AgentDefinition, display_name, ensure_defaults
+from weft_agent_config.definition import (
+    AgentDefinition,
+    display_name,
+    effective_reasoning_effort,
+    ensure_defaults,
+)
+from weft_agent_config.knowledge_guard import (
+    KnowledgeDirectory,
+    UnknownKnowledgeBase,
+    check_compatible,
+)
+from weft_agent_config.model_capabilities import ModelCapabilities
+from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
 from weft_agent_config.tool_policy import UnknownTool, runtime_tools
+
+KNOWLEDGE_BASES_PLACEHOLDER = re.compile(r"\{\{\s*knowledge_bases\s*\}\}")
+"""The placeholder whose value needs the KBs' names (the engine's syntax)."""
+MAX_NAMED_KNOWLEDGE_BASES = 50
+"""A tenant-wide scope names at most this many KBs in the prompt."""
 
 
 class AgentNotFound(LookupError):
@@ -18,6 +38,14 @@ class AgentNotFound(LookupError):
 
 class InvalidAgent(ValueError):
     """A stored agent cannot be turned into a valid configuration."""
+
+
+class SharedAgentDisabled(PermissionError):
+    """The caller's tenant switched this shared agent off (SPEC A-10)."""
+
+
+class InvalidRequest(ValueError):
+    """The chat request does not fit the agent (HTTP 400)."""
 
 
 class KnowledgeScopeDenied(PermissionError):
@@ -54,24 +82,45 @@ def _check_subset(kb_ids: list[str], key_kbs: list[str] | None) -> None:
         raise KnowledgeScopeDenied(f"this API key may not use knowledge bases: {denied}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnOverrides:
+    """What a chat request may change for its own turn."""
+
+    reasoning_effort: ReasoningEffort | None = None
+    """SPEC A-05: wins over the agent's ``reasoning_effort`` and ``thinking``."""
+    summary_model_id: str | None = None
+    """The answering model for this turn; ignored for shared agents (A-10)."""
+    web_allowed: bool = True
+
+
 def runtime_config(
     agent_id: str,
     agent: AgentDefinition,
     *,
     default_model: str,
     knowledge_base_ids: list[str],
-    web_allowed: bool = True,
+    overrides: TurnOverrides = TurnOverrides(),
+    models: ModelCapabilities | None = None,
 ) -> AgentConfig:
     """The snapshot the engine runs with: defaults applied (A-04), tools registered by the
-    runtime rules (A-08), web only when both agent and request allow it (A-11)."""
+    runtime rules (A-08), web only when both agent and request allow it (A-11), reasoning
+    effort resolved for the model (A-05)."""
     full = ensure_defaults(agent, default_model)
+    if overrides.summary_model_id:
+        full = full.model_copy(update={"model": overrides.summary_model_id})
     tools = runtime_tools(
         full.allowed_tools,
         has_kb_scope=agent.kb_selection_mode != "none",
-        web_search=full.web_search_enabled and web_allowed,
+        web_search=full.web_search_enabled and overrides.web_allowed,
         memory=bool(full.memory_enabled),
     )
     assert full.model is not None and full.max_iterations is not None
+    effort = effective_reasoning_effort(
+        full.reasoning_effort,
+        full.thinking,
+        request_override=overrides.reasoning_effort,
+        supported=models.reasoning_levels(full.model) if models else None,
+    )
     return AgentConfig(
         agent_id=agent_id,
         name=display_name(full.name),
@@ -88,25 +137,58 @@ def runtime_config(
         context_window=full.context_window,
         retain_retrieval_history=full.retain_retrieval_history,
         memory_enabled=bool(full.memory_enabled),
+        reasoning_effort=effort,
     )
 
 
-class AgentResolver:
-    """Looks agents up (built-ins first, then the tenant's) and resolves them."""
+@dataclass(frozen=True, kw_only=True)
+class FoundAgent:
+    """A definition the caller may run, and whose it is."""
 
-    def __init__(self, store: AgentStore, builtins: BuiltinAgents, default_model: str):
+    definition: AgentDefinition
+    owner_tenant_id: str | None = None
+    """Set for an agent another tenant shared with the caller (SPEC A-10)."""
+
+
+class AgentResolver:
+    """Looks agents up (built-ins, then the tenant's, then those shared with it) and
+    resolves them."""
+
+    def __init__(
+        self,
+        store: AgentStore,
+        builtins: BuiltinAgents,
+        default_model: str,
+        *,
+        models: ModelCapabilities | None = None,
+        knowledge: KnowledgeDirectory | None = None,
+        sharing: SharingStore | None = None,
+    ):
         self._store = store
         self._builtins = builtins
         self._default_model = default_model
+        self._models = models
+        self._knowledge = knowledge
+        self._sharing = sharing
+
+    async def find(self, tenant_id: str, agent_id: str) -> FoundAgent:
+        """A built-in, the tenant's own agent, or an enabled agent shared with it."""
+        if agent_id in self._builtins.agents:
+            return FoundAgent(definition=self._builtins.agents[agent_id])
+        stored = await self._store.get(tenant_id, agent_id)
+        if stored is not None:
+            return FoundAgent(definition=stored.definition)
+        ref = await self._sharing.find_shared(tenant_id, agent_id) if self._sharing else None
+        owned = await self._store.get(ref.owner_tenant_id, agent_id) if ref else None
+        if ref is None or owned is None:
+            raise AgentNotFound(agent_id)
+        if ref.disabled:
+            raise SharedAgentDisabled(f"shared agent {agent_id!r} is disabled for your tenant")
+        return FoundAgent(definition=owned.definition, owner_tenant_id=ref.owner_tenant_id)
 
     async def definition(self, tenant_id: str, agent_id: str) -> AgentDefinition:
         """The stored definition of a built-in or of the tenant's agent."""
-        if agent_id in self._builtins.agents:
-            return self._builtins.agents[agent_id]
-        stored = await self._store.get(tenant_id, agent_id)
-        if stored is None:
-            raise AgentNotFound(agent_id)
-        return stored.definition
+        return (await self.find(tenant_id, agent_id)).definition
 
     async def resolve(
         self,
@@ -114,13 +196,58 @@ class AgentResolver:
         agent_id: str,
         knowledge_base_ids: list[str] | None = None,
         key_knowledge_base_ids: list[str] | None = None,
+        overrides: TurnOverrides = TurnOverrides(),
     ) -> AgentConfig:
         """The runtime config of ``agent_id`` for this tenant, request and caller."""
-        agent = await self.definition(tenant_id, agent_id)
+        found = await self.find(tenant_id, agent_id)
+        agent, owner = found.definition, found.owner_tenant_id
+        if owner is not None:
+            _check_shared_request(knowledge_base_ids, key_knowledge_base_ids)
+            overrides = replace(overrides, summary_model_id=None)  # SPEC A-10: owner's model
         scope = knowledge_scope(agent, knowledge_base_ids, key_knowledge_base_ids)
         try:
-            return runtime_config(
-                agent_id, agent, default_model=self._default_model, knowledge_base_ids=scope
-            )
+            config = runtime_config(
+                agent_id, agent, default_model=self._default_model, knowledge_base_ids=scope,
+                overrides=overrides, models=self._models,
+            )  # fmt: skip
         except (ValidationError, UnknownTool) as exc:
             raise InvalidAgent(f"agent {agent_id!r} has an invalid configuration: {exc}") from exc
+        kbs = await self._knowledge_bases(owner or tenant_id, config)
+        return config.model_copy(
+            update={
+                "knowledge_bases": kbs,
+                "retrieval_tenant_id": owner,
+                "shared": owner is not None,
+            }
+        )
+
+    async def _knowledge_bases(
+        self, tenant_id: str, config: AgentConfig
+    ) -> list[KnowledgeBaseInfo]:
+        """Guard the scope (SPEC A-07) and name it when the prompt asks for the names."""
+        wants_names = bool(KNOWLEDGE_BASES_PLACEHOLDER.search(config.system_prompt))
+        if self._knowledge is None or not (config.knowledge_base_ids or wants_names):
+            return []
+        try:
+            kbs = await self._knowledge.scoped(
+                tenant_id, config.knowledge_base_ids, limit=MAX_NAMED_KNOWLEDGE_BASES
+            )
+        except UnknownKnowledgeBase as exc:
+            raise InvalidRequest(str(exc)) from None
+        if config.knowledge_base_ids:
+            check_compatible(config.allowed_tools, kbs)
+        return [kb.info for kb in kbs[:MAX_NAMED_KNOWLEDGE_BASES]] if wants_names else []
+
+
+def _check_shared_request(requested: list[str] | None, key_kbs: list[str] | None) -> None:
+    """A shared agent searches its owner's knowledge bases only (SPEC E-26)."""
+    if requested:
+        raise InvalidRequest(
+            "a shared agent searches its owner's knowledge bases; knowledge_base_ids "
+            "cannot be given"
+        )
+    if key_kbs is not None:
+        raise KnowledgeScopeDenied(
+            "this API key is limited to some of your knowledge bases; a shared agent "
+            "searches its owner's knowledge bases"
+        )

@@ -107,6 +107,7 @@ def dispatch_messages(
         agent_id=state.agent.agent_id,
         knowledge_base_ids=state.agent.knowledge_base_ids,
         max_output_chars=state.agent.tool_output_max_chars,
+        retrieval_tenant_id=state.agent.retrieval_tenant_id,
     )
     updated: list[PendingCall] = []
     messages: list[ToolCallRequested] = []

@@ -71,7 +71,7 @@ class ContextManager:
         except MemoryUnavailable as exc:
             raise HistoryUnavailable(str(exc)) from exc
         facts = await self._recall(agent, tenant_id, user_id, query, ids)
-        base = initial_messages(agent, [], query, session_id)
+        base = initial_messages(agent, [], query, session_id, user_name=user_id)
         if facts:
             base[-1] = {**base[-1], "content": f"{base[-1]['content']}\n\n{facts}"}
         return history.with_prefix(base[:1], base[1:])

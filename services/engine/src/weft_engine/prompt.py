@@ -8,7 +8,9 @@ the user message's ``runtime_context`` and are never persisted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+import unicodedata
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,6 +65,74 @@ def system_prompt(agent: AgentConfig) -> str:
     return "\n\n".join(render() for include, render in sections if include)
 
 
+PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
+"""``{{name}}`` as agent-config's placeholder list declares them."""
+SCRIPT_LANGUAGES = (
+    ("HANGUL", "Korean"), ("HIRAGANA", "Japanese"), ("KATAKANA", "Japanese"),
+    ("CJK", "Chinese"), ("CYRILLIC", "Russian"), ("ARABIC", "Arabic"), ("HEBREW", "Hebrew"),
+    ("GREEK", "Greek"), ("THAI", "Thai"), ("DEVANAGARI", "Hindi"),
+)  # fmt: skip
+"""Writing systems that name a language well enough for a prompt; kana before CJK, since
+Japanese text mixes both."""
+
+
+_FUNCTION_WORDS = {
+    "German": "der die das und ist nicht ich wie was ein eine mit für auf es",
+    "French": "le la les et est une des pas je que pour dans qui vous",
+    "Spanish": "el los las y es una por que para con del cómo qué usted",
+    "Portuguese": "o os as e é um uma não que para com do da você",
+    "Italian": "il lo gli e è una non che per con del della come",
+    "English": "the and is are a an not i you what how to of in it",
+}
+LATIN_FUNCTION_WORDS = {lang: frozenset(words.split()) for lang, words in _FUNCTION_WORDS.items()}
+"""Frequent short words of Latin-script languages; a tie or no hit means English."""
+
+
+def message_language(text: str) -> str:
+    """The language of ``text``: its letters' script, and for Latin script the language
+    with most frequent short words (a heuristic good enough for a prompt hint)."""
+    names = [unicodedata.name(ch, "") for ch in text if ch.isalpha()]
+    for script, language in SCRIPT_LANGUAGES:
+        if any(name.startswith(script) for name in names):
+            return language
+    words = re.findall(r"\w+", text.lower())
+    hits = {lang: sum(w in vocab for w in words) for lang, vocab in LATIN_FUNCTION_WORDS.items()}
+    best = max(hits, key=lambda lang: hits[lang])
+    return best if hits[best] > hits["English"] else "English"
+
+
+def knowledge_base_list(agent: AgentConfig) -> str:
+    """The ``{{knowledge_bases}}`` value: one line per KB in scope."""
+    if agent.knowledge_bases:
+        return "\n".join(
+            f"- {kb.name or kb.id}" + (f": {kb.description}" if kb.description else "")
+            for kb in agent.knowledge_bases
+        )
+    if not set(agent.allowed_tools) & KNOWLEDGE_TOOLS:
+        return "none"
+    return "all knowledge bases of the workspace"
+
+
+def placeholder_values(
+    agent: AgentConfig, query: str, *, user_name: str = "", now: datetime | None = None
+) -> dict[str, str]:
+    """Per-request values of the placeholders agent-config declares (PLACEHOLDERS)."""
+    moment = now or datetime.now(UTC)
+    return {
+        "current_time": moment.strftime("%Y-%m-%d %H:%M %Z").strip(),
+        "language": message_language(query),
+        "knowledge_bases": knowledge_base_list(agent),
+        "web_search_status": "enabled" if "web_search" in agent.allowed_tools else "disabled",
+        "user_name": user_name,
+        "agent_name": agent.name,
+    }
+
+
+def render_placeholders(text: str, values: Mapping[str, str]) -> str:
+    """Substitute ``{{name}}`` with its value; unknown placeholders stay as they are."""
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
 def runtime_context(session_id: str) -> str:
     """Per-turn facts appended to the user's message (not persisted)."""
     today = datetime.now(UTC).strftime("%Y-%m-%d")
@@ -70,11 +140,18 @@ def runtime_context(session_id: str) -> str:
 
 
 def initial_messages(
-    agent: AgentConfig, history: list[dict[str, Any]], query: str, session_id: str = ""
+    agent: AgentConfig,
+    history: list[dict[str, Any]],
+    query: str,
+    session_id: str = "",
+    *,
+    user_name: str = "",
 ) -> list[dict[str, Any]]:
-    """System, history, then the user's message with its runtime context."""
+    """System (placeholders substituted for this request), history, then the user's
+    message with its runtime context."""
+    values = placeholder_values(agent, query, user_name=user_name)
     return [
-        {"role": "system", "content": system_prompt(agent)},
+        {"role": "system", "content": render_placeholders(system_prompt(agent), values)},
         *history,
         {"role": "user", "content": f"{query}\n\n{runtime_context(session_id)}"},
     ]

@@ -91,6 +91,7 @@ async def think(
         max_completion_tokens=agent.max_completion_tokens,
         stall_timeout_s=agent.llm_call_timeout_s,
         tool_choice=tool_choice,
+        reasoning_effort=agent.reasoning_effort,
     )
     for attempt, pause in enumerate((*settings.retry_backoff_s, None)):
         sink = _EventSink(emitter, state, settings.coalesce_window_s)

@@ -20,6 +20,7 @@ from weft_contracts import (
     CancelRequestedData,
     ChatRequested,
     ChatRequestedData,
+    ReasoningEffort,
     SteerMessage,
     SteerMessageData,
     Topic,
@@ -50,6 +51,16 @@ class ChatBody(BaseModel):
         default="enqueue",
         description="What to do when the session already runs a turn: reject answers 409, "
         "enqueue runs this turn after it, interrupt stops it first.",
+    )
+    reasoning_effort: ReasoningEffort | None = Field(
+        default=None,
+        description="Overrides the agent's reasoning effort for this turn (SPEC A-05); "
+        "lowered to a level the model has.",
+    )
+    summary_model_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Answering model for this turn; ignored for shared agents (SPEC A-10).",
     )
 
 
@@ -119,7 +130,12 @@ class Gateway:
             if not await self.knowledge.knowledge_base_exists(who.tenant_id, kb_id):
                 raise HTTPException(404, f"knowledge base {kb_id!r} not found")
         agent = await self.agents.resolve(
-            who.tenant_id, agent_id, body.knowledge_base_ids, who.knowledge_base_ids
+            who.tenant_id,
+            agent_id,
+            body.knowledge_base_ids,
+            who.knowledge_base_ids,
+            reasoning_effort=body.reasoning_effort,
+            summary_model_id=body.summary_model_id,
         )
         if body.double_texting == "reject":
             await self._reject_if_running(who.tenant_id, session_id)

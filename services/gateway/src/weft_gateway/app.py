@@ -18,7 +18,7 @@ from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.limits import BodySizeLimit, TenantLimits
 from weft_gateway.projector import StreamProjector
-from weft_gateway.routes import agents_router, public_router
+from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
 
@@ -73,6 +73,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         routers=[
             public_router(gateway, auth),
             agents_router(agents, auth),
+            shared_agents_router(agents, auth),
             knowledge_router(
                 knowledge,
                 auth,

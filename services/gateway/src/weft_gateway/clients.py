@@ -97,13 +97,19 @@ class AgentConfigClient(ServiceClient):
         agent_id: str,
         knowledge_base_ids: list[str] | None,
         key_knowledge_base_ids: list[str] | None = None,
+        *,
+        reasoning_effort: str | None = None,
+        summary_model_id: str | None = None,
     ) -> AgentConfig:
-        """The runtime config; agent-config applies the key's KB restriction (A-09)."""
+        """The runtime config; agent-config applies the key's KB restriction (A-09), the
+        request's reasoning effort (A-05) and the sharing rules (A-10)."""
         body = {
             "tenant_id": tenant_id,
             "agent_id": agent_id,
             "knowledge_base_ids": knowledge_base_ids,
             "key_knowledge_base_ids": key_knowledge_base_ids,
+            "reasoning_effort": reasoning_effort,
+            "summary_model_id": summary_model_id,
         }
         return AgentConfig.model_validate(await self.call("POST", "/internal/resolve", json=body))
 

@@ -29,6 +29,18 @@ class SessionCreate(BaseModel):
     agent_id: str | None = Field(default=None, max_length=64)
 
 
+class ShareBody(BaseModel):
+    """Body of ``POST /agents/{id}/shares``."""
+
+    organisation_id: str = Field(min_length=1, max_length=64)
+
+
+class SharedAgentSwitch(BaseModel):
+    """Body of ``PUT /shared-agents/{id}``."""
+
+    disabled: bool
+
+
 class SessionUpdate(BaseModel):
     """Body of ``PATCH /sessions/{id}``: only the fields given change."""
 
@@ -157,6 +169,29 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
     async def placeholders(who: Who) -> Any:
         return await agents.call("GET", "/internal/agents/placeholders")
 
+    @router.post(
+        "/{agent_id}/shares",
+        status_code=201,
+        tags=["sharing"],
+        responses={200: {"description": "Already shared with this organisation (idempotent)."}},
+    )
+    async def share_agent(who: Who, agent_id: Id, body: ShareBody, response: Response) -> Any:
+        """Share with an organisation (SPEC A-10): owner only, editor+; 201 new, 200 again."""
+        path = f"/internal/agents/{agent_id}/shares"
+        result = await agents.call("POST", path, params=scope(who), json=body.model_dump())
+        response.status_code = 201 if result.get("created") else 200
+        return result
+
+    @router.get("/{agent_id}/shares", tags=["sharing"])
+    async def list_agent_shares(who: Who, agent_id: Id) -> Any:
+        return await agents.call("GET", f"/internal/agents/{agent_id}/shares", params=scope(who))
+
+    @router.delete("/{agent_id}/shares/{organisation_id}", status_code=204, tags=["sharing"])
+    async def unshare_agent(who: Who, agent_id: Id, organisation_id: Id) -> Response:
+        path = f"/internal/agents/{agent_id}/shares/{organisation_id}"
+        await agents.call("DELETE", path, params=scope(who))
+        return Response(status_code=204)
+
     @router.get("")
     async def list_agents(who: Who) -> Any:
         return await agents.call("GET", "/internal/agents", params=scope(who))
@@ -182,5 +217,28 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
     @router.post("/{agent_id}/copy", status_code=201)
     async def copy_agent(who: Who, agent_id: Id) -> Any:
         return await agents.call("POST", f"/internal/agents/{agent_id}/copy", params=scope(who))
+
+    return router
+
+
+def shared_agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
+    """``/api/v1/shared-agents``: agents other tenants shared with the caller (A-10)."""
+    router = APIRouter(prefix="/api/v1/shared-agents", tags=["sharing"])
+    Who = Annotated[Principal, Depends(auth)]
+
+    @router.get("")
+    async def list_shared_agents(who: Who) -> Any:
+        """Read-only views (capabilities, never the prompt or creator), disabled ones too."""
+        return await agents.call(
+            "GET", "/internal/agents/shared", params={"tenant_id": who.tenant_id}
+        )
+
+    @router.put("/{agent_id}")
+    async def switch_shared_agent(who: Who, agent_id: Id, body: SharedAgentSwitch) -> Any:
+        """Disable (or enable again) a shared agent for the caller's tenant."""
+        path = f"/internal/agents/shared/{agent_id}"
+        return await agents.call(
+            "PUT", path, params={"tenant_id": who.tenant_id}, json=body.model_dump()
+        )
 
     return router

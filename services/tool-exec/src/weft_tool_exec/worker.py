@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import structlog
 from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, Topic
 from weft_platform.bus import EventBus
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry
+from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 
 from weft_tool_exec.ledger import CallLedger, Claim
 
@@ -19,6 +19,15 @@ OUTCOME_UNKNOWN = (
     "{name}: outcome unknown - the worker running this call stopped before reporting. "
     "It was a write and is not run again; check its effect before retrying."
 )
+
+
+def invocation_tenant(call: ToolCallRequested, spec: ToolSpec | None) -> str:
+    """The tenant a tool reads: a shared agent's knowledge tools (those that need KB
+    capabilities) read its owner's knowledge bases (SPEC E-26); every other tool, and
+    every result, stays in the caller's tenant."""
+    owner = call.data.context.retrieval_tenant_id
+    needs_kb = spec is not None and bool(spec.requirement.any_of or spec.requirement.all_of)
+    return owner if owner and needs_kb else call.tenant_id
 
 
 class ToolWorker:
@@ -82,7 +91,7 @@ class ToolWorker:
         if remaining <= 0:
             return ToolOutcome(success=False, error=f"{name}: deadline passed before it could run")
         invocation = ToolInvocation(
-            tenant_id=call.tenant_id,
+            tenant_id=invocation_tenant(call, self._registry.spec(name)),
             session_id=call.session_id,
             request_id=call.request_id,
             arguments=call.data.arguments,

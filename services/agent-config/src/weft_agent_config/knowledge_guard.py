@@ -1,0 +1,138 @@
+"""Knowledge bases of a turn or an agent: their names for the ``{{knowledge_bases}}``
+placeholder, and the backend guard of SPEC A-07 (KBs incompatible with the tools' capability
+requirements are refused with a reason naming the KB and the missing capability).
+
+Every Weft knowledge base today is a document KB whose chunks are both embedded and
+keyword-indexed at ingestion, so each offers ``vector`` and ``keyword``; wiki, graph and
+FAQ knowledge bases do not exist yet. :func:`capabilities_of` is the one place that
+will read a KB's type when they do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts import KnowledgeBaseInfo
+from weft_storage.models import KnowledgeBase
+from weft_tools.capabilities import KBCapability, ToolRequirement
+from weft_tools.catalog import tool_catalog
+
+DOCUMENT_KB = frozenset({KBCapability.VECTOR, KBCapability.KEYWORD})
+
+REFERENCE_REQUIREMENTS: dict[str, ToolRequirement] = {
+    "wiki_search": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
+    "wiki_read_page": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
+    "wiki_flag_issue": ToolRequirement(any_of=frozenset({KBCapability.WIKI}), auxiliary=True),
+    "wiki_write_page": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
+    "wiki_replace_text": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
+    "wiki_rename_page": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
+    "wiki_delete_page": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
+    "wiki_list_issues": ToolRequirement(any_of=frozenset({KBCapability.WIKI}), auxiliary=True),
+    "wiki_update_issue": ToolRequirement(any_of=frozenset({KBCapability.WIKI}), auxiliary=True),
+    "query_knowledge_graph": ToolRequirement(all_of=frozenset({KBCapability.GRAPH})),
+}
+"""Requirements of reference tools ``allowed_tools`` accepts that the registry does not
+run yet (the registry's own specs win for every tool it has)."""
+
+
+class UnknownKnowledgeBase(LookupError):
+    """A knowledge base id that is not the tenant's (HTTP 400 on save, 404 on chat)."""
+
+
+class IncompatibleKnowledgeBase(ValueError):
+    """A knowledge base cannot serve the agent's tools (HTTP 400, SPEC A-07)."""
+
+
+@dataclass(frozen=True)
+class ScopedKnowledgeBase:
+    """A knowledge base with what it can do."""
+
+    info: KnowledgeBaseInfo
+    capabilities: frozenset[KBCapability]
+
+
+def capabilities_of(_row: KnowledgeBase) -> frozenset[KBCapability]:
+    """What a knowledge base offers (every KB is a document KB today, see module doc)."""
+    return DOCUMENT_KB
+
+
+def tool_requirements(tools: Iterable[str]) -> dict[str, ToolRequirement]:
+    """Requirements of the tools that need knowledge bases at all."""
+    known = {entry.name: entry.requirement for entry in tool_catalog()}
+    found = {name: known.get(name) or REFERENCE_REQUIREMENTS.get(name) for name in tools}
+    return {n: r for n, r in found.items() if r is not None and (r.any_of or r.all_of)}
+
+
+def missing_capabilities(
+    tools: Iterable[str], capabilities: Iterable[KBCapability]
+) -> dict[str, list[str]] | None:
+    """None when a KB offering ``capabilities`` serves the tools, else what each tool lacks.
+
+    A KB must satisfy at least one primary (non-auxiliary) tool that needs KBs; auxiliary
+    tools (read_document, list_documents) count only when no primary tool needs KBs.
+    Tools that need no KB never make a KB incompatible.
+    """
+    needs = tool_requirements(tools)
+    primary = {n: r for n, r in needs.items() if not r.auxiliary} or needs
+    if not primary or any(r.satisfied_by(capabilities) for r in primary.values()):
+        return None
+    offered = set(capabilities)
+    return {name: _lacking(req, offered) for name, req in sorted(primary.items())}
+
+
+def _lacking(req: ToolRequirement, offered: set[KBCapability]) -> list[str]:
+    lacking = set(req.all_of - offered)
+    if req.any_of and not req.any_of & offered:
+        lacking |= req.any_of
+    return sorted(c.value for c in lacking)
+
+
+def check_compatible(tools: Sequence[str], kbs: Sequence[ScopedKnowledgeBase]) -> None:
+    """SPEC A-07 backend guard: raise :class:`IncompatibleKnowledgeBase` naming the first
+    incompatible KB and the capability it lacks."""
+    for kb in kbs:
+        lacking = missing_capabilities(tools, kb.capabilities)
+        if lacking is None:
+            continue
+        needed = sorted({c for caps in lacking.values() for c in caps})
+        offered = sorted(c.value for c in kb.capabilities) or ["none"]
+        raise IncompatibleKnowledgeBase(
+            f"knowledge base {kb.info.id!r} ({kb.info.name}) lacks the capability "
+            f"{' or '.join(needed)} required by {', '.join(lacking)}; "
+            f"it offers {', '.join(offered)}"
+        )
+
+
+class KnowledgeDirectory:
+    """Reads a tenant's knowledge bases (every query carries the tenant, invariant 5)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+        self._sessions = sessions
+
+    async def scoped(
+        self, tenant_id: str, kb_ids: Sequence[str], *, limit: int = 100
+    ) -> list[ScopedKnowledgeBase]:
+        """The tenant's KBs ``kb_ids`` in that order (the tenant's first ``limit`` KBs
+        when empty); an id that is not the tenant's raises :class:`UnknownKnowledgeBase`."""
+        stmt = (
+            select(KnowledgeBase)
+            .where(KnowledgeBase.tenant_id == tenant_id)
+            .order_by(KnowledgeBase.created_at, KnowledgeBase.id)
+        )
+        chosen = stmt.where(KnowledgeBase.id.in_(list(kb_ids))) if kb_ids else stmt.limit(limit)
+        async with self._sessions() as s:
+            rows = {r.id: r for r in await s.scalars(chosen)}
+        missing = [kb for kb in kb_ids if kb not in rows]
+        if missing:
+            raise UnknownKnowledgeBase(f"knowledge bases not found: {missing}")
+        ordered = [rows[kb] for kb in kb_ids] if kb_ids else list(rows.values())
+        return [
+            ScopedKnowledgeBase(
+                KnowledgeBaseInfo(id=r.id, name=r.name, description=r.description or ""),
+                capabilities_of(r),
+            )
+            for r in ordered
+        ]
