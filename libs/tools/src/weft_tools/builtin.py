@@ -74,12 +74,14 @@ class ToolDependencies:
     search_provider: SearchProvider | None = None
     """None: ``web_search`` is not registered (no provider configured)."""
     web_fetch_timeout_s: float = 180.0
+    workspace: DuckDBWorkspace = field(default_factory=DuckDBWorkspace)
+    """The process's DuckDB databases of data_schema / data_analysis."""
 
 
 def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     """A registry holding every built-in tool, ready to execute."""
     registry = ToolRegistry()
-    workspace = DuckDBWorkspace()
+    workspace = deps.workspace
     scope = KnowledgeScope(deps.aliases)
     datasets = StoredDatasets(deps.reader, scope)
     search = KnowledgeSearch(
