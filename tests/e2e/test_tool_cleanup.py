@@ -24,7 +24,9 @@ async def _tool_exec_state(stack: LocalStack) -> dict[str, int]:
 
 async def _wait_for_tables(stack: LocalStack, session_id: str, *, present: bool) -> None:
     async with asyncio.timeout(90):
-        while (session_id in await _tool_exec_state(stack)) != present:
+        while True:
+            if (session_id in await _tool_exec_state(stack)) == present:
+                return
             await asyncio.sleep(0.2)
 
 
