@@ -49,9 +49,13 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
             api_key=settings.rerank_api_key,
         )
     policy = AddressPolicy(allow_loopback=settings.web_fetch_allow_loopback)
-    search = (
-        BraveSearchProvider(settings.web_search_api_key) if settings.web_search_api_key else None
-    )
+    search = None
+    if settings.web_search_api_key:
+        search = BraveSearchProvider(
+            settings.web_search_api_key,
+            base_url=settings.web_search_base_url,
+            timeout_s=settings.web_search_timeout_s,
+        )
     return ToolDependencies(
         store=KnowledgeStore(runtime.sessions),
         reader=DocumentReader(runtime.sessions),
