@@ -39,7 +39,7 @@ async def test_chunks_with_every_word_rank_before_chunks_with_some(engine: Async
     await store.add_document(tenant, kb, "Unrelated", "Backups run nightly.")
 
     hits = await store.keyword_search(tenant, [kb], "refund invoice", limit=5)
-    assert [h.title for h in hits][0] == "Both"
+    assert hits[0].title == "Both"
     assert {h.title for h in hits[1:]} == {"Invoices", "Refunds"}  # fallback: any word
     assert len({h.chunk_id for h in hits}) == len(hits)  # no chunk twice across passes
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import httpx
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
-from weft_tools.safe_http import BlockedAddress, SafeHttpClient
+from weft_tools.safe_http import BlockedAddress, SafeHttpClient, tls_context
 from weft_tools.web_fetch import page_text
 
 MAX_COUNT = 20
@@ -78,7 +78,9 @@ class BraveSearchProvider:
             params["freshness"] = freshness
         headers = {"X-Subscription-Token": self._api_key, "Accept": "application/json"}
         try:
-            async with httpx.AsyncClient(base_url=self._base_url, timeout=self._timeout_s) as c:
+            async with httpx.AsyncClient(
+                base_url=self._base_url, timeout=self._timeout_s, verify=tls_context()
+            ) as c:
                 response = await c.get("/res/v1/web/search", params=params, headers=headers)
         except httpx.TimeoutException as exc:
             raise SearchProviderError(

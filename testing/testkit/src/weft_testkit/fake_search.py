@@ -87,7 +87,7 @@ def _handler(state: FakeSearchState) -> type[BaseHTTPRequestHandler]:
                 self._results(query, int(params.get("count", "5")))
 
         def _results(self, query: str, count: int) -> None:
-            base = f"http://127.0.0.1:{self.server.server_address[1]}"
+            base = f"http://127.0.0.1:{self.server.server_port}"  # type: ignore[attr-defined]
             results = [
                 {"title": f"{query} result {n}", "url": f"{base}/page/{n}",
                  "description": f"Snippet {n} about {query}.", "age": "1 day ago"}
