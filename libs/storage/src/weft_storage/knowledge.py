@@ -1,22 +1,27 @@
 """Knowledge bases in PostgreSQL: ingest text into overlapping chunks, search by keywords.
 
-Keyword search uses PostgreSQL full text (``tsvector`` column + GIN index). A question is
-turned into an OR of its words so that a natural sentence still matches; ``ts_rank_cd``
-orders the hits. Semantic and hybrid search come with the tools issue.
+Keyword search uses PostgreSQL full text (stored ``tsvector`` column + GIN index): chunks
+holding every word of the query first, then, if too few, chunks holding any of its words
+so that a natural sentence still matches; ``ts_rank_cd`` orders the hits of each pass over
+a bounded number of index matches. Semantic and hybrid search live in ``weft_tools``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 
 from weft_storage.models import Chunk, Document, KnowledgeBase
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
+KEYWORD_CANDIDATES = 1000
+"""Index matches ranked at most per keyword pass (bounds the cost of common words)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +67,10 @@ def _natural_cut(text: str, start: int, end: int) -> int:
 
 
 def keyword_tsquery(query: str) -> str:
-    """An OR ``to_tsquery`` expression of the query's words (safe: letters and digits only)."""
+    """An OR ``to_tsquery`` expression of the query's words (safe: letters and digits only).
+
+    The broad pass of :meth:`KnowledgeStore.keyword_search`.
+    """
     words = sorted({w.lower() for w in _WORD.findall(query)})
     return " | ".join(words)
 
@@ -136,32 +144,67 @@ class KnowledgeStore:
     async def keyword_search(
         self, tenant_id: str, kb_ids: list[str], query: str, limit: int = 5
     ) -> list[ChunkHit]:
-        """Best chunks for ``query`` in the tenant's ``kb_ids`` (all its KBs when empty)."""
-        expr = keyword_tsquery(query)
-        if not expr:
+        """Best chunks for ``query`` in the tenant's ``kb_ids`` (all its KBs when empty).
+
+        Two passes, each ranking at most :data:`KEYWORD_CANDIDATES` matches of the GIN
+        index: first the chunks holding every word (``websearch_to_tsquery``: quoted
+        phrases, ``or`` and ``-word`` work as a search box does); when fewer than
+        ``limit`` do, chunks holding any word fill the rest, ranked after them.
+        """
+        words = keyword_tsquery(query)
+        if not words:
             return []
-        tsq = func.to_tsquery("english", expr)
-        score = func.ts_rank_cd(Chunk.tsv, tsq).label("score")
-        stmt = (
-            select(Chunk, Document.title, score)
-            .join(Document, Document.id == Chunk.document_id)
-            .where(Chunk.tenant_id == tenant_id, Chunk.tsv.op("@@")(tsq))
-            .order_by(score.desc(), Chunk.id)
-            .limit(limit)
-        )
-        if kb_ids:
-            stmt = stmt.where(Chunk.knowledge_base_id.in_(kb_ids))
+        precise = func.websearch_to_tsquery("english", query)
+        hits = await self._ranked(ranked_matches(tenant_id, kb_ids, precise, limit))
+        if len(hits) < limit and " | " in words:
+            broad = func.to_tsquery("english", words)
+            found = [h.chunk_id for h in hits]
+            stmt = ranked_matches(tenant_id, kb_ids, broad, limit - len(hits), exclude=found)
+            hits += await self._ranked(stmt)
+        return hits
+
+    async def _ranked(self, stmt: Select[Any]) -> list[ChunkHit]:
         async with self._sessions() as s:
             rows = (await s.execute(stmt)).all()
         return [
             ChunkHit(
-                chunk_id=c.id,
-                document_id=c.document_id,
-                knowledge_base_id=c.knowledge_base_id,
-                title=title,
-                content=c.content,
-                score=float(sc),
-                position=c.position,
+                chunk_id=r.id,
+                document_id=r.document_id,
+                knowledge_base_id=r.knowledge_base_id,
+                title=r.title,
+                content=r.content,
+                score=float(r.score),
+                position=r.position,
             )
-            for c, title, sc in rows
+            for r in rows
         ]
+
+
+def ranked_matches(
+    tenant_id: str,
+    kb_ids: list[str],
+    tsq: ColumnElement[Any],
+    limit: int,
+    *,
+    exclude: Sequence[str] = (),
+) -> Select[Any]:
+    """One keyword pass: rank at most KEYWORD_CANDIDATES index matches of ``tsq``, keep
+    the top ``limit`` (public so that the benchmark can EXPLAIN the real statement)."""
+    score = func.ts_rank_cd(Chunk.tsv, tsq).label("score")
+    columns = (Chunk.id, Chunk.document_id, Chunk.knowledge_base_id, Chunk.content)
+    matched = select(*columns, Chunk.position, score).where(
+        Chunk.tenant_id == tenant_id, Chunk.tsv.op("@@")(tsq)
+    )
+    if kb_ids:
+        matched = matched.where(Chunk.knowledge_base_id.in_(kb_ids))
+    if exclude:
+        matched = matched.where(Chunk.id.not_in(exclude))
+    # The LIMIT bounds the ranking work: a word shared by most chunks no longer makes
+    # PostgreSQL rank the whole knowledge base.
+    top = matched.limit(KEYWORD_CANDIDATES).subquery()
+    return (
+        select(top, Document.title)
+        .join(Document, Document.id == top.c.document_id)
+        .order_by(top.c.score.desc(), top.c.id)
+        .limit(limit)
+    )

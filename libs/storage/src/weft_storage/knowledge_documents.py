@@ -125,8 +125,12 @@ class DocumentReader:
         """Chunks with their document titles, in the order of ``chunk_ids``."""
         if not chunk_ids:
             return []
+        # Named columns, not the entity: the embedding and tsvector are not needed here.
+        columns = (Chunk.id, Chunk.document_id, Chunk.knowledge_base_id, Chunk.content)
         stmt = self._scoped(
-            select(Chunk, Document.title).join(Document, Document.id == Chunk.document_id),
+            select(*columns, Chunk.position, Document.title).join(
+                Document, Document.id == Chunk.document_id
+            ),
             Chunk,
             tenant_id,
             kb_ids,
@@ -134,41 +138,56 @@ class DocumentReader:
         async with self._sessions() as s:
             rows = (await s.execute(stmt)).all()
         by_id = {
-            c.id: ChunkHit(
-                chunk_id=c.id,
-                document_id=c.document_id,
-                knowledge_base_id=c.knowledge_base_id,
-                title=title,
-                content=c.content,
+            r.id: ChunkHit(
+                chunk_id=r.id,
+                document_id=r.document_id,
+                knowledge_base_id=r.knowledge_base_id,
+                title=r.title,
+                content=r.content,
                 score=0.0,
-                position=c.position,
+                position=r.position,
             )
-            for c, title in rows
+            for r in rows
         }
         return [by_id[i] for i in chunk_ids if i in by_id]
 
     async def scope_stats(self, tenant_id: str, kb_ids: list[str]) -> list[ScopeStats]:
-        """Chunk and embedding counts per knowledge base in scope."""
+        """Chunk and embedding counts per knowledge base in scope.
+
+        Summed from the documents' counters, which ingestion updates in the transactions
+        that write the chunks: one row per document instead of a scan of every chunk on
+        each search.
+        """
         stmt = self._scoped(
-            select(Chunk.knowledge_base_id, func.count(), func.count(Chunk.embedding)),
-            Chunk,
+            select(
+                Document.knowledge_base_id,
+                func.sum(Document.chunk_count),
+                func.sum(Document.embedded_count),
+            ),
+            Document,
             tenant_id,
             kb_ids,
-        ).group_by(Chunk.knowledge_base_id)
+        ).group_by(Document.knowledge_base_id)
         async with self._sessions() as s:
             rows = (await s.execute(stmt)).all()
-        return [ScopeStats(knowledge_base_id=k, chunks=n, embedded=e) for k, n, e in rows]
+        return [
+            ScopeStats(knowledge_base_id=k, chunks=int(n or 0), embedded=int(e or 0))
+            for k, n, e in rows
+        ]
 
     async def embedding_version(self, tenant_id: str, kb_id: str) -> tuple[int, str]:
-        """(embedded chunk count, newest chunk id): changes whenever the KB's vectors do."""
-        stmt = select(func.count(), func.max(Chunk.id)).where(
-            Chunk.tenant_id == tenant_id,
-            Chunk.knowledge_base_id == kb_id,
-            Chunk.embedding.is_not(None),
-        )
+        """(embedded chunk count, newest document change): changes whenever the KB's vectors do.
+
+        Every write of chunks or embeddings bumps its document's ``updated_at``; a deleted
+        document changes the document count.
+        """
+        stmt = select(
+            func.sum(Document.embedded_count), func.max(Document.updated_at), func.count()
+        ).where(Document.tenant_id == tenant_id, Document.knowledge_base_id == kb_id)
         async with self._sessions() as s:
-            count, newest = (await s.execute(stmt)).one()
-        return int(count), str(newest or "")
+            embedded, newest, documents = (await s.execute(stmt)).one()
+        stamp = newest.isoformat() if newest is not None else ""
+        return int(embedded or 0), f"{stamp}/{documents}"
 
     async def embeddings(self, tenant_id: str, kb_id: str) -> tuple[list[str], list[list[float]]]:
         """Ids and vectors of a knowledge base's embedded chunks."""

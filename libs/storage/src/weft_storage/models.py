@@ -143,7 +143,8 @@ class Chunk(Base):
     """A piece of a document, indexed for keyword search (PostgreSQL full text, GIN)."""
 
     __tablename__ = "chunks"
-    __table_args__ = (Index("ix_chunks_tsv", "tsv", postgresql_using="gin"),)
+    # Migration 0005: tenant and full text in one GIN index (btree_gin).
+    __table_args__ = (Index("ix_chunks_tenant_tsv", "tenant_id", "tsv", postgresql_using="gin"),)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(128), index=True)
     knowledge_base_id: Mapped[str] = mapped_column(String(64), index=True)

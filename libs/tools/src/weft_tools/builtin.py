@@ -72,14 +72,16 @@ class ToolDependencies:
     """None: the offline lexical reranker."""
     http: SafeHttpClient = field(default_factory=SafeHttpClient)
     search_provider: SearchProvider | None = None
-    """None: ``web_search`` is not registered (no provider configured)."""
+    """None: ``web_search`` answers that no provider is configured (a readable tool error)."""
     web_fetch_timeout_s: float = 180.0
+    workspace: DuckDBWorkspace = field(default_factory=DuckDBWorkspace)
+    """The process's DuckDB databases of data_schema / data_analysis."""
 
 
 def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     """A registry holding every built-in tool, ready to execute."""
     registry = ToolRegistry()
-    workspace = DuckDBWorkspace()
+    workspace = deps.workspace
     scope = KnowledgeScope(deps.aliases)
     datasets = StoredDatasets(deps.reader, scope)
     search = KnowledgeSearch(
@@ -98,8 +100,7 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     )
     for tool in memory_tools():
         registry.register(tool)
-    if deps.search_provider is not None:
-        registry.register(WebSearchTool(deps.search_provider, deps.http))
+    registry.register(WebSearchTool(deps.search_provider, deps.http))
     return registry
 
 

@@ -92,7 +92,7 @@ class _DataDocuments:
         try:
             table = await asyncio.to_thread(read_table, file.file_name, file.content)
             return await asyncio.to_thread(
-                self.workspace.load, call.session_id, knowledge_id, table
+                self.workspace.load, call.session_id, knowledge_id, table, call.request_id
             )
         except EmptyDataset as exc:
             return ToolOutcome(success=False, error=f"{file.file_name}: {exc}")
@@ -100,8 +100,8 @@ class _DataDocuments:
             return ToolOutcome(success=False, error=str(exc))
 
     async def cleanup(self, session_id: str, request_id: str) -> None:
-        """Drop the session's tables (T-04)."""
-        await asyncio.to_thread(self.workspace.drop_session, session_id)
+        """Drop the session's tables unless a later turn uses them (T-04)."""
+        await asyncio.to_thread(self.workspace.end_turn, session_id, request_id)
 
 
 class DataSchemaTool(_DataDocuments):
@@ -115,7 +115,7 @@ class DataSchemaTool(_DataDocuments):
         if isinstance(loaded, ToolOutcome):
             return loaded
         name, count = loaded
-        cur = self.workspace.session(call.session_id).connection.cursor()
+        cur = self.workspace.session(call.session_id, call.request_id).connection.cursor()
         try:
             described = cur.execute(f"DESCRIBE {name}").fetchall()
         finally:

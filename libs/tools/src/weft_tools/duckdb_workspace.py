@@ -5,8 +5,9 @@ the model's SQL cannot read files or URLs. A document is loaded once per session
 table; each ``data_analysis`` call opens its own DuckDB connection (a cursor) where the
 temporary view ``dataset`` points at that table, so the SQL never names a document id.
 Queries are parsed (one SELECT over ``dataset`` only), bounded in time (interrupted) and
-in rows. The turn-end cleanup (T-04) drops the session's tables; idle sessions are closed
-too, because a turn's calls may have run on a worker that never hears of its end.
+in rows. The turn-end cleanup (T-04) drops the session's tables, unless a later turn of
+the session has used them since (its ``complete`` may arrive after the next turn started);
+idle sessions are closed too, in case a worker never hears of a turn's end.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class _SessionDb:
     tables: dict[str, tuple[str, int]] = field(default_factory=dict)
     """knowledge id -> (table name, row count)."""
     used: float = field(default_factory=time.monotonic)
+    turn: str | None = None
+    """Request id of the last turn that used the database (None: unknown)."""
 
 
 class DuckDBWorkspace:
@@ -40,8 +43,8 @@ class DuckDBWorkspace:
         self._idle_s = idle_s
         self._max_load_rows = max_load_rows
 
-    def session(self, session_id: str) -> _SessionDb:
-        """The session's database, created on first use."""
+    def session(self, session_id: str, request_id: str | None = None) -> _SessionDb:
+        """The session's database, created on first use; ``request_id`` marks the turn."""
         with self._lock:
             self._evict_idle()
             db = self._sessions.get(session_id)
@@ -49,11 +52,15 @@ class DuckDBWorkspace:
                 conn = duckdb.connect(":memory:", config={"enable_external_access": False})
                 db = self._sessions[session_id] = _SessionDb(connection=conn)
             db.used = time.monotonic()
+            if request_id is not None:
+                db.turn = request_id
             return db
 
-    def load(self, session_id: str, knowledge_id: str, table: Table) -> tuple[str, int]:
+    def load(
+        self, session_id: str, knowledge_id: str, table: Table, request_id: str | None = None
+    ) -> tuple[str, int]:
         """Create the document's table (once per session); return (name, row count)."""
-        db = self.session(session_id)
+        db = self.session(session_id, request_id)
         if knowledge_id in db.tables:
             return db.tables[knowledge_id]
         if len(table.rows) > self._max_load_rows:
@@ -86,19 +93,42 @@ class DuckDBWorkspace:
         with self._lock:
             db = self._sessions.pop(session_id, None)
         if db is not None:
-            for name, _ in db.tables.values():
-                db.connection.execute(f"DROP TABLE IF EXISTS {name}")
-            db.connection.close()
+            _close(db)
+
+    def end_turn(self, session_id: str, request_id: str) -> bool:
+        """Drop the session's tables at the end of turn ``request_id`` (T-04).
+
+        Nothing is dropped when a later turn of the session has used the database since;
+        returns whether the session's database was dropped.
+        """
+        with self._lock:  # check and remove at once: a new turn may be starting
+            db = self._sessions.get(session_id)
+            if db is None or (db.turn is not None and db.turn != request_id):
+                return False
+            del self._sessions[session_id]
+        _close(db)
+        return True
 
     def table_count(self, session_id: str) -> int:
         """How many documents the session has loaded (for tests and metrics)."""
         db = self._sessions.get(session_id)
         return len(db.tables) if db else 0
 
+    def tables_by_session(self) -> dict[str, int]:
+        """Loaded documents per open session (what the process holds in memory)."""
+        with self._lock:
+            return {sid: len(db.tables) for sid, db in self._sessions.items()}
+
     def _evict_idle(self) -> None:
         now = time.monotonic()
         for sid in [s for s, db in self._sessions.items() if now - db.used > self._idle_s]:
             self._sessions.pop(sid).connection.close()
+
+
+def _close(db: _SessionDb) -> None:
+    for name, _ in db.tables.values():
+        db.connection.execute(f"DROP TABLE IF EXISTS {name}")
+    db.connection.close()
 
 
 def _column_type(values: list[Any]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tools.safe_http import tls_context
 
 DEFAULT_MEMORY_URL = "http://127.0.0.1:8085"
 
@@ -66,7 +67,10 @@ class MemoryServiceClient:
     async def get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
         """GET ``path``; raises ``httpx.HTTPError`` on failure."""
         async with httpx.AsyncClient(
-            base_url=self._base_url, timeout=self._timeout_s, transport=self._transport
+            base_url=self._base_url,
+            timeout=self._timeout_s,
+            transport=self._transport,
+            verify=tls_context(),
         ) as http:
             resp = await http.get(path, params=params)
             resp.raise_for_status()

@@ -11,6 +11,8 @@ from typing import Protocol
 
 import httpx
 
+from weft_tools.safe_http import tls_context
+
 RRF_K = 60
 RERANK_THRESHOLD = 0.3
 RERANK_FALLBACK_MIN = 0.15
@@ -123,7 +125,7 @@ class HttpRerankModel:
     async def scores(self, query: str, passages: list[str]) -> list[float]:
         """Relevance scores from the model."""
         body = {"model": self._model, "query": query, "documents": passages}
-        async with httpx.AsyncClient(timeout=self._timeout) as client:
+        async with httpx.AsyncClient(timeout=self._timeout, verify=tls_context()) as client:
             response = await client.post(
                 f"{self._base_url}/rerank", json=body, headers=self._headers
             )

@@ -11,8 +11,10 @@ answer is never used. Loopback is allowed only through an explicit test setting.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -30,6 +32,17 @@ async def system_resolver(host: str, port: int) -> list[str]:
     """Every address ``host`` resolves to."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return sorted({str(info[4][0]) for info in infos})
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The process's one TLS context for outgoing HTTPS (httpx defaults, certifi CAs).
+
+    httpx builds a new context, loading the whole CA bundle, for every client it is not
+    given one: tens of milliseconds of CPU that block the event loop, once per fetched
+    page, searched query or memory lookup. Contexts are safe to share between clients.
+    """
+    return httpx.create_ssl_context()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +99,7 @@ class SafeHttpClient:
             # budget; the budget (asyncio.timeout above) is the limit that matters.
             limits = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
             async with httpx.AsyncClient(
-                follow_redirects=False, trust_env=False, timeout=limits
+                follow_redirects=False, trust_env=False, timeout=limits, verify=tls_context()
             ) as client:
                 for _ in range(self._max_redirects + 1):
                     page = await self._hop(client, url)

@@ -1,9 +1,11 @@
 """``web_search`` behind a provider interface (SPEC T-13).
 
-One real provider is included (Brave Search API, configured by an API key); tests use a
-local fake. ``count`` is capped at 20; ``country``/``freshness`` are passed to providers
-that support them; with ``content=true`` the top 3 results are fetched in parallel through
-``web_fetch``'s SSRF-safe client (15 s, 5000 characters each).
+One real provider is included (Brave Search API, configured by an API key and a base URL);
+tests use a local fake speaking its API. Provider failures (HTTP errors, timeouts, bad
+JSON) and a missing key become tool errors the model reads, never exceptions. ``count``
+is capped at 20; ``country``/``freshness`` are passed to providers that support them;
+with ``content=true`` the top 3 results are fetched in parallel through ``web_fetch``'s
+SSRF-safe client (15 s, 5000 characters each).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Protocol
 import httpx
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
-from weft_tools.safe_http import BlockedAddress, SafeHttpClient
+from weft_tools.safe_http import BlockedAddress, SafeHttpClient, tls_context
 from weft_tools.web_fetch import page_text
 
 MAX_COUNT = 20
@@ -33,6 +35,10 @@ class SearchHit:
     snippet: str
 
 
+class SearchProviderError(Exception):
+    """The provider could not answer; the message is written for the model to read."""
+
+
 class SearchProvider(Protocol):
     """A web search engine."""
 
@@ -41,38 +47,89 @@ class SearchProvider(Protocol):
     async def search(
         self, query: str, count: int, *, country: str | None, freshness: str | None
     ) -> list[SearchHit]:
-        """Up to ``count`` results for ``query``."""
+        """Up to ``count`` results for ``query``; raise SearchProviderError on failure."""
         ...
 
 
 class BraveSearchProvider:
-    """Brave Search API (https://api.search.brave.com), key from configuration."""
+    """Brave Search API (``GET /res/v1/web/search``), key and base URL from configuration."""
 
     name = "brave"
 
-    def __init__(self, api_key: str, *, base_url: str = "https://api.search.brave.com"):
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        base_url: str = "https://api.search.brave.com",
+        timeout_s: float = 15.0,
+    ):
         self._api_key = api_key
-        self._base_url = base_url
+        self._base_url = base_url.rstrip("/")
+        self._timeout_s = timeout_s
 
     async def search(
         self, query: str, count: int, *, country: str | None, freshness: str | None
     ) -> list[SearchHit]:
-        """Call ``/res/v1/web/search``."""
+        """Call the API; map every failure to a SearchProviderError the model can read."""
         params: dict[str, Any] = {"q": query, "count": count}
         if country:
             params["country"] = country
         if freshness:
             params["freshness"] = freshness
         headers = {"X-Subscription-Token": self._api_key, "Accept": "application/json"}
-        async with httpx.AsyncClient(base_url=self._base_url, timeout=15) as client:
-            response = await client.get("/res/v1/web/search", params=params, headers=headers)
-            response.raise_for_status()
-        results = response.json().get("web", {}).get("results", [])
-        return [
-            SearchHit(title=r.get("title", ""), url=r["url"], snippet=r.get("description", ""))
-            for r in results[:count]
-            if r.get("url")
-        ]
+        try:
+            async with httpx.AsyncClient(
+                base_url=self._base_url, timeout=self._timeout_s, verify=tls_context()
+            ) as c:
+                response = await c.get("/res/v1/web/search", params=params, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise SearchProviderError(
+                f"the {self.name} search API did not answer within {self._timeout_s:g}s"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise SearchProviderError(
+                f"the {self.name} search API is unreachable ({type(exc).__name__})"
+            ) from exc
+        if response.status_code != 200:
+            raise SearchProviderError(_status_error(self.name, response))
+        return _brave_hits(response, count)
+
+
+def _status_error(provider: str, response: httpx.Response) -> str:
+    """A readable error for a non-200 answer, with the provider's own detail if any."""
+    status = response.status_code
+    reason = {
+        401: "the API key was rejected",
+        403: "the API key may not use this endpoint",
+        422: "the provider refused the parameters",
+        429: "the provider's rate limit was reached; try again later",
+    }.get(status, "the provider failed" if status >= 500 else "the request was refused")
+    detail = ""
+    try:
+        error = response.json().get("error", {})
+        detail = str(error.get("detail") or error.get("message") or "")[:300]
+    except (ValueError, AttributeError):
+        pass
+    return f"the {provider} search API answered HTTP {status}: {reason}" + (
+        f" ({detail})" if detail else ""
+    )
+
+
+def _brave_hits(response: httpx.Response, count: int) -> list[SearchHit]:
+    try:
+        body = response.json()
+        results = body.get("web", {}).get("results", []) if isinstance(body, dict) else None
+    except ValueError as exc:
+        raise SearchProviderError("the brave search API answered with invalid JSON") from exc
+    if not isinstance(results, list):
+        raise SearchProviderError("the brave search API answered in an unexpected shape")
+    return [
+        SearchHit(
+            title=str(r.get("title", "")), url=str(r["url"]), snippet=str(r.get("description", ""))
+        )
+        for r in results[:count]
+        if isinstance(r, dict) and r.get("url")
+    ]
 
 
 WEB_SEARCH = ToolSpec(
@@ -93,17 +150,25 @@ WEB_SEARCH = ToolSpec(
 )
 
 
+NOT_CONFIGURED = (
+    "web_search is not available: no search provider API key is configured on this "
+    "deployment (WEFT_WEB_SEARCH_API_KEY). Answer from other sources or tell the user."
+)
+
+
 class WebSearchTool:
-    """Searches through the configured provider."""
+    """Searches through the configured provider (None: every call explains it is not set up)."""
 
     spec = WEB_SEARCH
 
-    def __init__(self, provider: SearchProvider, client: SafeHttpClient):
+    def __init__(self, provider: SearchProvider | None, client: SafeHttpClient):
         self._provider = provider
         self._client = client
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Search, optionally read the top pages."""
+        if self._provider is None:
+            return ToolOutcome(success=False, error=NOT_CONFIGURED)
         args = call.arguments
         try:
             hits = await self._provider.search(
@@ -112,8 +177,8 @@ class WebSearchTool:
                 country=args.get("country"),
                 freshness=args.get("freshness"),
             )
-        except httpx.HTTPError as exc:
-            return ToolOutcome(success=False, error=f"web_search failed: {type(exc).__name__}")
+        except SearchProviderError as exc:
+            return ToolOutcome(success=False, error=f"web_search failed: {exc}")
         results: list[dict[str, Any]] = [
             {"title": h.title, "url": h.url, "snippet": h.snippet} for h in hits
         ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import ServiceRuntime, create_runtime
@@ -21,6 +23,7 @@ from weft_tools.web_snapshots import RedisSnapshotStore
 from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tool_exec.ledger import CallLedger
 from weft_tool_exec.settings import ToolExecSettings
+from weft_tool_exec.turn_end import TurnEndCleaner
 from weft_tool_exec.worker import ToolWorker
 
 CONSUMER_GROUP = "weft-tool-exec"
@@ -46,9 +49,13 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
             api_key=settings.rerank_api_key,
         )
     policy = AddressPolicy(allow_loopback=settings.web_fetch_allow_loopback)
-    search = (
-        BraveSearchProvider(settings.web_search_api_key) if settings.web_search_api_key else None
-    )
+    search = None
+    if settings.web_search_api_key:
+        search = BraveSearchProvider(
+            settings.web_search_api_key,
+            base_url=settings.web_search_base_url,
+            timeout_s=settings.web_search_timeout_s,
+        )
     return ToolDependencies(
         store=KnowledgeStore(runtime.sessions),
         reader=DocumentReader(runtime.sessions),
@@ -76,9 +83,36 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     # worker never holds more than ``tool_concurrency`` calls (invariant 6).
     for _ in range(settings.tool_concurrency):
         runtime.bus.consume(Topic.TOOL_CALLS, CONSUMER_GROUP, worker.handle)
+    cleaner = TurnEndCleaner(registry)
+    cleaner.subscribe(runtime.bus)
     ingestion = IngestionLoop(
         DocumentIngestor(IngestionQueue(runtime.sessions), deps.embedder), settings.ingestion_poll_s
     )
     return create_service_app(
-        runtime, title="weft tool-exec", on_startup=[ingestion.start], on_shutdown=[ingestion.stop]
+        runtime,
+        title="weft tool-exec",
+        routers=[state_router(runtime, deps, cleaner)],
+        on_startup=[ingestion.start, cleaner.start],
+        on_shutdown=[ingestion.stop, cleaner.stop],
     )
+
+
+def state_router(
+    runtime: ServiceRuntime, deps: ToolDependencies, cleaner: TurnEndCleaner
+) -> APIRouter:
+    """``GET /internal/state``: what this process holds between calls (operators, tests).
+
+    Per-session state lives in each worker's memory, so this is the one place to see
+    whether turn-end cleanups (T-04) keep it from growing.
+    """
+    router = APIRouter()
+
+    @router.get("/internal/state")
+    async def state() -> dict[str, Any]:
+        return {
+            "instance": runtime.instance_id,
+            "turns_cleaned": cleaner.cleaned,
+            "duckdb_tables_by_session": deps.workspace.tables_by_session(),
+        }
+
+    return router

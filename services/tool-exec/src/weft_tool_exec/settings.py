@@ -30,8 +30,12 @@ class ToolExecSettings(ServiceSettings):
     rerank_model: str = ""
     rerank_api_key: str = ""
     web_search_api_key: str = Field(
-        default="", description="Brave Search key; empty: no web_search."
+        default="", description="Brave Search key; empty: web_search answers it is not set up."
     )
+    web_search_base_url: str = Field(
+        default="https://api.search.brave.com", description="Brave Search API base URL."
+    )
+    web_search_timeout_s: float = Field(default=15.0, gt=0, description="Per search request.")
     web_fetch_timeout_s: float = Field(default=180.0, gt=0, description="Page budget (E-17).")
     web_fetch_allow_loopback: bool = Field(
         default=False, description="Tests only: lets web tools reach 127.0.0.1."

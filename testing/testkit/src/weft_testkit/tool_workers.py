@@ -131,21 +131,39 @@ class ToolCallClient:
         deadline_s: float = 120,
     ) -> str:
         """Publish one call (in its own session unless ``session`` is given); return its id."""
-        call_id = f"call_{secrets.token_hex(6)}"
-        session_id = session or f"s-{call_id}"
-        message = ToolCallRequested(
-            tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
-            data=ToolCallRequestedData(
-                call_id=call_id, tool_name=tool, arguments=arguments, round=0,
-                deadline=datetime.now(UTC) + timedelta(seconds=deadline_s),
-                context=ToolContext(user_id="u", agent_id="a"),
-            ),
-        )  # fmt: skip
-        await self._producer.send_and_wait(
-            f"{self.prefix}weft.tool.calls.v1", message.model_dump_json().encode(),
-            key=message.key(),
-        )  # fmt: skip
+        [call_id] = await self.send_many(
+            [(tool, arguments, session)], tenant=tenant, deadline_s=deadline_s
+        )
         return call_id
+
+    async def send_many(
+        self,
+        calls: list[tuple[str, dict[str, Any], str | None]],
+        *,
+        tenant: str = "bench",
+        deadline_s: float = 120,
+    ) -> list[str]:
+        """Publish (tool, arguments, session) calls without waiting for each ack in turn
+        (the producer batches them, as a busy engine's would); return their ids."""
+        ids: list[str] = []
+        pending = []
+        for tool, arguments, session in calls:
+            call_id = f"call_{secrets.token_hex(6)}"
+            session_id = session or f"s-{call_id}"
+            message = ToolCallRequested(
+                tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
+                data=ToolCallRequestedData(
+                    call_id=call_id, tool_name=tool, arguments=arguments, round=0,
+                    deadline=datetime.now(UTC) + timedelta(seconds=deadline_s),
+                    context=ToolContext(user_id="u", agent_id="a"),
+                ),
+            )  # fmt: skip
+            topic = f"{self.prefix}weft.tool.calls.v1"
+            body = message.model_dump_json().encode()
+            pending.append(await self._producer.send(topic, body, key=message.key()))
+            ids.append(call_id)
+        await asyncio.gather(*pending)
+        return ids
 
     async def wait_for(self, call_ids: list[str], timeout_s: float) -> None:
         """Wait until every call has at least one result."""

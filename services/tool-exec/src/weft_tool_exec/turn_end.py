@@ -1,0 +1,118 @@
+"""Turn-end cleanup (SPEC T-04): every tool-exec process hears every ``complete``.
+
+A turn's calls spread over all workers (``tool.calls`` is keyed by call id), and each
+process keeps its own per-session state (DuckDB tables, thoughts), so the end of a turn
+must reach every process, not one member of a consumer group. Each process therefore
+reads ``agent.events`` *without* a consumer group: aiokafka assigns it every partition,
+starts at the latest offset (a fresh process holds nothing to clean) and commits nothing,
+so restarts leave no abandoned groups on the broker.
+
+The consumer only filters and enqueues: records other than ``complete`` are skipped by
+their ``type`` header without decoding the JSON, and cleanups run one after another in a
+background task, so a slow or failing cleanup never delays tool calls or the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from faststream import AckPolicy
+from faststream.kafka.annotations import KafkaMessage
+from faststream.message import StreamMessage
+from weft_contracts import Topic
+from weft_platform.bus import EventBus
+from weft_tools import ToolRegistry
+
+log = structlog.get_logger(__name__)
+
+COMPLETE = "complete"
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """One finished turn."""
+
+    session_id: str
+    request_id: str
+
+
+async def _raw_body(message: StreamMessage[Any]) -> bytes:
+    return message.body
+
+
+def turn_ended(body: bytes, headers: dict[str, Any]) -> TurnEnded | None:
+    """The turn a ``complete`` record ends; None for any other (or unreadable) record."""
+    kind = headers.get("type")
+    if kind is not None and kind != COMPLETE:
+        return None  # the common case (deltas, tool events): no JSON parsing
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(value, dict) or value.get("type") != COMPLETE:
+        return None
+    session_id, request_id = value.get("session_id"), value.get("request_id")
+    if not isinstance(session_id, str) or not isinstance(request_id, str):
+        return None
+    return TurnEnded(session_id, request_id)
+
+
+class TurnEndCleaner:
+    """Runs the registry's cleanup for every turn that ends, in the background."""
+
+    def __init__(self, registry: ToolRegistry, *, max_pending: int = 10_000):
+        self._registry = registry
+        self._pending: asyncio.Queue[TurnEnded] = asyncio.Queue(maxsize=max_pending)
+        self._task: asyncio.Task[None] | None = None
+        self.cleaned = 0
+        """Turns cleaned up by this process (for the debug endpoint and logs)."""
+
+    def subscribe(self, bus: EventBus) -> None:
+        """Read ``agent.events`` as a group-less (broadcast) consumer of this process."""
+
+        async def on_record(body: bytes, message: KafkaMessage) -> None:
+            ended = turn_ended(body, message.headers)
+            if ended is not None:
+                self.notify(ended)
+
+        bus.broker.subscriber(
+            bus.topic_name(Topic.AGENT_EVENTS),
+            group_id=None,
+            auto_offset_reset="latest",
+            ack_policy=AckPolicy.ACK_FIRST,  # nothing to commit without a group
+            decoder=_raw_body,
+        )(on_record)
+
+    def notify(self, ended: TurnEnded) -> None:
+        """Queue a cleanup; when the queue is full it is skipped (idle eviction remains)."""
+        try:
+            self._pending.put_nowait(ended)
+        except asyncio.QueueFull:
+            log.warning("turn_cleanup_skipped", session_id=ended.session_id, reason="queue full")
+
+    async def start(self) -> None:
+        """Start the background task running the cleanups."""
+        self._task = asyncio.create_task(self._run(), name="turn-end-cleanup")
+
+    async def stop(self) -> None:
+        """Cancel the task (pending cleanups are dropped: the process holds nothing after)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            ended = await self._pending.get()
+            try:
+                await self._registry.cleanup(ended.session_id, ended.request_id)
+                self.cleaned += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # registry.cleanup isolates tools; this guards the loop itself
+                log.exception("turn_cleanup_failed", session_id=ended.session_id)
