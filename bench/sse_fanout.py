@@ -32,13 +32,16 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import secrets
 import statistics
+import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from sse_clients import client_proc
 from weft_contracts import (
     CompleteData,
@@ -89,6 +92,36 @@ class _Publisher:
         await self.producer.send(self.topic, event.model_dump_json().encode(), key=event.key())
 
 
+async def _kafka_probe(topic: str, started: asyncio.Event, stop: asyncio.Event) -> list[float]:
+    """Produced -> consumed latency (ms) of the thought events by a plain consumer in this
+    process: the floor that Kafka and the machine's load put under the projector."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+        group_id=f"bench-probe-{secrets.token_hex(4)}",
+        auto_offset_reset="latest",
+    )
+    await consumer.start()
+    latencies: list[float] = []
+    try:
+        while not consumer.assignment():
+            await consumer.getmany(timeout_ms=200)
+        await consumer.seek_to_end()
+        started.set()
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=200)
+            now = time.time()
+            for records in batch.values():
+                for record in records:
+                    event = json.loads(record.value)
+                    if event["type"] == "thought":
+                        produced = datetime.fromisoformat(event["time"]).timestamp()
+                        latencies.append((now - produced) * 1000)
+    finally:
+        await consumer.stop()
+    return sorted(latencies)
+
+
 async def _start_turns(
     stack: LocalStack, api: httpx.AsyncClient, pub: _Publisher, clients: int, args: Any
 ) -> dict[str, dict[str, str]]:
@@ -133,7 +166,12 @@ async def _round(
     connect_s = time.monotonic() - connect_started
 
     pid = _gateway_pid(stack)
+    print(f"# {clients} clients connected in {connect_s:.1f}s; live phase, gateway pid {pid}",
+          file=sys.stderr, flush=True)  # fmt: skip
     rss_idle = _rss_kb(pid)["VmRSS"]
+    probe_started, probe_stop = asyncio.Event(), asyncio.Event()
+    probe = asyncio.create_task(_kafka_probe(pub.topic, probe_started, probe_stop))
+    await asyncio.wait_for(probe_started.wait(), 60)
     load_before = os.getloadavg()
     cpu_before, wall_before = _cpu_s(pid), time.monotonic()
     interval = 1.0 / args.rate
@@ -151,6 +189,9 @@ async def _round(
         done = CompleteData(status=TurnStatus.COMPLETED)
         await pub.send(CompleteEvent(**ids[s], seq=10_000, data=done))
     await pub.producer.flush()
+    await asyncio.sleep(1.0)  # the probe reads the last events
+    probe_stop.set()
+    kafka = await probe
 
     pairs: list[tuple[float, float]] = []
     errors: list[str] = []
@@ -179,6 +220,8 @@ async def _round(
         "p50_ms": _pct(total, 0.5),
         "p99_ms": _pct(total, 0.99),
         "max_ms": round(total[-1], 1) if total else None,
+        "kafka_probe_p50_ms": _pct(kafka, 0.5),
+        "kafka_probe_p99_ms": _pct(kafka, 0.99),
         "produced_to_redis_p50_ms": _pct(projection, 0.5),
         "produced_to_redis_p99_ms": _pct(projection, 0.99),
         "redis_to_client_p50_ms": _pct(fanout, 0.5),
@@ -276,7 +319,8 @@ def main() -> None:
     for r in result["rounds"]:
         print(
             f"{r['clients']:>5} clients: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms "
-            f"(Kafka->Redis p99 {r['produced_to_redis_p99_ms']}, Redis->client p99 "
+            f"(Kafka alone p99 {r['kafka_probe_p99_ms']}, "
+            f"Kafka->Redis p99 {r['produced_to_redis_p99_ms']}, Redis->client p99 "
             f"{r['redis_to_client_p99_ms']}), {r['deliveries']}/{r['expected_deliveries']} "
             f"deliveries, gateway {r['gateway_cpu_cores_live']} cores, RSS "
             f"{r['gateway_rss_live_mb']} MB (peak {r['gateway_rss_peak_mb']} MB), load "

@@ -231,7 +231,7 @@ class Gateway:
         must end the stream."""
         position, turn = after, request_id
         timeout = self.settings.turn_idle_timeout_s
-        entries = self.fanout.follow(
+        chunks = self.fanout.follow_chunks(
             tenant_id,
             session_id,
             after,
@@ -239,22 +239,26 @@ class Gateway:
             idle_timeout_s=timeout,
             heartbeat_s=self.settings.sse_ping_s,
         )
+        idle = False
         try:
-            async with aclosing(entries):  # unsubscribe at once, also on disconnect
-                async for entry in entries:
-                    if entry is None:
-                        code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
-                        break
-                    if entry is HEARTBEAT:
-                        yield HEARTBEAT_FRAME
-                        continue
-                    assert isinstance(entry, StreamEntry)
-                    position, turn = entry.entry_id, entry.request_id
-                    encoded = frame(entry, fmt)
-                    if encoded is not None:
-                        yield encoded
-                else:
-                    return
+            async with aclosing(chunks):  # unsubscribe at once, also on disconnect
+                async for chunk in chunks:
+                    frames: list[bytes] = []
+                    for entry in chunk:
+                        if entry is None:
+                            idle = True
+                        elif entry is HEARTBEAT:
+                            frames.append(HEARTBEAT_FRAME)
+                        elif isinstance(entry, StreamEntry):
+                            position, turn = entry.entry_id, entry.request_id
+                            encoded = frame(entry, fmt)
+                            if encoded is not None:
+                                frames.append(encoded)
+                    if frames:
+                        yield b"".join(frames)  # one write for all a client has pending
+            if not idle:
+                return
+            code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
         except SlowClient:
             return  # the client reconnects with Last-Event-ID; others were not held up
         except RedisError:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -54,6 +55,9 @@ class Signal(Enum):
 
 HEARTBEAT = Signal.HEARTBEAT
 """Yielded by :meth:`StreamFanout.follow` when a heartbeat is due (only if asked for)."""
+
+Item = StreamEntry | Signal | None
+"""What a subscriber receives: an entry, :data:`HEARTBEAT`, or None (idle: the end)."""
 
 
 @dataclass(eq=False)
@@ -103,52 +107,88 @@ class StreamFanout:
         request_id: str | None,
         idle_timeout_s: float,
         heartbeat_s: float | None = None,
-    ) -> AsyncGenerator[StreamEntry | Signal | None, None]:
+    ) -> AsyncGenerator[Item, None]:
         """Entries after ``after`` (of one turn when ``request_id`` is given) until that
         turn's ``complete``; yields None once after ``idle_timeout_s`` without any event of
         the session, and :data:`HEARTBEAT` every ``heartbeat_s`` without anything sent.
         Ends early, without a terminator, when the server shuts down (the client resumes
         elsewhere with ``Last-Event-ID``). Raises :class:`SlowClient` when this
         subscriber could not keep up."""
+        chunks = self.follow_chunks(
+            tenant_id,
+            session_id,
+            after,
+            request_id=request_id,
+            idle_timeout_s=idle_timeout_s,
+            heartbeat_s=heartbeat_s,
+        )
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                for item in chunk:
+                    yield item
+
+    async def follow_chunks(
+        self,
+        tenant_id: str,
+        session_id: str,
+        after: str,
+        *,
+        request_id: str | None,
+        idle_timeout_s: float,
+        heartbeat_s: float | None = None,
+    ) -> AsyncGenerator[list[Item], None]:
+        """:meth:`follow` by chunks: everything queued for this client when it gets to
+        run, so a client that fell behind catches up with one write, not one per event."""
         key = stream_key(tenant_id, session_id)
         sub = await self._subscribe(key, idle_timeout_s, heartbeat_s)
         try:
             last = parse_position(after)
             backlog: Any = await self._redis.xrange(key, min=f"({after}", count=10_000)
             pending = [stream_entry(eid.decode(), fields) for eid, fields in backlog]
-            async for item in self._items(sub, pending):
-                if item is None or item is HEARTBEAT:
-                    yield item
-                    if item is None:
+            async for items in self._chunks(sub, pending):
+                chunk: list[Item] = []
+                for item in items:
+                    if not isinstance(item, StreamEntry):  # None (idle) or a heartbeat
+                        chunk.append(item)
+                        continue
+                    if item.position <= last:
+                        continue
+                    last = item.position
+                    if not request_id or item.request_id == request_id:
+                        chunk.append(item)
+                        if item.type == TERMINAL:
+                            break
+                if chunk:
+                    yield chunk
+                    if chunk[-1] is None or getattr(chunk[-1], "type", None) == TERMINAL:
                         return
-                    continue
-                assert isinstance(item, StreamEntry)
-                if item.position <= last:
-                    continue
-                last = item.position
-                if request_id and item.request_id != request_id:
-                    continue
-                yield item
-                if item.type == TERMINAL:
-                    return
         finally:
             self._unsubscribe(key, sub)
 
-    async def _items(
+    async def _chunks(
         self, sub: _Subscriber, pending: list[StreamEntry]
-    ) -> AsyncIterator[StreamEntry | Signal | None]:
-        for entry in pending:
-            yield entry
+    ) -> AsyncIterator[list[Item]]:
+        if pending:
+            yield list(pending)
         while True:
-            item = await sub.queue.get()
-            if item is Signal.SHUTDOWN:
-                return  # the connection closes; the client resumes on another replica
-            if item is Signal.IDLE:
-                yield None
-                return
-            if item is Signal.DROPPED:
-                raise SlowClient("SSE client too slow: dropped, reconnect with Last-Event-ID")
-            yield item
+            queued = [await sub.queue.get()]
+            while not sub.queue.empty():
+                queued.append(sub.queue.get_nowait())
+            chunk: list[Item] = []
+            for item in queued:
+                if item is Signal.SHUTDOWN:  # the client resumes on another replica
+                    if chunk:
+                        yield chunk
+                    return
+                if item is Signal.IDLE:
+                    yield [*chunk, None]
+                    return
+                if item is Signal.DROPPED:
+                    if chunk:
+                        yield chunk
+                    raise SlowClient("SSE client too slow: dropped, reconnect with Last-Event-ID")
+                chunk.append(item)
+            yield chunk
 
     async def _subscribe(
         self, key: str, idle_timeout_s: float, heartbeat_s: float | None
