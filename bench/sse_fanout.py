@@ -70,8 +70,15 @@ def _rss_kb(pid: int) -> dict[str, int]:
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far."""
+    user, system = _cpu_split(pid)
+    return user + system
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far."""
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(stat[11]) / tick, int(stat[12]) / tick
 
 
 def _gateway_pid(stack: LocalStack) -> int:
@@ -174,6 +181,9 @@ async def _round(
     await asyncio.wait_for(probe_started.wait(), 60)
     load_before = os.getloadavg()
     cpu_before, wall_before = _cpu_s(pid), time.monotonic()
+    split_before = _cpu_split(pid)
+    projector_pid = stack.pids("gateway")[1] if args.projector == "separate" else None
+    projector_cpu_before = _cpu_s(projector_pid) if projector_pid is not None else 0.0
     interval = 1.0 / args.rate
     for seq in range(2, 2 + int(args.seconds * args.rate)):
         tick = time.monotonic()
@@ -203,6 +213,12 @@ async def _round(
         client_cpu += part["cpu_s"]
     for p in procs:
         p.join(30)
+    # All of this round's deliveries are done: CPU per delivery does not depend on how
+    # much CPU the machine's load left the gateway (the latencies do).
+    round_cpu_s = _cpu_s(pid) - cpu_before
+    kernel_share = (_cpu_split(pid)[1] - split_before[1]) / round_cpu_s if round_cpu_s else 0.0
+    if projector_pid is not None:
+        round_cpu_s += _cpu_s(projector_pid) - projector_cpu_before
     total = sorted(a for a, _ in pairs)
     fanout = sorted(b for _, b in pairs)
     projection = sorted(a - b for a, b in pairs)
@@ -227,6 +243,8 @@ async def _round(
         "redis_to_client_p50_ms": _pct(fanout, 0.5),
         "redis_to_client_p99_ms": _pct(fanout, 0.99),
         "gateway_cpu_cores_live": round(gateway_cpu, 2),
+        "gateway_cpu_us_per_delivery": round(round_cpu_s * 1e6 / len(total), 1) if total else None,
+        "gateway_cpu_kernel_share": round(kernel_share, 2),
         "clients_cpu_s_total": round(client_cpu, 1),
         "load_avg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
         "gateway_rss_idle_mb": round(rss_idle / 1024, 1),
@@ -322,7 +340,8 @@ def main() -> None:
             f"(Kafka alone p99 {r['kafka_probe_p99_ms']}, "
             f"Kafka->Redis p99 {r['produced_to_redis_p99_ms']}, Redis->client p99 "
             f"{r['redis_to_client_p99_ms']}), {r['deliveries']}/{r['expected_deliveries']} "
-            f"deliveries, gateway {r['gateway_cpu_cores_live']} cores, RSS "
+            f"deliveries, gateway {r['gateway_cpu_cores_live']} cores "
+            f"({r['gateway_cpu_us_per_delivery']} us CPU per delivery), RSS "
             f"{r['gateway_rss_live_mb']} MB (peak {r['gateway_rss_peak_mb']} MB), load "
             f"{r['load_avg_1m_before_after']}, errors {r['client_errors']}"
         )
