@@ -229,3 +229,18 @@ async def test_disconnect_ends_the_response_and_closes_the_stream() -> None:
     response = FrameStreamResponse(frames(), send_timeout_s=5)
     await asyncio.wait_for(response({"type": "http", "method": "GET"}, receive, send), 5)
     assert closed.is_set()
+
+
+def test_openapi_documents_the_sse_routes_as_event_streams() -> None:
+    """/openapi.json is published (issue 6) and names text/event-stream for the chat and
+    stream routes; building it must not fail on the SSE response class."""
+    from weft_gateway.app import create_app
+
+    document = create_app().openapi()
+    for path, method in (
+        ("/api/v1/sessions/{session_id}/stream", "get"),
+        ("/api/v1/agent-chat/{session_id}", "post"),
+        ("/api/v1/knowledge-chat/{session_id}", "post"),
+    ):
+        ok = document["paths"][path][method]["responses"]["200"]
+        assert "text/event-stream" in ok["content"]

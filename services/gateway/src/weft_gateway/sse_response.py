@@ -44,9 +44,11 @@ class FrameStreamResponse(Response):
         *,
         send_timeout_s: float,
         headers: Mapping[str, str] | None = None,
+        status_code: int = 200,
     ):
+        # FastAPI reads the default of ``status_code`` for the OpenAPI document.
         # Like StreamingResponse: no body, so no Content-Length header.
-        self.status_code = 200
+        self.status_code = status_code
         self.background = None
         self.init_headers({**_SSE_HEADERS, **(headers or {})})
         self._frames = frames
@@ -57,7 +59,11 @@ class FrameStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream until the frames end, the client disconnects or a send times out."""
-        start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+        start = {
+            "type": "http.response.start",
+            "status": self.status_code,
+            "headers": self.raw_headers,
+        }
         if scope.get("method") == "HEAD":
             await send(start)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
