@@ -1,13 +1,25 @@
 """SSE fan-out: N concurrent clients on ONE gateway process watching live turns.
 
 Starts its own stack (real Kafka/PostgreSQL/Redis, one gateway), creates S sessions and
-opens N SSE streams spread over them (``GET /sessions/{id}/stream``, from several client
-processes so the client side is not the bottleneck). Then it publishes agent events on
-``weft.agent.events.v1`` the way the engine does (Kafka -> gateway projector -> Redis
-Stream -> fan-out -> SSE) and measures, per received event, the delivery latency from
-the event's ``time`` (set when produced) to the client's receipt. Prints p50/p99 and the
-gateway's resident memory (current and peak) per client count; writes
-``bench/results/sse_fanout.json``.
+opens N SSE streams spread over them (``GET /sessions/{id}/stream``). Then it publishes
+agent events on ``weft.agent.events.v1`` the way the engine does (Kafka -> projector ->
+Redis Stream -> fan-out -> SSE) and measures, per received event, the delivery latency
+from the event's ``time`` (set when produced) to the client's receipt, split into
+produced -> stored in Redis (the entry id's milliseconds) and stored -> received.
+
+How the load is generated: ``--client-procs`` separate processes (4 by default), each
+holding N/procs raw-asyncio SSE connections (``bench/sse_clients.py``: a hand-written
+HTTP/1.1 GET and a chunked-frame reader on uvloop, no HTTP client library), so the
+clients' CPU is small next to the gateway's; each process reports its CPU seconds. All of
+it shares the machine with the gateway, Kafka, Redis and whatever else runs: the load
+average is recorded before and after every round.
+
+``--projector separate`` runs the projector as its own process (``python -m weft_gateway
+projector``) and the gateway with ``WEFT_PROJECTOR=off``, the deployment that keeps
+projection off the SSE event loop; ``embedded`` is the default single-process gateway.
+
+Prints p50/p99 and the gateway's resident memory (current and peak) per client count;
+writes ``bench/results/sse_fanout.json``.
 
     .venv/bin/python bench/sse_fanout.py --clients 100 1000 2000
 """
@@ -20,15 +32,17 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import secrets
 import statistics
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaProducer
-from httpx_sse import aconnect_sse
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from sse_clients import client_proc
 from weft_contracts import (
     CompleteData,
     CompleteEvent,
@@ -40,62 +54,9 @@ from weft_contracts import (
 )
 from weft_contracts.envelope import Envelope
 from weft_testkit import LocalStack, StackConfig
+from weft_testkit.stack import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-CLIENT_PROCS = 4
-
-
-def _client_proc(
-    base_url: str, key: str, sessions: list[str], count: int, ready: Any, out: Any
-) -> None:
-    """One client process: ``count`` SSE streams, returns its latencies (ms)."""
-    out.put(asyncio.run(_clients(base_url, key, sessions, count, ready)))
-
-
-async def _clients(
-    base_url: str, key: str, sessions: list[str], count: int, ready: Any
-) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, limits=limits, timeout=httpx.Timeout(300, connect=120)
-    ) as client:
-        results = await asyncio.gather(
-            *(_watch(client, sessions[i % len(sessions)], ready) for i in range(count)),
-            return_exceptions=True,
-        )
-    latencies = [ms for r in results if isinstance(r, list) for ms in r]
-    errors = [repr(r)[:200] for r in results if isinstance(r, BaseException)]
-    return {"latencies": latencies, "errors": errors}
-
-
-async def _watch(
-    client: httpx.AsyncClient, session_id: str, ready: Any
-) -> list[tuple[float, float]]:
-    latencies: list[tuple[float, float]] = []
-    released = False
-    try:
-        async with aconnect_sse(client, "GET", f"/api/v1/sessions/{session_id}/stream") as src:
-            src.response.raise_for_status()
-            async for sse in src.aiter_sse():
-                if not sse.data:
-                    continue
-                now = time.time()
-                if sse.event == "turn_started":
-                    ready.release()
-                    released = True
-                    continue
-                produced = datetime.fromisoformat(json.loads(sse.data)["time"]).timestamp()
-                if sse.event == "thought":
-                    # the SSE id is the Redis entry id: its ms part is when it was written
-                    stored = int(sse.id.split("-")[0]) / 1000
-                    latencies.append(((now - produced) * 1000, (now - stored) * 1000))
-                if sse.event == "complete":
-                    break
-    finally:
-        if not released:
-            ready.release()  # a failed client must not hold the round up
-    return latencies
 
 
 def _rss_kb(pid: int) -> dict[str, int]:
@@ -107,9 +68,21 @@ def _rss_kb(pid: int) -> dict[str, int]:
     return fields
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    user, system = _cpu_split(pid)
+    return user + system
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(stat[11]) / tick, int(stat[12]) / tick
+
+
 def _gateway_pid(stack: LocalStack) -> int:
-    procs = [p for p in stack._procs if p.name == "gateway"]
-    return procs[0].process.pid
+    return stack.pids("gateway")[0]
 
 
 class _Publisher:
@@ -126,30 +99,67 @@ class _Publisher:
         await self.producer.send(self.topic, event.model_dump_json().encode(), key=event.key())
 
 
-async def _round(
+async def _kafka_probe(topic: str, started: asyncio.Event, stop: asyncio.Event) -> list[float]:
+    """Produced -> consumed latency (ms) of the thought events by a plain consumer in this
+    process: the floor that Kafka and the machine's load put under the projector."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+        group_id=f"bench-probe-{secrets.token_hex(4)}",
+        auto_offset_reset="latest",
+    )
+    await consumer.start()
+    latencies: list[float] = []
+    try:
+        while not consumer.assignment():
+            await consumer.getmany(timeout_ms=200)
+        await consumer.seek_to_end()
+        started.set()
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=200)
+            now = time.time()
+            for records in batch.values():
+                for record in records:
+                    event = json.loads(record.value)
+                    if event["type"] == "thought":
+                        produced = datetime.fromisoformat(event["time"]).timestamp()
+                        latencies.append((now - produced) * 1000)
+    finally:
+        await consumer.stop()
+    return sorted(latencies)
+
+
+async def _start_turns(
     stack: LocalStack, api: httpx.AsyncClient, pub: _Publisher, clients: int, args: Any
-) -> dict[str, Any]:
-    sessions = [
-        (await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})).json()[
-            "id"
-        ]
-        for _ in range(args.sessions)
-    ]
-    request_ids = {s: f"req_bench_{clients}_{i}" for i, s in enumerate(sessions)}
-    ids = {s: {"tenant_id": stack.tenant, "session_id": s, "request_id": r}
-           for s, r in request_ids.items()}  # fmt: skip
+) -> dict[str, dict[str, str]]:
+    sessions = []
+    for _ in range(args.sessions):
+        created = await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})
+        sessions.append(created.json()["id"])
+    ids = {
+        s: {"tenant_id": stack.tenant, "session_id": s, "request_id": f"req_bench_{clients}_{i}"}
+        for i, s in enumerate(sessions)
+    }
     for s in sessions:
         data = TurnStartedData(query="bench", user_id="bench", agent_id="bench")
         await pub.send(TurnStartedEvent(**ids[s], seq=1, data=data))
     await pub.producer.flush()
     await _wait_streams(api, sessions)
+    return ids
 
+
+async def _round(
+    stack: LocalStack, api: httpx.AsyncClient, pub: _Publisher, clients: int, args: Any
+) -> dict[str, Any]:
+    ids = await _start_turns(stack, api, pub, clients, args)
+    sessions = list(ids)
     ctx = mp.get_context("spawn")
     ready, out = ctx.Semaphore(0), ctx.Queue()
-    per_proc = [clients // CLIENT_PROCS + (i < clients % CLIENT_PROCS) for i in range(CLIENT_PROCS)]
+    n_procs = args.client_procs
+    per_proc = [clients // n_procs + (i < clients % n_procs) for i in range(n_procs)]
     procs = [
         ctx.Process(
-            target=_client_proc,
+            target=client_proc,
             args=(stack.gateway_url, stack.api_key, sessions, n, ready, out),
         )
         for n in per_proc
@@ -163,7 +173,17 @@ async def _round(
     connect_s = time.monotonic() - connect_started
 
     pid = _gateway_pid(stack)
+    print(f"# {clients} clients connected in {connect_s:.1f}s; live phase, gateway pid {pid}",
+          file=sys.stderr, flush=True)  # fmt: skip
     rss_idle = _rss_kb(pid)["VmRSS"]
+    probe_started, probe_stop = asyncio.Event(), asyncio.Event()
+    probe = asyncio.create_task(_kafka_probe(pub.topic, probe_started, probe_stop))
+    await asyncio.wait_for(probe_started.wait(), 60)
+    load_before = os.getloadavg()
+    cpu_before, wall_before = _cpu_s(pid), time.monotonic()
+    split_before = _cpu_split(pid)
+    projector_pid = stack.pids("gateway")[1] if args.projector == "separate" else None
+    projector_cpu_before = _cpu_s(projector_pid) if projector_pid is not None else 0.0
     interval = 1.0 / args.rate
     for seq in range(2, 2 + int(args.seconds * args.rate)):
         tick = time.monotonic()
@@ -172,35 +192,61 @@ async def _round(
             await pub.send(ThoughtEvent(**ids[s], seq=seq, data=data))
         await pub.producer.flush()
         await asyncio.sleep(max(0.0, interval - (time.monotonic() - tick)))
+    gateway_cpu = (_cpu_s(pid) - cpu_before) / (time.monotonic() - wall_before)
     rss_live = _rss_kb(pid)
+    load_after = os.getloadavg()
     for s in sessions:
         done = CompleteData(status=TurnStatus.COMPLETED)
         await pub.send(CompleteEvent(**ids[s], seq=10_000, data=done))
     await pub.producer.flush()
+    await asyncio.sleep(1.0)  # the probe reads the last events
+    probe_stop.set()
+    kafka = await probe
 
     pairs: list[tuple[float, float]] = []
     errors: list[str] = []
+    client_cpu = 0.0
     for _ in procs:
         part = await asyncio.to_thread(out.get, True, 600)
-        pairs += [tuple(p) for p in part["latencies"]]
+        pairs += [(float(a), float(b)) for a, b in part["latencies"]]
         errors += part["errors"]
+        client_cpu += part["cpu_s"]
     for p in procs:
         p.join(30)
-    latencies = sorted(total for total, _ in pairs)
-    fanout = sorted(from_redis for _, from_redis in pairs)
+    # All of this round's deliveries are done: CPU per delivery does not depend on how
+    # much CPU the machine's load left the gateway (the latencies do).
+    round_cpu_s = _cpu_s(pid) - cpu_before
+    kernel_share = (_cpu_split(pid)[1] - split_before[1]) / round_cpu_s if round_cpu_s else 0.0
+    if projector_pid is not None:
+        round_cpu_s += _cpu_s(projector_pid) - projector_cpu_before
+    total = sorted(a for a, _ in pairs)
+    fanout = sorted(b for _, b in pairs)
+    projection = sorted(a - b for a, b in pairs)
     return {
         "clients": clients,
         "sessions": args.sessions,
+        "projector": args.projector,
+        "client_processes": len(procs),
         "events_per_session_per_s": args.rate,
-        "deliveries": len(latencies),
+        "expected_deliveries": clients * int(args.seconds * args.rate),
+        "deliveries": len(total),
         "client_errors": len(errors),
         "first_errors": errors[:3],
         "connect_all_s": round(connect_s, 2),
-        "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
-        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 1) if latencies else None,
-        "max_ms": round(latencies[-1], 1) if latencies else None,
+        "p50_ms": _pct(total, 0.5),
+        "p99_ms": _pct(total, 0.99),
+        "max_ms": round(total[-1], 1) if total else None,
+        "kafka_probe_p50_ms": _pct(kafka, 0.5),
+        "kafka_probe_p99_ms": _pct(kafka, 0.99),
+        "produced_to_redis_p50_ms": _pct(projection, 0.5),
+        "produced_to_redis_p99_ms": _pct(projection, 0.99),
         "redis_to_client_p50_ms": _pct(fanout, 0.5),
         "redis_to_client_p99_ms": _pct(fanout, 0.99),
+        "gateway_cpu_cores_live": round(gateway_cpu, 2),
+        "gateway_cpu_us_per_delivery": round(round_cpu_s * 1e6 / len(total), 1) if total else None,
+        "gateway_cpu_kernel_share": round(kernel_share, 2),
+        "clients_cpu_s_total": round(client_cpu, 1),
+        "load_avg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
         "gateway_rss_idle_mb": round(rss_idle / 1024, 1),
         "gateway_rss_live_mb": round(rss_live["VmRSS"] / 1024, 1),
         "gateway_rss_peak_mb": round(rss_live["VmHWM"] / 1024, 1),
@@ -208,27 +254,50 @@ async def _round(
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    return round(values[max(0, int(len(values) * q) - 1)], 1) if values else None
+    if not values:
+        return None
+    if q == 0.5:
+        return round(statistics.median(values), 1)
+    return round(values[max(0, int(len(values) * q) - 1)], 1)
 
 
 async def _wait_streams(api: httpx.AsyncClient, sessions: list[str]) -> None:
+    """Until every session's stream exists (the projector has written its first event)."""
     async with asyncio.timeout(60):
         for s in sessions:
             while True:
-                async with aconnect_sse(api, "GET", f"/api/v1/sessions/{s}/stream") as src:
-                    if src.response.status_code == 200:
+                async with api.stream("GET", f"/api/v1/sessions/{s}/stream") as response:
+                    if response.status_code == 200:
                         break
                 await asyncio.sleep(0.2)
 
 
+def _start_projector(stack: LocalStack) -> None:
+    """A projector-only process next to the stack's gateway (stopped with the stack)."""
+    port = free_port()
+    stack._spawn("gateway", port, ["projector"])
+    deadline = time.monotonic() + 120
+    with httpx.Client(timeout=3) as client:
+        while time.monotonic() < deadline:
+            try:
+                if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+    raise RuntimeError("projector process not ready in time")
+
+
 async def run(args: Any) -> dict[str, Any]:
     home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
-    config = StackConfig(
-        log_dir=home / "logs" / "bench-sse",
-        extra_env={"WEFT_RATE_LIMIT_PER_MINUTE": "0", "WEFT_LOG_LEVEL": "WARNING"},
-    )
+    env = {"WEFT_RATE_LIMIT_PER_MINUTE": "0", "WEFT_LOG_LEVEL": "WARNING"}
+    if args.projector == "separate":
+        env["WEFT_PROJECTOR"] = "off"
+    config = StackConfig(log_dir=home / "logs" / "bench-sse", extra_env=env)
     rounds = []
     with LocalStack(config) as stack:
+        if args.projector == "separate":
+            _start_projector(stack)
         headers = {"Authorization": f"Bearer {stack.api_key}"}
         async with httpx.AsyncClient(
             base_url=stack.gateway_url, headers=headers, timeout=60
@@ -245,6 +314,8 @@ async def run(args: Any) -> dict[str, Any]:
     return {
         "bench": "sse_fanout",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "load_generation": f"{args.client_procs} client processes of raw-asyncio SSE "
+        "connections (bench/sse_clients.py) on the same machine as the gateway",
         "rounds": rounds,
     }
 
@@ -255,16 +326,24 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--rate", type=float, default=4.0, help="events per session per second")
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--client-procs", type=int, default=4)
+    parser.add_argument("--projector", choices=["embedded", "separate"], default="embedded")
+    parser.add_argument("--out", default="sse_fanout.json", help="file name in bench/results")
     args = parser.parse_args()
     result = asyncio.run(run(args))
-    out = REPO / "bench" / "results" / "sse_fanout.json"
+    out = REPO / "bench" / "results" / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     for r in result["rounds"]:
         print(
-            f"{r['clients']:>5} clients: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
-            f"{r['deliveries']} deliveries, gateway RSS {r['gateway_rss_live_mb']} MB "
-            f"(peak {r['gateway_rss_peak_mb']} MB), errors {r['client_errors']}"
+            f"{r['clients']:>5} clients: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms "
+            f"(Kafka alone p99 {r['kafka_probe_p99_ms']}, "
+            f"Kafka->Redis p99 {r['produced_to_redis_p99_ms']}, Redis->client p99 "
+            f"{r['redis_to_client_p99_ms']}), {r['deliveries']}/{r['expected_deliveries']} "
+            f"deliveries, gateway {r['gateway_cpu_cores_live']} cores "
+            f"({r['gateway_cpu_us_per_delivery']} us CPU per delivery), RSS "
+            f"{r['gateway_rss_live_mb']} MB (peak {r['gateway_rss_peak_mb']} MB), load "
+            f"{r['load_avg_1m_before_after']}, errors {r['client_errors']}"
         )
     print(f"wrote {out}")
 

@@ -131,6 +131,37 @@ async def test_idle_follow_yields_none(redis: Redis) -> None:
     await fanout.aclose()
 
 
+async def test_heartbeats_come_from_the_shared_timer_while_the_turn_is_silent(
+    redis: Redis,
+) -> None:
+    """Heartbeats (SPEC C-05) without a timer per client: the fan-out's one timer hands
+    them out, and the turn's events still arrive after them, in order."""
+    from weft_gateway.fanout import HEARTBEAT
+
+    fanout = StreamFanout(redis, block_ms=50, tick_s=0.05)
+    tenant = _tenant()
+    key = stream_key(tenant, "s")
+    start = await _append(redis, key, "r1", 1, "turn_started")
+    got: list[object] = []
+    two_heartbeats = asyncio.Event()
+
+    async def watch() -> None:
+        async for item in fanout.follow(
+            tenant, "s", start, request_id="r1", idle_timeout_s=10, heartbeat_s=0.2
+        ):
+            got.append(item if item is HEARTBEAT else getattr(item, "type", item))
+            if got.count(HEARTBEAT) == 2:
+                two_heartbeats.set()
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.wait_for(two_heartbeats.wait(), 10)
+    await _append(redis, key, "r1", 2, "thought")
+    await _append(redis, key, "r1", 3, "complete")
+    await asyncio.wait_for(watcher, 10)
+    assert got[-2:] == ["thought", "complete"] and None not in got
+    await fanout.aclose()
+
+
 async def test_latest_turn_start_pages_back_to_the_newest_turn(redis: Redis) -> None:
     from weft_gateway.streams import SessionStreams
 

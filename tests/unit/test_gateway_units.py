@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from fastapi import HTTPException
@@ -16,7 +18,8 @@ from weft_gateway.api import (
     pick_agent_id,
 )
 from weft_gateway.auth import ApiKeyAuth
-from weft_gateway.sse import synthetic_failure, to_sse, weknora_event
+from weft_gateway.sse import frame, synthetic_failure, to_sse, weknora_event
+from weft_gateway.sse_response import FrameStreamResponse
 from weft_gateway.streams import StreamEntry, parse_position
 
 
@@ -160,3 +163,84 @@ async def test_api_key_lookups_are_shared_and_cached() -> None:
     with pytest.raises(HTTPException) as err:
         await auth(_Req(""))  # type: ignore[arg-type]
     assert err.value.status_code == 401
+
+
+def test_frame_is_encoded_once_and_shared() -> None:  # SPEC C-05
+    raw = json.dumps(_envelope("thought", {"delta": "hi"}), separators=(",", ":"))
+    entry = StreamEntry(entry_id="7-0", type="thought", request_id="r", event_json=raw)
+    first = frame(entry, "native")
+    assert first == f"id: 7-0\r\nevent: thought\r\ndata: {raw}\r\n\r\n".encode()
+    assert frame(entry, "native") is first  # every client of the session gets these bytes
+    weknora = frame(entry, "weknora")
+    assert weknora is not None and weknora.startswith(b"id: 7-0\r\nevent: message\r\n")
+    assert frame(entry, "weknora") is weknora
+    assert frame(StreamEntry(entry_id="8-0", type="turn_started", request_id="r",
+                             event_json=json.dumps(_envelope("turn_started", {}))),
+                 "weknora") is None  # fmt: skip
+
+
+async def test_stuck_client_is_dropped_after_send_timeout_and_its_stream_closed() -> None:
+    """A client that stops reading (send never completes) ends its own response after
+    ``send_timeout_s`` and releases its subscription (invariant 6)."""
+    closed = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield b"data: x\r\n\r\n"
+        finally:
+            closed.set()
+
+    sends: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sends.append(message)
+        if len(sends) == 3:
+            await asyncio.Event().wait()  # the socket buffer is full from here on
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    response = FrameStreamResponse(frames(), send_timeout_s=0.2)
+    await asyncio.wait_for(response({"type": "http", "method": "GET"}, receive, send), 5)
+    assert closed.is_set()
+    assert len(sends) == 3 and sends[0]["type"] == "http.response.start"
+
+
+async def test_disconnect_ends_the_response_and_closes_the_stream() -> None:
+    closed = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                await asyncio.sleep(0.01)
+                yield b": ping\r\n\r\n"
+        finally:
+            closed.set()
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.1)
+        return {"type": "http.disconnect"}
+
+    response = FrameStreamResponse(frames(), send_timeout_s=5)
+    await asyncio.wait_for(response({"type": "http", "method": "GET"}, receive, send), 5)
+    assert closed.is_set()
+
+
+def test_openapi_documents_the_sse_routes_as_event_streams() -> None:
+    """/openapi.json is published (issue 6) and names text/event-stream for the chat and
+    stream routes; building it must not fail on the SSE response class."""
+    from weft_gateway.app import create_app
+
+    document = create_app().openapi()
+    for path, method in (
+        ("/api/v1/sessions/{session_id}/stream", "get"),
+        ("/api/v1/agent-chat/{session_id}", "post"),
+        ("/api/v1/knowledge-chat/{session_id}", "post"),
+    ):
+        ok = document["paths"][path][method]["responses"]["200"]
+        assert "text/event-stream" in ok["content"]

@@ -5,6 +5,8 @@ STYLE principle 4 for infrastructure errors: an undecodable record is dead-lette
 once with the reason; a handler that raises is retried ``consumer_attempts`` times, then
 dead-lettered; the consumer itself never stops. Offsets are committed after the handler
 returns (``AckPolicy.ACK``), so a crash hands the record back to Kafka.
+:meth:`EventBus.consume_batch` is the same contract for a whole fetch at a time: one
+handler call and one commit per batch, for consumers whose cost is per round trip.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from weft_platform.settings import ServiceSettings
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Any], Awaitable[None]]
+BatchHandler = Callable[[list[Any]], Awaitable[None]]
 
 
 def create_broker(settings: ServiceSettings) -> KafkaBroker:
@@ -100,6 +103,76 @@ class EventBus:
             auto_offset_reset="earliest",
             decoder=_raw_body,
         )(on_record)
+
+    def consume_batch(
+        self,
+        topic: Topic,
+        group_id: str,
+        handler: BatchHandler,
+        *,
+        max_records: int = 500,
+        wait_ms: int = 100,
+    ) -> None:
+        """Register ``handler`` for batches of decoded messages of ``topic``, in record order.
+
+        One fetch from Kafka (up to ``max_records``; ``wait_ms`` is only waited when nothing
+        is buffered) becomes one handler call with every decodable record, in partition
+        order. Undecodable records are dead-lettered one by one with the reason, as
+        :meth:`consume` does, once the handler has succeeded. The batch's offsets are
+        committed once, after that. A handler that still fails after ``consumer_attempts``
+        tries hands the whole batch back to Kafka (each partition rewound to its first
+        record of the batch) to be delivered again, so nothing is committed that was not
+        handled: the handler must be idempotent. There is no id-based dedupe here; batch
+        handlers de-duplicate themselves (invariant 3).
+        """
+        adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
+
+        async def on_batch(bodies: list[bytes], message: KafkaMessage) -> None:
+            records: tuple[Any, ...] = message.raw_message
+            decoded: list[Any] = []
+            undecodable: list[tuple[Any, bytes, ValidationError]] = []
+            for record, body in zip(records, bodies, strict=True):
+                try:
+                    decoded.append(adapter.validate_json(body))
+                except ValidationError as invalid:
+                    undecodable.append((record, body, invalid))
+            if decoded:
+                await self._handle_batch(topic, decoded, handler)
+            for record, body, error in undecodable:
+                await self._dead_letter(topic, group_id, record, body, error, "undecodable")
+
+        self.broker.subscriber(
+            self.topic_name(topic),
+            batch=True,
+            max_records=max_records,
+            batch_timeout_ms=wait_ms,
+            group_id=self._settings.topic_prefix + group_id,
+            ack_policy=AckPolicy.NACK_ON_ERROR,
+            auto_offset_reset="earliest",
+            decoder=_raw_body,
+        )(on_batch)
+
+    async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> None:
+        attempts = self._settings.consumer_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                await handler(decoded)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning(
+                    "batch_handler_failed",
+                    topic=topic.value,
+                    size=len(decoded),
+                    first_id=decoded[0].id,
+                    attempt=attempt,
+                    error=repr(exc),
+                    exc_info=attempt == attempts,
+                )
+                await asyncio.sleep(self._settings.consumer_retry_backoff_s * attempt)
+                if attempt == attempts:
+                    raise  # nack: the batch is delivered again, nothing is committed
 
     async def _handle(
         self,

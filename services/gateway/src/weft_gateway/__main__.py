@@ -1,13 +1,16 @@
-"""``python -m weft_gateway``."""
+"""``python -m weft_gateway`` (public API, SSE and, unless ``WEFT_PROJECTOR=off``, the
+projector) or ``python -m weft_gateway projector`` (the projector alone)."""
+
+import sys
 
 from weft_platform.app import run_service
 
-from weft_gateway.app import create_app
+from weft_gateway.app import create_app, create_projector_app
 
 
 def main() -> None:
-    """Run the service."""
-    app = create_app()
+    """Run the service, or its projector alone with the ``projector`` argument."""
+    app = create_projector_app() if sys.argv[1:] == ["projector"] else create_app()
     run_service(app, app.state.runtime)
 
 

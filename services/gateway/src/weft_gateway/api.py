@@ -11,7 +11,6 @@ from fastapi import HTTPException
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from ulid import ULID
 from weft_contracts import (
     AgentConfig,
@@ -30,11 +29,12 @@ from weft_storage.knowledge import KnowledgeStore
 
 from weft_gateway.auth import Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
-from weft_gateway.fanout import SlowClient, StreamFanout
+from weft_gateway.fanout import HEARTBEAT, SlowClient, StreamFanout
 from weft_gateway.limits import TenantLimits
 from weft_gateway.settings import GatewaySettings
-from weft_gateway.sse import StreamFormat, synthetic_failure, to_sse
-from weft_gateway.streams import SessionStreams, active_turn_key
+from weft_gateway.sse import HEARTBEAT_FRAME, StreamFormat, frame, synthetic_failure
+from weft_gateway.sse_response import FrameStreamResponse
+from weft_gateway.streams import SessionStreams, StreamEntry, active_turn_key
 
 AGENT_REQUIRED = "agent_id is required when agent mode is enabled"
 QUICK_ANSWER_AGENT = "builtin-quick-answer"
@@ -122,7 +122,7 @@ class Gateway:
         *,
         agent_enabled: bool,
         fmt: StreamFormat = "native",
-    ) -> EventSourceResponse:
+    ) -> FrameStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         session = await self.memory.get_session(who.tenant_id, session_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.get("agent_id"))
@@ -167,7 +167,7 @@ class Gateway:
         session_id: str,
         last_event_id: str | None,
         fmt: StreamFormat = "native",
-    ) -> EventSourceResponse:
+    ) -> FrameStreamResponse:
         """Rejoin the newest turn: after ``Last-Event-ID``, or from the turn's start.
 
         The stream key contains the tenant, so finding it proves the session is the
@@ -228,13 +228,10 @@ class Gateway:
             )
 
     def _response(
-        self, events: AsyncIterator[ServerSentEvent], headers: dict[str, str]
-    ) -> EventSourceResponse:
-        return EventSourceResponse(
-            events,
-            ping=self.settings.sse_ping_s,
-            send_timeout=self.settings.sse_send_timeout_s,
-            headers=headers,
+        self, frames: AsyncIterator[bytes], headers: dict[str, str]
+    ) -> FrameStreamResponse:
+        return FrameStreamResponse(
+            frames, send_timeout_s=self.settings.sse_send_timeout_s, headers=headers
         )
 
     async def _sse(
@@ -244,24 +241,40 @@ class Gateway:
         after: str,
         request_id: str | None,
         fmt: StreamFormat,
-    ) -> AsyncIterator[ServerSentEvent]:
+    ) -> AsyncIterator[bytes]:
+        """The encoded frames of one client: shared per-event frames from the fan-out,
+        heartbeats, and the synthetic ``error`` + ``complete`` when the gateway itself
+        must end the stream."""
         position, turn = after, request_id
         timeout = self.settings.turn_idle_timeout_s
-        entries = self.fanout.follow(
-            tenant_id, session_id, after, request_id=request_id, idle_timeout_s=timeout
+        chunks = self.fanout.follow_chunks(
+            tenant_id,
+            session_id,
+            after,
+            request_id=request_id,
+            idle_timeout_s=timeout,
+            heartbeat_s=self.settings.sse_ping_s,
         )
+        idle = False
         try:
-            async with aclosing(entries):  # unsubscribe at once, also on disconnect
-                async for entry in entries:
-                    if entry is None:
-                        code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
-                        break
-                    position, turn = entry.entry_id, entry.request_id
-                    projected = to_sse(entry, fmt)
-                    if projected is not None:
-                        yield projected
-                else:
-                    return
+            async with aclosing(chunks):  # unsubscribe at once, also on disconnect
+                async for chunk in chunks:
+                    frames: list[bytes] = []
+                    for entry in chunk:
+                        if entry is None:
+                            idle = True
+                        elif entry is HEARTBEAT:
+                            frames.append(HEARTBEAT_FRAME)
+                        elif isinstance(entry, StreamEntry):
+                            position, turn = entry.entry_id, entry.request_id
+                            encoded = frame(entry, fmt)
+                            if encoded is not None:
+                                frames.append(encoded)
+                    if frames:
+                        yield b"".join(frames)  # one write for all a client has pending
+            if not idle:
+                return
+            code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
         except SlowClient:
             return  # the client reconnects with Last-Event-ID; others were not held up
         except RedisError:
@@ -275,4 +288,4 @@ class Gateway:
             message=message,
             fmt=fmt,
         ):
-            yield event
+            yield event.encode()

@@ -6,6 +6,7 @@ from fastapi import FastAPI
 from redis.asyncio import BlockingConnectionPool, Redis
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.bus import EventBus
 from weft_platform.runtime import create_runtime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
@@ -23,6 +24,41 @@ from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
 
 PROJECTOR_GROUP = "weft-gateway-projector"
+
+
+def register_projector(
+    bus: EventBus, s: GatewaySettings, streams: SessionStreams, limits: TenantLimits
+) -> None:
+    """Subscribe the projector group to ``agent.events`` in batches: one Redis pipeline
+    and one offset commit per Kafka fetch; it de-duplicates exactly by (turn, seq)."""
+    projector = StreamProjector(streams, limits)
+    bus.consume_batch(
+        Topic.AGENT_EVENTS,
+        PROJECTOR_GROUP,
+        projector.handle_batch,
+        max_records=s.projector_batch_max,
+    )
+
+
+def create_projector_app(settings: GatewaySettings | None = None) -> FastAPI:
+    """A projector-only process (``python -m weft_gateway projector``): health routes and
+    the projector group, no public API, so projection never waits behind SSE writes.
+    Scale it like any consumer group (replicas up to the partition count); run the
+    gateways with ``WEFT_PROJECTOR=off``."""
+    s = settings or GatewaySettings(service_name="gateway-projector")
+    runtime = create_runtime(s)
+    init_logging(runtime)
+    streams = SessionStreams(
+        runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+    )
+    limits = TenantLimits(
+        runtime.redis,
+        requests_per_minute=s.rate_limit_per_minute,
+        concurrent_turns=s.max_concurrent_turns,
+        turn_ttl_s=s.turn_slot_ttl_s,
+    )
+    register_projector(runtime.bus, s, streams, limits)
+    return create_service_app(runtime, title="Weft gateway projector")
 
 
 def create_app(settings: GatewaySettings | None = None) -> FastAPI:
@@ -59,9 +95,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         limits=limits,
         knowledge=knowledge,
     )
-    # The projector does its own exact de-duplication by (turn, seq).
-    projector = StreamProjector(streams, limits)
-    runtime.bus.consume(Topic.AGENT_EVENTS, PROJECTOR_GROUP, projector.handle, dedupe=False)
+    if s.projector == "embedded":
+        register_projector(runtime.bus, s, streams, limits)
 
     async def register_dev_key() -> None:
         if s.dev_api_key:

@@ -1,11 +1,17 @@
-"""StreamFanout: one Redis reader per watched session, shared by every SSE client of it.
+"""StreamFanout: one Redis reader per gateway process, shared by every SSE client.
 
 Thousands of SSE clients on one gateway process must not mean thousands of blocking
-``XREAD`` connections to Redis: one reader task per process follows every watched session
-stream with a single multi-stream ``XREAD`` and copies new entries into one bounded queue
-per subscriber. A subscriber
-whose queue is full is a slow client: it is dropped (its queue closed) and nobody else
-waits for it (ARCHITECTURE invariant 6). A dropped client can reconnect with
+``XREAD`` connections to Redis, nor thousands of timers: one task per process
+
+* follows every watched session stream with a single multi-stream ``XREAD`` (blocking at
+  most ``block_ms``, well under redis-py's 5 s socket timeout) and puts each new entry,
+  one shared :class:`StreamEntry` object, into one bounded queue per subscriber;
+* every ``tick_s`` hands out the timer events: a heartbeat to a subscriber that was sent
+  nothing for its heartbeat interval, the idle signal to one whose session has been
+  silent for its idle timeout, and the end of every stream when the server shuts down.
+
+A subscriber whose queue is full is a slow client: it is dropped (its queue closed) and
+nobody else waits for it (ARCHITECTURE invariant 6). A dropped client can reconnect with
 ``Last-Event-ID`` and lose nothing.
 
 A subscriber first registers its queue, then reads the backlog after its position with
@@ -17,13 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from sse_starlette.sse import AppStatus
 
 from weft_gateway.streams import TERMINAL, StreamEntry, parse_position, stream_entry, stream_key
 
@@ -34,10 +44,31 @@ class SlowClient(Exception):
     """The subscriber fell ``queue_size`` events behind and was dropped."""
 
 
+class Signal(Enum):
+    """What the fan-out's timer puts in a subscriber's queue besides entries."""
+
+    HEARTBEAT = "heartbeat"
+    IDLE = "idle"
+    DROPPED = "dropped"
+    SHUTDOWN = "shutdown"
+
+
+HEARTBEAT = Signal.HEARTBEAT
+"""Yielded by :meth:`StreamFanout.follow` when a heartbeat is due (only if asked for)."""
+
+Item = StreamEntry | Signal | None
+"""What a subscriber receives: an entry, :data:`HEARTBEAT`, or None (idle: the end)."""
+
+
 @dataclass(eq=False)
 class _Subscriber:
-    queue: asyncio.Queue[StreamEntry | None]
-    dropped: bool = False
+    queue: asyncio.Queue[StreamEntry | Signal]
+    idle_timeout_s: float
+    heartbeat_s: float | None
+    since: float = field(default_factory=time.monotonic)
+    """Start of the current silence: subscription, then the last entry received."""
+    last_sent: float = field(default_factory=time.monotonic)
+    closed: bool = False
 
 
 @dataclass(eq=False)
@@ -47,16 +78,25 @@ class _Watched:
 
 
 class StreamFanout:
-    """Shares one ``XREAD`` loop among all the process's SSE clients."""
+    """Shares one ``XREAD`` loop and one timer among all the process's SSE clients."""
 
-    def __init__(self, redis: Redis, *, queue_size: int = 1000, block_ms: int = 200):
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        queue_size: int = 1000,
+        block_ms: int = 200,
+        tick_s: float = 0.25,
+    ):
         self._redis = redis
         self._queue_size = queue_size
         # A newly watched stream joins the loop at its next XREAD: short blocks keep that
         # join delay small (its backlog is read directly, so nothing is missed).
         self._block_ms = block_ms
+        self._tick_s = tick_s
         self._watched: dict[str, _Watched] = {}
         self._task: asyncio.Task[None] | None = None
+        self._next_tick = 0.0
 
     async def follow(
         self,
@@ -66,49 +106,94 @@ class StreamFanout:
         *,
         request_id: str | None,
         idle_timeout_s: float,
-    ) -> AsyncGenerator[StreamEntry | None, None]:
+        heartbeat_s: float | None = None,
+    ) -> AsyncGenerator[Item, None]:
         """Entries after ``after`` (of one turn when ``request_id`` is given) until that
-        turn's ``complete``; yields None once after ``idle_timeout_s`` without any event.
-        Raises :class:`SlowClient` when this subscriber could not keep up."""
+        turn's ``complete``; yields None once after ``idle_timeout_s`` without any event of
+        the session, and :data:`HEARTBEAT` every ``heartbeat_s`` without anything sent.
+        Ends early, without a terminator, when the server shuts down (the client resumes
+        elsewhere with ``Last-Event-ID``). Raises :class:`SlowClient` when this
+        subscriber could not keep up."""
+        chunks = self.follow_chunks(
+            tenant_id,
+            session_id,
+            after,
+            request_id=request_id,
+            idle_timeout_s=idle_timeout_s,
+            heartbeat_s=heartbeat_s,
+        )
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                for item in chunk:
+                    yield item
+
+    async def follow_chunks(
+        self,
+        tenant_id: str,
+        session_id: str,
+        after: str,
+        *,
+        request_id: str | None,
+        idle_timeout_s: float,
+        heartbeat_s: float | None = None,
+    ) -> AsyncGenerator[list[Item], None]:
+        """:meth:`follow` by chunks: everything queued for this client when it gets to
+        run, so a client that fell behind catches up with one write, not one per event."""
         key = stream_key(tenant_id, session_id)
-        sub = await self._subscribe(key)
+        sub = await self._subscribe(key, idle_timeout_s, heartbeat_s)
         try:
             last = parse_position(after)
             backlog: Any = await self._redis.xrange(key, min=f"({after}", count=10_000)
             pending = [stream_entry(eid.decode(), fields) for eid, fields in backlog]
-            async for entry in self._entries(sub, pending, idle_timeout_s):
-                if entry is None:
-                    yield None
-                    return
-                position = parse_position(entry.entry_id)
-                if position <= last:
-                    continue
-                last = position
-                if request_id and entry.request_id != request_id:
-                    continue
-                yield entry
-                if entry.type == TERMINAL:
-                    return
+            async for items in self._chunks(sub, pending):
+                chunk: list[Item] = []
+                for item in items:
+                    if not isinstance(item, StreamEntry):  # None (idle) or a heartbeat
+                        chunk.append(item)
+                        continue
+                    if item.position <= last:
+                        continue
+                    last = item.position
+                    if not request_id or item.request_id == request_id:
+                        chunk.append(item)
+                        if item.type == TERMINAL:
+                            break
+                if chunk:
+                    yield chunk
+                    if chunk[-1] is None or getattr(chunk[-1], "type", None) == TERMINAL:
+                        return
         finally:
             self._unsubscribe(key, sub)
 
-    async def _entries(
-        self, sub: _Subscriber, pending: list[StreamEntry], idle_timeout_s: float
-    ) -> AsyncIterator[StreamEntry | None]:
-        for entry in pending:
-            yield entry
+    async def _chunks(
+        self, sub: _Subscriber, pending: list[StreamEntry]
+    ) -> AsyncIterator[list[Item]]:
+        if pending:
+            yield list(pending)
         while True:
-            try:
-                live: StreamEntry | None = await asyncio.wait_for(sub.queue.get(), idle_timeout_s)
-            except TimeoutError:
-                yield None
-                return
-            if live is None:
-                raise SlowClient("SSE client too slow: dropped, reconnect with Last-Event-ID")
-            yield live
+            queued = [await sub.queue.get()]
+            while not sub.queue.empty():
+                queued.append(sub.queue.get_nowait())
+            chunk: list[Item] = []
+            for item in queued:
+                if item is Signal.SHUTDOWN:  # the client resumes on another replica
+                    if chunk:
+                        yield chunk
+                    return
+                if item is Signal.IDLE:
+                    yield [*chunk, None]
+                    return
+                if item is Signal.DROPPED:
+                    if chunk:
+                        yield chunk
+                    raise SlowClient("SSE client too slow: dropped, reconnect with Last-Event-ID")
+                chunk.append(item)
+            yield chunk
 
-    async def _subscribe(self, key: str) -> _Subscriber:
-        sub = _Subscriber(asyncio.Queue(self._queue_size))
+    async def _subscribe(
+        self, key: str, idle_timeout_s: float, heartbeat_s: float | None
+    ) -> _Subscriber:
+        sub = _Subscriber(asyncio.Queue(self._queue_size), idle_timeout_s, heartbeat_s)
         watched = self._watched.get(key)
         if watched is None:
             newest: Any = await self._redis.xrevrange(key, count=1)
@@ -137,28 +222,55 @@ class StreamFanout:
             except RedisError:
                 log.warning("fanout_read_failed", streams=len(positions))
                 await asyncio.sleep(0.5)  # subscribers time out if Redis stays away
-                continue
+                batch = None
+            now = time.monotonic()
             for raw_key, entries in batch or []:
                 watched = self._watched.get(raw_key.decode())
                 if watched is None:
                     continue
                 for entry_id, fields in entries:
                     watched.position = entry_id.decode()
-                    self._broadcast(watched, stream_entry(watched.position, fields))
+                    self._broadcast(watched, stream_entry(watched.position, fields), now)
+            if now >= self._next_tick:
+                self._next_tick = now + self._tick_s
+                self._tick(now)
+
+    def _broadcast(self, watched: _Watched, entry: StreamEntry, now: float) -> None:
+        for sub in watched.subscribers:
+            sub.since = sub.last_sent = now
+            self._put(sub, entry)
+
+    def _tick(self, now: float) -> None:
+        """Hand out heartbeats, idle signals and, on server shutdown, the end of streams."""
+        shutdown = AppStatus.should_exit
+        for watched in self._watched.values():
+            for sub in watched.subscribers:
+                if shutdown:
+                    self._close(sub, Signal.SHUTDOWN)
+                elif now - sub.since >= sub.idle_timeout_s:
+                    self._close(sub, Signal.IDLE)
+                elif sub.heartbeat_s is not None and now - sub.last_sent >= sub.heartbeat_s:
+                    sub.last_sent = now
+                    self._put(sub, HEARTBEAT)
+
+    def _put(self, sub: _Subscriber, item: StreamEntry | Signal) -> None:
+        if sub.closed:
+            return
+        try:
+            sub.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self._close(sub, Signal.DROPPED)
 
     @staticmethod
-    def _broadcast(watched: _Watched, entry: StreamEntry) -> None:
-        for sub in list(watched.subscribers):
-            if sub.dropped:
-                continue
-            try:
-                sub.queue.put_nowait(entry)
-            except asyncio.QueueFull:
-                sub.dropped = True
-                # Make room for the drop signal: the client is gone either way.
-                with contextlib.suppress(asyncio.QueueEmpty):
-                    sub.queue.get_nowait()
-                sub.queue.put_nowait(None)
+    def _close(sub: _Subscriber, signal: Signal) -> None:
+        """End a subscriber's stream with ``signal``; nothing more is queued for it."""
+        if sub.closed:
+            return
+        sub.closed = True
+        if sub.queue.full():  # make room: the client is being ended either way
+            with contextlib.suppress(asyncio.QueueEmpty):
+                sub.queue.get_nowait()
+        sub.queue.put_nowait(signal)
 
     async def aclose(self) -> None:
         """Stop the reader task."""

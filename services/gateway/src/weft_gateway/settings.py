@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from weft_platform.settings import ServiceSettings
 
@@ -38,6 +40,14 @@ class GatewaySettings(ServiceSettings):
     max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1024, description="413 above this.")
     auth_cache_s: float = Field(
         default=30.0, ge=0, description="API key lookups cached this long (revocation delay)."
+    )
+    projector: Literal["embedded", "off"] = Field(
+        default="embedded",
+        description="embedded: this process also projects agent.events into Redis; off: a "
+        "separate `python -m weft_gateway projector` process does.",
+    )
+    projector_batch_max: int = Field(
+        default=500, ge=1, le=10_000, description="Kafka records per projector batch."
     )
     redis_max_connections: int = Field(default=200, ge=10, description="Gateway Redis pool.")
     redis_wait_s: float = Field(default=30.0, gt=0, description="Wait for a pooled connection.")

@@ -29,6 +29,21 @@ _WEKNORA_TYPES = {
 """Our event type -> the reference system's ``response_type``; others are not projected."""
 
 
+HEARTBEAT_FRAME = b": ping\r\n\r\n"
+"""A comment line: keeps proxies from closing an idle stream, ignored by clients."""
+
+
+def frame(entry: StreamEntry, fmt: StreamFormat = "native") -> bytes | None:
+    """The encoded SSE frame of ``entry`` in ``fmt``, built once per entry and format and
+    then shared by every client watching the session."""
+    try:
+        return entry.frames[fmt]
+    except KeyError:
+        event = to_sse(entry, fmt)
+        encoded = entry.frames[fmt] = event.encode() if event is not None else None
+        return encoded
+
+
 def to_sse(entry: StreamEntry, fmt: StreamFormat = "native") -> ServerSentEvent | None:
     """The SSE of one stored entry, or None when the format has no counterpart for it."""
     if fmt == "weknora":

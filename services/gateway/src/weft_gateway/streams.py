@@ -8,7 +8,8 @@ SSE ``id``, a stable position any gateway replica can resume from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -36,12 +37,24 @@ def stream_key(tenant_id: str, session_id: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class StreamEntry:
-    """One event as stored: its stream position, type, turn and JSON."""
+    """One event as stored: its stream position, type, turn and JSON.
+
+    The fan-out shares one instance among every client of the session, so what is
+    derived from it (the comparable position, the encoded SSE frame of each format) is
+    computed once per event, not once per client."""
 
     entry_id: str
     type: str
     request_id: str
     event_json: str
+    position: tuple[int, int] = field(init=False, compare=False, repr=False)
+    frames: dict[str, bytes | None] = field(
+        init=False, compare=False, repr=False, default_factory=dict
+    )
+    """Encoded SSE frames by format (None: the format has no counterpart), filled lazily."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "position", parse_position(self.entry_id))
 
 
 class SessionStreams:
@@ -56,18 +69,31 @@ class SessionStreams:
     async def append(self, event: Any) -> bool:
         """Write ``event`` unless its turn already has this ``seq``; True when written."""
         key = stream_key(event.tenant_id, event.session_id)
-        written = await self._append(
-            keys=[key, key + ":seq"],
-            args=[
-                event.request_id,
-                event.seq,
-                event.type,
-                event.model_dump_json(),
-                self._max_len,
-                self._retention,
-            ],
-        )
+        written = await self._append(keys=[key, key + ":seq"], args=self._args(event))
         return bool(written)
+
+    async def append_many(self, events: Sequence[Any]) -> list[bool]:
+        """Write ``events`` in order in one round trip (a non-transactional pipeline of the
+        same de-duplicating script), so each session's events keep their order; one flag
+        per event, True when written, False for a (turn, seq) already there."""
+        if not events:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for event in events:
+                key = stream_key(event.tenant_id, event.session_id)
+                await self._append(keys=[key, key + ":seq"], args=self._args(event), client=pipe)
+            results = await pipe.execute()
+        return [bool(r) for r in results]
+
+    def _args(self, event: Any) -> list[Any]:
+        return [
+            event.request_id,
+            event.seq,
+            event.type,
+            event.model_dump_json(),
+            self._max_len,
+            self._retention,
+        ]
 
     async def last_position(self, tenant_id: str, session_id: str) -> str:
         """The id of the newest entry, or ``0-0`` for an empty stream."""

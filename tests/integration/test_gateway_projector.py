@@ -1,0 +1,167 @@
+"""The gateway's batch projector on the real Kafka and Redis (EventBus.consume_batch).
+
+A fetch of agent events becomes one Redis pipeline and one offset commit; a record that
+cannot be decoded is dead-lettered alone while the others are projected in order; a
+batch handed back to Kafka (failure after the Redis write, before the commit) is written
+again without duplicating any event (ARCHITECTURE invariants 1 and 3, SPEC C-05)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from weft_contracts import (
+    CompleteData,
+    CompleteEvent,
+    ThoughtData,
+    ThoughtEvent,
+    Topic,
+    TurnStartedData,
+    TurnStartedEvent,
+    TurnStatus,
+)
+from weft_contracts.envelope import Envelope
+from weft_gateway.limits import TenantLimits, turns_key
+from weft_gateway.projector import StreamProjector
+from weft_gateway.streams import SessionStreams, stream_key
+from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.settings import ServiceSettings
+from weft_platform.topics import ensure_topics
+
+GARBAGE = b'{"type": "thought", "seq": "not a number"'
+
+
+@pytest.fixture
+async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
+    prefix = f"it{secrets.token_hex(4)}."
+    await ensure_topics(
+        infra["WEFT_KAFKA_BOOTSTRAP"], {"WEFT_TOPIC_PARTITIONS": "2"}, prefix=prefix
+    )
+    settings = ServiceSettings(
+        service_name="projector-test",
+        kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
+        redis_url=infra["WEFT_REDIS_URL"],
+        database_url=infra["WEFT_DATABASE_URL"],
+        topic_prefix=prefix,
+        consumer_attempts=1,
+        consumer_retry_backoff_s=0.01,
+    )
+    rt = create_runtime(settings)
+    yield rt
+    await rt.broker.stop()
+    await rt.redis.aclose()
+    await rt.db.dispose()
+
+
+def _turn(tenant: str) -> list[Envelope]:
+    ids = {"tenant_id": tenant, "session_id": "s1", "request_id": "r1"}
+    started = TurnStartedData(query="q", user_id="u", agent_id="a")
+    return [
+        TurnStartedEvent(**ids, seq=1, data=started),
+        *(ThoughtEvent(**ids, seq=s, data=ThoughtData(round=0, delta=f"d{s}")) for s in (2, 3, 4)),
+        CompleteEvent(**ids, seq=5, data=CompleteData(status=TurnStatus.COMPLETED)),
+    ]
+
+
+async def _publish_raw(rt: ServiceRuntime, records: Sequence[bytes], key: bytes) -> None:
+    """Publish before the consumer starts, so one fetch holds them all."""
+    producer = AIOKafkaProducer(bootstrap_servers=rt.settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        for value in records:
+            await producer.send_and_wait(rt.bus.topic_name(Topic.AGENT_EVENTS), value, key=key)
+    finally:
+        await producer.stop()
+
+
+async def _stream_seqs(rt: ServiceRuntime, tenant: str, count: int) -> list[int]:
+    key = stream_key(tenant, "s1")
+    async with asyncio.timeout(30):
+        while True:
+            entries: Any = await rt.redis.xrange(key)
+            if len(entries) >= count:
+                await asyncio.sleep(0.5)  # a duplicate would land right behind
+                entries = await rt.redis.xrange(key)
+                return [int(fields[b"seq"]) for _, fields in entries]
+            await asyncio.sleep(0.1)
+
+
+async def _dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:
+    consumer = AIOKafkaConsumer(
+        rt.bus.topic_name(Topic.DLQ),
+        bootstrap_servers=rt.settings.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        group_id=f"dlq-{secrets.token_hex(4)}",
+    )
+    await consumer.start()
+    letters: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout(30):
+            while len(letters) < count:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    letters.extend(json.loads(r.value) for r in records)
+    finally:
+        await consumer.stop()
+    return letters
+
+
+async def test_garbage_in_a_batch_is_dead_lettered_and_the_rest_projected_in_order(
+    runtime: ServiceRuntime,
+) -> None:
+    tenant = f"t-{secrets.token_hex(6)}"
+    events = _turn(tenant)
+    bodies = [e.model_dump_json().encode() for e in events]
+    await _publish_raw(runtime, [*bodies[:2], GARBAGE, *bodies[2:]], key=b"s1")
+    limits = TenantLimits(runtime.redis, requests_per_minute=0, concurrent_turns=5, turn_ttl_s=60)
+    await limits.admit_turn(tenant, "r1")
+    projector = StreamProjector(
+        SessionStreams(runtime.redis, max_len=1000, retention_s=120), limits
+    )
+    batch_sizes: list[int] = []
+
+    async def handle(batch: list[Any]) -> None:
+        batch_sizes.append(len(batch))
+        await projector.handle_batch(batch)
+
+    runtime.bus.consume_batch(Topic.AGENT_EVENTS, "projector", handle)
+    await runtime.broker.start()
+
+    assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
+    assert sum(batch_sizes) == 5 and len(batch_sizes) < 5  # batched, each event once
+    [letter] = await _dead_letters(runtime, 1)
+    assert letter["data"]["reason"].startswith("undecodable:")
+    assert letter["data"]["raw"] == GARBAGE.decode()
+    assert letter["data"]["key"] == "s1"
+    assert await runtime.redis.zscore(turns_key(tenant), "r1") is None  # complete freed it
+
+
+async def test_batch_handed_back_after_the_redis_write_is_not_duplicated(
+    runtime: ServiceRuntime,
+) -> None:
+    tenant = f"t-{secrets.token_hex(6)}"
+    events = _turn(tenant)
+    await _publish_raw(runtime, [e.model_dump_json().encode() for e in events], key=b"s1")
+    projector = StreamProjector(SessionStreams(runtime.redis, max_len=1000, retention_s=120))
+    calls: list[list[str]] = []
+    redelivered = asyncio.Event()
+
+    async def crash_after_first_write(batch: list[Any]) -> None:
+        calls.append([e.id for e in batch])
+        if len(calls) == 2:
+            redelivered.set()
+        await projector.handle_batch(batch)
+        if len(calls) == 1:
+            raise ConnectionError("lost before the commit")
+
+    runtime.bus.consume_batch(Topic.AGENT_EVENTS, "projector", crash_after_first_write)
+    await runtime.broker.start()
+
+    assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
+    await asyncio.wait_for(redelivered.wait(), 30)
+    assert calls[1][0] == calls[0][0]  # Kafka delivered the uncommitted batch again
+    assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
