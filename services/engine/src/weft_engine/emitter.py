@@ -21,6 +21,7 @@ class EventEmitter:
         self._bus = bus
         self._redis = redis
         self._ttl = ttl_s
+        self._streaming: set[str] = set()
 
     async def emit(
         self, event_type: Callable[..., Envelope], ids: dict[str, Any], data: Any
@@ -50,12 +51,22 @@ class EventEmitter:
         return bool(await self._redis.exists(f"weft:turn:{request_id}:completed"))
 
     async def mark_streaming(self, request_id: str, on: bool) -> None:
-        """Remember that an LLM answer is half-streamed: a takeover must not replay it."""
+        """Remember that an LLM answer is half-streamed: a takeover must not replay it.
+
+        Clearing costs a Redis round trip only when this replica set the flag: most rounds
+        stream no visible text before their tool calls (hot path of issue 3)."""
         key = f"weft:turn:{request_id}:streaming"
         if on:
+            self._streaming.add(request_id)
             await self._redis.set(key, 1, ex=self._ttl)
-        else:
+        elif request_id in self._streaming:
             await self._redis.delete(key)
+            self._streaming.discard(request_id)
+
+    async def clear_streaming(self, request_id: str) -> None:
+        """Drop the flag whoever set it (the turn ends)."""
+        self._streaming.discard(request_id)
+        await self._redis.delete(f"weft:turn:{request_id}:streaming")
 
     async def streaming(self, request_id: str) -> bool:
         """Whether a replica died with an answer half-streamed."""

@@ -101,7 +101,7 @@ class Finisher:
         """Drop the turn's state, free its session, start the next queued request."""
         await self._store.delete(state.request_id)
         await self._leases.clear_deadline(state.request_id)
-        await self._emitter.mark_streaming(state.request_id, False)
+        await self._emitter.clear_streaming(state.request_id)
         await self._sessions.release(state.tenant_id, state.session_id, state.request_id)
         queued = await self._sessions.next_queued(state.tenant_id, state.session_id)
         if queued is not None and self.start_queued is not None:

@@ -21,6 +21,7 @@ from weft_contracts import (
     ToolCallCompletedData,
     ToolCallData,
     ToolCallEvent,
+    ToolCallRequested,
     Topic,
 )
 from weft_llm import ChatModel, LLMCallError, LLMResponse, ToolCallRequest
@@ -86,11 +87,11 @@ class TurnLoop:
 
     async def run_step(self, request_id: str, takeover: bool) -> None:
         """Advance the turn as far as it can go now."""
-        state = await self._store.load(request_id)
+        state, stopped = await self._store.load_flagged(request_id, cancel_key(request_id))
         if state is None:
             return
         try:
-            await self._run(state, takeover)
+            await self._run(state, takeover, stopped)
         except asyncio.CancelledError:
             if not await cancel_requested(self._redis, request_id):
                 raise  # shutdown: the scheduler hands the turn over
@@ -99,9 +100,9 @@ class TurnLoop:
                 task.uncancel()
             await self._stop(request_id)
 
-    async def _run(self, state: TurnState, takeover: bool) -> None:
+    async def _run(self, state: TurnState, takeover: bool, stopped: bool) -> None:
         rid = state.request_id
-        if await cancel_requested(self._redis, rid):
+        if stopped:
             await self._stop(rid)
             return
         if takeover and await self._replica_lost(state):
@@ -131,11 +132,12 @@ class TurnLoop:
             return
         overflow_retried = False
         while True:
-            if await cancel_requested(self._redis, state.request_id):
+            stopped, steers = await self._inbox.poll(state.request_id, cancel_key(state.request_id))
+            if stopped:
                 await self._stop(state.request_id)
                 return
             state = await self._context.fit(state)  # SPEC E-05: context first
-            state = await self._take_steers(state)
+            state = await self._take_steers(state, steers)
             if self._iterations_exhausted(state):  # SPEC E-21
                 await self._synthesize(state, MAX_ITERATIONS_REASON)
                 return
@@ -231,9 +233,8 @@ class TurnLoop:
         limit = state.agent.max_iterations
         return limit >= 0 and state.round >= limit + state.steer_overruns
 
-    async def _take_steers(self, state: TurnState) -> TurnState:
+    async def _take_steers(self, state: TurnState, messages: list[str]) -> TurnState:
         """SPEC E-05: injected messages join the conversation before the LLM call."""
-        messages = await self._inbox.drain(state.request_id)
         if not messages:
             return state
         injected = [{"role": "user", "content": m} for m in messages]
@@ -320,16 +321,15 @@ class TurnLoop:
             if messages:
                 state = await self._saved(state)
                 await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
-                for message in messages:
-                    topic = (
-                        Topic.SANDBOX_CALLS
-                        if message.data.tool_name in SANDBOX_TOOLS
-                        else Topic.TOOL_CALLS
-                    )
-                    await self._bus.publish(topic, message)
+                # Keyed by call id, the calls have no order to keep: one wait for all acks.
+                await asyncio.gather(*(self._bus.publish(_topic(m), m) for m in messages))
                 return None
         await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
         return None
+
+
+def _topic(message: ToolCallRequested) -> Topic:
+    return Topic.SANDBOX_CALLS if message.data.tool_name in SANDBOX_TOOLS else Topic.TOOL_CALLS
 
 
 def _earliest_deadline(state: TurnState) -> float:

@@ -115,6 +115,14 @@ class TurnStore:
         raw = await self._redis.get(self._keys(request_id)[0])
         return TurnState.model_validate_json(raw) if raw else None
 
+    async def load_flagged(self, request_id: str, flag_key: str) -> tuple[TurnState | None, bool]:
+        """The stored state and whether ``flag_key`` exists, in one round trip."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(self._keys(request_id)[0])
+            pipe.exists(flag_key)
+            raw, flag = await pipe.execute()
+        return (TurnState.model_validate_json(raw) if raw else None), bool(flag)
+
     async def save(self, state: TurnState) -> TurnState:
         """Write ``state`` if nobody else did since it was read; return it with the new version."""
         new = state.model_copy(update={"version": state.version + 1})
