@@ -34,6 +34,7 @@ from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, closing_request, final_step
 from weft_engine.leases import TurnLeases
+from weft_engine.masking import masked_arguments
 from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
@@ -42,6 +43,7 @@ from weft_engine.reporting import ResultReporter
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnCounters, TurnState, TurnStore
 from weft_engine.think import ThinkSettings, think
+from weft_engine.tracing import TurnTracer
 
 log = structlog.get_logger(__name__)
 
@@ -71,6 +73,7 @@ class TurnLoop:
         context: ContextManager,
         think_settings: ThinkSettings,
         tool_timeout_s: float,
+        tracer: TurnTracer | None = None,
     ):
         self._bus = bus
         self._redis = redis
@@ -84,6 +87,7 @@ class TurnLoop:
         self._context = context
         self._think = think_settings
         self._tool_timeout = tool_timeout_s
+        self._tracer = tracer or TurnTracer(None)
 
     async def run_step(self, request_id: str, takeover: bool) -> None:
         """Advance the turn as far as it can go now."""
@@ -141,6 +145,7 @@ class TurnLoop:
             if self._iterations_exhausted(state):  # SPEC E-21
                 await self._synthesize(state, MAX_ITERATIONS_REASON)
                 return
+            state = self._tracer.begin_round(state)
             try:
                 response = await self._call_model(state)
             except LLMCallError as exc:  # SPEC E-07
@@ -154,6 +159,7 @@ class TurnLoop:
                 else:
                     await self._finisher.fail(state, "llm_error", str(exc))
                 return
+            state = self._tracer.add_usage(state, response.usage)
             next_state = await self._handle(state, response)
             if next_state is None:
                 return
@@ -216,6 +222,7 @@ class TurnLoop:
                 name="search_knowledge",
                 arguments=json.dumps({"query": current_query(state)}),
             )
+            state = self._tracer.begin_round(state)
             advanced = await self._start_tools(state, LLMResponse(
                 content="", reasoning="", tool_calls=[call], finish_reason="tool_calls"
             ), Dispatch([call]))  # fmt: skip
@@ -251,12 +258,14 @@ class TurnLoop:
 
     async def _synthesize(self, state: TurnState, reason: str) -> None:
         """A last answer from what was gathered, without tools (SPEC E-21, E-07, E-20)."""
+        state = self._tracer.begin_round(state)
         closing = state.model_copy(update={"messages": [*state.messages, closing_request(reason)]})
         try:
             response = await self._call_model(closing, closing=True)
         except LLMCallError as exc:
             await self._finisher.fail(state, "llm_error", str(exc))
             return
+        state = self._tracer.add_usage(state, response.usage)
         text = response.content.strip()
         answer = Answer(text) if text else Answer(reason, is_fallback=True)
         done = state.model_copy(update={"steps": final_step(state, response.reasoning)})
@@ -295,9 +304,12 @@ class TurnLoop:
             }
         )
         for call in pending:
+            shown = masked_arguments(call.tool_name, call.arguments)  # SPEC E-23
+            log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
+                     tool=call.tool_name, arguments=shown)  # fmt: skip
             data = ToolCallData(
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
-                arguments=call.arguments, display_hint=display_hint(call.tool_name),
+                arguments=shown, display_hint=display_hint(call.tool_name),
             )  # fmt: skip
             await self._emitter.emit(ToolCallEvent, state.ids(), data)
         for early in results.values():
@@ -315,6 +327,7 @@ class TurnLoop:
             pending, messages = dispatch_messages(
                 state, [c for c in group if c not in state.results]
             )
+            messages = [self._traced(state, m) for m in messages]
             state = state.model_copy(
                 update={"pending": pending, "dispatched_groups": state.dispatched_groups + 1}
             )
@@ -326,6 +339,13 @@ class TurnLoop:
                 return None
         await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
         return None
+
+    def _traced(self, state: TurnState, message: ToolCallRequested) -> ToolCallRequested:
+        """The call names its tool span as parent, so a worker's spans join the tree."""
+        parent = self._tracer.tool_traceparent(state, message.data.call_id)
+        if parent == message.traceparent:
+            return message
+        return message.model_copy(update={"traceparent": parent})
 
 
 def _topic(message: ToolCallRequested) -> Topic:

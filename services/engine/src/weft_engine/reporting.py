@@ -16,6 +16,7 @@ from weft_contracts import (
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
+from weft_engine.tracing import TurnTracer
 
 CAS_ATTEMPTS = 5
 
@@ -23,9 +24,10 @@ CAS_ATTEMPTS = 5
 class ResultReporter:
     """Records results once (a redelivered result changes nothing) and reports them."""
 
-    def __init__(self, store: TurnStore, emitter: EventEmitter):
+    def __init__(self, store: TurnStore, emitter: EventEmitter, tracer: TurnTracer | None = None):
         self._store = store
         self._emitter = emitter
+        self._tracer = tracer or TurnTracer(None)
 
     async def record(self, result: ToolCallCompleted) -> TurnState | None:
         """Store the result; the saved state, or None when it was late or a duplicate."""
@@ -59,6 +61,7 @@ class ResultReporter:
             duration_ms=result.duration_ms,
         )
         await self._emitter.emit(ToolResultEvent, ids, data)
+        self._tracer.tool_done(state, result)
         refs = [Reference.model_validate(r) for r in result.data.get("references", [])]
         if refs:
             await self._emitter.emit(ReferencesEvent, ids, ReferencesData(references=refs))
