@@ -66,13 +66,20 @@ async def _agent(api: httpx.AsyncClient) -> str:
     return str(response.json()["id"])
 
 
+async def _session(api: httpx.AsyncClient, agent: str) -> str:
+    response = await api.post("/api/v1/sessions", json={"agent_id": agent})
+    if response.status_code != 201:
+        raise RuntimeError(f"session: HTTP {response.status_code} {response.text[:120]}")
+    return str(response.json()["id"])
+
+
 async def _turn(
-    api: httpx.AsyncClient, agent: str, query: str
+    api: httpx.AsyncClient, agent: str, query: str, session_id: str | None = None
 ) -> list[tuple[str, dict[str, Any], float]]:
-    session = (await api.post("/api/v1/sessions", json={"agent_id": agent})).json()
+    session_id = session_id or await _session(api, agent)
     events: list[tuple[str, dict[str, Any], float]] = []
     async with aconnect_sse(
-        api, "POST", f"/api/v1/agent-chat/{session['id']}", json={"query": query}, timeout=600
+        api, "POST", f"/api/v1/agent-chat/{session_id}", json={"query": query}, timeout=900
     ) as source:
         async for sse in source.aiter_sse():
             if sse.event and sse.data:
@@ -128,6 +135,14 @@ def _rss_mb(pids: list[int]) -> float:
     return total / 1024
 
 
+SERVICES = ("engine", "gateway", "memory", "tool_exec", "scripted_llm", "suggestions")
+
+
+def _cpu_by_service(stack: LocalStack) -> dict[str, float]:
+    """CPU seconds used so far by each service's processes (which one is the bottleneck)."""
+    return {name: _cpu_s(stack.pids(name)) for name in SERVICES}
+
+
 async def throughput(
     api: httpx.AsyncClient, stack: LocalStack, agent: str, sessions: int
 ) -> dict[str, Any]:
@@ -139,16 +154,26 @@ async def throughput(
             samples.append(_rss_mb(stack.pids("engine")))
             await asyncio.sleep(0.2)
 
+    # Sessions first (20 at a time): the turns, not a burst of session creations, are measured.
+    gate = asyncio.Semaphore(20)
+
+    async def new_session() -> str:
+        async with gate:
+            return await _session(api, agent)
+
+    session_ids = await asyncio.gather(*(new_session() for _ in range(sessions)))
     sampler = asyncio.create_task(sample())
+    cpu_before = _cpu_by_service(stack)
     started = time.monotonic()
 
     async def one(i: int) -> tuple[float, str]:
         t0 = time.monotonic()
-        events = await _turn(api, agent, f"throughput {i}")
+        events = await _turn(api, agent, f"throughput {i}", session_ids[i])
         return time.monotonic() - t0, events[-1][1]["data"]["status"]
 
     results = await asyncio.gather(*(one(i) for i in range(sessions)), return_exceptions=True)
     wall = time.monotonic() - started
+    cpu_after = _cpu_by_service(stack)
     stop.set()
     await sampler
     ok = [r for r in results if isinstance(r, tuple) and r[1] == "completed"]
@@ -164,6 +189,9 @@ async def throughput(
         if ok
         else {},
         "engine_rss_mb": {"start": round(samples[0], 1), "peak": round(max(samples), 1)},
+        "cpu_s_by_service": {
+            name: round(cpu_after[name] - cpu_before.get(name, 0.0), 1) for name in cpu_after
+        },
         "first_errors": failures,
     }
 
