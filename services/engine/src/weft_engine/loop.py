@@ -95,6 +95,15 @@ class TurnLoop:
         if state is None:
             return
         try:
+            await self._run_or_stop(state, takeover, stopped)
+        except BaseException:
+            self._emitter.drop_unacked(request_id)
+            raise
+        await self._emitter.flush(request_id)  # events the step only queued
+
+    async def _run_or_stop(self, state: TurnState, takeover: bool, stopped: bool) -> None:
+        request_id = state.request_id
+        try:
             await self._run(state, takeover, stopped)
         except asyncio.CancelledError:
             if not await cancel_requested(self._redis, request_id):
@@ -311,9 +320,9 @@ class TurnLoop:
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
                 arguments=shown, display_hint=display_hint(call.tool_name),
             )  # fmt: skip
-            await self._emitter.emit(ToolCallEvent, state.ids(), data)
+            await self._emitter.emit(ToolCallEvent, state.ids(), data, wait=False)
         for early in results.values():
-            await self._reporter.report(state, early)
+            await self._reporter.report(state, early, wait=False)
         return await self._advance_tools(state)
 
     async def _advance_tools(self, state: TurnState) -> TurnState | None:
@@ -336,6 +345,7 @@ class TurnLoop:
                 await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
                 # Keyed by call id, the calls have no order to keep: one wait for all acks.
                 await asyncio.gather(*(self._bus.publish(_topic(m), m) for m in messages))
+                await self._emitter.flush(state.request_id)  # the round's tool_call events
                 return None
         await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
         return None

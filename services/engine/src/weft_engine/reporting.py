@@ -43,12 +43,15 @@ class ResultReporter:
                 saved = await self._store.save(updated)
             except StaleTurnState:
                 continue
-            await self.report(saved, result.data)
+            await self.report(saved, result.data, wait=False)  # the caller flushes
             return saved
         raise StaleTurnState(result.request_id)
 
-    async def report(self, state: TurnState, result: ToolCallCompletedData) -> None:
-        """``tool_result`` (and ``references`` when the tool found sources)."""
+    async def report(
+        self, state: TurnState, result: ToolCallCompletedData, *, wait: bool = True
+    ) -> None:
+        """``tool_result`` (and ``references`` when the tool found sources); with
+        ``wait=False`` only queued (``EventEmitter.flush`` waits for the acks)."""
         ids = state.ids()
         data = ToolResultData(
             round=state.round,
@@ -60,11 +63,12 @@ class ResultReporter:
             display_type=result.display_type,
             duration_ms=result.duration_ms,
         )
-        await self._emitter.emit(ToolResultEvent, ids, data)
+        await self._emitter.emit(ToolResultEvent, ids, data, wait=wait)
         self._tracer.tool_done(state, result)
         refs = [Reference.model_validate(r) for r in result.data.get("references", [])]
         if refs:
-            await self._emitter.emit(ReferencesEvent, ids, ReferencesData(references=refs))
+            refs_data = ReferencesData(references=refs)
+            await self._emitter.emit(ReferencesEvent, ids, refs_data, wait=wait)
 
     async def expire_overdue(self, state: TurnState) -> TurnState:
         """SPEC E-17 backstop: a dispatched call past its deadline gets a timeout result,
@@ -90,5 +94,5 @@ class ResultReporter:
             state.model_copy(update={"results": {**state.results, **timeouts}})
         )
         for result in timeouts.values():
-            await self.report(saved, result)
+            await self.report(saved, result, wait=False)  # the step flushes
         return saved
