@@ -81,6 +81,9 @@ async def _turn(
     async with aconnect_sse(
         api, "POST", f"/api/v1/agent-chat/{session_id}", json={"query": query}, timeout=900
     ) as source:
+        if not source.response.headers.get("content-type", "").startswith("text/event-stream"):
+            body = (await source.response.aread()).decode(errors="replace")
+            raise RuntimeError(f"agent-chat: HTTP {source.response.status_code} {body[:160]}")
         async for sse in source.aiter_sse():
             if sse.event and sse.data:
                 events.append((sse.event, json.loads(sse.data), time.time()))
