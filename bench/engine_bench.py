@@ -1,17 +1,20 @@
 """Engine benchmarks (issue 3): per-round overhead and concurrent-turn throughput.
 
 Starts its own stack (all services as processes, scripted LLM test double with no added
-latency, `rounds` policy: R tool rounds of P parallel `search_knowledge` calls on an empty
-knowledge base, then a short answer) on the real Kafka/PostgreSQL/Redis.
+latency, `rounds` policy: R tool rounds of P parallel calls of the trivial read-only
+`thinking` tool, then a short answer) on the real Kafka/PostgreSQL/Redis. The turns run on
+a custom agent whose only tool is `thinking`, so neither hybrid search nor a single tool
+worker is what gets measured.
 
 - overhead: sequential turns (3 rounds x 1 call). Per round, the time from the engine
   emitting `tool_result` to it emitting the next `tool_call` (engine handling + one
   scripted-LLM HTTP round trip + Kafka), and from the engine emitting the first answer
-  delta to the SSE client receiving it.
+  delta to the SSE client receiving it. Also the engine's CPU time per LLM round, a
+  number that machine load disturbs far less than wall-clock gaps.
 - throughput: N concurrent sessions, each a 3-round turn with 2 parallel calls per round;
-  turns/s, p50/p99 turn latency and the engine's peak RSS.
+  turns/s, p50/p99 turn latency and the engine's RSS sampled every 200 ms.
 
-    .venv/bin/python bench/engine_bench.py --sessions 50 200 500
+    .venv/bin/python bench/engine_bench.py --sessions 50 200 500 --tool-workers 2
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -30,7 +34,14 @@ from httpx_sse import aconnect_sse
 from weft_testkit import LocalStack, StackConfig
 
 REPO = Path(__file__).resolve().parents[1]
-AGENT = "builtin-smart-reasoning"
+TOOL = "thinking"
+TOOL_ARGUMENTS = {
+    "thought": "benchmark step",
+    "next_thought_needed": True,
+    "thought_number": 1,
+    "total_thoughts": 3,
+}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -42,12 +53,37 @@ def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-async def _turn(api: httpx.AsyncClient, query: str) -> list[tuple[str, dict[str, Any], float]]:
-    session = (await api.post("/api/v1/sessions", json={"agent_id": AGENT})).json()
+async def _agent(api: httpx.AsyncClient) -> str:
+    """A custom agent whose only tool is the trivial ``thinking`` tool."""
+    body = {
+        "name": "engine bench",
+        "mode": "smart-reasoning",
+        "allowed_tools": [TOOL],
+        "max_iterations": 10,
+    }
+    response = await api.post("/api/v1/agents", json=body)
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+async def _session(api: httpx.AsyncClient, agent: str) -> str:
+    response = await api.post("/api/v1/sessions", json={"agent_id": agent})
+    if response.status_code != 201:
+        raise RuntimeError(f"session: HTTP {response.status_code} {response.text[:120]}")
+    return str(response.json()["id"])
+
+
+async def _turn(
+    api: httpx.AsyncClient, agent: str, query: str, session_id: str | None = None
+) -> list[tuple[str, dict[str, Any], float]]:
+    session_id = session_id or await _session(api, agent)
     events: list[tuple[str, dict[str, Any], float]] = []
     async with aconnect_sse(
-        api, "POST", f"/api/v1/agent-chat/{session['id']}", json={"query": query}, timeout=600
+        api, "POST", f"/api/v1/agent-chat/{session_id}", json={"query": query}, timeout=900
     ) as source:
+        if not source.response.headers.get("content-type", "").startswith("text/event-stream"):
+            body = (await source.response.aread()).decode(errors="replace")
+            raise RuntimeError(f"agent-chat: HTTP {source.response.status_code} {body[:160]}")
         async for sse in source.aiter_sse():
             if sse.event and sse.data:
                 events.append((sse.event, json.loads(sse.data), time.time()))
@@ -56,20 +92,34 @@ async def _turn(api: httpx.AsyncClient, query: str) -> list[tuple[str, dict[str,
     return events
 
 
-async def overhead(api: httpx.AsyncClient, turns: int) -> dict[str, Any]:
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+async def overhead(
+    api: httpx.AsyncClient, stack: LocalStack, agent: str, turns: int
+) -> dict[str, Any]:
     round_gaps: list[float] = []
     first_token: list[float] = []
-    for i in range(turns + 1):
-        events = await _turn(api, f"overhead {i}")
-        if i == 0:
-            continue  # warm-up
+    await _turn(api, agent, "warm-up")
+    cpu_before = _cpu_s(stack.pids("engine"))
+    for i in range(turns):
+        events = await _turn(api, agent, f"overhead {i}")
         for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events):
             if kind == "tool_result" and next_kind == "tool_call":
                 round_gaps.append((_epoch(next_env["time"]) - _epoch(env["time"])) * 1000)
         answer = next(e for e in events if e[0] == "final_answer")
         first_token.append((answer[2] - _epoch(answer[1]["time"])) * 1000)
+    cpu = _cpu_s(stack.pids("engine")) - cpu_before
+    llm_calls = turns * 4  # 3 tool rounds + the answer
     return {
         "turns": turns,
+        "engine_cpu_ms_per_llm_round": round(cpu * 1000 / llm_calls, 1),
         "tool_result_to_next_tool_call_ms": _summary(round_gaps),
         "first_answer_token_to_sse_client_ms": _summary(first_token),
     }
@@ -88,25 +138,45 @@ def _rss_mb(pids: list[int]) -> float:
     return total / 1024
 
 
-async def throughput(api: httpx.AsyncClient, stack: LocalStack, sessions: int) -> dict[str, Any]:
-    peak = [0.0]
+SERVICES = ("engine", "gateway", "memory", "tool_exec", "scripted_llm", "suggestions")
+
+
+def _cpu_by_service(stack: LocalStack) -> dict[str, float]:
+    """CPU seconds used so far by each service's processes (which one is the bottleneck)."""
+    return {name: _cpu_s(stack.pids(name)) for name in SERVICES}
+
+
+async def throughput(
+    api: httpx.AsyncClient, stack: LocalStack, agent: str, sessions: int
+) -> dict[str, Any]:
+    samples: list[float] = []
     stop = asyncio.Event()
 
     async def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _rss_mb(stack.pids("engine")))
+            samples.append(_rss_mb(stack.pids("engine")))
             await asyncio.sleep(0.2)
 
+    # Sessions first (20 at a time): the turns, not a burst of session creations, are measured.
+    gate = asyncio.Semaphore(20)
+
+    async def new_session() -> str:
+        async with gate:
+            return await _session(api, agent)
+
+    session_ids = await asyncio.gather(*(new_session() for _ in range(sessions)))
     sampler = asyncio.create_task(sample())
+    cpu_before = _cpu_by_service(stack)
     started = time.monotonic()
 
     async def one(i: int) -> tuple[float, str]:
         t0 = time.monotonic()
-        events = await _turn(api, f"throughput {i}")
+        events = await _turn(api, agent, f"throughput {i}", session_ids[i])
         return time.monotonic() - t0, events[-1][1]["data"]["status"]
 
     results = await asyncio.gather(*(one(i) for i in range(sessions)), return_exceptions=True)
     wall = time.monotonic() - started
+    cpu_after = _cpu_by_service(stack)
     stop.set()
     await sampler
     ok = [r for r in results if isinstance(r, tuple) and r[1] == "completed"]
@@ -121,15 +191,19 @@ async def throughput(api: httpx.AsyncClient, stack: LocalStack, sessions: int) -
         "turn_latency_ms": {"p50": _pct(latencies, 0.5), "p99": _pct(latencies, 0.99)}
         if ok
         else {},
-        "engine_peak_rss_mb": round(peak[0], 1),
+        "engine_rss_mb": {"start": round(samples[0], 1), "peak": round(max(samples), 1)},
+        "cpu_s_by_service": {
+            name: round(cpu_after[name] - cpu_before.get(name, 0.0), 1) for name in cpu_after
+        },
         "first_errors": failures,
     }
 
 
-async def run(turns: int, sessions: list[int]) -> dict[str, Any]:
+async def run(turns: int, sessions: list[int], tool_workers: int) -> dict[str, Any]:
     config = StackConfig(
         log_dir=REPO / ".weft" / "logs" / "bench-engine",
         partitions=6,
+        replicas={"tool_exec": tool_workers},
         # The gateway's per-tenant limits (20 turns, 600 requests/min) would turn the
         # concurrency test into a 429 test: lift them for this stack.
         extra_env={"WEFT_MAX_CONCURRENT_TURNS": "10000", "WEFT_RATE_LIMIT_PER_MINUTE": "0"},
@@ -143,22 +217,31 @@ async def run(turns: int, sessions: list[int]) -> dict[str, Any]:
             ) as api,
             httpx.AsyncClient(base_url=stack.llm_url) as llm,
         ):
-            await llm.post("/_script", json={"fallback": "rounds", "rounds": 3, "parallel": 1})
-            result: dict[str, Any] = {"overhead": await overhead(api, turns)}
-            await llm.post("/_script", json={"fallback": "rounds", "rounds": 3, "parallel": 2})
-            result["throughput"] = [await throughput(api, stack, n) for n in sessions]
+            agent = await _agent(api)
+            script = {"fallback": "rounds", "rounds": 3, "rounds_tool": TOOL}
+            script["rounds_arguments"] = TOOL_ARGUMENTS
+            await llm.post("/_script", json={**script, "parallel": 1})
+            result: dict[str, Any] = {
+                "load_average_at_start": os.getloadavg(),
+                "tool_workers": tool_workers,
+                "overhead": await overhead(api, stack, agent, turns),
+            }
+            await llm.post("/_script", json={**script, "parallel": 2})
+            result["throughput"] = [await throughput(api, stack, agent, n) for n in sessions]
+            result["load_average_at_end"] = os.getloadavg()
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--sessions", type=int, nargs="+", default=[50, 200, 500])
+    parser.add_argument("--sessions", type=int, nargs="*", default=[50, 200, 500])
+    parser.add_argument("--tool-workers", type=int, default=2)
     parser.add_argument(
         "--out", type=Path, default=REPO / "bench" / "results" / "engine_bench.json"
     )
     args = parser.parse_args()
-    result = asyncio.run(run(args.turns, args.sessions))
+    result = asyncio.run(run(args.turns, args.sessions, args.tool_workers))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

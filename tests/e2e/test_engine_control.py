@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from typing import Any
 
 import httpx
@@ -174,3 +175,34 @@ async def test_context_overflow_sheds_history_and_retries_once(
     complete = events[-1].data["data"]
     assert complete["status"] == "completed" and complete["final_answer"] == "fits now"
     assert len(await chat_requests(llm)) == 2
+
+
+async def test_database_query_sql_is_masked_in_events_but_runs_with_real_values(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-23 (SQL parameters masked), T-11
+    name = f"masked-kb-{secrets.token_hex(4)}"
+    created = await api.post("/api/v1/knowledge-bases", json={"name": name})
+    assert created.status_code == 201, created.text
+    sql = f"SELECT count(*) AS n FROM knowledge_bases WHERE name = '{name}'"
+    await llm.post("/_script", json={
+        "steps": [
+            {"match": "MASKSQL",
+             "tool_calls": [{"name": "database_query", "arguments": {"sql": sql}}]},
+            {"match": "MASKSQL", "content": "counted"},
+        ],
+        "fallback": "demo",
+    })  # fmt: skip
+    session_id = await _session(api)
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+        json_body={"query": "MASKSQL how many?"},
+    )  # fmt: skip
+    call = next(e for e in events if e.event == "tool_call").data["data"]
+    result = next(e for e in events if e.event == "tool_result").data["data"]
+    assert name not in json.dumps(call), "the SQL literal reached the event stream"
+    assert "FROM knowledge_bases WHERE name = " in call["arguments"]["sql"]
+    assert result["success"], result
+    assert "1" in json.dumps(json.loads(result["output"])["rows"]), result["output"]
+    sent = (await chat_requests(llm))[-1]["messages"]
+    assistant = next(m for m in sent if m["role"] == "assistant" and m.get("tool_calls"))
+    assert name in assistant["tool_calls"][0]["function"]["arguments"]  # the model keeps it

@@ -1,14 +1,19 @@
-"""TurnStore on the real Redis: two replicas can never both advance one turn."""
+"""TurnStore and EventEmitter on the real Redis: two replicas can never both advance one
+turn; queued events keep their order and are acked before a step ends."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
-from weft_contracts import AgentConfig
+from weft_contracts import AgentConfig, Envelope, ThoughtData, ThoughtEvent, Topic
+from weft_engine.emitter import EventEmitter
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 
 
@@ -45,3 +50,49 @@ async def test_stale_writer_loses(redis: Redis) -> None:
         await store.save(replica_b)
     stored = await store.load(base.request_id)
     assert stored is not None and stored.round == 1
+
+
+class _QueueingBus:
+    """Records what the emitter publishes; acks of queued events are settled by the test."""
+
+    def __init__(self) -> None:
+        self.sent: list[Envelope] = []
+        self.futures: list[asyncio.Future[Any]] = []
+
+    async def publish(self, topic: Topic, message: Envelope) -> None:
+        self.sent.append(message)
+
+    async def publish_nowait(self, topic: Topic, message: Envelope) -> asyncio.Future[Any]:
+        self.sent.append(message)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future
+
+
+async def test_queued_events_keep_seq_order_and_flush_waits_for_their_acks(
+    redis: Redis,
+) -> None:  # invariant 1; issue 3 (acks overlap the next step)
+    bus = _QueueingBus()
+    emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
+    ids = {**_state().ids(), "traceparent": None}
+    for delta in ("a", "b"):
+        await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta=delta), wait=False)
+    await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="c"))
+    assert [m.seq for m in bus.sent] == [1, 2, 3]
+    flushing = asyncio.create_task(emitter.flush(ids["request_id"]))
+    await asyncio.sleep(0)
+    assert not flushing.done(), "flush returned before the queued events were acked"
+    for future in bus.futures:
+        future.set_result(None)
+    await flushing
+
+
+async def test_a_failed_queued_event_fails_the_flush(redis: Redis) -> None:  # invariant 2
+    bus = _QueueingBus()
+    emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
+    ids = {**_state().ids(), "traceparent": None}
+    await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="a"), wait=False)
+    bus.futures[0].set_exception(KafkaError("broker gone"))
+    with pytest.raises(KafkaError):
+        await emitter.flush(ids["request_id"])
+    await emitter.flush(ids["request_id"])  # nothing left to wait for

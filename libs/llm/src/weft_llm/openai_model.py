@@ -2,6 +2,11 @@
 
 Pointing Weft at a real provider is configuration: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``
 and the model name.
+
+The request goes through the client's ``post`` with the chunks kept as plain dicts: the
+typed ``chat.completions.create`` walks every message and tool definition through its
+TypedDict transform and builds a model object per chunk, which cost the engine more CPU
+per round than the rest of the loop together (issue 3, engine round overhead).
 """
 
 from __future__ import annotations
@@ -27,13 +32,13 @@ class _Accumulator:
     finish_reason: str = ""
     usage: Usage | None = None
 
-    def add_tool_delta(self, delta: Any) -> None:
-        slot = self.calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
-        if delta.id:
-            slot["id"] = delta.id
-        if delta.function is not None:
-            slot["name"] += delta.function.name or ""
-            slot["arguments"] += delta.function.arguments or ""
+    def add_tool_delta(self, delta: dict[str, Any]) -> None:
+        slot = self.calls.setdefault(delta.get("index", 0), {"id": "", "name": "", "arguments": ""})
+        if delta.get("id"):
+            slot["id"] = delta["id"]
+        function = delta.get("function") or {}
+        slot["name"] += function.get("name") or ""
+        slot["arguments"] += function.get("arguments") or ""
 
     def result(self) -> LLMResponse:
         calls = [
@@ -106,7 +111,13 @@ class OpenAIChatModel:
             kwargs["tools"] = request.tools
             if request.tool_choice:
                 kwargs["tool_choice"] = request.tool_choice
-        return await self._client.chat.completions.create(**kwargs)
+        return await self._client.post(
+            "/chat/completions",
+            body=kwargs,
+            cast_to=object,
+            stream=True,
+            stream_cls=openai.AsyncStream[Any],
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
@@ -123,24 +134,27 @@ async def _with_stall_timeout(stream: Any, stall_s: float) -> AsyncIterator[Any]
 
 
 async def _absorb(chunk: Any, acc: _Accumulator, sink: StreamSink) -> None:
-    if chunk.usage is not None:
+    """Fold one ``chat.completion.chunk`` (a decoded JSON object) into ``acc``."""
+    if not isinstance(chunk, dict):
+        return
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
         acc.usage = Usage(
-            prompt_tokens=chunk.usage.prompt_tokens or 0,
-            completion_tokens=chunk.usage.completion_tokens or 0,
-            total_tokens=chunk.usage.total_tokens or 0,
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            total_tokens=usage.get("total_tokens") or 0,
         )
-    for choice in chunk.choices:
-        delta = choice.delta
-        reasoning = getattr(delta, "reasoning_content", None) or (
-            (delta.model_extra or {}).get("reasoning_content") if delta.model_extra else None
-        )
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content")
         if reasoning:
             acc.reasoning.append(reasoning)
             await sink.on_reasoning(reasoning)
-        if delta.content:
-            acc.content.append(delta.content)
-            await sink.on_content(delta.content)
-        for tool_delta in delta.tool_calls or []:
+        content = delta.get("content")
+        if content:
+            acc.content.append(content)
+            await sink.on_content(content)
+        for tool_delta in delta.get("tool_calls") or []:
             acc.add_tool_delta(tool_delta)
-        if choice.finish_reason:
-            acc.finish_reason = choice.finish_reason
+        if choice.get("finish_reason"):
+            acc.finish_reason = choice["finish_reason"]

@@ -73,6 +73,21 @@ class EventBus:
             headers={"type": getattr(message, "type", ""), "content-type": "application/json"},
         )
 
+    async def publish_nowait(self, topic: Topic, message: Envelope) -> asyncio.Future[Any]:
+        """Queue one envelope and return its ack future without waiting for it.
+
+        Records of this producer keep their order per partition, so a caller can queue
+        several messages, do other work, then await the futures where the ack matters.
+        """
+        future = await self.broker.publish(
+            message.model_dump_json().encode(),
+            self.topic_name(topic),
+            key=message.key(),
+            headers={"type": getattr(message, "type", ""), "content-type": "application/json"},
+            no_confirm=True,
+        )
+        return future
+
     def consume(
         self, topic: Topic, group_id: str, handler: Handler, *, dedupe: bool = True
     ) -> None:

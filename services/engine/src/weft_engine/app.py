@@ -23,6 +23,7 @@ from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.settings import EngineSettings
 from weft_engine.state import TurnStore
 from weft_engine.think import ThinkSettings
+from weft_engine.tracing import TurnTracer, provider_from_settings
 
 REQUESTS_GROUP = "weft-engine"
 RESULTS_GROUP = "weft-engine-results"
@@ -43,19 +44,23 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     )
     sessions = SessionGate(redis, ttl)
     inbox = SteerInbox(redis, ttl)
-    reporter = ResultReporter(store, emitter)
+    provider = provider_from_settings(s.tracing_exporter, runtime.instance_id)
+    tracer = TurnTracer(provider)
+    reporter = ResultReporter(store, emitter, tracer)
     context = ContextManager(
         memory=MemoryClient(base_url=s.memory_url), model=model, emitter=emitter,
         estimator=TokenEstimator(),
     )  # fmt: skip
-    finisher = Finisher(emitter=emitter, store=store, leases=leases, sessions=sessions)
+    finisher = Finisher(
+        emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer
+    )
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
         finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,
         think_settings=ThinkSettings(
             retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
         ),
-        tool_timeout_s=s.tool_deadline_s,
+        tool_timeout_s=s.tool_deadline_s, tracer=tracer,
     )  # fmt: skip
     scheduler = StepScheduler(
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s
@@ -81,6 +86,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         await scheduler.stop(s.shutdown_grace_s)
         await model.aclose()
         await context.aclose()
+        if provider is not None:
+            provider.shutdown()  # flushes the spans still batched
 
     return create_service_app(
         runtime, title="weft engine", on_startup=[start_background], on_shutdown=[stop_background]

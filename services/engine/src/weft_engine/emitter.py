@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -21,16 +22,46 @@ class EventEmitter:
         self._bus = bus
         self._redis = redis
         self._ttl = ttl_s
+        self._streaming: set[str] = set()
+        self._unacked: dict[str, list[asyncio.Future[Any]]] = {}
 
     async def emit(
-        self, event_type: Callable[..., Envelope], ids: dict[str, Any], data: Any
+        self,
+        event_type: Callable[..., Envelope],
+        ids: dict[str, Any],
+        data: Any,
+        *,
+        wait: bool = True,
     ) -> None:
-        """Publish one event of ``event_type`` for the turn named by ``ids``."""
-        seq_key = f"weft:turn:{ids['request_id']}:seq"
+        """Publish one event of ``event_type`` for the turn named by ``ids``.
+
+        With ``wait=False`` the event is only queued (in order with the turn's other
+        events); :meth:`flush` waits for its ack. The hot path of a round queues its
+        events so that Kafka acks overlap with the next step instead of adding up.
+        """
+        rid = ids["request_id"]
+        seq_key = f"weft:turn:{rid}:seq"
         seq = int(await self._redis.incr(seq_key))
         if seq == 1:
             await self._redis.expire(seq_key, self._ttl)
-        await self._bus.publish(Topic.AGENT_EVENTS, event_type(**ids, seq=seq, data=data))
+        event = event_type(**ids, seq=seq, data=data)
+        if wait:
+            await self._bus.publish(Topic.AGENT_EVENTS, event)
+        else:
+            future = await self._bus.publish_nowait(Topic.AGENT_EVENTS, event)
+            self._unacked.setdefault(rid, []).append(future)
+
+    async def flush(self, request_id: str) -> None:
+        """Wait until every event queued for the turn is acknowledged (raises if one failed)."""
+        futures = self._unacked.pop(request_id, [])
+        if futures:
+            await asyncio.gather(*futures)
+
+    def drop_unacked(self, request_id: str) -> None:
+        """Forget the turn's queued events after a failed step (the producer still sends
+        them; their outcome no longer matters to this step)."""
+        for future in self._unacked.pop(request_id, []):
+            future.add_done_callback(_retrieve)
 
     async def complete(self, ids: dict[str, Any], data: CompleteData) -> bool:
         """Publish the turn's ``complete`` unless it was already; True when this call did."""
@@ -50,13 +81,29 @@ class EventEmitter:
         return bool(await self._redis.exists(f"weft:turn:{request_id}:completed"))
 
     async def mark_streaming(self, request_id: str, on: bool) -> None:
-        """Remember that an LLM answer is half-streamed: a takeover must not replay it."""
+        """Remember that an LLM answer is half-streamed: a takeover must not replay it.
+
+        Clearing costs a Redis round trip only when this replica set the flag: most rounds
+        stream no visible text before their tool calls (hot path of issue 3)."""
         key = f"weft:turn:{request_id}:streaming"
         if on:
+            self._streaming.add(request_id)
             await self._redis.set(key, 1, ex=self._ttl)
-        else:
+        elif request_id in self._streaming:
             await self._redis.delete(key)
+            self._streaming.discard(request_id)
+
+    async def clear_streaming(self, request_id: str) -> None:
+        """Drop the flag whoever set it (the turn ends)."""
+        self._streaming.discard(request_id)
+        await self._redis.delete(f"weft:turn:{request_id}:streaming")
 
     async def streaming(self, request_id: str) -> bool:
         """Whether a replica died with an answer half-streamed."""
         return bool(await self._redis.exists(f"weft:turn:{request_id}:streaming"))
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a dropped future's exception as seen, so asyncio does not warn about it."""
+    if not future.cancelled():
+        future.exception()

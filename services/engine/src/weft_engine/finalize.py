@@ -23,6 +23,7 @@ from weft_engine.leases import TurnLeases
 from weft_engine.outcomes import Answer
 from weft_engine.sessions import SessionGate
 from weft_engine.state import TurnState, TurnStore
+from weft_engine.tracing import TurnTracer
 
 log = structlog.get_logger(__name__)
 
@@ -39,11 +40,13 @@ class Finisher:
         store: TurnStore,
         leases: TurnLeases,
         sessions: SessionGate,
+        tracer: TurnTracer | None = None,
     ):
         self._emitter = emitter
         self._store = store
         self._leases = leases
         self._sessions = sessions
+        self._tracer = tracer or TurnTracer(None)
         self.start_queued: StartQueued | None = None
 
     async def answer(self, state: TurnState, answer: Answer) -> None:
@@ -94,14 +97,15 @@ class Finisher:
         )
 
     async def _complete(self, state: TurnState, data: CompleteData) -> None:
-        await self._emitter.complete(state.ids(), data)
+        if await self._emitter.complete(state.ids(), data):
+            self._tracer.end_turn(state, data.status.value)
         await self.forget(state)
 
     async def forget(self, state: TurnState) -> None:
         """Drop the turn's state, free its session, start the next queued request."""
         await self._store.delete(state.request_id)
         await self._leases.clear_deadline(state.request_id)
-        await self._emitter.mark_streaming(state.request_id, False)
+        await self._emitter.clear_streaming(state.request_id)
         await self._sessions.release(state.tenant_id, state.session_id, state.request_id)
         queued = await self._sessions.next_queued(state.tenant_id, state.session_id)
         if queued is not None and self.start_queued is not None:

@@ -121,7 +121,8 @@ class TurnIntake:
         """Record a result; when the dispatched calls have all answered, advance the turn."""
         saved = await self._reporter.record(result)
         if saved is not None and saved.dispatched_results_in():
-            await self._scheduler.submit(saved.request_id)
+            await self._scheduler.submit(saved.request_id)  # starts while the ack is due
+        await self._emitter.flush(result.request_id)  # acked before the offset commit
 
     async def on_control(self, message: Any) -> None:
         """Stop or steer the session's running turn."""

@@ -21,6 +21,7 @@ from weft_contracts import (
     ToolCallCompletedData,
     ToolCallData,
     ToolCallEvent,
+    ToolCallRequested,
     Topic,
 )
 from weft_llm import ChatModel, LLMCallError, LLMResponse, ToolCallRequest
@@ -33,6 +34,7 @@ from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, closing_request, final_step
 from weft_engine.leases import TurnLeases
+from weft_engine.masking import masked_arguments
 from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
@@ -41,6 +43,7 @@ from weft_engine.reporting import ResultReporter
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnCounters, TurnState, TurnStore
 from weft_engine.think import ThinkSettings, think
+from weft_engine.tracing import TurnTracer
 
 log = structlog.get_logger(__name__)
 
@@ -70,6 +73,7 @@ class TurnLoop:
         context: ContextManager,
         think_settings: ThinkSettings,
         tool_timeout_s: float,
+        tracer: TurnTracer | None = None,
     ):
         self._bus = bus
         self._redis = redis
@@ -83,14 +87,24 @@ class TurnLoop:
         self._context = context
         self._think = think_settings
         self._tool_timeout = tool_timeout_s
+        self._tracer = tracer or TurnTracer(None)
 
     async def run_step(self, request_id: str, takeover: bool) -> None:
         """Advance the turn as far as it can go now."""
-        state = await self._store.load(request_id)
+        state, stopped = await self._store.load_flagged(request_id, cancel_key(request_id))
         if state is None:
             return
         try:
-            await self._run(state, takeover)
+            await self._run_or_stop(state, takeover, stopped)
+        except BaseException:
+            self._emitter.drop_unacked(request_id)
+            raise
+        await self._emitter.flush(request_id)  # events the step only queued
+
+    async def _run_or_stop(self, state: TurnState, takeover: bool, stopped: bool) -> None:
+        request_id = state.request_id
+        try:
+            await self._run(state, takeover, stopped)
         except asyncio.CancelledError:
             if not await cancel_requested(self._redis, request_id):
                 raise  # shutdown: the scheduler hands the turn over
@@ -99,9 +113,9 @@ class TurnLoop:
                 task.uncancel()
             await self._stop(request_id)
 
-    async def _run(self, state: TurnState, takeover: bool) -> None:
+    async def _run(self, state: TurnState, takeover: bool, stopped: bool) -> None:
         rid = state.request_id
-        if await cancel_requested(self._redis, rid):
+        if stopped:
             await self._stop(rid)
             return
         if takeover and await self._replica_lost(state):
@@ -131,14 +145,16 @@ class TurnLoop:
             return
         overflow_retried = False
         while True:
-            if await cancel_requested(self._redis, state.request_id):
+            stopped, steers = await self._inbox.poll(state.request_id, cancel_key(state.request_id))
+            if stopped:
                 await self._stop(state.request_id)
                 return
             state = await self._context.fit(state)  # SPEC E-05: context first
-            state = await self._take_steers(state)
+            state = await self._take_steers(state, steers)
             if self._iterations_exhausted(state):  # SPEC E-21
                 await self._synthesize(state, MAX_ITERATIONS_REASON)
                 return
+            state = self._tracer.begin_round(state)
             try:
                 response = await self._call_model(state)
             except LLMCallError as exc:  # SPEC E-07
@@ -152,6 +168,7 @@ class TurnLoop:
                 else:
                     await self._finisher.fail(state, "llm_error", str(exc))
                 return
+            state = self._tracer.add_usage(state, response.usage)
             next_state = await self._handle(state, response)
             if next_state is None:
                 return
@@ -214,6 +231,7 @@ class TurnLoop:
                 name="search_knowledge",
                 arguments=json.dumps({"query": current_query(state)}),
             )
+            state = self._tracer.begin_round(state)
             advanced = await self._start_tools(state, LLMResponse(
                 content="", reasoning="", tool_calls=[call], finish_reason="tool_calls"
             ), Dispatch([call]))  # fmt: skip
@@ -231,9 +249,8 @@ class TurnLoop:
         limit = state.agent.max_iterations
         return limit >= 0 and state.round >= limit + state.steer_overruns
 
-    async def _take_steers(self, state: TurnState) -> TurnState:
+    async def _take_steers(self, state: TurnState, messages: list[str]) -> TurnState:
         """SPEC E-05: injected messages join the conversation before the LLM call."""
-        messages = await self._inbox.drain(state.request_id)
         if not messages:
             return state
         injected = [{"role": "user", "content": m} for m in messages]
@@ -250,12 +267,14 @@ class TurnLoop:
 
     async def _synthesize(self, state: TurnState, reason: str) -> None:
         """A last answer from what was gathered, without tools (SPEC E-21, E-07, E-20)."""
+        state = self._tracer.begin_round(state)
         closing = state.model_copy(update={"messages": [*state.messages, closing_request(reason)]})
         try:
             response = await self._call_model(closing, closing=True)
         except LLMCallError as exc:
             await self._finisher.fail(state, "llm_error", str(exc))
             return
+        state = self._tracer.add_usage(state, response.usage)
         text = response.content.strip()
         answer = Answer(text) if text else Answer(reason, is_fallback=True)
         done = state.model_copy(update={"steps": final_step(state, response.reasoning)})
@@ -294,13 +313,16 @@ class TurnLoop:
             }
         )
         for call in pending:
+            shown = masked_arguments(call.tool_name, call.arguments)  # SPEC E-23
+            log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
+                     tool=call.tool_name, arguments=shown)  # fmt: skip
             data = ToolCallData(
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
-                arguments=call.arguments, display_hint=display_hint(call.tool_name),
+                arguments=shown, display_hint=display_hint(call.tool_name),
             )  # fmt: skip
-            await self._emitter.emit(ToolCallEvent, state.ids(), data)
+            await self._emitter.emit(ToolCallEvent, state.ids(), data, wait=False)
         for early in results.values():
-            await self._reporter.report(state, early)
+            await self._reporter.report(state, early, wait=False)
         return await self._advance_tools(state)
 
     async def _advance_tools(self, state: TurnState) -> TurnState | None:
@@ -314,22 +336,30 @@ class TurnLoop:
             pending, messages = dispatch_messages(
                 state, [c for c in group if c not in state.results]
             )
+            messages = [self._traced(state, m) for m in messages]
             state = state.model_copy(
                 update={"pending": pending, "dispatched_groups": state.dispatched_groups + 1}
             )
             if messages:
                 state = await self._saved(state)
                 await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
-                for message in messages:
-                    topic = (
-                        Topic.SANDBOX_CALLS
-                        if message.data.tool_name in SANDBOX_TOOLS
-                        else Topic.TOOL_CALLS
-                    )
-                    await self._bus.publish(topic, message)
+                # Keyed by call id, the calls have no order to keep: one wait for all acks.
+                await asyncio.gather(*(self._bus.publish(_topic(m), m) for m in messages))
+                await self._emitter.flush(state.request_id)  # the round's tool_call events
                 return None
         await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
         return None
+
+    def _traced(self, state: TurnState, message: ToolCallRequested) -> ToolCallRequested:
+        """The call names its tool span as parent, so a worker's spans join the tree."""
+        parent = self._tracer.tool_traceparent(state, message.data.call_id)
+        if parent == message.traceparent:
+            return message
+        return message.model_copy(update={"traceparent": parent})
+
+
+def _topic(message: ToolCallRequested) -> Topic:
+    return Topic.SANDBOX_CALLS if message.data.tool_name in SANDBOX_TOOLS else Topic.TOOL_CALLS
 
 
 def _earliest_deadline(state: TurnState) -> float:

@@ -16,6 +16,7 @@ from weft_contracts import (
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
+from weft_engine.tracing import TurnTracer
 
 CAS_ATTEMPTS = 5
 
@@ -23,9 +24,10 @@ CAS_ATTEMPTS = 5
 class ResultReporter:
     """Records results once (a redelivered result changes nothing) and reports them."""
 
-    def __init__(self, store: TurnStore, emitter: EventEmitter):
+    def __init__(self, store: TurnStore, emitter: EventEmitter, tracer: TurnTracer | None = None):
         self._store = store
         self._emitter = emitter
+        self._tracer = tracer or TurnTracer(None)
 
     async def record(self, result: ToolCallCompleted) -> TurnState | None:
         """Store the result; the saved state, or None when it was late or a duplicate."""
@@ -41,12 +43,15 @@ class ResultReporter:
                 saved = await self._store.save(updated)
             except StaleTurnState:
                 continue
-            await self.report(saved, result.data)
+            await self.report(saved, result.data, wait=False)  # the caller flushes
             return saved
         raise StaleTurnState(result.request_id)
 
-    async def report(self, state: TurnState, result: ToolCallCompletedData) -> None:
-        """``tool_result`` (and ``references`` when the tool found sources)."""
+    async def report(
+        self, state: TurnState, result: ToolCallCompletedData, *, wait: bool = True
+    ) -> None:
+        """``tool_result`` (and ``references`` when the tool found sources); with
+        ``wait=False`` only queued (``EventEmitter.flush`` waits for the acks)."""
         ids = state.ids()
         data = ToolResultData(
             round=state.round,
@@ -58,10 +63,12 @@ class ResultReporter:
             display_type=result.display_type,
             duration_ms=result.duration_ms,
         )
-        await self._emitter.emit(ToolResultEvent, ids, data)
+        await self._emitter.emit(ToolResultEvent, ids, data, wait=wait)
+        self._tracer.tool_done(state, result)
         refs = [Reference.model_validate(r) for r in result.data.get("references", [])]
         if refs:
-            await self._emitter.emit(ReferencesEvent, ids, ReferencesData(references=refs))
+            refs_data = ReferencesData(references=refs)
+            await self._emitter.emit(ReferencesEvent, ids, refs_data, wait=wait)
 
     async def expire_overdue(self, state: TurnState) -> TurnState:
         """SPEC E-17 backstop: a dispatched call past its deadline gets a timeout result,
@@ -87,5 +94,5 @@ class ResultReporter:
             state.model_copy(update={"results": {**state.results, **timeouts}})
         )
         for result in timeouts.values():
-            await self.report(saved, result)
+            await self.report(saved, result, wait=False)  # the step flushes
         return saved

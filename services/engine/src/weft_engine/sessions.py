@@ -80,11 +80,12 @@ class SteerInbox:
         """Whether a message waits."""
         return bool(await self._redis.llen(self._key(request_id)))
 
-    async def drain(self, request_id: str) -> list[str]:
-        """Take every waiting message, oldest first."""
+    async def poll(self, request_id: str, cancel_key: str) -> tuple[bool, list[str]]:
+        """In one round trip: whether the turn was stopped, and every waiting message."""
         key = self._key(request_id)
         async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.exists(cancel_key)
             pipe.lrange(key, 0, -1)
             pipe.delete(key)
-            raw, _ = await pipe.execute()
-        return [m.decode() for m in raw]
+            stopped, raw, _ = await pipe.execute()
+        return bool(stopped), [m.decode() for m in raw]

@@ -30,6 +30,18 @@ class TurnCounters(BaseModel):
     repeats: int = 0
 
 
+class TurnTrace(BaseModel):
+    """What the turn's spans need across steps and replicas (SPEC E-23, ``tracing.py``)."""
+
+    round: int = -1
+    """The round whose span is open (-1: none yet)."""
+    round_started_at: float = 0.0
+    round_input_tokens: int = 0
+    round_output_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 class TurnState(BaseModel):
     """The state of one running turn, persisted between steps (ARCHITECTURE, engine)."""
 
@@ -58,6 +70,7 @@ class TurnState(BaseModel):
     references: list[Reference] = Field(default_factory=list)
     counters: TurnCounters = Field(default_factory=TurnCounters)
     steer_overruns: int = 0
+    trace: TurnTrace | None = Field(default=None, description="Only when tracing is on.")
     started_at: float = Field(description="Wall-clock start (epoch seconds).")
     version: int = 0
 
@@ -114,6 +127,14 @@ class TurnStore:
         """The stored state, or None when the turn is unknown or finished."""
         raw = await self._redis.get(self._keys(request_id)[0])
         return TurnState.model_validate_json(raw) if raw else None
+
+    async def load_flagged(self, request_id: str, flag_key: str) -> tuple[TurnState | None, bool]:
+        """The stored state and whether ``flag_key`` exists, in one round trip."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(self._keys(request_id)[0])
+            pipe.exists(flag_key)
+            raw, flag = await pipe.execute()
+        return (TurnState.model_validate_json(raw) if raw else None), bool(flag)
 
     async def save(self, state: TurnState) -> TurnState:
         """Write ``state`` if nobody else did since it was read; return it with the new version."""

@@ -51,10 +51,10 @@ class _EventSink:
             await self._emitter.mark_streaming(self._request_id, True)
         if kind == "thought":
             data: Any = ThoughtData(round=self._round, delta=text)
-            await self._emitter.emit(ThoughtEvent, self._ids, data)
+            await self._emitter.emit(ThoughtEvent, self._ids, data, wait=False)
         else:
             data = FinalAnswerData(round=self._round, delta=text)
-            await self._emitter.emit(FinalAnswerEvent, self._ids, data)
+            await self._emitter.emit(FinalAnswerEvent, self._ids, data, wait=False)
 
     async def on_reasoning(self, delta: str) -> None:
         await self._coalescer.add("thought", delta)

@@ -66,7 +66,13 @@ class ScriptPolicy:
         if script.fallback == "demo":
             self._fallback = DemoPolicy(words_per_chunk)
         elif script.fallback == "rounds":
-            self._fallback = RoundsPolicy(script.rounds, script.parallel, words_per_chunk)
+            self._fallback = RoundsPolicy(
+                script.rounds,
+                script.parallel,
+                words_per_chunk,
+                tool=script.rounds_tool,
+                arguments=script.rounds_arguments,
+            )
 
     def _queue(self, conversation_key: str | None) -> list[ScriptStep]:
         if conversation_key is not None and conversation_key in self._conversations:
@@ -151,13 +157,28 @@ class RoundsPolicy:
 
     name = "rounds"
 
-    def __init__(self, rounds: int, parallel: int, words_per_chunk: int) -> None:
+    def __init__(
+        self,
+        rounds: int,
+        parallel: int,
+        words_per_chunk: int,
+        *,
+        tool: str = SEARCH_TOOL,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
         self._rounds = rounds
         self._parallel = parallel
         self._words_per_chunk = words_per_chunk
+        self._tool = tool
+        self._arguments = arguments
 
     def status(self) -> dict[str, Any]:
-        return {"policy": self.name, "rounds": self._rounds, "parallel": self._parallel}
+        return {
+            "policy": self.name,
+            "rounds": self._rounds,
+            "parallel": self._parallel,
+            "tool": self._tool,
+        }
 
     def reply(self, request: ChatCompletionRequest, conversation_key: str | None) -> Reply:
         start = last_user_index(request)
@@ -172,8 +193,12 @@ class RoundsPolicy:
         calls = tuple(
             ToolCallReply(
                 id=f"{prefix}_{done}_{i}",
-                name=SEARCH_TOOL,
-                arguments=json.dumps({"query": f"round {done} part {i}"}),
+                name=self._tool,
+                arguments=json.dumps(
+                    self._arguments
+                    if self._arguments is not None
+                    else {"query": f"round {done} part {i}"}
+                ),
             )
             for i in range(self._parallel)
         )

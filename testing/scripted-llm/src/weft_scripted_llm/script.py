@@ -100,6 +100,11 @@ class Script(_Strict):
     for benchmarks)."""
     rounds: int = Field(default=3, ge=0, le=50)
     parallel: int = Field(default=2, ge=1, le=16)
+    rounds_tool: str = "search_knowledge"
+    """The tool the rounds policy calls (a trivial one keeps the tool worker out of a
+    benchmark of the engine)."""
+    rounds_arguments: dict[str, Any] | None = None
+    """Arguments of every rounds call; default ``{"query": "round R part I"}``."""
 
 
 def _pieces(text: str | list[str] | None, words_per_chunk: int) -> tuple[str, ...]:
