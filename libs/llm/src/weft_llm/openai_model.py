@@ -78,7 +78,9 @@ class OpenAIChatModel:
         """Stream one completion into ``sink`` and return the whole of it."""
         acc = _Accumulator()
         try:
-            chunks = await asyncio.wait_for(self._open(request), request.stall_timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a user stop.
+            async with asyncio.timeout(request.stall_timeout_s):
+                chunks = await self._open(request)
             async for chunk in _with_stall_timeout(chunks, request.stall_timeout_s):
                 await _absorb(chunk, acc, sink)
         except TimeoutError as exc:
@@ -125,12 +127,20 @@ class OpenAIChatModel:
 
 
 async def _with_stall_timeout(stream: Any, stall_s: float) -> AsyncIterator[Any]:
+    """The stream's chunks, ``TimeoutError`` after ``stall_s`` without one (SPEC E-06).
+
+    Python 3.11's ``asyncio.wait_for`` returns the result when a cancel lands in the loop
+    iteration the chunk arrives in, so a user stop would be lost; ``asyncio.timeout``
+    keeps the cancel.
+    """
     iterator = stream.__aiter__()
     while True:
         try:
-            yield await asyncio.wait_for(iterator.__anext__(), stall_s)
+            async with asyncio.timeout(stall_s):
+                chunk = await iterator.__anext__()
         except StopAsyncIteration:
             return
+        yield chunk
 
 
 async def _absorb(chunk: Any, acc: _Accumulator, sink: StreamSink) -> None:

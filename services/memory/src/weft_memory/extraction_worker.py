@@ -77,7 +77,8 @@ class ExtractionWorker:
                 busy = False
             if not busy:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._settings.poll_s)
+                    async with asyncio.timeout(self._settings.poll_s):  # keeps a shutdown cancel
+                        await self._wake.wait()
 
     async def run_once(self) -> bool:
         """Claim and run one extraction; False when there was nothing to do."""
