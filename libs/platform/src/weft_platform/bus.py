@@ -168,26 +168,15 @@ class EventBus:
         )(on_batch)
 
     async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> None:
-        attempts = self._settings.consumer_attempts
-        for attempt in range(1, attempts + 1):
-            try:
-                await handler(decoded)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "batch_handler_failed",
-                    topic=topic.value,
-                    size=len(decoded),
-                    first_id=decoded[0].id,
-                    attempt=attempt,
-                    error=repr(exc),
-                    exc_info=attempt == attempts,
-                )
-                await asyncio.sleep(self._settings.consumer_retry_backoff_s * attempt)
-                if attempt == attempts:
-                    raise  # nack: the batch is delivered again, nothing is committed
+        failure = await self._attempt(
+            lambda: handler(decoded),
+            "batch_handler_failed",
+            topic=topic.value,
+            size=len(decoded),
+            first_id=decoded[0].id,
+        )
+        if failure is not None:
+            raise failure  # nack: the batch is delivered again, nothing is committed
 
     async def _handle(
         self,
@@ -198,26 +187,31 @@ class EventBus:
         decoded: Any,
         handler: Handler,
     ) -> None:
+        failure = await self._attempt(
+            lambda: handler(decoded), "handler_failed", topic=topic.value, id=decoded.id
+        )
+        if failure is not None:
+            await self._dead_letter(topic, group_id, record, body, failure, "handler_failed")
+
+    async def _attempt(
+        self, call: Callable[[], Awaitable[None]], event: str, **fields: Any
+    ) -> Exception | None:
+        """Run ``call`` up to ``consumer_attempts`` times with a growing pause in between;
+        None when one try succeeded, else the last failure (each one is logged)."""
         attempts = self._settings.consumer_attempts
         for attempt in range(1, attempts + 1):
             try:
-                await handler(decoded)
-                return
+                await call()
+                return None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning(
-                    "handler_failed",
-                    topic=topic.value,
-                    id=decoded.id,
-                    attempt=attempt,
-                    error=repr(exc),
-                    exc_info=attempt == attempts,
-                )
-                if attempt == attempts:
-                    await self._dead_letter(topic, group_id, record, body, exc, "handler_failed")
-                    return
+                last = attempt == attempts
+                log.warning(event, **fields, attempt=attempt, error=repr(exc), exc_info=last)
+                if last:
+                    return exc
                 await asyncio.sleep(self._settings.consumer_retry_backoff_s * attempt)
+        raise AssertionError("consumer_attempts must be at least 1")
 
     async def _dead_letter(
         self,
