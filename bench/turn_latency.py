@@ -15,6 +15,7 @@ import json
 import platform
 import statistics
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -43,15 +44,21 @@ async def _one_turn(
     session = (
         await api.post("/api/v1/sessions", json={"agent_id": "builtin-smart-reasoning"})
     ).json()
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     events = await read_turn(
         api, f"/api/v1/agent-chat/{session['id']}", api_key=stack.api_key,
         json_body={"query": q, "knowledge_base_ids": [kb_id]},
     )  # fmt: skip
     if events[-1].data["data"]["status"] != "completed":
         raise RuntimeError(f"turn did not complete: {events[-1].data}")
+    produced = datetime.fromisoformat(events[0].data["time"]).timestamp()
     return {
         "first_event_ms": (events[0].received_at - started) * 1000,
+        # where the first event's time goes: POST -> engine produced it (gateway checks,
+        # Kafka, engine intake) and produced -> client (projector, Redis, fan-out)
+        "post_to_produced_ms": (produced - started_wall) * 1000,
+        "produced_to_client_ms": (events[0].received_at - started) * 1000
+        - (produced - started_wall) * 1000,
         "complete_ms": (events[-1].received_at - started) * 1000,
         "events": float(len(events)),
     }
@@ -77,6 +84,10 @@ async def run(turns: int) -> dict[str, object]:
         "llm": "scripted test double, demo policy (search_knowledge then cited answer)",
         "machine": {"cpus": _cpus(), "python": platform.python_version()},
         "first_event_ms": _summary(first),
+        "first_event_post_to_produced_ms": _summary([s["post_to_produced_ms"] for s in samples]),
+        "first_event_produced_to_client_ms": _summary(
+            [s["produced_to_client_ms"] for s in samples]
+        ),
         "complete_ms": _summary(done),
         "events_per_turn": statistics.median(s["events"] for s in samples),
     }
@@ -112,6 +123,10 @@ def main() -> None:
     print(f"turns: {args.turns} (scripted LLM, demo policy, one tool round)")
     print(f"POST -> first SSE event: median {fe['median']} ms, p90 {fe['p90']} ms")  # type: ignore[index]
     print(f"POST -> complete:        median {cm['median']} ms, p90 {cm['p90']} ms")  # type: ignore[index]
+    pp = result["first_event_post_to_produced_ms"]
+    pc = result["first_event_produced_to_client_ms"]
+    print(f"  first event: POST -> produced median {pp['median']} ms,")  # type: ignore[index]
+    print(f"  produced -> client median {pc['median']} ms")  # type: ignore[index]
     print(f"written: {args.out}")
 
 

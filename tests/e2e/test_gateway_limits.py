@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from fastapi import HTTPException
@@ -180,3 +181,29 @@ async def test_latest_turn_start_pages_back_to_the_newest_turn(redis: Redis) -> 
         key, min=f"({start}", count=1
     )
     assert after[0][0].decode() == second
+
+
+async def test_new_session_joins_the_reader_without_waiting_out_its_block(redis: Redis) -> None:
+    """A turn's first event must not wait for the shared reader's current XREAD block to
+    end (it did: up to ``block_ms`` on every new turn's first SSE event)."""
+    fanout = StreamFanout(redis, block_ms=4000)  # under redis-py's 5 s socket timeout
+    tenant = _tenant()
+    start_a = await _append(redis, stream_key(tenant, "a"), "ra", 1, "turn_started")
+    watch_a = asyncio.create_task(
+        _drain(fanout.follow(tenant, "a", start_a, request_id="ra", idle_timeout_s=30))
+    )
+    await asyncio.sleep(0.3)  # the reader is now blocked on session a alone
+    start_b = await _append(redis, stream_key(tenant, "b"), "rb", 1, "turn_started")
+    watch_b = asyncio.create_task(
+        _drain(fanout.follow(tenant, "b", start_b, request_id="rb", idle_timeout_s=30))
+    )
+    await asyncio.sleep(0.2)
+    await _append(redis, stream_key(tenant, "b"), "rb", 2, "complete")
+    got = await asyncio.wait_for(watch_b, 2.0)  # half the block: only a wake-up explains it
+    assert [e.event_json for e in got if e is not None] == ['{"seq":2}']
+    watch_a.cancel()
+    await fanout.aclose()
+
+
+async def _drain(entries: AsyncIterator[object]) -> list[Any]:
+    return [entry async for entry in entries]

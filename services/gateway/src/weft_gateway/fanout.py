@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -90,9 +91,12 @@ class StreamFanout:
     ):
         self._redis = redis
         self._queue_size = queue_size
-        # A newly watched stream joins the loop at its next XREAD: short blocks keep that
-        # join delay small (its backlog is read directly, so nothing is missed).
+        # A newly watched stream joins the loop at its next XREAD; an entry on this
+        # process's wake stream ends the current block at once, so a new turn's first
+        # event does not wait out ``block_ms`` (its backlog is read directly, too).
         self._block_ms = block_ms
+        self._wake_key = f"weft:fanout:wake:{uuid.uuid4().hex}"
+        self._wake_position = "0-0"
         self._tick_s = tick_s
         self._watched: dict[str, _Watched] = {}
         self._task: asyncio.Task[None] | None = None
@@ -201,10 +205,22 @@ class StreamFanout:
             if watched is None:
                 watched = _Watched(newest[0][0].decode() if newest else "0-0")
                 self._watched[key] = watched
+                if self._task is not None and not self._task.done():
+                    await self._wake_reader()
         watched.subscribers.add(sub)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._read())
         return sub
+
+    async def _wake_reader(self) -> None:
+        """End the reader's blocking XREAD so it picks up a newly watched stream now."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(self._wake_key, {"w": "1"}, maxlen=16, approximate=False)
+                pipe.expire(self._wake_key, 3600)  # nothing is left behind by a dead process
+                await pipe.execute()
+        except RedisError:  # the block still ends on its own within block_ms
+            log.warning("fanout_wake_failed")
 
     def _unsubscribe(self, key: str, sub: _Subscriber) -> None:
         watched = self._watched.get(key)
@@ -217,6 +233,7 @@ class StreamFanout:
     async def _read(self) -> None:
         while self._watched:
             positions: dict[Any, Any] = {k: w.position for k, w in self._watched.items()}
+            positions[self._wake_key] = self._wake_position
             try:
                 batch: Any = await self._redis.xread(positions, block=self._block_ms, count=500)
             except RedisError:
@@ -225,6 +242,9 @@ class StreamFanout:
                 batch = None
             now = time.monotonic()
             for raw_key, entries in batch or []:
+                if raw_key.decode() == self._wake_key:
+                    self._wake_position = entries[-1][0].decode()
+                    continue
                 watched = self._watched.get(raw_key.decode())
                 if watched is None:
                     continue
