@@ -10,6 +10,7 @@ from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
+from weft_platform.tasks import cancel_and_wait
 
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
@@ -80,9 +81,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         listener.append(asyncio.create_task(intake.listen_for_cancels(), name="cancel-listener"))
 
     async def stop_background() -> None:
-        for task in listener:
-            task.cancel()
-        await asyncio.gather(*listener, return_exceptions=True)
+        await cancel_and_wait(listener)
         await scheduler.stop(s.shutdown_grace_s)
         await model.aclose()
         await context.aclose()

@@ -10,10 +10,10 @@ whose tool deadline passed (invariants 2 and 4).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
 import structlog
+from weft_platform.tasks import cancel_and_wait
 
 from weft_engine.leases import TurnLeases
 
@@ -102,14 +102,8 @@ class StepScheduler:
 
     async def stop(self, grace_s: float) -> None:
         """Let running steps finish for ``grace_s``, then hand the rest back to other replicas."""
-        for task in self._background:
-            task.cancel()
-        for task in self._background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._background)
         pending = list(self._tasks.values())
         if pending:
             _, still = await asyncio.wait(pending, timeout=grace_s)
-            for task in still:
-                task.cancel()
-            await asyncio.gather(*still, return_exceptions=True)
+            await cancel_and_wait(still)

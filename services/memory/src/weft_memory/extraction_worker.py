@@ -15,6 +15,7 @@ import contextlib
 from dataclasses import dataclass
 
 import structlog
+from weft_platform.tasks import cancel_and_wait
 
 from weft_memory.extraction import ExtractionFailed, MemoryExtractor
 from weft_memory.extraction_queue import ExtractionJob, ExtractionQueue
@@ -58,11 +59,7 @@ class ExtractionWorker:
 
     async def stop(self) -> None:
         """Cancel the tasks and wait for them; a claimed row is taken over when stale."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     async def _run(self) -> None:

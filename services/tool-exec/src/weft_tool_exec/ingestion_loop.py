@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
+from weft_platform.tasks import cancel_and_wait
 from weft_tools.ingestion import DocumentIngestor
 
 log = structlog.get_logger(__name__)
@@ -25,10 +25,7 @@ class IngestionLoop:
 
     async def stop(self) -> None:
         """Cancel the task and wait for it (a document in progress is taken over later)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])
 
     async def _run(self) -> None:
         while True:

@@ -15,7 +15,6 @@ background task, so a slow or failing cleanup never delays tool calls or the con
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from faststream.kafka.annotations import KafkaMessage
 from faststream.message import StreamMessage
 from weft_contracts import Topic
 from weft_platform.bus import EventBus
+from weft_platform.tasks import cancel_and_wait
 from weft_tools import ToolRegistry
 
 log = structlog.get_logger(__name__)
@@ -101,10 +101,7 @@ class TurnEndCleaner:
 
     async def stop(self) -> None:
         """Cancel the task (pending cleanups are dropped: the process holds nothing after)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])
 
     async def _run(self) -> None:
         while True:
