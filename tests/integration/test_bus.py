@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 from weft_contracts import ThoughtData, ThoughtEvent, Topic
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_platform.topics import ensure_topics
+
+from tests.integration.kafka_helpers import dead_letters
 
 
 @pytest.fixture
@@ -43,25 +43,6 @@ def _event(delta: str) -> ThoughtEvent:
                         data=ThoughtData(round=0, delta=delta))  # fmt: skip
 
 
-async def _dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(
-        rt.bus.topic_name(Topic.DLQ),
-        bootstrap_servers=rt.settings.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        group_id=f"dlq-{secrets.token_hex(4)}",
-    )
-    await consumer.start()
-    letters: list[dict[str, Any]] = []
-    try:
-        async with asyncio.timeout(30):
-            while len(letters) < count:
-                for records in (await consumer.getmany(timeout_ms=500)).values():
-                    letters.extend(json.loads(r.value) for r in records)
-    finally:
-        await consumer.stop()
-    return letters
-
-
 async def test_failing_handler_is_retried_then_dead_lettered_and_next_message_flows(
     runtime: ServiceRuntime,
 ) -> None:
@@ -81,7 +62,7 @@ async def test_failing_handler_is_retried_then_dead_lettered_and_next_message_fl
     await asyncio.wait_for(handled.wait(), 30)
 
     assert attempts == {"poison": 3, "fine": 1}
-    [letter] = await _dead_letters(runtime, 1)
+    [letter] = await dead_letters(runtime, 1)
     assert letter["data"]["reason"] == "handler_failed: cannot process poison"
     assert letter["data"]["error_type"] == "RuntimeError"
     assert letter["tenant_id"] == "t" and letter["data"]["consumer_group"].endswith("g")

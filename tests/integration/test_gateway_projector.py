@@ -8,13 +8,12 @@ again without duplicating any event (ARCHITECTURE invariants 1 and 3, SPEC C-05)
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from weft_contracts import (
     CompleteData,
     CompleteEvent,
@@ -32,6 +31,8 @@ from weft_gateway.streams import SessionStreams, stream_key
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_platform.topics import ensure_topics
+
+from tests.integration.kafka_helpers import dead_letters
 
 GARBAGE = b'{"type": "thought", "seq": "not a number"'
 
@@ -91,25 +92,6 @@ async def _stream_seqs(rt: ServiceRuntime, tenant: str, count: int) -> list[int]
             await asyncio.sleep(0.1)
 
 
-async def _dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(
-        rt.bus.topic_name(Topic.DLQ),
-        bootstrap_servers=rt.settings.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        group_id=f"dlq-{secrets.token_hex(4)}",
-    )
-    await consumer.start()
-    letters: list[dict[str, Any]] = []
-    try:
-        async with asyncio.timeout(30):
-            while len(letters) < count:
-                for records in (await consumer.getmany(timeout_ms=500)).values():
-                    letters.extend(json.loads(r.value) for r in records)
-    finally:
-        await consumer.stop()
-    return letters
-
-
 async def test_garbage_in_a_batch_is_dead_lettered_and_the_rest_projected_in_order(
     runtime: ServiceRuntime,
 ) -> None:
@@ -133,7 +115,7 @@ async def test_garbage_in_a_batch_is_dead_lettered_and_the_rest_projected_in_ord
 
     assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
     assert sum(batch_sizes) == 5 and len(batch_sizes) < 5  # batched, each event once
-    [letter] = await _dead_letters(runtime, 1)
+    [letter] = await dead_letters(runtime, 1)
     assert letter["data"]["reason"].startswith("undecodable:")
     assert letter["data"]["raw"] == GARBAGE.decode()
     assert letter["data"]["key"] == "s1"
