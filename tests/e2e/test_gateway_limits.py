@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -22,6 +23,17 @@ async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
     client = Redis.from_url(infra["WEFT_REDIS_URL"])
     yield client
     await client.aclose()
+
+
+async def follow(
+    fanout: StreamFanout, tenant_id: str, session_id: str, after: str, **kwargs: Any
+) -> AsyncIterator[Any]:
+    """The fan-out's chunks for one client, item by item."""
+    chunks = fanout.follow_chunks(tenant_id, session_id, after, **kwargs)
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            for item in chunk:
+                yield item
 
 
 def _tenant() -> str:
@@ -70,8 +82,8 @@ async def test_backlog_then_live_without_gap_or_duplicate(redis: Redis) -> None:
     received: list[int] = []
 
     async def watch() -> None:
-        async for entry in fanout.follow(
-            tenant, session, first, request_id="r1", idle_timeout_s=10
+        async for entry in follow(
+            fanout, tenant, session, first, request_id="r1", idle_timeout_s=10
         ):
             assert entry is not None
             received.append(int(entry.event_json.split(":")[1].rstrip("}")))
@@ -95,14 +107,14 @@ async def test_slow_client_dropped_fast_client_unaffected(redis: Redis) -> None:
     slow_started = asyncio.Event()
 
     async def fast_client() -> None:
-        async for entry in fanout.follow(
-            tenant, session, start, request_id="r1", idle_timeout_s=10
+        async for entry in follow(
+            fanout, tenant, session, start, request_id="r1", idle_timeout_s=10
         ):
             assert entry is not None
             fast.append(entry.type)
 
     async def slow_client() -> None:
-        stream = fanout.follow(tenant, session, start, request_id="r1", idle_timeout_s=10)
+        stream = follow(fanout, tenant, session, start, request_id="r1", idle_timeout_s=10)
         await stream.__anext__()  # subscribed; then never reads again until the flood is over
         slow_started.set()
         await asyncio.sleep(1.5)
@@ -127,7 +139,7 @@ async def test_idle_follow_yields_none(redis: Redis) -> None:
     fanout = StreamFanout(redis, block_ms=100)
     tenant = _tenant()
     start = await _append(redis, stream_key(tenant, "s"), "r1", 1, "turn_started")
-    got = [e async for e in fanout.follow(tenant, "s", start, request_id="r1", idle_timeout_s=0.5)]
+    got = [e async for e in follow(fanout, tenant, "s", start, request_id="r1", idle_timeout_s=0.5)]
     assert got == [None]
     await fanout.aclose()
 
@@ -147,8 +159,8 @@ async def test_heartbeats_come_from_the_shared_timer_while_the_turn_is_silent(
     two_heartbeats = asyncio.Event()
 
     async def watch() -> None:
-        async for item in fanout.follow(
-            tenant, "s", start, request_id="r1", idle_timeout_s=10, heartbeat_s=0.2
+        async for item in follow(
+            fanout, tenant, "s", start, request_id="r1", idle_timeout_s=10, heartbeat_s=0.2
         ):
             got.append(item if item is HEARTBEAT else getattr(item, "type", item))
             if got.count(HEARTBEAT) == 2:
@@ -190,12 +202,12 @@ async def test_new_session_joins_the_reader_without_waiting_out_its_block(redis:
     tenant = _tenant()
     start_a = await _append(redis, stream_key(tenant, "a"), "ra", 1, "turn_started")
     watch_a = asyncio.create_task(
-        _drain(fanout.follow(tenant, "a", start_a, request_id="ra", idle_timeout_s=30))
+        _drain(follow(fanout, tenant, "a", start_a, request_id="ra", idle_timeout_s=30))
     )
     await asyncio.sleep(0.3)  # the reader is now blocked on session a alone
     start_b = await _append(redis, stream_key(tenant, "b"), "rb", 1, "turn_started")
     watch_b = asyncio.create_task(
-        _drain(fanout.follow(tenant, "b", start_b, request_id="rb", idle_timeout_s=30))
+        _drain(follow(fanout, tenant, "b", start_b, request_id="rb", idle_timeout_s=30))
     )
     await asyncio.sleep(0.2)
     await _append(redis, stream_key(tenant, "b"), "rb", 2, "complete")

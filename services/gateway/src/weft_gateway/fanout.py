@@ -26,7 +26,6 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -55,7 +54,7 @@ class Signal(Enum):
 
 
 HEARTBEAT = Signal.HEARTBEAT
-"""Yielded by :meth:`StreamFanout.follow` when a heartbeat is due (only if asked for)."""
+"""Yielded by :meth:`StreamFanout.follow_chunks` when a heartbeat is due (only if asked for)."""
 
 Item = StreamEntry | Signal | None
 """What a subscriber receives: an entry, :data:`HEARTBEAT`, or None (idle: the end)."""
@@ -102,35 +101,6 @@ class StreamFanout:
         self._task: asyncio.Task[None] | None = None
         self._next_tick = 0.0
 
-    async def follow(
-        self,
-        tenant_id: str,
-        session_id: str,
-        after: str,
-        *,
-        request_id: str | None,
-        idle_timeout_s: float,
-        heartbeat_s: float | None = None,
-    ) -> AsyncGenerator[Item, None]:
-        """Entries after ``after`` (of one turn when ``request_id`` is given) until that
-        turn's ``complete``; yields None once after ``idle_timeout_s`` without any event of
-        the session, and :data:`HEARTBEAT` every ``heartbeat_s`` without anything sent.
-        Ends early, without a terminator, when the server shuts down (the client resumes
-        elsewhere with ``Last-Event-ID``). Raises :class:`SlowClient` when this
-        subscriber could not keep up."""
-        chunks = self.follow_chunks(
-            tenant_id,
-            session_id,
-            after,
-            request_id=request_id,
-            idle_timeout_s=idle_timeout_s,
-            heartbeat_s=heartbeat_s,
-        )
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                for item in chunk:
-                    yield item
-
     async def follow_chunks(
         self,
         tenant_id: str,
@@ -141,8 +111,15 @@ class StreamFanout:
         idle_timeout_s: float,
         heartbeat_s: float | None = None,
     ) -> AsyncGenerator[list[Item], None]:
-        """:meth:`follow` by chunks: everything queued for this client when it gets to
-        run, so a client that fell behind catches up with one write, not one per event."""
+        """Entries after ``after`` (of one turn when ``request_id`` is given) until that
+        turn's ``complete``, by chunks: everything queued for this client when it gets to
+        run, so a client that fell behind catches up with one write, not one per event.
+
+        None comes once after ``idle_timeout_s`` without any event of the session, and
+        :data:`HEARTBEAT` every ``heartbeat_s`` without anything sent. Ends early, without
+        a terminator, when the server shuts down (the client resumes elsewhere with
+        ``Last-Event-ID``). Raises :class:`SlowClient` when this subscriber could not
+        keep up."""
         key = stream_key(tenant_id, session_id)
         sub = await self._subscribe(key, idle_timeout_s, heartbeat_s)
         try:
