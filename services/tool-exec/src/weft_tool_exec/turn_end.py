@@ -15,7 +15,6 @@ background task, so a slow or failing cleanup never delays tool calls or the con
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,8 @@ import structlog
 from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 from faststream.message import StreamMessage
-from weft_contracts import Topic
+from pydantic import ValidationError
+from weft_contracts import CompleteEvent, Topic
 from weft_platform.bus import EventBus
 from weft_platform.tasks import cancel_and_wait
 from weft_tools import ToolRegistry
@@ -51,15 +51,10 @@ def turn_ended(body: bytes, headers: dict[str, Any]) -> TurnEnded | None:
     if kind is not None and kind != COMPLETE:
         return None  # the common case (deltas, tool events): no JSON parsing
     try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(value, dict) or value.get("type") != COMPLETE:
-        return None
-    session_id, request_id = value.get("session_id"), value.get("request_id")
-    if not isinstance(session_id, str) or not isinstance(request_id, str):
-        return None
-    return TurnEnded(session_id, request_id)
+        event = CompleteEvent.model_validate_json(body)
+    except ValidationError:
+        return None  # another event type, or garbage (the other consumers dead-letter it)
+    return TurnEnded(event.session_id, event.request_id)
 
 
 class TurnEndCleaner:
