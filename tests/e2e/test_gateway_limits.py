@@ -5,16 +5,17 @@ one on the same session keeps receiving every event in order (ARCHITECTURE invar
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import AsyncIterator
-from contextlib import aclosing
-from typing import Any
 
 import pytest
 from fastapi import HTTPException
 from redis.asyncio import Redis
-from weft_gateway.fanout import SlowClient, StreamFanout
+from weft_gateway.fanout import End, Follow, StreamFanout
 from weft_gateway.limits import TenantLimits
+from weft_gateway.sse import HEARTBEAT_FRAME
+from weft_gateway.sse_response import BufferedSink
 from weft_gateway.streams import stream_key
 
 
@@ -25,15 +26,45 @@ async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-async def follow(
-    fanout: StreamFanout, tenant_id: str, session_id: str, after: str, **kwargs: Any
-) -> AsyncIterator[Any]:
-    """The fan-out's chunks for one client, item by item."""
-    chunks = fanout.follow_chunks(tenant_id, session_id, after, **kwargs)
-    async with aclosing(chunks):
-        async for chunk in chunks:
-            for item in chunk:
-                yield item
+class RecordingSink:
+    """A client that takes every write: the frames it was sent, in order."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.written = asyncio.Event()
+
+    def write(self, data: bytes) -> bool:
+        self.frames.append(data)
+        self.written.set()
+        return True
+
+    def events(self) -> list[tuple[str, str]]:
+        """(event, data) of each SSE event written, heartbeats left out."""
+        found = []
+        for block in b"".join(self.frames).decode().split("\r\n\r\n"):
+            fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+            if "event" in fields:
+                found.append((fields["event"], fields["data"]))
+        return found
+
+
+def _follow(
+    tenant_id: str,
+    session_id: str,
+    after: str,
+    request_id: str | None,
+    *,
+    idle_timeout_s: float = 10,
+    heartbeat_s: float | None = None,
+) -> Follow:
+    return Follow(
+        tenant_id=tenant_id,
+        session_id=session_id,
+        after=after,
+        request_id=request_id,
+        idle_timeout_s=idle_timeout_s,
+        heartbeat_s=heartbeat_s,
+    )
 
 
 def _tenant() -> str:
@@ -79,99 +110,70 @@ async def test_backlog_then_live_without_gap_or_duplicate(redis: Redis) -> None:
     fanout = StreamFanout(redis, block_ms=100)
     first = await _append(redis, key, "r1", 1, "turn_started")
     await _append(redis, key, "r1", 2, "thought")
-    received: list[int] = []
-
-    async def watch() -> None:
-        async for entry in follow(
-            fanout, tenant, session, first, request_id="r1", idle_timeout_s=10
-        ):
-            assert entry is not None
-            received.append(int(entry.event_json.split(":")[1].rstrip("}")))
-
-    watcher = asyncio.create_task(watch())
+    sink = RecordingSink()
+    watcher = asyncio.create_task(fanout.stream(_follow(tenant, session, first, "r1"), sink))
     for seq in range(3, 30):
         await _append(redis, key, "r1", seq, "thought")
     await _append(redis, key, "r2", 1, "thought")  # another turn: filtered out
     await _append(redis, key, "r1", 30, "complete")
-    await asyncio.wait_for(watcher, 10)
-    assert received == list(range(2, 31))
+    outcome = await asyncio.wait_for(watcher, 10)
+    assert outcome.end is End.COMPLETE and outcome.request_id == "r1"
+    assert [json.loads(data)["seq"] for _, data in sink.events()] == list(range(2, 31))
     await fanout.aclose()
 
 
 async def test_slow_client_dropped_fast_client_unaffected(redis: Redis) -> None:
+    """A client whose buffer fills is dropped alone (invariant 6); the fast one gets every
+    event in order."""
     tenant, session = _tenant(), "s1"
     key = stream_key(tenant, session)
-    fanout = StreamFanout(redis, queue_size=10, block_ms=100)
+    fanout = StreamFanout(redis, block_ms=100)
     start = await _append(redis, key, "r1", 1, "turn_started")
-    fast: list[str] = []
-    slow_started = asyncio.Event()
-
-    async def fast_client() -> None:
-        async for entry in follow(
-            fanout, tenant, session, start, request_id="r1", idle_timeout_s=10
-        ):
-            assert entry is not None
-            fast.append(entry.type)
-
-    async def slow_client() -> None:
-        stream = follow(fanout, tenant, session, start, request_id="r1", idle_timeout_s=10)
-        await stream.__anext__()  # subscribed; then never reads again until the flood is over
-        slow_started.set()
-        await asyncio.sleep(1.5)
-        async for _ in stream:
-            pass
-
-    fast_task = asyncio.create_task(fast_client())
-    slow_task = asyncio.create_task(slow_client())
-    await _append(redis, key, "r1", 2, "thought")
-    await asyncio.wait_for(slow_started.wait(), 10)
-    for seq in range(3, 100):
+    fast = RecordingSink()
+    slow = BufferedSink(buffer_bytes=2048)  # nobody takes from it: a client that stalled
+    fast_task = asyncio.create_task(fanout.stream(_follow(tenant, session, start, "r1"), fast))
+    slow_task = asyncio.create_task(fanout.stream(_follow(tenant, session, start, "r1"), slow))
+    for seq in range(2, 100):
         await _append(redis, key, "r1", seq, "thought")
     await _append(redis, key, "r1", 100, "complete")
-    await asyncio.wait_for(fast_task, 10)
-    assert len(fast) == 99 and fast[-1] == "complete"
-    with pytest.raises(SlowClient):
-        await asyncio.wait_for(slow_task, 10)
+    assert (await asyncio.wait_for(fast_task, 10)).end is End.COMPLETE
+    types = [kind for kind, _ in fast.events()]
+    assert len(types) == 99 and types[-1] == "complete"
+    assert (await asyncio.wait_for(slow_task, 10)).end is End.DROPPED
     await fanout.aclose()
 
 
-async def test_idle_follow_yields_none(redis: Redis) -> None:
+async def test_idle_follow_ends_idle(redis: Redis) -> None:
     fanout = StreamFanout(redis, block_ms=100)
     tenant = _tenant()
     start = await _append(redis, stream_key(tenant, "s"), "r1", 1, "turn_started")
-    got = [e async for e in follow(fanout, tenant, "s", start, request_id="r1", idle_timeout_s=0.5)]
-    assert got == [None]
+    sink = RecordingSink()
+    follow = _follow(tenant, "s", start, "r1", idle_timeout_s=0.5)
+    outcome = await asyncio.wait_for(fanout.stream(follow, sink), 10)
+    assert outcome.end is End.IDLE and outcome.position == start and sink.frames == []
     await fanout.aclose()
 
 
 async def test_heartbeats_come_from_the_shared_timer_while_the_turn_is_silent(
     redis: Redis,
 ) -> None:
-    """Heartbeats (SPEC C-05) without a timer per client: the fan-out's one timer hands
-    them out, and the turn's events still arrive after them, in order."""
-    from weft_gateway.fanout import HEARTBEAT
-
+    """Heartbeats (SPEC C-05) without a timer per client: the fan-out's one timer writes
+    them, and the turn's events still arrive after them, in order."""
     fanout = StreamFanout(redis, block_ms=50, tick_s=0.05)
     tenant = _tenant()
     key = stream_key(tenant, "s")
     start = await _append(redis, key, "r1", 1, "turn_started")
-    got: list[object] = []
-    two_heartbeats = asyncio.Event()
-
-    async def watch() -> None:
-        async for item in follow(
-            fanout, tenant, "s", start, request_id="r1", idle_timeout_s=10, heartbeat_s=0.2
-        ):
-            got.append(item if item is HEARTBEAT else getattr(item, "type", item))
-            if got.count(HEARTBEAT) == 2:
-                two_heartbeats.set()
-
-    watcher = asyncio.create_task(watch())
-    await asyncio.wait_for(two_heartbeats.wait(), 10)
+    sink = RecordingSink()
+    follow = _follow(tenant, "s", start, "r1", heartbeat_s=0.2)
+    watcher = asyncio.create_task(fanout.stream(follow, sink))
+    while sink.frames.count(HEARTBEAT_FRAME) < 2:
+        sink.written.clear()
+        await asyncio.wait_for(sink.written.wait(), 5)
     await _append(redis, key, "r1", 2, "thought")
     await _append(redis, key, "r1", 3, "complete")
-    await asyncio.wait_for(watcher, 10)
-    assert got[-2:] == ["thought", "complete"] and None not in got
+    assert (await asyncio.wait_for(watcher, 10)).end is End.COMPLETE
+    assert [kind for kind, _ in sink.events()] == ["thought", "complete"]
+    assert sink.frames[:2] == [HEARTBEAT_FRAME, HEARTBEAT_FRAME]
     await fanout.aclose()
 
 
@@ -202,20 +204,15 @@ async def test_new_session_joins_the_reader_without_waiting_out_its_block(redis:
     tenant = _tenant()
     start_a = await _append(redis, stream_key(tenant, "a"), "ra", 1, "turn_started")
     watch_a = asyncio.create_task(
-        _drain(follow(fanout, tenant, "a", start_a, request_id="ra", idle_timeout_s=30))
+        fanout.stream(_follow(tenant, "a", start_a, "ra"), RecordingSink())
     )
     await asyncio.sleep(0.3)  # the reader is now blocked on session a alone
     start_b = await _append(redis, stream_key(tenant, "b"), "rb", 1, "turn_started")
-    watch_b = asyncio.create_task(
-        _drain(follow(fanout, tenant, "b", start_b, request_id="rb", idle_timeout_s=30))
-    )
+    sink_b = RecordingSink()
+    watch_b = asyncio.create_task(fanout.stream(_follow(tenant, "b", start_b, "rb"), sink_b))
     await asyncio.sleep(0.2)
     await _append(redis, stream_key(tenant, "b"), "rb", 2, "complete")
-    got = await asyncio.wait_for(watch_b, 2.0)  # half the block: only a wake-up explains it
-    assert [e.event_json for e in got if e is not None] == ['{"seq":2}']
+    await asyncio.wait_for(watch_b, 2.0)  # half the block: only a wake-up explains it
+    assert sink_b.events() == [("complete", '{"seq":2}')]
     watch_a.cancel()
     await fanout.aclose()
-
-
-async def _drain(entries: AsyncIterator[object]) -> list[Any]:
-    return [entry async for entry in entries]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,8 +17,9 @@ from weft_gateway.api import (
     pick_agent_id,
 )
 from weft_gateway.auth import ApiKeyAuth
+from weft_gateway.fanout import Sink
 from weft_gateway.sse import frame, synthetic_failure, to_sse, weknora_event
-from weft_gateway.sse_response import FrameStreamResponse
+from weft_gateway.sse_response import EventStreamResponse
 from weft_gateway.streams import StreamEntry, parse_position
 
 
@@ -180,16 +180,17 @@ def test_frame_is_encoded_once_and_shared() -> None:  # SPEC C-05
 
 
 async def test_stuck_client_is_dropped_after_send_timeout_and_its_stream_closed() -> None:
-    """A client that stops reading (send never completes) ends its own response after
-    ``send_timeout_s`` and releases its subscription (invariant 6)."""
-    closed = asyncio.Event()
+    """A client that stops reading (send never completes): its buffer fills, the fan-out
+    is told to drop it, and the response ends after ``send_timeout_s`` (invariant 6)."""
+    refused = asyncio.Event()
 
-    async def frames() -> AsyncIterator[bytes]:
-        try:
-            while True:
-                yield b"data: x\r\n\r\n"
-        finally:
-            closed.set()
+    async def run(sink: Sink) -> bytes:
+        for _ in range(10_000):  # one event per loop turn, as the fan-out writes them
+            if not sink.write(b"data: x\r\n\r\n"):
+                refused.set()  # the fan-out ends this subscriber: End.DROPPED
+                break
+            await asyncio.sleep(0)
+        return b""
 
     sends: list[dict[str, Any]] = []
 
@@ -202,22 +203,22 @@ async def test_stuck_client_is_dropped_after_send_timeout_and_its_stream_closed(
         await asyncio.Event().wait()
         return {}
 
-    response = FrameStreamResponse(frames(), send_timeout_s=0.2)
+    response = EventStreamResponse(run, send_timeout_s=0.2, buffer_bytes=4096)
     await asyncio.wait_for(response({"type": "http", "method": "GET"}, receive, send), 5)
-    assert closed.is_set()
+    assert refused.is_set()
     assert len(sends) == 3 and sends[0]["type"] == "http.response.start"
 
 
-async def test_disconnect_ends_the_response_and_closes_the_stream() -> None:
-    closed = asyncio.Event()
+async def test_disconnect_ends_the_response_and_its_stream() -> None:
+    stopped = asyncio.Event()
 
-    async def frames() -> AsyncIterator[bytes]:
+    async def run(sink: Sink) -> bytes:
         try:
             while True:
                 await asyncio.sleep(0.01)
-                yield b": ping\r\n\r\n"
+                sink.write(b": ping\r\n\r\n")
         finally:
-            closed.set()
+            stopped.set()  # the fan-out's stream() is cancelled: it unsubscribes
 
     async def send(message: dict[str, Any]) -> None:
         return None
@@ -226,9 +227,33 @@ async def test_disconnect_ends_the_response_and_closes_the_stream() -> None:
         await asyncio.sleep(0.1)
         return {"type": "http.disconnect"}
 
-    response = FrameStreamResponse(frames(), send_timeout_s=5)
+    response = EventStreamResponse(run, send_timeout_s=5, buffer_bytes=4096)
     await asyncio.wait_for(response({"type": "http", "method": "GET"}, receive, send), 5)
-    assert closed.is_set()
+    assert stopped.is_set()
+
+
+async def test_buffered_sink_sends_what_piled_up_as_one_message_then_the_trailer() -> None:
+    """Without a direct transport (not uvicorn httptools), frames written while the
+    writer was busy go out together, and the trailer ends the body."""
+
+    async def run(sink: Sink) -> bytes:
+        assert sink.write(b"a") and sink.write(b"b") and sink.write(b"c")
+        await asyncio.sleep(0.05)
+        return b"end"
+
+    sends: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sends.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    response = EventStreamResponse(run, send_timeout_s=5, buffer_bytes=4096)
+    await asyncio.wait_for(response({"type": "http", "method": "GET"}, receive, send), 5)
+    bodies = [(m["body"], m["more_body"]) for m in sends[1:]]
+    assert bodies == [(b"abc", True), (b"end", False)]
 
 
 def test_openapi_documents_the_sse_routes_as_event_streams() -> None:

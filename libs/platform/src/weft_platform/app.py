@@ -16,6 +16,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.types import ASGIApp
 
 from weft_platform.health import health_router
 from weft_platform.logs import configure_logging
@@ -77,8 +78,9 @@ def _install_dependency_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(exc_type, unavailable)
 
 
-def run_service(app: FastAPI, runtime: ServiceRuntime) -> None:
-    """Serve the app until SIGTERM/SIGINT, then shut down gracefully."""
+def run_service(app: ASGIApp, runtime: ServiceRuntime) -> None:
+    """Serve the app (a service app, possibly wrapped) until SIGTERM/SIGINT, then shut
+    down gracefully."""
     settings = runtime.settings
     uvicorn.run(
         app,

@@ -6,12 +6,18 @@ import sys
 from weft_platform.app import run_service
 
 from weft_gateway.app import create_app, create_projector_app
+from weft_gateway.sse_response import ExposeServerSend
 
 
 def main() -> None:
     """Run the service, or its projector alone with the ``projector`` argument."""
-    app = create_projector_app() if sys.argv[1:] == ["projector"] else create_app()
-    run_service(app, app.state.runtime)
+    if sys.argv[1:] == ["projector"]:
+        projector = create_projector_app()
+        run_service(projector, projector.state.runtime)
+        return
+    app = create_app()
+    # SSE responses write frames straight to uvicorn's transport (see sse_response).
+    run_service(ExposeServerSend(app), app.state.runtime)
 
 
 if __name__ == "__main__":

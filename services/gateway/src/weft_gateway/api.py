@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,12 +27,12 @@ from weft_storage.knowledge import KnowledgeStore
 
 from weft_gateway.auth import Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
-from weft_gateway.fanout import HEARTBEAT, SlowClient, StreamFanout
+from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.limits import TenantLimits
 from weft_gateway.settings import GatewaySettings
-from weft_gateway.sse import HEARTBEAT_FRAME, StreamFormat, frame, synthetic_failure
-from weft_gateway.sse_response import FrameStreamResponse
-from weft_gateway.streams import SessionStreams, StreamEntry, active_turn_key
+from weft_gateway.sse import StreamFormat, synthetic_failure
+from weft_gateway.sse_response import EventStreamResponse
+from weft_gateway.streams import SessionStreams, active_turn_key
 
 AGENT_REQUIRED = "agent_id is required when agent mode is enabled"
 QUICK_ANSWER_AGENT = "builtin-quick-answer"
@@ -122,7 +120,7 @@ class Gateway:
         *,
         agent_enabled: bool,
         fmt: StreamFormat = "native",
-    ) -> FrameStreamResponse:
+    ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         session = await self.memory.get_session(who.tenant_id, session_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.get("agent_id"))
@@ -158,8 +156,14 @@ class Gateway:
         except Exception:
             await self.limits.release_turn(who.tenant_id, request.request_id)
             raise
-        events = self._sse(who.tenant_id, session_id, position, request.request_id, fmt)
-        return self._response(events, {"X-Request-Id": request.request_id})
+        return self._response(
+            who.tenant_id,
+            session_id,
+            position,
+            request.request_id,
+            fmt,
+            {"X-Request-Id": request.request_id},
+        )
 
     async def resume(
         self,
@@ -167,7 +171,7 @@ class Gateway:
         session_id: str,
         last_event_id: str | None,
         fmt: StreamFormat = "native",
-    ) -> FrameStreamResponse:
+    ) -> EventStreamResponse:
         """Rejoin the newest turn: after ``Last-Event-ID``, or from the turn's start.
 
         The stream key contains the tenant, so finding it proves the session is the
@@ -180,7 +184,7 @@ class Gateway:
                 f"no turn of this session within the stream retention ({retention}s): "
                 "nothing to replay; load the stored messages instead",
             )
-        return self._response(self._sse(who.tenant_id, session_id, start, None, fmt), {})
+        return self._response(who.tenant_id, session_id, start, None, fmt, {})
 
     async def stop(self, who: Principal, session_id: str) -> ControlAccepted:
         """Publish ``CancelRequested`` for the running turn (any engine replica acts on it)."""
@@ -228,64 +232,52 @@ class Gateway:
             )
 
     def _response(
-        self, frames: AsyncIterator[bytes], headers: dict[str, str]
-    ) -> FrameStreamResponse:
-        return FrameStreamResponse(
-            frames, send_timeout_s=self.settings.sse_send_timeout_s, headers=headers
-        )
-
-    async def _sse(
         self,
         tenant_id: str,
         session_id: str,
         after: str,
         request_id: str | None,
         fmt: StreamFormat,
-    ) -> AsyncIterator[bytes]:
-        """The encoded frames of one client: shared per-event frames from the fan-out,
-        heartbeats, and the synthetic ``error`` + ``complete`` when the gateway itself
-        must end the stream."""
-        position, turn = after, request_id
-        timeout = self.settings.turn_idle_timeout_s
-        chunks = self.fanout.follow_chunks(
-            tenant_id,
-            session_id,
-            after,
-            request_id=request_id,
-            idle_timeout_s=timeout,
-            heartbeat_s=self.settings.sse_ping_s,
-        )
-        idle = False
-        try:
-            async with aclosing(chunks):  # unsubscribe at once, also on disconnect
-                async for chunk in chunks:
-                    frames: list[bytes] = []
-                    for entry in chunk:
-                        if entry is None:
-                            idle = True
-                        elif entry is HEARTBEAT:
-                            frames.append(HEARTBEAT_FRAME)
-                        elif isinstance(entry, StreamEntry):
-                            position, turn = entry.entry_id, entry.request_id
-                            encoded = frame(entry, fmt)
-                            if encoded is not None:
-                                frames.append(encoded)
-                    if frames:
-                        yield b"".join(frames)  # one write for all a client has pending
-            if not idle:
-                return
-            code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
-        except SlowClient:
-            return  # the client reconnects with Last-Event-ID; others were not held up
-        except RedisError:
-            code, message = "stream_unavailable", "the event stream store is unavailable; retry"
-        for event in synthetic_failure(
+        headers: dict[str, str],
+    ) -> EventStreamResponse:
+        follow = Follow(
             tenant_id=tenant_id,
             session_id=session_id,
-            request_id=turn or "unknown",
-            position=position,
+            after=after,
+            request_id=request_id,
+            fmt=fmt,
+            idle_timeout_s=self.settings.turn_idle_timeout_s,
+            heartbeat_s=self.settings.sse_ping_s,
+        )
+        return EventStreamResponse(
+            lambda sink: self._stream(follow, sink),
+            send_timeout_s=self.settings.sse_send_timeout_s,
+            buffer_bytes=self.settings.sse_buffer_bytes,
+            headers=headers,
+        )
+
+    async def _stream(self, follow: Follow, sink: Sink) -> bytes:
+        """Write one client's frames (shared per-event frames and heartbeats, by the
+        fan-out) to ``sink``; returns the synthetic ``error`` + ``complete`` when the
+        gateway itself must end the stream, else nothing."""
+        try:
+            outcome = await self.fanout.stream(follow, sink)
+        except RedisError:
+            outcome = Outcome(End.UNAVAILABLE, follow.after, follow.request_id)
+        if outcome.end is End.IDLE:
+            timeout = follow.idle_timeout_s
+            code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
+        elif outcome.end is End.UNAVAILABLE:
+            code, message = "stream_unavailable", "the event stream store is unavailable; retry"
+        else:
+            return b""  # complete, or a client that resumes with Last-Event-ID
+        events = synthetic_failure(
+            tenant_id=follow.tenant_id,
+            session_id=follow.session_id,
+            request_id=outcome.request_id or "unknown",
+            position=outcome.position,
             code=code,
             message=message,
-            fmt=fmt,
-        ):
-            yield event.encode()
+            fmt=follow.fmt,
+        )
+        return b"".join(event.encode() for event in events)

@@ -82,7 +82,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         turn_ttl_s=s.turn_slot_ttl_s,
     )
     knowledge = KnowledgeStore(runtime.sessions)
-    fanout = StreamFanout(redis, queue_size=s.sse_queue_size)
+    fanout = StreamFanout(redis)
     auth = ApiKeyAuth(runtime.sessions, limits, cache_s=s.auth_cache_s)
     gateway = Gateway(
         settings=s,

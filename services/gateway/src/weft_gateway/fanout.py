@@ -1,74 +1,175 @@
-"""StreamFanout: one Redis reader per gateway process, shared by every SSE client.
+"""StreamFanout: one Redis reader per gateway process, writing to every SSE client.
 
 Thousands of SSE clients on one gateway process must not mean thousands of blocking
-``XREAD`` connections to Redis, nor thousands of timers: one task per process
+``XREAD`` connections to Redis, nor thousands of tasks woken for every event. One task
+per process
 
 * follows every watched session stream with a single multi-stream ``XREAD`` (blocking at
-  most ``block_ms``, well under redis-py's 5 s socket timeout) and puts each new entry,
-  one shared :class:`StreamEntry` object, into one bounded queue per subscriber;
+  most ``block_ms``, well under redis-py's 5 s socket timeout) and, for each new entry,
+  writes its encoded frame (built once, shared) to the :class:`Sink` of every subscriber
+  of the session, synchronously: no queue, no task switch per client and event;
 * every ``tick_s`` hands out the timer events: a heartbeat to a subscriber that was sent
-  nothing for its heartbeat interval, the idle signal to one whose session has been
-  silent for its idle timeout, and the end of every stream when the server shuts down.
+  nothing for its heartbeat interval, the idle end to one whose session has been silent
+  for its idle timeout, and the end of every stream when the server shuts down.
 
-A subscriber whose queue is full is a slow client: it is dropped (its queue closed) and
-nobody else waits for it (ARCHITECTURE invariant 6). A dropped client can reconnect with
-``Last-Event-ID`` and lose nothing.
+A sink that refuses a write (its client's buffer is full, or the client is gone) ends that
+subscriber alone with :attr:`End.DROPPED`; nobody else waits for it (ARCHITECTURE
+invariant 6). A dropped client can reconnect with ``Last-Event-ID`` and lose nothing.
 
-A subscriber first registers its queue, then reads the backlog after its position with
-``XRANGE``; live entries that the backlog already covered are skipped by position, so no
-event is missed or repeated between the two (invariant 1).
+A subscriber first registers, collecting live entries while it reads the backlog after its
+position with ``XRANGE``; live entries that the backlog already covered are skipped by
+position, so no event is missed or repeated between the two (invariant 1).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sse_starlette.sse import AppStatus
 
+from weft_gateway.sse import HEARTBEAT_FRAME, StreamFormat, frame
 from weft_gateway.streams import TERMINAL, StreamEntry, parse_position, stream_entry, stream_key
 
 log = structlog.get_logger()
 
 
-class SlowClient(Exception):
-    """The subscriber fell ``queue_size`` events behind and was dropped."""
+class Sink(Protocol):
+    """Where a subscriber's frames go: the client's connection, or a buffer before it."""
+
+    def write(self, data: bytes) -> bool:
+        """Take ``data`` (one or more whole frames) without waiting; False when the client
+        cannot take it (too far behind, or gone): the subscriber is then dropped."""
+        ...
 
 
-class Signal(Enum):
-    """What the fan-out's timer puts in a subscriber's queue besides entries."""
+class End(Enum):
+    """Why a subscriber's stream ended."""
 
-    HEARTBEAT = "heartbeat"
+    COMPLETE = "complete"
+    """The followed turn's ``complete`` was written."""
     IDLE = "idle"
+    """No event of the session for the idle timeout."""
     DROPPED = "dropped"
+    """The client could not keep up (or went away)."""
     SHUTDOWN = "shutdown"
+    """The server is stopping: the client resumes elsewhere with ``Last-Event-ID``."""
+    UNAVAILABLE = "unavailable"
+    """The stream store could not be read (set by the caller of :meth:`StreamFanout.stream`)."""
 
 
-HEARTBEAT = Signal.HEARTBEAT
-"""Yielded by :meth:`StreamFanout.follow_chunks` when a heartbeat is due (only if asked for)."""
+@dataclass(frozen=True, kw_only=True)
+class Follow:
+    """What one client follows: a session's events after ``after``, only those of turn
+    ``request_id`` when it is given, until that turn's ``complete``."""
 
-Item = StreamEntry | Signal | None
-"""What a subscriber receives: an entry, :data:`HEARTBEAT`, or None (idle: the end)."""
-
-
-@dataclass(eq=False)
-class _Subscriber:
-    queue: asyncio.Queue[StreamEntry | Signal]
+    tenant_id: str
+    session_id: str
+    after: str
+    request_id: str | None
+    fmt: StreamFormat = "native"
     idle_timeout_s: float
-    heartbeat_s: float | None
-    since: float = field(default_factory=time.monotonic)
-    """Start of the current silence: subscription, then the last entry received."""
-    last_sent: float = field(default_factory=time.monotonic)
-    closed: bool = False
+    heartbeat_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a followed stream ended, and the last event the client was sent (the position
+    a synthetic ending carries, so a resume from it still gets anything later)."""
+
+    end: End
+    position: str
+    request_id: str | None
+
+
+class _Subscriber:
+    """One client: filters, de-duplicates and frames entries, and writes them to its sink."""
+
+    __slots__ = (
+        "ended",
+        "follow",
+        "last",
+        "last_sent",
+        "pending",
+        "position",
+        "since",
+        "sink",
+        "turn",
+    )
+
+    def __init__(self, follow: Follow, sink: Sink, ended: asyncio.Future[End]):
+        self.follow = follow
+        self.sink = sink
+        self.ended = ended
+        self.last = parse_position(follow.after)
+        self.position = follow.after
+        self.turn = follow.request_id
+        self.since = self.last_sent = time.monotonic()
+        """Start of the current silence of the session; time of the last write."""
+        self.pending: list[StreamEntry] | None = []
+        """Live entries that came while the backlog was read; None once live."""
+
+    def offer(self, entry: StreamEntry, now: float) -> None:
+        """A live entry of the session."""
+        self.since = now
+        if self.pending is not None:
+            self.pending.append(entry)
+        else:
+            self.deliver((entry,), now)
+
+    def deliver(self, entries: tuple[StreamEntry, ...] | list[StreamEntry], now: float) -> None:
+        """Write the frames of ``entries`` that are new to this client, in one write."""
+        if self.ended.done():
+            return
+        frames: list[bytes] = []
+        terminal = False
+        wanted = self.follow.request_id
+        for entry in entries:
+            if entry.position <= self.last:
+                continue  # the backlog already had it
+            self.last = entry.position
+            if wanted and entry.request_id != wanted:
+                continue  # another turn of the session
+            self.position, self.turn = entry.entry_id, entry.request_id
+            encoded = frame(entry, self.follow.fmt)
+            if encoded is not None:
+                frames.append(encoded)
+            if entry.type == TERMINAL:
+                terminal = True
+                break
+        if frames:
+            self.write(frames[0] if len(frames) == 1 else b"".join(frames), now)
+        if terminal:
+            self.end(End.COMPLETE)
+
+    def tick(self, now: float, shutdown: bool) -> None:
+        """The shared timer: shutdown, idle end or heartbeat."""
+        if self.ended.done():
+            return
+        if shutdown:
+            self.end(End.SHUTDOWN)
+        elif now - self.since >= self.follow.idle_timeout_s:
+            self.end(End.IDLE)
+        elif self.pending is None:
+            beat = self.follow.heartbeat_s
+            if beat is not None and now - self.last_sent >= beat:
+                self.write(HEARTBEAT_FRAME, now)
+
+    def write(self, data: bytes, now: float) -> None:
+        self.last_sent = now
+        if not self.sink.write(data):
+            self.end(End.DROPPED)
+
+    def end(self, why: End) -> None:
+        if not self.ended.done():
+            self.ended.set_result(why)
 
 
 @dataclass(eq=False)
@@ -80,16 +181,8 @@ class _Watched:
 class StreamFanout:
     """Shares one ``XREAD`` loop and one timer among all the process's SSE clients."""
 
-    def __init__(
-        self,
-        redis: Redis,
-        *,
-        queue_size: int = 1000,
-        block_ms: int = 200,
-        tick_s: float = 0.25,
-    ):
+    def __init__(self, redis: Redis, *, block_ms: int = 200, tick_s: float = 0.25):
         self._redis = redis
-        self._queue_size = queue_size
         # A newly watched stream joins the loop at its next XREAD; an entry on this
         # process's wake stream ends the current block at once, so a new turn's first
         # event does not wait out ``block_ms`` (its backlog is read directly, too).
@@ -101,80 +194,26 @@ class StreamFanout:
         self._task: asyncio.Task[None] | None = None
         self._next_tick = 0.0
 
-    async def follow_chunks(
-        self,
-        tenant_id: str,
-        session_id: str,
-        after: str,
-        *,
-        request_id: str | None,
-        idle_timeout_s: float,
-        heartbeat_s: float | None = None,
-    ) -> AsyncGenerator[list[Item], None]:
-        """Entries after ``after`` (of one turn when ``request_id`` is given) until that
-        turn's ``complete``, by chunks: everything queued for this client when it gets to
-        run, so a client that fell behind catches up with one write, not one per event.
+    async def stream(self, follow: Follow, sink: Sink) -> Outcome:
+        """Write ``follow``'s events to ``sink`` until its stream ends; how it ended.
 
-        None comes once after ``idle_timeout_s`` without any event of the session, and
-        :data:`HEARTBEAT` every ``heartbeat_s`` without anything sent. Ends early, without
-        a terminator, when the server shuts down (the client resumes elsewhere with
-        ``Last-Event-ID``). Raises :class:`SlowClient` when this subscriber could not
-        keep up."""
-        key = stream_key(tenant_id, session_id)
-        sub = await self._subscribe(key, idle_timeout_s, heartbeat_s)
+        Raises :class:`RedisError` when the backlog cannot be read. Cancel it when the
+        client disconnects: it unsubscribes at once."""
+        key = stream_key(follow.tenant_id, follow.session_id)
+        sub = _Subscriber(follow, sink, asyncio.get_running_loop().create_future())
+        await self._subscribe(key, sub)
         try:
-            last = parse_position(after)
-            backlog: Any = await self._redis.xrange(key, min=f"({after}", count=10_000)
-            pending = [stream_entry(eid.decode(), fields) for eid, fields in backlog]
-            async for items in self._chunks(sub, pending):
-                chunk: list[Item] = []
-                for item in items:
-                    if not isinstance(item, StreamEntry):  # None (idle) or a heartbeat
-                        chunk.append(item)
-                        continue
-                    if item.position <= last:
-                        continue
-                    last = item.position
-                    if not request_id or item.request_id == request_id:
-                        chunk.append(item)
-                        if item.type == TERMINAL:
-                            break
-                if chunk:
-                    yield chunk
-                    if chunk[-1] is None or getattr(chunk[-1], "type", None) == TERMINAL:
-                        return
+            backlog: Any = await self._redis.xrange(key, min=f"({follow.after}", count=10_000)
+            entries = [stream_entry(eid.decode(), fields) for eid, fields in backlog]
+            entries.extend(sub.pending or ())
+            sub.pending = None  # live from here: nothing can come in between (one thread)
+            sub.deliver(entries, time.monotonic())
+            why = await sub.ended
+            return Outcome(why, sub.position, sub.turn)
         finally:
             self._unsubscribe(key, sub)
 
-    async def _chunks(
-        self, sub: _Subscriber, pending: list[StreamEntry]
-    ) -> AsyncIterator[list[Item]]:
-        if pending:
-            yield list(pending)
-        while True:
-            queued = [await sub.queue.get()]
-            while not sub.queue.empty():
-                queued.append(sub.queue.get_nowait())
-            chunk: list[Item] = []
-            for item in queued:
-                if item is Signal.SHUTDOWN:  # the client resumes on another replica
-                    if chunk:
-                        yield chunk
-                    return
-                if item is Signal.IDLE:
-                    yield [*chunk, None]
-                    return
-                if item is Signal.DROPPED:
-                    if chunk:
-                        yield chunk
-                    raise SlowClient("SSE client too slow: dropped, reconnect with Last-Event-ID")
-                chunk.append(item)
-            yield chunk
-
-    async def _subscribe(
-        self, key: str, idle_timeout_s: float, heartbeat_s: float | None
-    ) -> _Subscriber:
-        sub = _Subscriber(asyncio.Queue(self._queue_size), idle_timeout_s, heartbeat_s)
+    async def _subscribe(self, key: str, sub: _Subscriber) -> None:
         watched = self._watched.get(key)
         if watched is None:
             newest: Any = await self._redis.xrevrange(key, count=1)
@@ -187,7 +226,6 @@ class StreamFanout:
         watched.subscribers.add(sub)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._read())
-        return sub
 
     async def _wake_reader(self) -> None:
         """End the reader's blocking XREAD so it picks up a newly watched stream now."""
@@ -227,47 +265,15 @@ class StreamFanout:
                     continue
                 for entry_id, fields in entries:
                     watched.position = entry_id.decode()
-                    self._broadcast(watched, stream_entry(watched.position, fields), now)
+                    entry = stream_entry(watched.position, fields)
+                    for sub in watched.subscribers:  # writes only: nobody leaves meanwhile
+                        sub.offer(entry, now)
             if now >= self._next_tick:
                 self._next_tick = now + self._tick_s
-                self._tick(now)
-
-    def _broadcast(self, watched: _Watched, entry: StreamEntry, now: float) -> None:
-        for sub in watched.subscribers:
-            sub.since = sub.last_sent = now
-            self._put(sub, entry)
-
-    def _tick(self, now: float) -> None:
-        """Hand out heartbeats, idle signals and, on server shutdown, the end of streams."""
-        shutdown = AppStatus.should_exit
-        for watched in self._watched.values():
-            for sub in watched.subscribers:
-                if shutdown:
-                    self._close(sub, Signal.SHUTDOWN)
-                elif now - sub.since >= sub.idle_timeout_s:
-                    self._close(sub, Signal.IDLE)
-                elif sub.heartbeat_s is not None and now - sub.last_sent >= sub.heartbeat_s:
-                    sub.last_sent = now
-                    self._put(sub, HEARTBEAT)
-
-    def _put(self, sub: _Subscriber, item: StreamEntry | Signal) -> None:
-        if sub.closed:
-            return
-        try:
-            sub.queue.put_nowait(item)
-        except asyncio.QueueFull:
-            self._close(sub, Signal.DROPPED)
-
-    @staticmethod
-    def _close(sub: _Subscriber, signal: Signal) -> None:
-        """End a subscriber's stream with ``signal``; nothing more is queued for it."""
-        if sub.closed:
-            return
-        sub.closed = True
-        if sub.queue.full():  # make room: the client is being ended either way
-            with contextlib.suppress(asyncio.QueueEmpty):
-                sub.queue.get_nowait()
-        sub.queue.put_nowait(signal)
+                shutdown = AppStatus.should_exit
+                for watched in self._watched.values():
+                    for sub in watched.subscribers:
+                        sub.tick(now, shutdown)
 
     async def aclose(self) -> None:
         """Stop the reader task."""

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from weft_gateway.api import ChatBody, ControlAccepted, Gateway, SteerBody
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.clients import ServiceClient
-from weft_gateway.sse_response import FrameStreamResponse
+from weft_gateway.sse_response import EventStreamResponse
 
 FormatQuery = Annotated[
     Literal["native", "weknora"],
@@ -118,25 +118,25 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
 def _chat_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
     Who = Annotated[Principal, Depends(auth)]
 
-    @router.post("/agent-chat/{session_id}", tags=["chat"], response_class=FrameStreamResponse)
+    @router.post("/agent-chat/{session_id}", tags=["chat"], response_class=EventStreamResponse)
     async def agent_chat(
         who: Who, session_id: Id, body: ChatBody, fmt: FormatQuery = "native"
-    ) -> FrameStreamResponse:
+    ) -> EventStreamResponse:
         return await gw.start_turn(who, session_id, body, agent_enabled=body.agent_enabled, fmt=fmt)
 
-    @router.post("/knowledge-chat/{session_id}", tags=["chat"], response_class=FrameStreamResponse)
+    @router.post("/knowledge-chat/{session_id}", tags=["chat"], response_class=EventStreamResponse)
     async def knowledge_chat(
         who: Who, session_id: Id, body: ChatBody, fmt: FormatQuery = "native"
-    ) -> FrameStreamResponse:
+    ) -> EventStreamResponse:
         return await gw.start_turn(who, session_id, body, agent_enabled=False, fmt=fmt)
 
-    @router.get("/sessions/{session_id}/stream", tags=["chat"], response_class=FrameStreamResponse)
+    @router.get("/sessions/{session_id}/stream", tags=["chat"], response_class=EventStreamResponse)
     async def stream(
         who: Who,
         session_id: Id,
         last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
         fmt: FormatQuery = "native",
-    ) -> FrameStreamResponse:
+    ) -> EventStreamResponse:
         return await gw.resume(who, session_id, last_event_id, fmt)
 
     @router.post("/sessions/{session_id}/stop", status_code=202, tags=["chat"])

@@ -27,8 +27,11 @@ class GatewaySettings(ServiceSettings):
     sse_send_timeout_s: float = Field(
         default=10.0, gt=0, description="Drop an SSE client that cannot take an event this long."
     )
-    sse_queue_size: int = Field(
-        default=1000, ge=10, description="Events buffered per SSE client before it is dropped."
+    sse_buffer_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Bytes waiting for one SSE client (beyond its socket buffer) before it is "
+        "dropped as too slow.",
     )
     rate_limit_per_minute: int = Field(
         default=600, ge=0, description="API requests per tenant per minute (0 = unlimited)."

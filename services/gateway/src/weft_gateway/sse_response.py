@@ -1,28 +1,35 @@
-"""FrameStreamResponse: an SSE response that writes already encoded frames.
+"""EventStreamResponse: an SSE response whose frames the fan-out writes as they come.
 
-``sse_starlette.EventSourceResponse`` encodes every event for every client and runs four
-tasks and a cancel scope per send; at thousands of clients that per-client work is most
-of the gateway's CPU. Here the fan-out hands each client the same frame bytes
-(:func:`weft_gateway.sse.frame`) and heartbeats come from the fan-out's timer, so a
-connection costs two tasks (the writer and a disconnect listener) and a send costs one
-ASGI message and two clock reads.
+At thousands of clients per process, what a delivery costs is the gateway's CPU budget.
+Sending each frame as an ASGI message means waking the client's task, walking the
+middleware's ``send`` wrappers and uvicorn's flow control for every client and event:
+about 85 µs a delivery, measured. So when the server is uvicorn's httptools protocol
+(what Weft runs), the response hands the fan-out a :class:`TransportSink` that writes the
+HTTP chunk straight to the connection's transport, from the fan-out's own loop. The
+response start, the trailer and the end of the body still go through ASGI ``send``, so
+uvicorn's bookkeeping of the response stays right.
 
-A send that cannot complete within ``send_timeout_s`` (the client stopped reading and its
-socket buffer is full) ends that response, so one stuck client never holds anything else
-up. One watchdog task per process checks every open response's send start time, instead
-of a timer per send: profiling 2,000 clients showed per-send ``asyncio.timeout`` taking
-more CPU than everything else in the gateway together.
+Any other server (and the in-process test client) gets a :class:`BufferedSink`: frames
+are buffered and one writer task sends what has piled up as one ASGI message.
+
+Either sink refuses a write once ``buffer_bytes`` are waiting for the client, which drops
+that client alone. A send that cannot complete within ``send_timeout_s`` (the client
+stopped reading and its socket buffer is full) ends that response; one watchdog task per
+process checks every open response's send start time, instead of a timer per send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import structlog
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from weft_gateway.fanout import Sink
 
 log = structlog.get_logger()
 
@@ -31,34 +38,115 @@ _SSE_HEADERS = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
+_SERVER_SEND = "weft.server_send"
+"""Scope key of the server's own ``send`` callable (see :class:`ExposeServerSend`)."""
+
+Run = Callable[[Sink], Awaitable[bytes]]
+"""Writes a stream's frames to the sink until it ends; returns the frames that close it."""
 
 
-class FrameStreamResponse(Response):
-    """``text/event-stream`` from an async iterator of encoded frames."""
+class ExposeServerSend:
+    """Outermost ASGI wrapper: puts the server's own ``send`` into the scope, before any
+    middleware wraps it, so an SSE response can find the connection it writes to."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[_SERVER_SEND] = send
+        await self.app(scope, receive, send)
+
+
+class TransportSink:
+    """Writes frames as HTTP/1.1 chunks straight to the connection's transport."""
+
+    def __init__(self, transport: asyncio.WriteTransport, buffer_bytes: int):
+        self._transport = transport
+        self._limit = buffer_bytes
+
+    def write(self, data: bytes) -> bool:
+        transport = self._transport
+        if transport.is_closing() or transport.get_write_buffer_size() > self._limit:
+            return False
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+
+class BufferedSink:
+    """Buffers frames for a writer task that sends them as ASGI messages."""
+
+    def __init__(self, buffer_bytes: int):
+        self._limit = buffer_bytes
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._ready = asyncio.Event()
+        self._closed = False
+
+    def write(self, data: bytes) -> bool:
+        if self._size + len(data) > self._limit:
+            return False
+        self._parts.append(data)
+        self._size += len(data)
+        self._ready.set()
+        return True
+
+    def close(self) -> None:
+        """No more writes: :meth:`take` returns what is left, then empty bytes."""
+        self._closed = True
+        self._ready.set()
+
+    async def take(self) -> bytes:
+        """Everything written since the last take (waits for it); empty once closed."""
+        while not self._parts and not self._closed:
+            self._ready.clear()
+            await self._ready.wait()
+        data = b"".join(self._parts)
+        self._parts.clear()
+        self._size = 0
+        return data
+
+
+def transport_sink(scope: Scope, buffer_bytes: int) -> TransportSink | None:
+    """A direct sink when the server is uvicorn's httptools protocol and the response
+    (already started) is chunked; None otherwise."""
+    cycle = getattr(scope.get(_SERVER_SEND), "__self__", None)
+    if type(cycle).__module__ != "uvicorn.protocols.http.httptools_impl":
+        return None
+    if getattr(cycle, "chunked_encoding", None) is not True:
+        return None
+    transport = getattr(cycle, "transport", None)
+    return TransportSink(transport, buffer_bytes) if transport is not None else None
+
+
+class EventStreamResponse(Response):
+    """``text/event-stream`` written by ``run`` (the fan-out) through a sink."""
 
     media_type = "text/event-stream"
 
     def __init__(
         self,
-        frames: AsyncIterator[bytes],
+        run: Run,
         *,
         send_timeout_s: float,
+        buffer_bytes: int,
         headers: Mapping[str, str] | None = None,
         status_code: int = 200,
     ):
         # FastAPI reads the default of ``status_code`` for the OpenAPI document.
-        # Like StreamingResponse: no body, so no Content-Length header.
+        # Like StreamingResponse: no body, so no Content-Length header (chunked).
         self.status_code = status_code
         self.background = None
         self.init_headers({**_SSE_HEADERS, **(headers or {})})
-        self._frames = frames
+        self._run = run
+        self.buffer_bytes = buffer_bytes
         self.send_timeout_s = send_timeout_s
         self.sending_since = 0.0
         """Monotonic start of the send in progress, 0 when none (read by the watchdog)."""
         self.writer: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Stream until the frames end, the client disconnects or a send times out."""
+        """Stream until the stream ends, the client disconnects or a send times out."""
         start = {
             "type": "http.response.start",
             "status": self.status_code,
@@ -68,7 +156,7 @@ class FrameStreamResponse(Response):
             await send(start)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        writer = self.writer = asyncio.create_task(self._write(send, start))
+        writer = self.writer = asyncio.create_task(self._write(scope, send, start))
         listener = asyncio.create_task(_until_disconnect(receive))
         _watchdog.watch(self)
         try:
@@ -78,20 +166,33 @@ class FrameStreamResponse(Response):
             for task in (writer, listener):
                 task.cancel()
             await asyncio.gather(writer, listener, return_exceptions=True)
-            await self._frames.aclose()  # type: ignore[attr-defined]
         if not writer.cancelled() and writer.exception() is not None:
             raise writer.exception()  # type: ignore[misc]
 
-    async def _write(self, send: Send, start: object) -> None:
+    async def _write(self, scope: Scope, send: Send, start: object) -> None:
         try:
             await self._send(send, start)
-            async for chunk in self._frames:
-                await self._send(
-                    send, {"type": "http.response.body", "body": chunk, "more_body": True}
-                )
-            await self._send(send, {"type": "http.response.body", "body": b"", "more_body": False})
+            direct = transport_sink(scope, self.buffer_bytes)
+            trailer = await (self._run(direct) if direct else self._buffered(send))
+            await self._send(send, _body(trailer, more=False))
         except OSError:
             pass  # the connection went away under the send; nothing left to tell it
+
+    async def _buffered(self, send: Send) -> bytes:
+        sink = BufferedSink(self.buffer_bytes)
+
+        async def pump() -> None:
+            while data := await sink.take():
+                await self._send(send, _body(data, more=True))
+
+        pumping = asyncio.create_task(pump())
+        try:
+            trailer = await self._run(sink)
+            sink.close()
+            await pumping
+            return trailer
+        finally:
+            pumping.cancel()
 
     async def _send(self, send: Send, message: object) -> None:
         self.sending_since = time.monotonic()
@@ -99,21 +200,25 @@ class FrameStreamResponse(Response):
         self.sending_since = 0.0
 
 
+def _body(data: bytes, *, more: bool) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": data, "more_body": more}
+
+
 class _SendWatchdog:
     """Cancels the writer of any response whose current send is older than its timeout."""
 
     def __init__(self, period_s: float = 0.5):
         self._period = period_s
-        self._open: set[FrameStreamResponse] = set()
+        self._open: set[EventStreamResponse] = set()
         self._task: asyncio.Task[None] | None = None
 
-    def watch(self, response: FrameStreamResponse) -> None:
+    def watch(self, response: EventStreamResponse) -> None:
         self._open.add(response)
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             self._task = loop.create_task(self._run())
 
-    def forget(self, response: FrameStreamResponse) -> None:
+    def forget(self, response: EventStreamResponse) -> None:
         self._open.discard(response)
 
     async def _run(self) -> None:
