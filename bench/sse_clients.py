@@ -2,8 +2,8 @@
 
 A Python SSE client built on httpx spends more CPU per event than the gateway does to
 send it, so 2,000 of them on the same two cores measure the clients, not the gateway.
-Each connection here is a plain ``asyncio`` stream (uvloop when installed): one HTTP/1.1
-``GET`` written by hand, then chunked frames read with ``readline``/``readexactly``. The
+Each connection here is a plain ``asyncio`` protocol (uvloop when installed): one HTTP/1.1
+``GET`` written by hand, then chunked frames parsed in ``data_received``. The
 receipt time is taken when a frame's bytes arrive, before any parsing, and the event's
 JSON is parsed only to read its ``time`` (set when the event was produced).
 
@@ -56,34 +56,92 @@ async def _clients(
     return {"latencies": samples, "errors": errors}
 
 
-async def _watch(host: str, port: int, key: str, session_id: str, ready: Any) -> list[Sample]:
-    samples: list[Sample] = []
-    released = False
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 120)
-        try:
-            writer.write(_request(host, port, key, session_id))
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 120)
-            status = head.split(b" ", 2)[1]
+class _SseProtocol(asyncio.Protocol):
+    """One SSE connection read with ``data_received`` (no stream reader, no task per
+    read): the HTTP head, then chunked frames, each stamped with its arrival time."""
+
+    def __init__(self, ready: Any):
+        self.ready = ready
+        self.released = False
+        self.samples: list[Sample] = []
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.buffer = b""
+        self.head = True
+        self.body = b""
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        self.buffer += data
+        if self.head:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end == -1:
+                return
+            status = self.buffer.split(b" ", 2)[1]
             if status != b"200":
-                raise RuntimeError(f"stream answered {status.decode()}")
-            async for frame, now in _frames(reader):
-                kind, data, entry_id = _parse(frame)
-                if kind == "turn_started":
-                    ready.release()
-                    released = True
-                elif kind == "thought":
-                    produced = datetime.fromisoformat(json.loads(data)["time"]).timestamp()
-                    stored = int(entry_id.split("-")[0]) / 1000
-                    samples.append(((now - produced) * 1000, (now - stored) * 1000))
-                elif kind == "complete":
-                    break
-        finally:
-            writer.close()
+                self._finish(RuntimeError(f"stream answered {status.decode()}"))
+                return
+            self.head, self.buffer = False, self.buffer[end + 4 :]
+        while not self.done.done():  # whole chunks: b"<hex size>\r\n<data>\r\n"
+            line_end = self.buffer.find(b"\r\n")
+            if line_end == -1:
+                return
+            size = int(self.buffer[:line_end] or b"0", 16)
+            chunk_end = line_end + 2 + size + 2
+            if len(self.buffer) < chunk_end:
+                return
+            if size == 0:
+                self._finish(None)
+                return
+            self.body += self.buffer[line_end + 2 : chunk_end - 2]
+            self.buffer = self.buffer[chunk_end:]
+            while b"\r\n\r\n" in self.body or b"\n\n" in self.body:
+                frame, self.body = _split(self.body)
+                self._frame(frame, now)
+
+    def _frame(self, frame: bytes, now: float) -> None:
+        kind, data, entry_id = _parse(frame)
+        if kind == "turn_started":
+            self._release()
+        elif kind == "thought":
+            produced = datetime.fromisoformat(json.loads(data)["time"]).timestamp()
+            stored = int(entry_id.split("-")[0]) / 1000
+            self.samples.append(((now - produced) * 1000, (now - stored) * 1000))
+        elif kind == "complete":
+            self._finish(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._finish(exc)
+
+    def _release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.ready.release()
+
+    def _finish(self, exc: Exception | None) -> None:
+        self._release()  # a failed client must not hold the round up
+        if not self.done.done():
+            if exc is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(exc)
+
+
+async def _watch(host: str, port: int, key: str, session_id: str, ready: Any) -> list[Sample]:
+    loop = asyncio.get_running_loop()
+    protocol = _SseProtocol(ready)
+    try:
+        transport, _ = await asyncio.wait_for(
+            loop.create_connection(lambda: protocol, host, port), 120
+        )
+    except BaseException:
+        protocol._release()
+        raise
+    try:
+        transport.write(_request(host, port, key, session_id))
+        await protocol.done
     finally:
-        if not released:
-            ready.release()  # a failed client must not hold the round up
-    return samples
+        transport.close()
+    return protocol.samples
 
 
 def _request(host: str, port: int, key: str, session_id: str) -> bytes:
@@ -92,24 +150,6 @@ def _request(host: str, port: int, key: str, session_id: str) -> bytes:
         f"Host: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
         "Accept: text/event-stream\r\n\r\n"
     ).encode()
-
-
-async def _frames(reader: asyncio.StreamReader) -> Any:
-    """SSE frames of a chunked response, each with its arrival time (epoch seconds)."""
-    buffer = b""
-    while True:
-        size_line = await reader.readline()
-        if not size_line:
-            return
-        size = int(size_line.strip() or b"0", 16)
-        chunk = await reader.readexactly(size + 2)
-        now = time.time()
-        if size == 0:
-            return
-        buffer += chunk[:-2]
-        while b"\n\n" in buffer or b"\r\n\r\n" in buffer:
-            frame, buffer = _split(buffer)
-            yield frame, now
 
 
 def _split(buffer: bytes) -> tuple[bytes, bytes]:
