@@ -13,7 +13,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from weft_gateway.fanout import Sink
 from weft_gateway.sse_response import EventStreamResponse, ExposeServerSend
 
@@ -27,7 +27,7 @@ class WrapSend:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def wrapped(message: dict) -> None:  # type: ignore[type-arg]
+        async def wrapped(message: Message) -> None:
             await send(message)
 
         await self.app(scope, receive, wrapped)
