@@ -68,7 +68,7 @@ class ContextManager:
         try:
             history = await self._memory.history(
                 tenant_id, session_id, token_budget=agent.context_window,
-                retain_retrieval_history=agent.retain_retrieval_history,
+                retain_retrieval_history=agent.retain_retrieval_history, vision=agent.vision,
             )  # fmt: skip
         except MemoryUnavailable as exc:
             raise HistoryUnavailable(str(exc)) from exc

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import structlog
+from weft_context.images import content_text, descriptions_block, multimodal_content
 from weft_contracts import AgentConfig, ImagesDescribedData, ImagesDescribedEvent
 from weft_llm import ChatModel, LLMCallError, LLMRequest
 
@@ -27,6 +28,11 @@ from weft_engine.emitter import EventEmitter
 from weft_engine.state import TurnState
 
 log = structlog.get_logger(__name__)
+
+__all__ = [
+    "ImageDescriber", "ImageRoute", "append_text", "content_text", "descriptions_block",
+    "multimodal_content", "route_images", "unread_note",
+]  # fmt: skip
 
 ImageRoute = Literal["none", "direct", "describe", "unreadable"]
 """No images; image parts to the chat model; VLM descriptions; a note that they are unread."""
@@ -43,7 +49,6 @@ FAILED_NOTE = (
     "Note: {count} of the attached image(s) could not be read (the image-description "
     "model failed). Say so if the answer depends on them."
 )
-UNREADABLE = "(this image could not be read)"
 VLM_MAX_TOKENS = 1024
 
 
@@ -56,33 +61,12 @@ def route_images(agent: AgentConfig, images: Sequence[str]) -> ImageRoute:
     return "describe" if agent.vlm_model else "unreadable"
 
 
-def multimodal_content(text: str, images: Sequence[str]) -> list[dict[str, Any]]:
-    """OpenAI content parts: the text, then each image."""
-    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
-    parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
-    return parts
-
-
-def descriptions_block(descriptions: Sequence[str], note: str = "") -> str:
-    """What a model without vision reads in place of the images."""
-    lines = [f"Image {n}: {text.strip() or UNREADABLE}" for n, text in enumerate(descriptions, 1)]
-    block = "<image_descriptions>\n" + "\n".join(lines) + "\n</image_descriptions>"
-    return f"{block}\n{note}" if note else block
-
-
 def unread_note(descriptions: Sequence[str], *, has_vlm: bool) -> str:
     """The note for images the model will not know about; empty when all were read."""
     unread = sum(1 for text in descriptions if not text.strip())
     if not unread:
         return ""
     return (FAILED_NOTE if has_vlm else NO_VLM_NOTE).format(count=unread)
-
-
-def content_text(content: Any) -> str:
-    """The text of a message's content, plain or multimodal (image parts left out)."""
-    if isinstance(content, list):
-        return "\n\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
-    return str(content or "")
 
 
 def append_text(message: dict[str, Any], text: str) -> dict[str, Any]:
