@@ -13,6 +13,7 @@ from fastapi import HTTPException
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.resolver import runtime_config
+from weft_context.tokens import IMAGE_TOKENS, TokenEstimator
 from weft_contracts import AgentConfig, ImagesDescribedEvent
 from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
@@ -200,3 +201,15 @@ def test_history_replays_images_by_model_capability() -> None:
         "Image 2: (this image could not be read)\n</image_descriptions>"
     )
     assert replay_turn(_Row("hi"), _Row("hello"), vision=True)[0]["content"] == "hi"
+
+
+def test_image_parts_count_in_the_token_estimate() -> None:
+    """SPEC E-26 / M-01: an image part costs IMAGE_TOKENS, whatever its URL's length, so
+    history with images does not overflow the window unseen."""
+    estimator = TokenEstimator()
+    text = {"role": "user", "content": "what is it?"}
+    with_images = initial_messages(_agent(vision=True), [], "what is it?", images=[URL, PNG])[-1]
+    plain = initial_messages(_agent(vision=True), [], "what is it?")[-1]
+    extra = estimator.message_tokens(with_images) - estimator.message_tokens(plain)
+    assert extra == 2 * IMAGE_TOKENS
+    assert estimator.message_tokens(text) < IMAGE_TOKENS
