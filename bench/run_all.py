@@ -13,6 +13,7 @@ BENCHES = [
     "history_reload.py",
     "token_estimator.py",
     "agent_resolve.py",
+    "vision_overhead.py",
 ]
 
 
