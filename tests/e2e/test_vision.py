@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
+from tests.e2e.test_agent_sharing import _organisation, internal, recipient  # noqa: F401
+
 PURE = {"allowed_tools": [], "kb_selection_mode": "none"}
 IMAGE_URL = "https://images.example.com/receipt.png"
 VLM = "weft-scripted-vlm"
@@ -218,3 +220,34 @@ async def test_bad_images_are_refused_with_a_reason(
         json={"query": "look", "agent_id": closed, "images": [IMAGE_URL]},
     )
     assert resp.status_code == 400
+
+
+async def test_shared_agent_reads_images_with_the_owner_models(
+    api: httpx.AsyncClient,
+    stack: LocalStack,
+    llm: httpx.AsyncClient,
+    internal: httpx.AsyncClient,  # noqa: F811
+    recipient: tuple[str, httpx.AsyncClient],  # noqa: F811
+) -> None:
+    """SPEC E-26 / A-10: a recipient's images go to the owner's chat model and VLM; the
+    recipient's summary_model_id (a vision model) does not change the route."""
+    steps = [
+        {"match": "Describe this image", "content": DESCRIPTION},
+        {"content": "The owner's model answers."},
+    ]
+    assert (await llm.post("/_script", json={"steps": steps})).status_code == 200
+    other_tenant, other = recipient
+    org = await _organisation(internal, {stack.tenant: "editor", other_tenant: "viewer"})
+    agent = await _agent(api, model="weft-scripted", rerank_model_id="rr", vlm_model_id="owner-vlm")
+    shared = await api.post(f"/api/v1/agents/{agent}/shares", json={"organisation_id": org})
+    assert shared.status_code == 201, shared.text
+    session = (await other.post("/api/v1/sessions", json={"agent_id": agent})).json()["id"]
+    events = await read_turn(
+        other, f"/api/v1/agent-chat/{session}", api_key=other.headers["X-Test-Key"],
+        json_body={"query": "How much?", "images": [IMAGE_URL],
+                   "summary_model_id": "weft-scripted-vision"},
+    )  # fmt: skip
+    assert events[-1].data["data"]["status"] == "completed", events[-1].data
+    vlm_call, chat = await chat_requests(llm)
+    assert (vlm_call["model"], chat["model"]) == ("owner-vlm", "weft-scripted")
+    assert DESCRIPTION in _user_messages(chat)[-1]
