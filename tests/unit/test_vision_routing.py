@@ -62,14 +62,18 @@ def test_vision_model_gets_image_parts_in_the_user_message() -> None:
 class _Model:
     """A VLM double: answers by URL, fails for URLs containing 'broken'."""
 
-    def __init__(self) -> None:
+    def __init__(self, transient_failures: int = 0) -> None:
         self.requests: list[LLMRequest] = []
+        self.transient_failures = transient_failures
 
     async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
         self.requests.append(request)
         url = request.messages[-1]["content"][1]["image_url"]["url"]
         if "broken" in url:
             raise LLMCallError("bad image", transient=False, status=400)
+        if self.transient_failures:
+            self.transient_failures -= 1
+            raise LLMCallError("overloaded", transient=True, status=503)
         return LLMResponse(
             content=f"  picture of {url[-5:]} ", reasoning="", tool_calls=[], finish_reason="stop"
         )
@@ -106,6 +110,19 @@ async def test_describer_appends_descriptions_and_notes_failures() -> None:
     assert state.images_to_describe == []
     (event_type, data), *_ = emitter.events
     assert event_type is ImagesDescribedEvent and data.descriptions == ["picture of a.png", ""]
+
+
+async def test_transient_vlm_failures_are_retried_then_given_up() -> None:
+    """SPEC E-26 / E-07: a 503 from the VLM is retried once; two in a row leave the image
+    unread (a bad-request failure is not retried at all, see above)."""
+    model = _Model(transient_failures=1)
+    describer = ImageDescriber(model, _Emitter(), retry_backoff_s=(0.0,))  # type: ignore[arg-type]
+    assert await describer.describe(_agent(vlm_model="v"), [URL]) == ["picture of a.png"]
+    assert len(model.requests) == 2
+    model = _Model(transient_failures=2)
+    describer = ImageDescriber(model, _Emitter(), retry_backoff_s=(0.0,))  # type: ignore[arg-type]
+    assert await describer.describe(_agent(vlm_model="v"), [URL]) == [""]
+    assert len(model.requests) == 2
 
 
 async def test_without_vlm_the_query_says_the_images_are_unread() -> None:

@@ -88,11 +88,18 @@ class _Discard:
 
 
 class ImageDescriber:
-    """Describes a turn's images with its agent's VLM and puts the result in the query."""
+    """Describes a turn's images with its agent's VLM and puts the result in the query.
 
-    def __init__(self, model: ChatModel, emitter: EventEmitter):
+    A transient VLM failure (429, 5xx, timeout) is retried after each pause of
+    ``retry_backoff_s``; any other failure leaves that image unread at once.
+    """
+
+    def __init__(
+        self, model: ChatModel, emitter: EventEmitter, retry_backoff_s: Sequence[float] = (1.0,)
+    ):
         self._model = model
         self._emitter = emitter
+        self._retry_backoff_s = tuple(retry_backoff_s)
 
     async def describe(self, agent: AgentConfig, images: Sequence[str]) -> list[str]:
         """One description per image, concurrently; empty for an image the VLM failed."""
@@ -108,12 +115,16 @@ class ImageDescriber:
             max_completion_tokens=VLM_MAX_TOKENS,
             stall_timeout_s=agent.llm_call_timeout_s,
         )
-        try:
-            response = await self._model.stream(request, _Discard())
-        except LLMCallError as exc:  # final but reported: the turn goes on (STYLE 4)
-            log.warning("image_description_failed", model=agent.vlm_model, error=str(exc))
-            return ""
-        return response.content.strip()
+        for pause in (*self._retry_backoff_s, None):
+            try:
+                response = await self._model.stream(request, _Discard())
+                return response.content.strip()
+            except LLMCallError as exc:  # final but reported: the turn goes on (STYLE 4)
+                log.warning("image_description_failed", model=agent.vlm_model, error=str(exc))
+                if not exc.transient or pause is None:
+                    return ""
+            await asyncio.sleep(pause)  # cancellable: a stop ends the wait at once
+        return ""
 
     async def read_pending(self, state: TurnState) -> TurnState:
         """Put ``state.images_to_describe`` into the current user message as text (the
