@@ -14,6 +14,7 @@ BENCHES = [
     "token_estimator.py",
     "agent_resolve.py",
     "vision_overhead.py",
+    "tool_spans.py",
 ]
 
 
