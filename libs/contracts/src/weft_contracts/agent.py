@@ -68,3 +68,16 @@ class AgentConfig(BaseModel):
         "tools search; None = the caller's tenant.",
     )
     shared: bool = Field(default=False, description="SPEC A-10: shared by another tenant.")
+    image_upload_enabled: bool = Field(
+        default=False, description="The agent accepts images in chat requests (SPEC E-26)."
+    )
+    vision: bool = Field(
+        default=False,
+        description="SPEC E-26: the chat model reads image parts itself (model capability "
+        "table); False: images are described by ``vlm_model`` first.",
+    )
+    vlm_model: str | None = Field(
+        default=None,
+        description="SPEC E-26: the model that describes images for a chat model without "
+        "vision (the owner's for a shared agent); None: images cannot be read.",
+    )

@@ -21,6 +21,12 @@ class ChatRequestedData(Payload):
     mode: Literal["agent", "normal"] = "agent"
     agent: AgentConfig
     attachments: list[str] = Field(default_factory=list)
+    images: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Images of the user's message (SPEC E-26): https URLs or "
+        "data:image/...;base64 URIs, validated by the gateway.",
+    )
     mentions: list[str] = Field(default_factory=list)
     double_texting: DoubleTexting = "enqueue"
 

@@ -36,6 +36,9 @@ class TurnStartedData(Payload):
         description="The agent's resolved long-term memory switch (SPEC M-10): memory "
         "extracts facts after the turn only when it is on.",
     )
+    images: list[str] = Field(
+        default_factory=list, description="Images of the message (SPEC E-26), as sent."
+    )
 
 
 class ThoughtData(Payload):
@@ -161,6 +164,16 @@ class MemoryRecalledData(Payload):
     memories: list[RecalledMemory]
 
 
+class ImagesDescribedData(Payload):
+    """SPEC E-26: what the engine put in the query for a chat model without vision."""
+
+    model: str | None = Field(description="The VLM that read the images; None: no VLM.")
+    descriptions: list[str] = Field(
+        description="One per image of the message, in order; empty when it could not be read."
+    )
+    note: str = Field(default="", description="Said to the model about unread images.")
+
+
 class TurnStartedEvent(Envelope):
     """First event of every turn."""
 
@@ -231,6 +244,13 @@ class MemoryRecalledEvent(Envelope):
     data: MemoryRecalledData
 
 
+class ImagesDescribedEvent(Envelope):
+    """Images described for a model without vision."""
+
+    type: Literal["images_described"] = "images_described"
+    data: ImagesDescribedData
+
+
 AgentEvent = Annotated[
     TurnStartedEvent
     | ThoughtEvent
@@ -241,7 +261,8 @@ AgentEvent = Annotated[
     | CompleteEvent
     | ErrorEvent
     | ContextCompactedEvent
-    | MemoryRecalledEvent,
+    | MemoryRecalledEvent
+    | ImagesDescribedEvent,
     Field(discriminator="type"),
 ]
 """Any message of ``weft.agent.events.v1``."""

@@ -104,6 +104,8 @@ class Message(Base):
     context_checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JsonB, nullable=True)
     context_token_scale: Mapped[float | None] = mapped_column(Float, nullable=True)
     is_partial: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Migration 0006: SPEC E-26, [{"url": ..., "description": str | None}] of a user message.
+    images: Mapped[list[dict[str, Any]]] = mapped_column(JsonB, default=list)
 
 
 class KnowledgeBase(Base):

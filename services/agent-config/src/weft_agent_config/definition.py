@@ -73,6 +73,14 @@ class AgentDefinition(BaseModel):
     )
     retain_retrieval_history: bool = Field(default=False, description="SPEC T-20.")
     question_suggestions: QuestionSuggestions | None = None
+    image_upload_enabled: bool = Field(
+        default=False, description="Chat requests may carry images (SPEC E-26)."
+    )
+    vlm_model_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Describes images for a chat model without vision (SPEC E-26).",
+    )
     hidden: bool = Field(default=False, description="Built-ins only: not listed, loadable by id.")
 
 

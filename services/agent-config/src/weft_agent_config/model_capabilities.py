@@ -1,5 +1,6 @@
-"""Which reasoning levels each model accepts (SPEC A-05), from ``model_capabilities.yaml``
-or the file named by ``WEFT_MODEL_CAPABILITIES_FILE``."""
+"""What each model can do, from ``model_capabilities.yaml`` or the file named by
+``WEFT_MODEL_CAPABILITIES_FILE``: its reasoning levels (SPEC A-05) and whether it reads
+images (vision routing, SPEC E-26)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,19 @@ from weft_agent_config.definition import EFFORT_ORDER
 
 
 @dataclass(frozen=True)
-class ModelCapabilities:
-    """Model-name patterns and their reasoning levels; first match wins."""
+class ModelEntry:
+    """One row of the table: a model-name pattern and what those models can do."""
 
-    entries: tuple[tuple[str, tuple[str, ...]], ...]
+    match: str
+    reasoning_efforts: tuple[str, ...]
+    vision: bool = False
+
+
+@dataclass(frozen=True)
+class ModelCapabilities:
+    """Model-name patterns and their capabilities; first match wins."""
+
+    entries: tuple[ModelEntry, ...]
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ModelCapabilities:
@@ -34,12 +44,21 @@ class ModelCapabilities:
             unknown = set(levels) - {*EFFORT_ORDER, "auto"}
             if unknown:
                 raise ValueError(f"model {entry['match']!r}: unknown levels {sorted(unknown)}")
-            entries.append((str(entry["match"]), levels))
+            vision = entry.get("vision", False)
+            if not isinstance(vision, bool):
+                raise ValueError(f"model {entry['match']!r}: vision must be true or false")
+            entries.append(ModelEntry(str(entry["match"]), levels, vision))
         return cls(tuple(entries))
+
+    def _entry(self, model: str) -> ModelEntry | None:
+        return next((e for e in self.entries if fnmatchcase(model, e.match)), None)
 
     def reasoning_levels(self, model: str) -> tuple[str, ...] | None:
         """The levels ``model`` accepts; None when no entry matches (no adjustment)."""
-        for pattern, levels in self.entries:
-            if fnmatchcase(model, pattern):
-                return levels
-        return None
+        entry = self._entry(model)
+        return entry.reasoning_efforts if entry else None
+
+    def supports_vision(self, model: str) -> bool:
+        """Whether ``model`` takes image parts; a model no entry names does not (E-26)."""
+        entry = self._entry(model)
+        return entry.vision if entry else False

@@ -104,7 +104,7 @@ def runtime_config(
 ) -> AgentConfig:
     """The snapshot the engine runs with: defaults applied (A-04), tools registered by the
     runtime rules (A-08), web only when both agent and request allow it (A-11), reasoning
-    effort resolved for the model (A-05)."""
+    effort and vision resolved for the model (A-05, E-26)."""
     full = ensure_defaults(agent, default_model)
     if overrides.summary_model_id:
         full = full.model_copy(update={"model": overrides.summary_model_id})
@@ -138,6 +138,9 @@ def runtime_config(
         retain_retrieval_history=full.retain_retrieval_history,
         memory_enabled=bool(full.memory_enabled),
         reasoning_effort=effort,
+        image_upload_enabled=full.image_upload_enabled,
+        vision=models.supports_vision(full.model) if models else False,
+        vlm_model=full.vlm_model_id or None,
     )
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 CAPABILITY_FIELDS = (
     "mode", "agent_type", "web_search_enabled", "sandbox_enabled", "memory_enabled",
-    "kb_selection_mode", "reasoning_effort", "thinking",
+    "kb_selection_mode", "reasoning_effort", "thinking", "image_upload_enabled",
 )  # fmt: skip
 """What a recipient may see of a shared agent besides its names: never the prompt, the
 creator, the models or the owner's knowledge base ids (SPEC A-10)."""

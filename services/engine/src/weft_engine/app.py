@@ -25,6 +25,7 @@ from weft_engine.settings import EngineSettings
 from weft_engine.state import TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.tracing import TurnTracer, provider_from_settings
+from weft_engine.vision import ImageDescriber
 
 REQUESTS_GROUP = "weft-engine"
 RESULTS_GROUP = "weft-engine-results"
@@ -61,7 +62,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         think_settings=ThinkSettings(
             retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
         ),
-        tool_timeout_s=s.tool_deadline_s, tracer=tracer,
+        tool_timeout_s=s.tool_deadline_s, tracer=tracer, vision=ImageDescriber(model, emitter),
     )  # fmt: skip
     scheduler = StepScheduler(
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s

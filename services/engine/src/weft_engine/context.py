@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -34,6 +35,7 @@ from weft_llm import ChatModel
 from weft_engine.emitter import EventEmitter
 from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
+from weft_engine.vision import append_text
 
 log = structlog.get_logger(__name__)
 
@@ -60,20 +62,20 @@ class ContextManager:
 
     async def opening(
         self, agent: AgentConfig, tenant_id: str, session_id: str, user_id: str, query: str,
-        ids: dict[str, Any],
+        ids: dict[str, Any], images: Sequence[str] = (),
     ) -> tuple[list[dict[str, Any]], list[str | None]]:  # fmt: skip
         """The first messages of a turn and their stored-turn ids."""
         try:
             history = await self._memory.history(
                 tenant_id, session_id, token_budget=agent.context_window,
-                retain_retrieval_history=agent.retain_retrieval_history,
+                retain_retrieval_history=agent.retain_retrieval_history, vision=agent.vision,
             )  # fmt: skip
         except MemoryUnavailable as exc:
             raise HistoryUnavailable(str(exc)) from exc
         facts = await self._recall(agent, tenant_id, user_id, query, ids)
-        base = initial_messages(agent, [], query, session_id, user_name=user_id)
+        base = initial_messages(agent, [], query, session_id, user_name=user_id, images=images)
         if facts:
-            base[-1] = {**base[-1], "content": f"{base[-1]['content']}\n\n{facts}"}
+            base[-1] = append_text(base[-1], facts)
         return history.with_prefix(base[:1], base[1:])
 
     async def _recall(

@@ -32,6 +32,7 @@ from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.state import TurnState, TurnStore
+from weft_engine.vision import route_images
 
 log = structlog.get_logger(__name__)
 
@@ -97,6 +98,7 @@ class TurnIntake:
             agent_id=data.agent.agent_id,
             mode=data.mode,
             memory_enabled=data.agent.memory_enabled,
+            images=data.images,
         )
         await self._emitter.emit(TurnStartedEvent, ids, started)
         state = TurnState(
@@ -108,12 +110,16 @@ class TurnIntake:
         )
         try:
             messages, turn_ids = await self._context.opening(
-                data.agent, request.tenant_id, request.session_id, data.user_id, data.query, ids
-            )
+                data.agent, request.tenant_id, request.session_id, data.user_id, data.query, ids,
+                data.images,
+            )  # fmt: skip
         except HistoryUnavailable as exc:
             await self._finisher.fail(state, "history_unavailable", str(exc))
             return
-        state = state.model_copy(update={"messages": messages, "turn_ids": turn_ids})
+        unread = [] if route_images(data.agent, data.images) == "direct" else data.images
+        state = state.model_copy(
+            update={"messages": messages, "turn_ids": turn_ids, "images_to_describe": unread}
+        )
         await self._store.save(state)
         await self._scheduler.submit(request.request_id)
 

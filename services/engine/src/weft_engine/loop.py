@@ -44,6 +44,7 @@ from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnCounters, TurnState, TurnStore
 from weft_engine.think import ThinkSettings, think
 from weft_engine.tracing import TurnTracer
+from weft_engine.vision import ImageDescriber
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +75,7 @@ class TurnLoop:
         think_settings: ThinkSettings,
         tool_timeout_s: float,
         tracer: TurnTracer | None = None,
+        vision: ImageDescriber | None = None,
     ):
         self._bus = bus
         self._redis = redis
@@ -88,6 +90,7 @@ class TurnLoop:
         self._think = think_settings
         self._tool_timeout = tool_timeout_s
         self._tracer = tracer or TurnTracer(None)
+        self._vision = vision or ImageDescriber(model, emitter)
 
     async def run_step(self, request_id: str, takeover: bool) -> None:
         """Advance the turn as far as it can go now."""
@@ -140,6 +143,8 @@ class TurnLoop:
         return False
 
     async def _think_loop(self, state: TurnState) -> None:
+        if state.images_to_describe:  # SPEC E-26: first step of a turn with images
+            state = await self._store.save(await self._vision.read_pending(state))
         if state.agent.mode == AgentMode.QUICK_ANSWER:
             await self._quick_answer(state)
             return

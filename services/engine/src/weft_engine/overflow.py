@@ -5,6 +5,7 @@ from __future__ import annotations
 from weft_llm import LLMCallError
 
 from weft_engine.state import TurnState
+from weft_engine.vision import content_text
 
 OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
 
@@ -43,5 +44,5 @@ def _current_turn_start(state: TurnState) -> int:
 
 def current_query(state: TurnState) -> str:
     """The user's question of this turn, without its runtime context."""
-    content = str(state.messages[_current_turn_start(state)].get("content", ""))
+    content = content_text(state.messages[_current_turn_start(state)].get("content"))
     return content.split("<runtime_context>")[0].strip()

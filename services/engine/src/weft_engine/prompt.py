@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from weft_contracts import AgentConfig
+
+from weft_engine.vision import multimodal_content, route_images
 
 PURE_BASE = (
     "You are a helpful assistant. Think step by step, use tools when they help, and answer "
@@ -146,14 +148,20 @@ def initial_messages(
     session_id: str = "",
     *,
     user_name: str = "",
+    images: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """System (placeholders substituted for this request), history, then the user's
-    message with its runtime context."""
+    message with its runtime context; its images as content parts when the model reads
+    them (SPEC E-26; otherwise ``vision.ImageDescriber`` adds their text later)."""
     values = placeholder_values(agent, query, user_name=user_name)
+    text = f"{query}\n\n{runtime_context(session_id)}"
+    content: str | list[dict[str, Any]] = text
+    if route_images(agent, images) == "direct":
+        content = multimodal_content(text, images)
     return [
         {"role": "system", "content": render_placeholders(system_prompt(agent), values)},
         *history,
-        {"role": "user", "content": f"{query}\n\n{runtime_context(session_id)}"},
+        {"role": "user", "content": content},
     ]
 
 

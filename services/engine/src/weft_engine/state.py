@@ -70,6 +70,11 @@ class TurnState(BaseModel):
     references: list[Reference] = Field(default_factory=list)
     counters: TurnCounters = Field(default_factory=TurnCounters)
     steer_overruns: int = 0
+    images_to_describe: list[str] = Field(
+        default_factory=list,
+        description="SPEC E-26: images for a model without vision, read into the query "
+        "as text before the first think (vision.ImageDescriber).",
+    )
     trace: TurnTrace | None = Field(default=None, description="Only when tracing is on.")
     started_at: float = Field(description="Wall-clock start (epoch seconds).")
     version: int = 0

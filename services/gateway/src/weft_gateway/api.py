@@ -28,6 +28,7 @@ from weft_storage.knowledge import KnowledgeStore
 from weft_gateway.auth import Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
 from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
+from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.limits import TenantLimits
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.sse import StreamFormat, synthetic_failure
@@ -59,6 +60,11 @@ class ChatBody(BaseModel):
         default=None,
         max_length=200,
         description="Answering model for this turn; ignored for shared agents (SPEC A-10).",
+    )
+    images: list[str] = Field(
+        default_factory=list,
+        description="Images of the message (SPEC E-26): https:// URLs or "
+        "data:image/png|jpeg|gif|webp;base64 URIs; the agent must have image upload on.",
     )
 
 
@@ -122,6 +128,7 @@ class Gateway:
         fmt: StreamFormat = "native",
     ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
+        images = check_images(body.images, self.settings)
         session = await self.memory.get_session(who.tenant_id, session_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.get("agent_id"))
         for kb_id in body.knowledge_base_ids or []:
@@ -135,6 +142,7 @@ class Gateway:
             reasoning_effort=body.reasoning_effort,
             summary_model_id=body.summary_model_id,
         )
+        require_image_upload(agent, images)
         if body.double_texting == "reject":
             await self._reject_if_running(who.tenant_id, session_id)
         request = ChatRequested(
@@ -147,6 +155,7 @@ class Gateway:
                 agent=agent,
                 mode=chat_mode(agent),
                 double_texting=body.double_texting,
+                images=images,
             ),
         )
         await self.limits.admit_turn(who.tenant_id, request.request_id)

@@ -40,6 +40,18 @@ class GatewaySettings(ServiceSettings):
     turn_slot_ttl_s: int = Field(
         default=3600, ge=60, description="A running-turn slot is forgotten after this long."
     )
+    chat_image_max_count: int = Field(
+        default=4, ge=0, le=32, description="Images per chat request (SPEC E-26)."
+    )
+    chat_image_max_bytes: int = Field(
+        default=384 * 1024, ge=1024, description="Decoded size of one data: URI image."
+    )
+    chat_images_max_total_chars: int = Field(
+        default=700_000,
+        ge=1024,
+        description="All image references of a request together; the command must stay "
+        "under Kafka's record size (1 MiB by default).",
+    )
     max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1024, description="413 above this.")
     auth_cache_s: float = Field(
         default=30.0, ge=0, description="API key lookups cached this long (revocation delay)."

@@ -62,6 +62,11 @@ class MessageOut(BaseModel):
     duration_ms: int
     agent_steps: list[dict[str, Any]]
     references: list[dict[str, Any]]
+    images: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="User messages (SPEC E-26): [{url, description}], description set "
+        "when a VLM read the image for a model without vision.",
+    )
     created_at: datetime
 
 

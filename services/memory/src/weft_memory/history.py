@@ -38,6 +38,7 @@ _COLUMNS = (
     Message.role,
     Message.content,
     Message.agent_steps,
+    Message.images,
     Message.is_completed,
     Message.created_at,
 )
@@ -80,6 +81,8 @@ class HistoryQuery:
     max_turns: int | None = None
     """At most this many turns; ``None`` = no limit (agent mode, SPEC M-08)."""
     retain_retrieval_history: bool = False
+    vision: bool = False
+    """The model reads images: user messages replay theirs as image parts (SPEC E-26)."""
 
 
 class _TurnPairer:
@@ -171,7 +174,9 @@ async def _fill(
         if pair is None:
             continue
         user, assistant = pair
-        messages = replay_turn(user, assistant, retain_retrieval=query.retain_retrieval_history)
+        messages = replay_turn(
+            user, assistant, retain_retrieval=query.retain_retrieval_history, vision=query.vision
+        )
         tokens = sum(estimator.message_tokens(m) for m in messages)
         over = query.token_budget is not None and total + tokens > query.token_budget
         if over and newest_first:

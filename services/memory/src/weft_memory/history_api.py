@@ -88,6 +88,7 @@ def history_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         max_turns: int | None = Query(default=None, ge=0, le=1000),
         token_budget: int | None = Query(default=None, ge=1),
         retain_retrieval_history: bool = False,
+        vision: bool = Query(default=False, description="Images as image parts (SPEC E-26)."),
     ) -> HistoryOut:
         """Without ``token_budget``: the last ``max_turns`` (default 5) turns, as before.
         With it (agent mode, SPEC M-08): as many contiguous recent turns as fit."""
@@ -99,6 +100,7 @@ def history_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
             token_budget=token_budget,
             max_turns=max_turns,
             retain_retrieval_history=retain_retrieval_history,
+            vision=vision,
         )
         return HistoryOut.of(await loader.build(tenant_id, session_id, query))
 

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import (
     CompleteEvent,
     FinalAnswerEvent,
+    ImagesDescribedEvent,
     ReferencesEvent,
     TurnStartedEvent,
     TurnStatus,
@@ -67,6 +68,8 @@ class MessageRecorder:
                 await self._answer_delta(event)
             case ReferencesEvent():
                 await self._references(event)
+            case ImagesDescribedEvent():
+                await self._images_described(event)
             case CompleteEvent():
                 await self._complete(event)
             case _:
@@ -85,6 +88,7 @@ class MessageRecorder:
                 "id": event.id,
                 "role": "user",
                 "content": event.data.query,
+                "images": [{"url": url, "description": None} for url in event.data.images],
                 "is_completed": True,
                 "status": "completed",
                 "created_at": event.time,
@@ -110,6 +114,22 @@ class MessageRecorder:
                 .where(ChatSession.id == event.session_id)
                 .values(updated_at=datetime.now(UTC))
             )
+
+    async def _images_described(self, event: ImagesDescribedEvent) -> None:
+        """SPEC E-26: keep what a model without vision read, so history replays it."""
+        async with self._sessions.begin() as s:
+            row = await s.scalar(
+                select(Message)
+                .where(Message.request_id == event.request_id, Message.role == "user")
+                .with_for_update()
+            )
+            if row is None or not row.images:
+                return
+            texts = event.data.descriptions
+            row.images = [
+                {**image, "description": texts[i] if i < len(texts) else None}
+                for i, image in enumerate(row.images)
+            ]
 
     async def _answer_delta(self, event: FinalAnswerEvent) -> None:
         if self._redis is None or not event.data.delta:

@@ -11,6 +11,8 @@ import json
 import re
 from typing import Any, Protocol
 
+from weft_context.images import descriptions_block, multimodal_content
+
 KB_RESULT_REDACTION = (
     "[Previous retrieval result omitted - knowledge base may have changed. "
     "Please perform a fresh search.]"
@@ -33,14 +35,33 @@ class StoredMessage(Protocol):
     agent_steps: list[dict[str, Any]]
 
 
+def user_message(user: Any, *, vision: bool = False) -> dict[str, Any]:
+    """The stored user message; with images (SPEC E-26) as image parts for a model with
+    vision, else with the stored descriptions (the VLM is not called again)."""
+    images: list[dict[str, Any]] = getattr(user, "images", None) or []
+    if not images:
+        return {"role": "user", "content": user.content}
+    if vision:
+        return {
+            "role": "user",
+            "content": multimodal_content(user.content, [i["url"] for i in images]),
+        }
+    block = descriptions_block([i.get("description") for i in images])
+    return {"role": "user", "content": f"{user.content}\n\n{block}"}
+
+
 _THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>\s*", re.DOTALL)
 
 
 def replay_turn(
-    user: StoredMessage, assistant: StoredMessage, *, retain_retrieval: bool = False
+    user: StoredMessage,
+    assistant: StoredMessage,
+    *,
+    retain_retrieval: bool = False,
+    vision: bool = False,
 ) -> list[dict[str, Any]]:
     """user -> assistant(tool_calls) + tool messages per step -> final answer (SPEC M-09)."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": user.content}]
+    messages: list[dict[str, Any]] = [user_message(user, vision=vision)]
     for step in assistant.agent_steps:
         calls = step.get("tool_calls") or []
         if not calls:

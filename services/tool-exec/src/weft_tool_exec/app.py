@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
+from opentelemetry.sdk.trace import TracerProvider
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import ServiceRuntime, create_runtime
@@ -23,6 +24,7 @@ from weft_tools.web_snapshots import RedisSnapshotStore
 from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tool_exec.ledger import CallLedger
 from weft_tool_exec.settings import ToolExecSettings
+from weft_tool_exec.tracing import WorkerTracer, provider_from_settings
 from weft_tool_exec.turn_end import TurnEndCleaner
 from weft_tool_exec.worker import ToolWorker
 
@@ -78,7 +80,9 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     deps = tool_dependencies(runtime, settings)
     registry = builtin_registry(deps)
     ledger = CallLedger(runtime.redis, settings.topic_prefix)
-    worker = ToolWorker(runtime.bus, registry, runtime.instance_id, ledger)
+    provider = provider_from_settings(settings.tracing_exporter, runtime.instance_id)
+    tracer = WorkerTracer(provider, runtime.instance_id)
+    worker = ToolWorker(runtime.bus, registry, runtime.instance_id, ledger, tracer)
     # Each consumer of the group owns some partitions and runs one call at a time, so a
     # worker never holds more than ``tool_concurrency`` calls (invariant 6).
     for _ in range(settings.tool_concurrency):
@@ -93,8 +97,14 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
         title="weft tool-exec",
         routers=[state_router(runtime, deps, cleaner)],
         on_startup=[ingestion.start, cleaner.start],
-        on_shutdown=[ingestion.stop, cleaner.stop],
+        on_shutdown=[ingestion.stop, cleaner.stop, lambda: _flush(provider)],
     )
+
+
+async def _flush(provider: TracerProvider | None) -> None:
+    """Export the spans still batched before the process exits."""
+    if provider is not None:
+        provider.shutdown()
 
 
 def state_router(

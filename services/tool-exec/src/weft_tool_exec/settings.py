@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, Field
 from weft_platform.settings import ServiceSettings
 
@@ -39,5 +41,8 @@ class ToolExecSettings(ServiceSettings):
     web_fetch_timeout_s: float = Field(default=180.0, gt=0, description="Page budget (E-17).")
     web_fetch_allow_loopback: bool = Field(
         default=False, description="Tests only: lets web tools reach 127.0.0.1."
+    )
+    tracing_exporter: Literal["none", "console", "otlp"] = Field(
+        default="none", description="SPEC E-23 worker spans: none, console (stdout) or otlp."
     )
     ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")

@@ -12,6 +12,7 @@ from weft_platform.bus import EventBus
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 
 from weft_tool_exec.ledger import CallLedger, Claim
+from weft_tool_exec.tracing import WorkerTracer
 
 log = structlog.get_logger(__name__)
 
@@ -39,15 +40,24 @@ class ToolWorker:
     (invariant 3, :mod:`weft_tool_exec.ledger`).
     """
 
-    def __init__(self, bus: EventBus, registry: ToolRegistry, worker_name: str, ledger: CallLedger):
+    def __init__(
+        self,
+        bus: EventBus,
+        registry: ToolRegistry,
+        worker_name: str,
+        ledger: CallLedger,
+        tracer: WorkerTracer | None = None,
+    ):
         self._bus = bus
         self._registry = registry
         self._worker = worker_name
         self._ledger = ledger
+        self._tracer = tracer or WorkerTracer(None, worker_name)
 
     async def handle(self, call: ToolCallRequested) -> None:
         """Run ``call`` (or report it) and publish its result."""
         started = time.monotonic()
+        started_ns = time.time_ns()  # span start (SPEC E-23)
         spec = self._registry.spec(call.data.tool_name)
         is_write = spec is not None and not spec.read_only
         claim = await self._ledger.claim(call.data.call_id, self._worker) if is_write else Claim.RUN
@@ -61,6 +71,7 @@ class ToolWorker:
             )
         else:
             outcome = await self._run(call)
+        self._tracer.call_done(call, outcome, started_ns)
         await self._publish(call, outcome, started)
         if is_write:
             await self._ledger.finish(call.data.call_id)

@@ -129,11 +129,13 @@ class ToolCallClient:
         tenant: str = "bench",
         session: str | None = None,
         deadline_s: float = 120,
+        traceparent: str | None = None,
     ) -> str:
         """Publish one call (in its own session unless ``session`` is given); return its id."""
         [call_id] = await self.send_many(
-            [(tool, arguments, session)], tenant=tenant, deadline_s=deadline_s
-        )
+            [(tool, arguments, session)], tenant=tenant, deadline_s=deadline_s,
+            traceparent=traceparent,
+        )  # fmt: skip
         return call_id
 
     async def send_many(
@@ -142,6 +144,7 @@ class ToolCallClient:
         *,
         tenant: str = "bench",
         deadline_s: float = 120,
+        traceparent: str | None = None,
     ) -> list[str]:
         """Publish (tool, arguments, session) calls without waiting for each ack in turn
         (the producer batches them, as a busy engine's would); return their ids."""
@@ -152,6 +155,7 @@ class ToolCallClient:
             session_id = session or f"s-{call_id}"
             message = ToolCallRequested(
                 tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
+                traceparent=traceparent,
                 data=ToolCallRequestedData(
                     call_id=call_id, tool_name=tool, arguments=arguments, round=0,
                     deadline=datetime.now(UTC) + timedelta(seconds=deadline_s),

@@ -1,0 +1,33 @@
+"""How a user message's images are written for a model (SPEC E-26), shared by the engine
+(the current turn) and memory (history): image parts for a model with vision, a
+delimited block of descriptions for one without."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+UNREADABLE = "(this image could not be read)"
+
+
+def multimodal_content(text: str, images: Sequence[str]) -> list[dict[str, Any]]:
+    """OpenAI content parts: the text, then each image."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
+    return parts
+
+
+def descriptions_block(descriptions: Sequence[str | None], note: str = "") -> str:
+    """What a model without vision reads in place of the images."""
+    lines = [
+        f"Image {n}: {(text or '').strip() or UNREADABLE}" for n, text in enumerate(descriptions, 1)
+    ]
+    block = "<image_descriptions>\n" + "\n".join(lines) + "\n</image_descriptions>"
+    return f"{block}\n{note}" if note else block
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content, plain or multimodal (image parts left out)."""
+    if isinstance(content, list):
+        return "\n\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    return str(content or "")

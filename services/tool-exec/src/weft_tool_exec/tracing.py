@@ -1,0 +1,86 @@
+"""The worker's span of a tool call (SPEC E-23): ``tool.execute.<name>``.
+
+The engine writes ``agent.tool.<name>`` for each call and puts that span's id in the
+call's W3C ``traceparent`` (``TurnTracer.tool_traceparent``); the worker's span is its
+child, so the trace shows the engine's view of a call (dispatch to result) and, under it,
+the time the worker actually ran it. A call without a ``traceparent`` (the engine's
+tracing is off) gets a root span of its own.
+
+Exporters (setting ``WEFT_TRACING_EXPORTER``), as in the engine: ``none`` (default: no
+provider, one ``if`` per call), ``console`` (JSON on stdout), ``otlp`` (OTLP over HTTP,
+configured with the standard ``OTEL_EXPORTER_OTLP_*`` variables).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from weft_contracts import ToolCallRequested
+from weft_tools import ToolOutcome
+
+Exporter = Literal["none", "console", "otlp"]
+ERROR_PREVIEW_RUNES = 4000
+
+
+def provider_from_settings(exporter: Exporter, instance_id: str) -> TracerProvider | None:
+    """The provider for the ``WEFT_TRACING_EXPORTER`` setting, or None for ``none``."""
+    if exporter == "none":
+        return None
+    if exporter == "console":
+        span_exporter: SpanExporter = ConsoleSpanExporter()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        span_exporter = OTLPSpanExporter()
+    resource = Resource.create(
+        {"service.name": "weft-tool-exec", "service.instance.id": instance_id}
+    )
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    return provider
+
+
+class WorkerTracer:
+    """Writes ``tool.execute.<name>`` spans; does nothing without a provider."""
+
+    def __init__(self, provider: TracerProvider | None, worker: str):
+        self._tracer = provider.get_tracer("weft.tool_exec") if provider is not None else None
+        self._worker = worker
+        self._propagator = TraceContextTextMapPropagator()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether spans are written."""
+        return self._tracer is not None
+
+    def call_done(self, call: ToolCallRequested, outcome: ToolOutcome, started_ns: int) -> None:
+        """The span of one call, from ``started_ns`` (epoch ns) to now."""
+        if self._tracer is None:
+            return
+        carrier = {"traceparent": call.traceparent} if call.traceparent else {}
+        parent = self._propagator.extract(carrier)
+        ended = max(time.time_ns(), started_ns)
+        attributes: dict[str, str | int | bool] = {
+            "weft.tool.name": call.data.tool_name,
+            "weft.tool.call_id": call.data.call_id,
+            "weft.worker": self._worker,
+            "weft.request_id": call.request_id,
+            "weft.tool.duration_ms": (ended - started_ns) // 1_000_000,
+            "weft.tool.error": not outcome.success,
+        }
+        if outcome.error:
+            attributes["weft.tool.error_message"] = outcome.error[:ERROR_PREVIEW_RUNES]
+        span = self._tracer.start_span(
+            f"tool.execute.{call.data.tool_name}",
+            context=parent,
+            attributes=attributes,
+            start_time=started_ns,
+        )
+        span.set_status(Status(StatusCode.OK if outcome.success else StatusCode.ERROR))
+        span.end(end_time=ended)
