@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import structlog
@@ -89,16 +89,27 @@ class EventBus:
         return future
 
     def consume(
-        self, topic: Topic, group_id: str, handler: Handler, *, dedupe: bool = True
+        self,
+        topic: Topic,
+        group_id: str,
+        handler: Handler,
+        *,
+        dedupe: bool = True,
+        types: Collection[str] | None = None,
     ) -> None:
         """Register ``handler`` for decoded messages of ``topic`` in consumer group ``group_id``.
 
         With ``dedupe`` a message id already handled by this group is skipped (invariant 3).
+        With ``types``, records whose ``type`` header names another type are acknowledged
+        without being decoded (a record without the header is decoded as usual).
         """
         adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
+        wanted = None if types is None else frozenset(types)
 
         async def on_record(body: bytes, message: KafkaMessage) -> None:
             record = message.raw_message
+            if not _wanted(wanted, record):
+                return
             try:
                 decoded = adapter.validate_json(body)
             except ValidationError as exc:
@@ -127,6 +138,7 @@ class EventBus:
         *,
         max_records: int = 500,
         wait_ms: int = 100,
+        types: Collection[str] | None = None,
     ) -> None:
         """Register ``handler`` for batches of decoded messages of ``topic``, in record order.
 
@@ -138,15 +150,19 @@ class EventBus:
         tries hands the whole batch back to Kafka (each partition rewound to its first
         record of the batch) to be delivered again, so nothing is committed that was not
         handled: the handler must be idempotent. There is no id-based dedupe here; batch
-        handlers de-duplicate themselves (invariant 3).
+        handlers de-duplicate themselves (invariant 3). ``types`` filters on the ``type``
+        header before decoding, as in :meth:`consume`.
         """
         adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
+        wanted = None if types is None else frozenset(types)
 
         async def on_batch(bodies: list[bytes], message: KafkaMessage) -> None:
             records: tuple[Any, ...] = message.raw_message
             decoded: list[Any] = []
             undecodable: list[tuple[Any, bytes, ValidationError]] = []
             for record, body in zip(records, bodies, strict=True):
+                if not _wanted(wanted, record):
+                    continue
                 try:
                     decoded.append(adapter.validate_json(body))
                 except ValidationError as invalid:
@@ -253,6 +269,16 @@ class EventBus:
         if self._redis is not None:
             key = self._dedupe_key(group_id, message_id)
             await self._redis.set(key, 1, ex=self._settings.dedupe_ttl_s)
+
+
+def _wanted(types: frozenset[str] | None, record: Any) -> bool:
+    """False only for a record whose ``type`` header names a type outside ``types``."""
+    if types is None:
+        return True
+    for name, value in record.headers or ():
+        if name == "type":
+            return bytes(value).decode("utf-8", errors="replace") in types
+    return True
 
 
 def _best_effort_ids(body: bytes) -> dict[str, str]:

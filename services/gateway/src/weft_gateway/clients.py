@@ -8,6 +8,8 @@ import httpx
 from fastapi import HTTPException
 from weft_contracts import AgentConfig
 
+KEEPALIVE_EXPIRY_S = 2.0
+
 
 class ServiceClient:
     """A JSON client that turns a downstream 404/4xx into the same status for our caller."""
@@ -21,8 +23,13 @@ class ServiceClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
     ):
+        # Idle connections are dropped well before uvicorn's 5 s keep-alive timeout closes
+        # them on the server side: reusing one the server is closing failed requests with
+        # RemoteProtocolError (a 503) under load.
         limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
         )
         self._http = httpx.AsyncClient(
             base_url=base_url, timeout=timeout_s, limits=limits, transport=transport
