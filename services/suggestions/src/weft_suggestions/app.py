@@ -51,10 +51,15 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
     """Wire the placeholder consumer and API."""
     runtime = create_runtime(settings or SuggestionsSettings())
     init_logging(runtime)
-    # One commit per fetch instead of one per record: the placeholder must not cost CPU
-    # in proportion to the event stream.
+    # One commit per fetch instead of one per record, and fetches held up to a second so
+    # they are large: the placeholder must not cost CPU in proportion to the event stream
+    # (follow-ups can start a second late).
     runtime.bus.consume_batch(
-        Topic.AGENT_EVENTS, CONSUMER_GROUP, observe_completions, types=FOLLOW_UP_TRIGGERS
+        Topic.AGENT_EVENTS,
+        CONSUMER_GROUP,
+        observe_completions,
+        types=FOLLOW_UP_TRIGGERS,
+        linger_ms=1000,
     )
     return create_service_app(
         runtime, title="weft suggestions (not available yet)", routers=[suggestions_router()]
