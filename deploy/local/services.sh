@@ -223,7 +223,7 @@ services_status() {
             state="up, NOT READY"
             rc=3
         fi
-        printf '[weft] %-14s %-14s pid %-8s http://127.0.0.1:%s\n' "$name" "$state" "${pid:--}" "$port"
+        printf '[weft] %-17s %-14s pid %-8s http://127.0.0.1:%s\n' "$name" "$state" "${pid:--}" "$port"
     done < <(stack)
     return "$rc"
 }
