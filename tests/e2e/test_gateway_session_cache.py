@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from weft_testkit import LocalStack
+from weft_testkit import LocalStack, read_turn
 
 from tests.e2e.test_tenants_isolation import register_key
 
@@ -77,10 +77,12 @@ async def test_another_tenant_cannot_chat_on_a_cached_session(
 
 
 async def test_memory_down_cached_session_chats_uncached_is_503(
-    api: httpx.AsyncClient, stack: LocalStack
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:
     """Chat no longer needs memory per message; a lookup that does need it fails fast
-    with 503, Retry-After and the reason instead of a 500 or a hang."""
+    with 503, Retry-After and the reason instead of a 500 or a hang. (The accepted turn
+    is followed to its end, with memory back, so it leaves nothing running for later
+    tests; ``llm`` resets the scripted model's request log after it.)"""
     cached = await _session(api)
     async with httpx.AsyncClient(base_url=stack.url("memory")) as memory:
         behind = await memory.post(  # created in memory directly: the gateway never saw it
@@ -97,3 +99,7 @@ async def test_memory_down_cached_session_chats_uncached_is_503(
         assert status == 200 and headers["content-type"].startswith("text/event-stream")
     finally:
         stack.start_again("memory")
+    events = await read_turn(
+        api, f"/api/v1/sessions/{cached}/stream", api_key=stack.api_key, method="GET"
+    )
+    assert events[-1].event == "complete"  # an answer, or history_unavailable: never a hang
