@@ -75,18 +75,19 @@ async def test_updates_through_the_gateway_replace_the_facts(
 async def test_a_deleted_session_is_404_and_a_late_fill_cannot_bring_it_back(
     redis: Redis, memory: MemoryClient
 ) -> None:
-    """A lookup on another replica that read memory just before the delete must not make the
-    session chat-able again: fills never overwrite the tombstone."""
+    """Deleted through one gateway replica, the session is 404 on another at once; a lookup
+    on a third that read memory just before the delete must not make it chat-able again:
+    fills never overwrite the tombstone."""
     session = await _new_session(memory)
     tenant, sid = session["tenant_id"], session["id"]
-    directory = _directory(redis, memory)
-    await directory.lookup(tenant, sid)
+    replica_a, replica_b = _directory(redis, memory), _directory(redis, memory)
+    await replica_b.lookup(tenant, sid)
     await memory.delete_session(tenant, sid)
-    await directory.deleted(tenant, sid)
-    await directory.remember(session)  # the racing replica's stale fill
+    await replica_a.deleted(tenant, sid)
+    await _directory(redis, memory).remember(session)  # the racing replica's stale fill
     assert await redis.get(session_key(tenant, sid)) == TOMBSTONE
     with pytest.raises(HTTPException) as gone:
-        await directory.lookup(tenant, sid)
+        await replica_b.lookup(tenant, sid)
     assert gone.value.status_code == 404
 
 
