@@ -9,6 +9,10 @@ MAKEFLAGS += --no-print-directory
 # Number of tool-exec processes for `make up` (ports 8083, 8183, 8283, ...).
 TOOL_WORKERS ?= 1
 export TOOL_WORKERS
+# The gateway's projector for `make up`: embedded in the gateway, or separate (its own
+# process, gateway-projector on port 8087; better SSE latency with many clients).
+PROJECTOR ?= embedded
+export PROJECTOR
 WEFT_HOME ?= $(CURDIR)/.weft
 export WEFT_HOME
 
@@ -35,7 +39,7 @@ infra-down: ## Stop Kafka, PostgreSQL and Redis
 infra-status: ## Show whether Kafka, PostgreSQL and Redis are up
 	@$(LOCAL)/infra.sh status || true
 
-up: ## bootstrap + infra-up + start all services and wait for /readyz (TOOL_WORKERS=N)
+up: ## bootstrap + infra-up + start all services and wait for /readyz (TOOL_WORKERS=N, PROJECTOR=separate)
 	@$(LOCAL)/bootstrap.sh
 	@$(LOCAL)/infra.sh up
 	@$(LOCAL)/services.sh up

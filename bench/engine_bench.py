@@ -195,6 +195,7 @@ async def throughput(
         "cpu_s_by_service": {
             name: round(cpu_after[name] - cpu_before.get(name, 0.0), 1) for name in cpu_after
         },
+        "http_503": sum(1 for r in results if "HTTP 503" in repr(r)),
         "first_errors": failures,
     }
 

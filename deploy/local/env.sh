@@ -44,6 +44,12 @@ export WEFT_SANDBOX_PORT="${WEFT_SANDBOX_PORT:-8084}"
 export WEFT_MEMORY_PORT="${WEFT_MEMORY_PORT:-8085}"
 export WEFT_SUGGESTIONS_PORT="${WEFT_SUGGESTIONS_PORT:-8086}"
 export TOOL_WORKERS="${TOOL_WORKERS:-1}"
+# The gateway's projector (agent events -> Redis Streams): "embedded" in the gateway process
+# (default: one process fewer on a small machine), or "separate": its own process
+# (`python -m weft_gateway projector` on WEFT_PROJECTOR_PORT) and the gateway started with
+# WEFT_PROJECTOR=off, the better layout for many SSE clients (docs/operations.md).
+export PROJECTOR="${PROJECTOR:-embedded}"
+export WEFT_PROJECTOR_PORT="${WEFT_PROJECTOR_PORT:-8087}"
 # Seconds to wait for every service's GET /readyz to answer 200.
 export WEFT_SERVICES_READY_TIMEOUT="${WEFT_SERVICES_READY_TIMEOUT:-60}"
 

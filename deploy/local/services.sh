@@ -7,7 +7,8 @@
 #   deploy/local/services.sh status   report; exit 0 when every service is ready, 3 otherwise
 #
 # Needs the infrastructure (deploy/local/infra.sh up). Settings: deploy/local/env.sh
-# (TOOL_WORKERS=N starts N tool-exec processes on ports 8083, 8183, 8283, ...).
+# (TOOL_WORKERS=N starts N tool-exec processes on ports 8083, 8183, 8283, ...;
+# PROJECTOR=separate runs the gateway's projector as its own process, gateway-projector).
 # Logs: $WEFT_HOME/logs/<service>.log; pids: $WEFT_HOME/run/<service>.pid.
 set -euo pipefail
 # shellcheck source=env.sh
@@ -18,6 +19,8 @@ source "$WEFT_REPO/deploy/local/lib.sh"
 INFRA_NAMES=" kafka postgres redis "
 
 [[ "$TOOL_WORKERS" =~ ^[1-9][0-9]*$ ]] || die "TOOL_WORKERS must be a positive integer (got '$TOOL_WORKERS')"
+[[ "$PROJECTOR" == embedded || "$PROJECTOR" == separate ]] ||
+    die "PROJECTOR must be embedded or separate (got '$PROJECTOR')"
 
 # The stack: "name module port" per line, in start order.
 stack() {
@@ -33,7 +36,15 @@ stack() {
     done
     echo "engine weft_engine $WEFT_ENGINE_PORT"
     echo "suggestions weft_suggestions $WEFT_SUGGESTIONS_PORT"
+    if [[ "$PROJECTOR" == separate ]]; then
+        echo "gateway-projector weft_gateway $WEFT_PROJECTOR_PORT"
+    fi
     echo "gateway weft_gateway $WEFT_GATEWAY_PORT"
+}
+
+# Environment and arguments that depend on the projector layout.
+gateway_projector_mode() {
+    if [[ "$PROJECTOR" == separate ]]; then echo off; else echo embedded; fi
 }
 
 # tool-exec, tool-exec-2, tool-exec-3, ...
@@ -58,6 +69,12 @@ start_one() {
     if [[ "$name" == scripted-llm ]]; then
         spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
             "$WEFT_PYTHON" -m "$module" serve --port "$port" --policy "$WEFT_SCRIPTED_LLM_POLICY"
+    elif [[ "$name" == gateway-projector ]]; then
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+            "$WEFT_PYTHON" -m "$module" projector
+    elif [[ "$name" == gateway ]]; then
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+            WEFT_PROJECTOR="$(gateway_projector_mode)" "$WEFT_PYTHON" -m "$module"
     else
         spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
             "$WEFT_PYTHON" -m "$module"
@@ -131,6 +148,15 @@ services_up() {
         [[ "$wanted" == *" $name "* ]] || extra+=("$f")
     done
     ((${#extra[@]} == 0)) || stop_many "${extra[@]}"
+    # A running gateway keeps the projector layout it was started with: switching PROJECTOR
+    # needs a restart of the gateway (make down && make up), else events could go unprojected.
+    local gw_pid
+    if gw_pid="$(running_pid "$WEFT_RUN/gateway.pid" "-m weft_gateway")"; then
+        local running_mode=embedded
+        [[ -e "$WEFT_RUN/gateway-projector.pid" ]] && running_mode=separate
+        [[ "$running_mode" == "$PROJECTOR" ]] ||
+            warn "gateway (pid $gw_pid) runs with PROJECTOR=$running_mode; make down, then make up PROJECTOR=$PROJECTOR to switch"
+    fi
 
     # Database schema first (idempotent).
     local mlog="$WEFT_LOGS/migrate.log"
@@ -197,7 +223,7 @@ services_status() {
             state="up, NOT READY"
             rc=3
         fi
-        printf '[weft] %-14s %-14s pid %-8s http://127.0.0.1:%s\n' "$name" "$state" "${pid:--}" "$port"
+        printf '[weft] %-17s %-14s pid %-8s http://127.0.0.1:%s\n' "$name" "$state" "${pid:--}" "$port"
     done < <(stack)
     return "$rc"
 }

@@ -31,8 +31,11 @@ async def api(stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def llm(stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
-    """Control API of the scripted LLM; reset to the demo policy after each test."""
+    """Control API of the scripted LLM; reset to the demo policy (and an empty request
+    log) before and after each test, so turns of earlier tests that did not use this
+    fixture never show up in a test's ``chat_requests``."""
     async with httpx.AsyncClient(base_url=stack.llm_url, timeout=30) as c:
+        await c.post("/_reset")
         yield c
         await c.post("/_reset")
 

@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from weft_contracts import ThoughtData, ThoughtEvent, Topic
+from weft_contracts import (
+    CompleteData,
+    CompleteEvent,
+    ThoughtData,
+    ThoughtEvent,
+    Topic,
+    TurnStatus,
+)
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_platform.topics import ensure_topics
@@ -85,3 +92,59 @@ async def test_redelivered_message_is_handled_once(runtime: ServiceRuntime) -> N
     await runtime.bus.publish(Topic.AGENT_EVENTS, _event("after"))
     await asyncio.wait_for(twice.wait(), 30)
     assert seen.count(event.id) == 1
+
+
+def _complete() -> CompleteEvent:
+    return CompleteEvent(tenant_id="t", session_id="s", request_id="r",
+                         data=CompleteData(status=TurnStatus.COMPLETED))  # fmt: skip
+
+
+async def _publish_mixed(runtime: ServiceRuntime) -> tuple[str, str]:
+    """A typed thought (to skip), a thought without a type header (decoded: the filter
+    cannot know it), and a complete, on one partition; the ids of the last two."""
+    await runtime.bus.publish(Topic.AGENT_EVENTS, _event("skipped"))
+    untyped = _event("untyped")
+    await runtime.broker.publish(
+        untyped.model_dump_json().encode(),
+        runtime.bus.topic_name(Topic.AGENT_EVENTS),
+        key=untyped.key(),
+    )
+    complete = _complete()
+    await runtime.bus.publish(Topic.AGENT_EVENTS, complete)
+    return untyped.id, complete.id
+
+
+async def test_consume_with_types_skips_other_records_by_header(runtime: ServiceRuntime) -> None:
+    """Consumers that need a few event types (memory, suggestions) do not decode the rest."""
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Any) -> None:
+        seen.append(event.id)
+        if event.type == "complete":
+            done.set()
+
+    runtime.bus.consume(Topic.AGENT_EVENTS, "g", handler, types={"complete"})
+    await runtime.broker.start()
+    expected = await _publish_mixed(runtime)
+    await asyncio.wait_for(done.wait(), 30)
+    assert tuple(seen) == expected
+
+
+async def test_consume_batch_with_types_skips_other_records_by_header(
+    runtime: ServiceRuntime,
+) -> None:
+    """The same for batches; a lingering consumer still gets records below the fetch size."""
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(events: list[Any]) -> None:
+        seen.extend(event.id for event in events)
+        if any(event.type == "complete" for event in events):
+            done.set()
+
+    runtime.bus.consume_batch(Topic.AGENT_EVENTS, "g", handler, types={"complete"}, linger_ms=300)
+    await runtime.broker.start()
+    expected = await _publish_mixed(runtime)
+    await asyncio.wait_for(done.wait(), 30)
+    assert tuple(seen) == expected

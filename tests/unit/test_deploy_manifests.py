@@ -36,6 +36,10 @@ SERVICE_PORTS = {
     "memory": 8085,
     "suggestions": 8086,
 }
+# The gateway's projector in its own process (gateway image, `projector` argument).
+COMPOSE_PROJECTOR = "projector"
+HELM_PROJECTOR = "gateway-projector"
+PROJECTOR_PORT = 8087
 TEST_DOUBLE = "scripted-llm"  # test double of an OpenAI-compatible LLM, not a Weft service
 TEST_DOUBLE_PORT = 8090
 INFRA = ("kafka", "postgres", "redis")
@@ -341,6 +345,24 @@ def test_compose_ports_scaling_and_test_double(compose: dict[str, Any]) -> None:
     assert command == ["serve", "--host", "0.0.0.0", "--port", "8090", "--policy", "demo"]
 
 
+def test_compose_runs_the_projector_apart_from_the_gateway(compose: dict[str, Any]) -> None:
+    """The gateway image started with the argument its entry point reads; the gateway then
+    leaves projection to it (WEFT_PROJECTOR=off)."""
+    from weft_gateway.__main__ import PROJECTOR_ARG
+
+    services = compose["services"]
+    projector = services[COMPOSE_PROJECTOR]
+    assert projector["build"]["args"]["SERVICE"] == "gateway"
+    assert projector["command"] == [PROJECTOR_ARG]
+    env = _env(projector)
+    assert all(var in env for var in COMMON_REQUIRED_ENV)
+    assert env["WEFT_HTTP_PORT"] == str(PROJECTOR_PORT)
+    assert f":{PROJECTOR_PORT}/readyz" in " ".join(projector["healthcheck"]["test"])
+    assert {*INFRA, *JOBS} <= set(_depends_on(projector))
+    assert not projector.get("ports")  # replicas: PROJECTORS=N
+    assert _interpolated_default(_env(services["gateway"])["WEFT_PROJECTOR"]) == "off"
+
+
 # --------------------------------------------------------------------------- Dockerfile
 
 
@@ -555,7 +577,7 @@ def test_helm_deployment_and_service_per_weft_service(
         expected = dict(SERVICE_PORTS)
         if label == "test-double":
             expected[TEST_DOUBLE] = TEST_DOUBLE_PORT
-        assert set(deployments) == {f"weft-{n}" for n in expected}, label
+        assert set(deployments) == {f"weft-{n}" for n in (*expected, HELM_PROJECTOR)}, label
         for name, port in expected.items():
             deployment = deployments[f"weft-{name}"]
             pod = deployment["spec"]["template"]["spec"]
@@ -615,6 +637,42 @@ def test_helm_deployment_and_service_per_weft_service(
             ]
         else:
             assert not secrets, "with secrets.existingSecret the chart must not create Secrets"
+
+
+def test_helm_projector_deployment_and_gateway_mode(
+    helm: str, test_double_render: list[dict[str, Any]]
+) -> None:
+    """A projector Deployment (gateway image, own replica count, no Service) and gateways
+    with WEFT_PROJECTOR=off; disabling it makes the gateways project again (embedded)."""
+    from weft_gateway.__main__ import PROJECTOR_ARG
+
+    deployments = _by_kind(test_double_render, "Deployment")
+    projector = deployments[f"weft-{HELM_PROJECTOR}"]
+    (container,) = projector["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [PROJECTOR_ARG]
+    assert re.search(r"/weft-gateway:[\w.-]+$", container["image"])
+    assert container["ports"][0]["containerPort"] == PROJECTOR_PORT
+    assert projector["spec"]["replicas"] == 1
+    assert f"weft-{HELM_PROJECTOR}" not in _by_kind(test_double_render, "Service")
+    configmaps = _by_kind(test_double_render, "ConfigMap")
+    env = _container_env(container, configmaps)
+    assert all(var in env for var in COMMON_REQUIRED_ENV)
+    gateway = deployments["weft-gateway"]["spec"]["template"]["spec"]["containers"][0]
+    assert _container_env(gateway, configmaps)["WEFT_PROJECTOR"] == "off"
+
+    embedded = _render(
+        helm,
+        "-f",
+        str(CHART / "ci" / "test-double-values.yaml"),
+        "--set",
+        f"services.{HELM_PROJECTOR}.enabled=false",
+        "--set",
+        "services.gateway.replicas=3",
+    )
+    deployments = _by_kind(embedded, "Deployment")
+    assert f"weft-{HELM_PROJECTOR}" not in deployments
+    gateway = deployments["weft-gateway"]["spec"]["template"]["spec"]["containers"][0]
+    assert "WEFT_PROJECTOR" not in _container_env(gateway, _by_kind(embedded, "ConfigMap"))
 
 
 def test_helm_migrate_and_topics_jobs_are_hooks(

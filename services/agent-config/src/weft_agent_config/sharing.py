@@ -10,6 +10,7 @@ off for itself, and chats with it using the owner's model and knowledge bases.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
+from weft_storage.models import Agent
 from weft_storage.models_sharing import (
     AgentShare,
     Organisation,
@@ -148,44 +150,32 @@ class SharingStore:
         self, tenant_id: str, agent_id: str | None = None
     ) -> list[SharedAgentRef]:
         """Agents other tenants shared with the caller's organisations (one per agent)."""
-        stmt = (
-            select(AgentShare, SharedAgentSetting.disabled)
-            .join(
-                OrganisationMember,
-                and_(
-                    OrganisationMember.organisation_id == AgentShare.organisation_id,
-                    OrganisationMember.tenant_id == tenant_id,
-                ),
-            )
-            .outerjoin(
-                SharedAgentSetting,
-                and_(
-                    SharedAgentSetting.tenant_id == tenant_id,
-                    SharedAgentSetting.agent_id == AgentShare.agent_id,
-                ),
-            )
-            .where(AgentShare.owner_tenant_id != tenant_id)
-            .order_by(AgentShare.created_at, AgentShare.agent_id)
-        )
+        stmt = _visible_shares(tenant_id)
         if agent_id is not None:
             stmt = stmt.where(AgentShare.agent_id == agent_id)
         async with self._sessions() as s:
             rows = (await s.execute(stmt)).all()
-        refs: dict[str, SharedAgentRef] = {}
-        for share, disabled in rows:
-            known = refs.get(share.agent_id)
-            orgs = (
-                (*known.organisation_ids, share.organisation_id)
-                if known
-                else (share.organisation_id,)
+        return [ref for ref, _ in _group_by_agent(rows)]
+
+    async def shared_agents(self, tenant_id: str) -> list[tuple[SharedAgentRef, Agent]]:
+        """:meth:`shared_with` together with each owner's live agent row, in one query
+        (listing them used to load every agent with a query of its own). Shares of an
+        agent its owner deleted are left out."""
+        stmt = (
+            _visible_shares(tenant_id)
+            .add_columns(Agent)
+            .join(
+                Agent,
+                and_(
+                    Agent.tenant_id == AgentShare.owner_tenant_id,
+                    Agent.id == AgentShare.agent_id,
+                    Agent.deleted_at.is_(None),
+                ),
             )
-            refs[share.agent_id] = SharedAgentRef(
-                agent_id=share.agent_id,
-                owner_tenant_id=share.owner_tenant_id,
-                organisation_ids=orgs,
-                disabled=bool(disabled),
-            )
-        return list(refs.values())
+        )
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        return _group_by_agent(rows)
 
     async def find_shared(self, tenant_id: str, agent_id: str) -> SharedAgentRef | None:
         """The share through which ``tenant_id`` sees ``agent_id``, if any."""
@@ -202,3 +192,44 @@ class SharingStore:
         )
         async with self._sessions.begin() as s:
             await s.execute(stmt)
+
+
+def _visible_shares(tenant_id: str) -> Any:
+    """Rows (share, recipient's disabled switch) of the agents other tenants shared with
+    an organisation ``tenant_id`` belongs to; one row per (agent, organisation)."""
+    return (
+        select(AgentShare, SharedAgentSetting.disabled)
+        .join(
+            OrganisationMember,
+            and_(
+                OrganisationMember.organisation_id == AgentShare.organisation_id,
+                OrganisationMember.tenant_id == tenant_id,
+            ),
+        )
+        .outerjoin(
+            SharedAgentSetting,
+            and_(
+                SharedAgentSetting.tenant_id == tenant_id,
+                SharedAgentSetting.agent_id == AgentShare.agent_id,
+            ),
+        )
+        .where(AgentShare.owner_tenant_id != tenant_id)
+        .order_by(AgentShare.created_at, AgentShare.agent_id)
+    )
+
+
+def _group_by_agent(rows: Sequence[Any]) -> list[tuple[SharedAgentRef, Any]]:
+    """One ref per agent with all its organisations, in first-share order; the second item
+    is the row's third column (the agent) when the query selected one."""
+    refs: dict[str, tuple[SharedAgentRef, Any]] = {}
+    for share, disabled, *extra in rows:
+        known = refs.get(share.agent_id)
+        orgs = (*known[0].organisation_ids, share.organisation_id) if known else ()
+        ref = SharedAgentRef(
+            agent_id=share.agent_id,
+            owner_tenant_id=share.owner_tenant_id,
+            organisation_ids=orgs or (share.organisation_id,),
+            disabled=bool(disabled),
+        )
+        refs[share.agent_id] = (ref, extra[0] if extra else None)
+    return list(refs.values())

@@ -18,6 +18,7 @@ from weft_agent_config.sharing import (
     check_shareable,
     check_sharer_role,
 )
+from weft_agent_config.store import StoredAgent
 from weft_agent_config.tool_policy import normalize_allowed_tools
 
 if TYPE_CHECKING:
@@ -90,12 +91,11 @@ class SharingService:
 
     async def list_shared(self, tenant_id: str, *, include_disabled: bool) -> list[dict[str, Any]]:
         """Agents shared with the tenant, read-only views."""
-        views = []
-        for ref in await self.store.shared_with(tenant_id):
-            owned = await self.agents.store.get(ref.owner_tenant_id, ref.agent_id)
-            if owned is not None and (include_disabled or not ref.disabled):
-                views.append(capability_view(ref, owned.definition))
-        return views
+        return [
+            capability_view(ref, StoredAgent(row).definition)
+            for ref, row in await self.store.shared_agents(tenant_id)
+            if include_disabled or not ref.disabled
+        ]
 
     async def refuse_shared(self, tenant_id: str, agent_id: str) -> None:
         """A recipient can never edit, delete, copy or re-share a shared agent (403)."""

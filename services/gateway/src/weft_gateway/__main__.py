@@ -8,10 +8,14 @@ from weft_platform.app import run_service
 from weft_gateway.app import create_app, create_projector_app
 from weft_gateway.sse_response import ExposeServerSend
 
+PROJECTOR_ARG = "projector"
+"""The argument that runs the projector alone (docker-compose.yml, the Helm chart and
+deploy/local/services.sh pass it)."""
+
 
 def main() -> None:
     """Run the service, or its projector alone with the ``projector`` argument."""
-    if sys.argv[1:] == ["projector"]:
+    if sys.argv[1:] == [PROJECTOR_ARG]:
         projector = create_projector_app()
         run_service(projector, projector.state.runtime)
         return

@@ -30,6 +30,7 @@ from weft_gateway.clients import AgentConfigClient, MemoryClient
 from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.limits import TenantLimits
+from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.sse import StreamFormat, synthetic_failure
 from weft_gateway.sse_response import EventStreamResponse
@@ -114,6 +115,7 @@ class Gateway:
     streams: SessionStreams
     fanout: StreamFanout
     memory: MemoryClient
+    directory: SessionDirectory
     agents: AgentConfigClient
     limits: TenantLimits
     knowledge: KnowledgeStore
@@ -129,8 +131,8 @@ class Gateway:
     ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         images = check_images(body.images, self.settings)
-        session = await self.memory.get_session(who.tenant_id, session_id)
-        agent_id = pick_agent_id(agent_enabled, body.agent_id, session.get("agent_id"))
+        session = await self.directory.lookup(who.tenant_id, session_id)
+        agent_id = pick_agent_id(agent_enabled, body.agent_id, session.agent_id)
         for kb_id in body.knowledge_base_ids or []:
             if not await self.knowledge.knowledge_base_exists(who.tenant_id, kb_id):
                 raise HTTPException(404, f"knowledge base {kb_id!r} not found")
@@ -224,7 +226,7 @@ class Gateway:
         return ControlAccepted(request_id=request_id, status="steer_sent")
 
     async def _running_turn(self, who: Principal, session_id: str) -> str:
-        await self.memory.get_session(who.tenant_id, session_id)
+        await self.directory.lookup(who.tenant_id, session_id)
         active: Any = await self.redis.get(active_turn_key(who.tenant_id, session_id))
         if not active:
             raise HTTPException(409, "this session has no running turn")

@@ -20,6 +20,7 @@ from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.limits import BodySizeLimit, TenantLimits
 from weft_gateway.projector import StreamProjector
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
+from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
 
@@ -73,8 +74,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     )
     redis = Redis(connection_pool=pool)
     streams = SessionStreams(redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s)
-    memory = MemoryClient(s.memory_url, "memory")
-    agents = AgentConfigClient(s.agent_config_url, "agent-config")
+    memory = MemoryClient(s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections)
+    agents = AgentConfigClient(
+        s.agent_config_url, "agent-config", s.internal_timeout_s, s.internal_max_connections
+    )
+    directory = SessionDirectory(
+        redis, memory, ttl_s=s.session_cache_ttl_s, lookup_timeout_s=s.session_lookup_timeout_s
+    )
     limits = TenantLimits(
         redis,
         requests_per_minute=s.rate_limit_per_minute,
@@ -91,6 +97,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         streams=streams,
         fanout=fanout,
         memory=memory,
+        directory=directory,
         agents=agents,
         limits=limits,
         knowledge=knowledge,

@@ -8,20 +8,51 @@ import httpx
 from fastapi import HTTPException
 from weft_contracts import AgentConfig
 
+KEEPALIVE_EXPIRY_S = 2.0
+
 
 class ServiceClient:
     """A JSON client that turns a downstream 404/4xx into the same status for our caller."""
 
-    def __init__(self, base_url: str, name: str, timeout_s: float = 10.0):
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+    def __init__(
+        self,
+        base_url: str,
+        name: str,
+        timeout_s: float = 10.0,
+        max_connections: int = 100,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        # Idle connections are dropped well before uvicorn's 5 s keep-alive timeout closes
+        # them on the server side: reusing one the server is closing failed requests with
+        # RemoteProtocolError (a 503) under load.
+        limits = httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        )
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout_s, limits=limits, transport=transport
+        )
         self._name = name
 
     async def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Send a request; 4xx are re-raised as HTTPException, 5xx/transport as 503."""
+        """Send a request; 4xx are re-raised as HTTPException, 5xx/transport as 503 with
+        ``Retry-After`` and the reason."""
         try:
             resp = await self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise HTTPException(
+                503,
+                f"{self._name} unavailable: no answer in time ({type(exc).__name__}); retry",
+                {"Retry-After": "2"},
+            ) from exc
         except httpx.HTTPError as exc:
-            raise HTTPException(503, f"{self._name} unavailable", {"Retry-After": "2"}) from exc
+            raise HTTPException(
+                503,
+                f"{self._name} unavailable: {type(exc).__name__}; retry",
+                {"Retry-After": "2"},
+            ) from exc
         if 400 <= resp.status_code < 500:
             raise HTTPException(resp.status_code, _detail(resp))
         if resp.status_code >= 500:
@@ -44,9 +75,17 @@ class MemoryClient(ServiceClient):
         body = {"tenant_id": tenant_id, "user_id": user_id, "title": title, "agent_id": agent_id}
         return await self.call("POST", "/internal/sessions", json=body)
 
-    async def get_session(self, tenant_id: str, session_id: str) -> Any:
+    async def get_session(
+        self, tenant_id: str, session_id: str, *, timeout_s: float | None = None
+    ) -> Any:
+        """One session of the tenant; ``timeout_s`` overrides the client's timeout (the
+        chat path's ownership lookup fails fast instead of holding the request)."""
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else httpx.Timeout(timeout_s)
         return await self.call(
-            "GET", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id}
+            "GET",
+            f"/internal/sessions/{session_id}",
+            params={"tenant_id": tenant_id},
+            timeout=timeout,
         )
 
     async def list_sessions(self, tenant_id: str, user_id: str, limit: int, offset: int) -> Any:

@@ -61,7 +61,11 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
 
     @router.post("/sessions", status_code=201, tags=["sessions"])
     async def create_session(who: Who, body: SessionCreate) -> Any:
-        return await gw.memory.create_session(who.tenant_id, who.user_id, body.title, body.agent_id)
+        session = await gw.memory.create_session(
+            who.tenant_id, who.user_id, body.title, body.agent_id
+        )
+        await gw.directory.remember(session)
+        return session
 
     @router.get("/sessions", tags=["sessions"])
     async def list_sessions(
@@ -73,16 +77,21 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
 
     @router.get("/sessions/{session_id}", tags=["sessions"])
     async def get_session(who: Who, session_id: Id) -> Any:
-        return await gw.memory.get_session(who.tenant_id, session_id)
+        session = await gw.memory.get_session(who.tenant_id, session_id)
+        await gw.directory.remember(session)
+        return session
 
     @router.patch("/sessions/{session_id}", tags=["sessions"])
     async def update_session(who: Who, session_id: Id, body: SessionUpdate) -> Any:
         changes = body.model_dump(exclude_unset=True)
-        return await gw.memory.update_session(who.tenant_id, session_id, changes)
+        session = await gw.memory.update_session(who.tenant_id, session_id, changes)
+        await gw.directory.updated(session)
+        return session
 
     @router.delete("/sessions/{session_id}", status_code=204, tags=["sessions"])
     async def delete_session(who: Who, session_id: Id) -> Response:
         await gw.memory.delete_session(who.tenant_id, session_id)
+        await gw.directory.deleted(who.tenant_id, session_id)
         return Response(status_code=204)
 
     @router.get("/sessions/{session_id}/messages", tags=["sessions"])

@@ -64,5 +64,24 @@ class GatewaySettings(ServiceSettings):
     projector_batch_max: int = Field(
         default=500, ge=1, le=10_000, description="Kafka records per projector batch."
     )
+    session_cache_ttl_s: int = Field(
+        default=60,
+        ge=1,
+        description="Session ownership facts (tenant, user, agent) are kept in Redis this "
+        "long; updates and deletes through any gateway replace them at once, so this only "
+        "bounds changes made behind the gateway's back.",
+    )
+    session_lookup_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Timeout of the chat path's session lookup in memory on a cache miss; "
+        "past it the request is 503 with Retry-After.",
+    )
+    internal_timeout_s: float = Field(
+        default=10.0, gt=0, description="Timeout of other calls to memory and agent-config."
+    )
+    internal_max_connections: int = Field(
+        default=200, ge=10, description="Connection pool of each internal HTTP client."
+    )
     redis_max_connections: int = Field(default=200, ge=10, description="Gateway Redis pool.")
     redis_wait_s: float = Field(default=30.0, gt=0, description="Wait for a pooled connection.")

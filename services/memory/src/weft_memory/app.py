@@ -17,7 +17,7 @@ from weft_memory.extraction_worker import ExtractionWorker, WorkerSettings
 from weft_memory.history_api import history_router
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
-from weft_memory.recorder import MessageRecorder
+from weft_memory.recorder import RECORDED_TYPES, MessageRecorder
 
 CONSUMER_GROUP = "weft-memory"
 
@@ -72,7 +72,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         ),
     )
     recorder = MessageRecorder(runtime.sessions, runtime.redis, on_extraction_due=worker.wake)
-    runtime.bus.consume(Topic.AGENT_EVENTS, CONSUMER_GROUP, recorder.handle)
+    runtime.bus.consume(Topic.AGENT_EVENTS, CONSUMER_GROUP, recorder.handle, types=RECORDED_TYPES)
     routers = [
         session_router(runtime.sessions),
         history_router(runtime.sessions),

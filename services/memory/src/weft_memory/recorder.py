@@ -39,6 +39,9 @@ from weft_storage.models import ChatSession, Message
 from weft_memory.extraction_queue import expect_extraction, turn_ended
 
 PARTIAL_TTL_S = 24 * 3600
+RECORDED_TYPES = frozenset({"turn_started", "final_answer", "references", "complete"})
+"""The event types :meth:`MessageRecorder.handle` stores; thought deltas and tool events
+(most of the stream) are skipped by their header without being decoded."""
 
 
 def partial_key(request_id: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import structlog
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
@@ -23,9 +25,15 @@ class SuggestionsSettings(ServiceSettings):
     http_port: int = 8086
 
 
-async def observe_event(event: object) -> None:
-    """Follow-ups will be generated on ``complete``; for now the event is only seen."""
-    log.debug("event_seen", type=getattr(event, "type", "?"))
+FOLLOW_UP_TRIGGERS = frozenset({"complete"})
+"""The only events follow-ups will need (SPEC Q-*): the end of a turn. Every other record
+of ``agent.events`` (deltas, tool events: nearly all of them) is skipped by its ``type``
+header without being decoded."""
+
+
+async def observe_completions(events: Sequence[object]) -> None:
+    """Follow-ups will be generated on ``complete``; for now the turns are only seen."""
+    log.debug("turns_completed", count=len(events))
 
 
 def suggestions_router() -> APIRouter:
@@ -43,7 +51,16 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
     """Wire the placeholder consumer and API."""
     runtime = create_runtime(settings or SuggestionsSettings())
     init_logging(runtime)
-    runtime.bus.consume(Topic.AGENT_EVENTS, CONSUMER_GROUP, observe_event)
+    # One commit per fetch instead of one per record, and fetches held up to a second so
+    # they are large: the placeholder must not cost CPU in proportion to the event stream
+    # (follow-ups can start a second late).
+    runtime.bus.consume_batch(
+        Topic.AGENT_EVENTS,
+        CONSUMER_GROUP,
+        observe_completions,
+        types=FOLLOW_UP_TRIGGERS,
+        linger_ms=1000,
+    )
     return create_service_app(
         runtime, title="weft suggestions (not available yet)", routers=[suggestions_router()]
     )
