@@ -39,9 +39,17 @@ from weft_storage.models import ChatSession, Message
 from weft_memory.extraction_queue import expect_extraction, turn_ended
 
 PARTIAL_TTL_S = 24 * 3600
-RECORDED_TYPES = frozenset({"turn_started", "final_answer", "references", "complete"})
-"""The event types :meth:`MessageRecorder.handle` stores; thought deltas and tool events
-(most of the stream) are skipped by their header without being decoded."""
+RECORDED_EVENTS = (
+    TurnStartedEvent,
+    FinalAnswerEvent,
+    ReferencesEvent,
+    ImagesDescribedEvent,
+    CompleteEvent,
+)
+"""The events :meth:`MessageRecorder.handle` stores."""
+RECORDED_TYPES = frozenset(cls.model_fields["type"].default for cls in RECORDED_EVENTS)
+"""Their type names: thought deltas and tool events (most of the stream) are skipped by
+their header without being decoded."""
 
 
 def partial_key(request_id: str) -> str:
