@@ -33,7 +33,7 @@ from weft_engine.analyze import Counters, analyze
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, closing_request, final_step
-from weft_engine.leases import TurnLeases
+from weft_engine.leases import DeadlineUpdate, TurnLeases
 from weft_engine.masking import masked_arguments
 from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
@@ -176,7 +176,9 @@ class TurnLoop:
 
     async def _handle(self, state: TurnState, response: LLMResponse) -> TurnState | None:
         """Apply the analysed outcome; the new state to think again with, or None."""
-        steered = await self._inbox.waiting(state.request_id)
+        # A waiting steer message only changes an answer (SPEC E-13): a round that calls
+        # tools skips the Redis round trip.
+        steered = not response.tool_calls and await self._inbox.waiting(state.request_id)
         outcome, counters = analyze(
             response, Counters(**state.counters.model_dump()), steered=steered
         )
@@ -200,8 +202,8 @@ class TurnLoop:
             case _:
                 assert_never(outcome)
 
-    async def _saved(self, state: TurnState) -> TurnState:
-        saved = await self._store.save(state)
+    async def _saved(self, state: TurnState, deadline: DeadlineUpdate | None = None) -> TurnState:
+        saved = await self._store.save(state, deadline=deadline)
         await self._emitter.mark_streaming(state.request_id, False)
         return saved
 
@@ -330,8 +332,8 @@ class TurnLoop:
         round is over, else None (the turn waits for tools, holding nothing in memory)."""
         while state.dispatched_results_in():
             if state.dispatched_groups >= len(state.groups):
-                await self._leases.clear_deadline(state.request_id)
-                return await self._saved(observe(state))
+                cleared = self._leases.deadline(state.request_id, None)
+                return await self._saved(observe(state), cleared)
             group = state.groups[state.dispatched_groups]
             pending, messages = dispatch_messages(
                 state, [c for c in group if c not in state.results]
@@ -341,8 +343,8 @@ class TurnLoop:
                 update={"pending": pending, "dispatched_groups": state.dispatched_groups + 1}
             )
             if messages:
-                state = await self._saved(state)
-                await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
+                due = self._leases.deadline(state.request_id, _earliest_deadline(state))
+                state = await self._saved(state, due)
                 # Keyed by call id, the calls have no order to keep: one wait for all acks.
                 await asyncio.gather(*(self._bus.publish(_topic(m), m) for m in messages))
                 await self._emitter.flush(state.request_id)  # the round's tool_call events

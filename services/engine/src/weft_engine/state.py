@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
+from weft_engine.leases import DeadlineUpdate
+
 
 class PendingCall(BaseModel):
     """A tool call of the current round."""
@@ -97,12 +99,17 @@ class TurnState(BaseModel):
         return any(step.tool_calls for step in self.steps) or bool(self.results)
 
 
-# Compare-and-set: write only when the stored version is the one this replica read.
+# Compare-and-set: write only when the stored version is the one this replica read; then
+# apply the optional tool-deadline change (KEYS[3], ARGV[5] member, ARGV[6] score or '').
 _CAS = """
 local current = redis.call('GET', KEYS[2])
 if (current or '0') ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
+if KEYS[3] then
+  if ARGV[6] == '' then redis.call('ZREM', KEYS[3], ARGV[5])
+  else redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5]) end
+end
 return 1
 """
 
@@ -136,13 +143,20 @@ class TurnStore:
             raw, flag = await pipe.execute()
         return (TurnState.model_validate_json(raw) if raw else None), bool(flag)
 
-    async def save(self, state: TurnState) -> TurnState:
-        """Write ``state`` if nobody else did since it was read; return it with the new version."""
+    async def save(self, state: TurnState, *, deadline: DeadlineUpdate | None = None) -> TurnState:
+        """Write ``state`` if nobody else did since it was read; return it with the new version.
+
+        ``deadline`` (from ``TurnLeases.deadline``) is applied only with a successful write,
+        in the same round trip (issue 3: a round's Redis round trips are its CPU).
+        """
         new = state.model_copy(update={"version": state.version + 1})
-        ok = await self._cas(
-            keys=self._keys(state.request_id),
-            args=[str(state.version), str(new.version), new.model_dump_json(), self._ttl],
-        )
+        keys = self._keys(state.request_id)
+        args: list[Any] = [str(state.version), str(new.version), new.model_dump_json(), self._ttl]
+        if deadline is not None:
+            keys.append(deadline.key)
+            at = "" if deadline.at_ms is None else str(deadline.at_ms)
+            args += [deadline.request_id, at]
+        ok = await self._cas(keys=keys, args=args)
         if not ok:
             raise StaleTurnState(state.request_id)
         return new
