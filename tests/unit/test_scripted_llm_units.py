@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
@@ -15,8 +16,10 @@ from typer.testing import CliRunner
 from weft_scripted_llm import __main__ as cli_module
 from weft_scripted_llm.citations import best_hits, cited_answer, parse_search_hits
 from weft_scripted_llm.embeddings import embeddings_body
+from weft_scripted_llm.faults import paced_events
 from weft_scripted_llm.openai_schema import ChatCompletionRequest, EmbeddingRequest
 from weft_scripted_llm.policy import DemoPolicy, ScriptExhaustedError, ScriptPolicy, take_step
+from weft_scripted_llm.reply import Faults
 from weft_scripted_llm.script import ScriptStep, load_script, parse_script
 from weft_scripted_llm.tokens import split_words
 
@@ -187,3 +190,15 @@ def test_cli_default_policy_is_demo() -> None:
     assert cli_module.resolve_policy(None, None) == "demo"
     assert cli_module.resolve_policy(None, Path("s.yaml")) == "script"
     assert cli_module.resolve_policy("demo", Path("s.yaml")) == "demo"
+
+
+async def test_an_unpaced_stream_is_one_write_and_a_paced_one_an_event_per_write() -> None:
+    """Issue 3: without pacing the test double writes the whole stream at once (the client
+    still decodes every event); with `chunk_delay_ms` each event is its own write."""
+    events = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
+
+    async def writes(faults: Faults) -> list[bytes]:
+        return [w async for w in paced_events(events, faults, None, asyncio.Event())]  # type: ignore[arg-type]
+
+    assert await writes(Faults()) == [b"".join(events)]
+    assert await writes(Faults(chunk_delay_ms=1)) == events
