@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from weft_contracts import AgentConfig, Envelope, ThoughtData, ThoughtEvent, Topic
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import TurnLeases
+from weft_engine.sessions import SteerInbox
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 
 
@@ -68,6 +69,21 @@ async def test_a_tool_deadline_is_written_only_with_the_state(redis: Redis) -> N
     await store.save(waiting, deadline=leases.deadline(rid, None))
     assert await leases.due() == []
     await store.delete(rid)
+
+
+async def test_steer_messages_are_taken_once_in_order_with_the_stop_flag(redis: Redis) -> None:
+    """SPEC E-13: a think takes every waiting steer message, in order, exactly once, and
+    learns in the same round trip whether the turn was stopped."""
+    inbox = SteerInbox(redis, ttl_s=60)
+    rid = f"req_{secrets.token_hex(6)}"
+    cancel = f"weft:turn:{rid}:cancel"
+    assert await inbox.poll(rid, cancel) == (False, [])
+    for text in ("one", "two", "three"):
+        await inbox.put(rid, text)
+    await redis.set(cancel, 1, ex=60)
+    assert await inbox.poll(rid, cancel) == (True, ["one", "two", "three"])
+    assert await inbox.poll(rid, cancel) == (True, [])
+    await redis.delete(cancel)
 
 
 class _QueueingBus:
