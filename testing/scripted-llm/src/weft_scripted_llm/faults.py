@@ -27,6 +27,11 @@ async def hang(request: Request, release: asyncio.Event) -> None:
             await asyncio.wait_for(release.wait(), timeout=DISCONNECT_POLL_SECONDS)
 
 
+def unpaced(faults: Faults) -> bool:
+    """Whether the stream has neither chunk delays nor a stall: it can go out as one body."""
+    return faults.chunk_delay_ms <= 0 and faults.stall_after_chunks is None
+
+
 def stall_index(faults: Faults, event_count: int) -> int | None:
     """Index of the event before which the stream hangs (never after the last chunk)."""
     if faults.stall_after_chunks is None:
@@ -37,16 +42,8 @@ def stall_index(faults: Faults, event_count: int) -> int | None:
 async def paced_events(
     events: list[bytes], faults: Faults, request: Request, release: asyncio.Event
 ) -> AsyncIterator[bytes]:
-    """Yield the events `chunk_delay_ms` apart; at the stall index, hang and end the stream.
-
-    Without pacing or stall the whole stream is one write, as a provider flushes tokens it
-    already has: the client still decodes every event, but neither side pays a socket
-    write and read per event (the engine's round overhead, issue 3, measures this double).
-    """
+    """Yield the events `chunk_delay_ms` apart; at the stall index, hang and end the stream."""
     stall_at = stall_index(faults, len(events))
-    if stall_at is None and faults.chunk_delay_ms <= 0:
-        yield b"".join(events)
-        return
     for index, event in enumerate(events):
         if index == stall_at:
             await hang(request, release)
