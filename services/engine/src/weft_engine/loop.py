@@ -91,20 +91,24 @@ class TurnLoop:
 
     async def run_step(self, request_id: str, takeover: bool) -> None:
         """Advance the turn as far as it can go now."""
-        state, stopped = await self._store.load_flagged(request_id, cancel_key(request_id))
+        state, stopped, steered = await self._store.load_flagged(
+            request_id, cancel_key(request_id), SteerInbox.key(request_id)
+        )
         if state is None:
             return
         try:
-            await self._run_or_stop(state, takeover, stopped)
+            await self._run_or_stop(state, takeover, stopped, polled=not steered)
         except BaseException:
             self._emitter.drop_unacked(request_id)
             raise
         await self._emitter.flush(request_id)  # events the step only queued
 
-    async def _run_or_stop(self, state: TurnState, takeover: bool, stopped: bool) -> None:
+    async def _run_or_stop(
+        self, state: TurnState, takeover: bool, stopped: bool, *, polled: bool
+    ) -> None:
         request_id = state.request_id
         try:
-            await self._run(state, takeover, stopped)
+            await self._run(state, takeover, stopped, polled=polled)
         except asyncio.CancelledError:
             if not await cancel_requested(self._redis, request_id):
                 raise  # shutdown: the scheduler hands the turn over
@@ -113,7 +117,7 @@ class TurnLoop:
                 task.uncancel()
             await self._stop(request_id)
 
-    async def _run(self, state: TurnState, takeover: bool, stopped: bool) -> None:
+    async def _run(self, state: TurnState, takeover: bool, stopped: bool, *, polled: bool) -> None:
         rid = state.request_id
         if stopped:
             await self._stop(rid)
@@ -126,7 +130,7 @@ class TurnLoop:
             if advanced is None:
                 return
             state = advanced
-        await self._think_loop(state)
+        await self._think_loop(state, polled=polled)
 
     async def _replica_lost(self, state: TurnState) -> bool:
         """After a crash: a half-streamed answer cannot be replayed without duplicates."""
@@ -139,13 +143,18 @@ class TurnLoop:
             return True
         return False
 
-    async def _think_loop(self, state: TurnState) -> None:
+    async def _think_loop(self, state: TurnState, *, polled: bool = False) -> None:
+        """Think until the turn ends or waits for tools. ``polled``: the step's load just
+        saw no stop flag and no steer message, so the first think skips that round trip
+        (issue 3); a stop arriving since still interrupts the step through pub/sub, and a
+        steer message is still seen before an answer is final (``_handle``, SPEC E-13)."""
         if state.agent.mode == AgentMode.QUICK_ANSWER:
             await self._quick_answer(state)
             return
         overflow_retried = False
         while True:
-            stopped, steers = await self._inbox.poll(state.request_id, cancel_key(state.request_id))
+            stopped, steers = await self._poll(state.request_id, polled)
+            polled = False
             if stopped:
                 await self._stop(state.request_id)
                 return
@@ -173,6 +182,11 @@ class TurnLoop:
             if next_state is None:
                 return
             state = next_state
+
+    async def _poll(self, request_id: str, polled: bool) -> tuple[bool, list[str]]:
+        if polled:
+            return False, []
+        return await self._inbox.poll(request_id, cancel_key(request_id))
 
     async def _handle(self, state: TurnState, response: LLMResponse) -> TurnState | None:
         """Apply the analysed outcome; the new state to think again with, or None."""

@@ -72,17 +72,18 @@ class SteerInbox:
         self._ttl = ttl_s
 
     @staticmethod
-    def _key(request_id: str) -> str:
+    def key(request_id: str) -> str:
+        """Redis list of the turn's waiting steer messages."""
         return f"weft:turn:{request_id}:inbox"
 
     async def put(self, request_id: str, content: str) -> None:
         """Add a message for the turn's next think."""
-        await self._redis.rpush(self._key(request_id), content)
-        await self._redis.expire(self._key(request_id), self._ttl)
+        await self._redis.rpush(self.key(request_id), content)
+        await self._redis.expire(self.key(request_id), self._ttl)
 
     async def waiting(self, request_id: str) -> bool:
         """Whether a message waits."""
-        return bool(await self._redis.llen(self._key(request_id)))
+        return bool(await self._redis.llen(self.key(request_id)))
 
     async def poll(self, request_id: str, cancel_key: str) -> tuple[bool, list[str]]:
         """In one round trip: whether the turn was stopped, and the waiting messages (up to
@@ -90,6 +91,6 @@ class SteerInbox:
         atomically, so no transaction is needed (two commands instead of five)."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.exists(cancel_key)
-            pipe.lpop(self._key(request_id), POLL_BATCH)
+            pipe.lpop(self.key(request_id), POLL_BATCH)
             stopped, raw = await pipe.execute()
         return bool(stopped), [m.decode() for m in raw or []]

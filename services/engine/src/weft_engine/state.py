@@ -135,13 +135,17 @@ class TurnStore:
         raw = await self._redis.get(self._keys(request_id)[0])
         return TurnState.model_validate_json(raw) if raw else None
 
-    async def load_flagged(self, request_id: str, flag_key: str) -> tuple[TurnState | None, bool]:
-        """The stored state and whether ``flag_key`` exists, in one round trip."""
+    async def load_flagged(
+        self, request_id: str, flag_key: str, list_key: str
+    ) -> tuple[TurnState | None, bool, bool]:
+        """The stored state, whether ``flag_key`` exists and whether the list ``list_key``
+        holds anything, in one round trip."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.get(self._keys(request_id)[0])
             pipe.exists(flag_key)
-            raw, flag = await pipe.execute()
-        return (TurnState.model_validate_json(raw) if raw else None), bool(flag)
+            pipe.llen(list_key)
+            raw, flag, length = await pipe.execute()
+        return (TurnState.model_validate_json(raw) if raw else None), bool(flag), bool(length)
 
     async def save(self, state: TurnState, *, deadline: DeadlineUpdate | None = None) -> TurnState:
         """Write ``state`` if nobody else did since it was read; return it with the new version.
