@@ -10,7 +10,8 @@ worker is what gets measured.
   emitting `tool_result` to it emitting the next `tool_call` (engine handling + one
   scripted-LLM HTTP round trip + Kafka), and from the engine emitting the first answer
   delta to the SSE client receiving it. Also the engine's CPU time per LLM round, a
-  number that machine load disturbs far less than wall-clock gaps.
+  number that machine load disturbs far less than wall-clock gaps, and the scripted LLM's
+  CPU time per call (the test double shares the machine's cores).
 - throughput: N concurrent sessions, each a 3-round turn with 2 parallel calls per round;
   turns/s, p50/p99 turn latency and the engine's RSS sampled every 200 ms.
 
@@ -108,6 +109,7 @@ async def overhead(
     first_token: list[float] = []
     await _turn(api, agent, "warm-up")
     cpu_before = _cpu_s(stack.pids("engine"))
+    llm_before = _cpu_s(stack.pids("scripted_llm"))
     for i in range(turns):
         events = await _turn(api, agent, f"overhead {i}")
         for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events):
@@ -116,10 +118,13 @@ async def overhead(
         answer = next(e for e in events if e[0] == "final_answer")
         first_token.append((answer[2] - _epoch(answer[1]["time"])) * 1000)
     cpu = _cpu_s(stack.pids("engine")) - cpu_before
+    llm_cpu = _cpu_s(stack.pids("scripted_llm")) - llm_before
     llm_calls = turns * 4  # 3 tool rounds + the answer
     return {
         "turns": turns,
         "engine_cpu_ms_per_llm_round": round(cpu * 1000 / llm_calls, 1),
+        # The test double runs on the same CPUs: its share of each round, for comparison.
+        "scripted_llm_cpu_ms_per_call": round(llm_cpu * 1000 / llm_calls, 1),
         "tool_result_to_next_tool_call_ms": _summary(round_gaps),
         "first_answer_token_to_sse_client_ms": _summary(first_token),
     }

@@ -14,6 +14,8 @@ from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, Envelope, ThoughtData, ThoughtEvent, Topic
 from weft_engine.emitter import EventEmitter
+from weft_engine.leases import TurnLeases
+from weft_engine.sessions import SteerInbox
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 
 
@@ -50,6 +52,38 @@ async def test_stale_writer_loses(redis: Redis) -> None:
         await store.save(replica_b)
     stored = await store.load(base.request_id)
     assert stored is not None and stored.round == 1
+
+
+async def test_a_tool_deadline_is_written_only_with_the_state(redis: Redis) -> None:
+    """SPEC E-17: the deadline that wakes a turn whose tools never answer travels in the
+    state's compare-and-set (issue 3: one round trip); a stale writer changes neither."""
+    store = TurnStore(redis, ttl_s=60)
+    leases = TurnLeases(redis, owner="a", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
+    base = await store.save(_state())
+    rid = base.request_id
+    waiting = await store.save(base, deadline=leases.deadline(rid, time.time() - 1))
+    assert await leases.due() == [rid]
+    with pytest.raises(StaleTurnState):
+        await store.save(base, deadline=leases.deadline(rid, None))  # version 1 is stale
+    assert await leases.due() == [rid], "a stale writer cleared the deadline"
+    await store.save(waiting, deadline=leases.deadline(rid, None))
+    assert await leases.due() == []
+    await store.delete(rid)
+
+
+async def test_steer_messages_are_taken_once_in_order_with_the_stop_flag(redis: Redis) -> None:
+    """SPEC E-13: a think takes every waiting steer message, in order, exactly once, and
+    learns in the same round trip whether the turn was stopped."""
+    inbox = SteerInbox(redis, ttl_s=60)
+    rid = f"req_{secrets.token_hex(6)}"
+    cancel = f"weft:turn:{rid}:cancel"
+    assert await inbox.poll(rid, cancel) == (False, [])
+    for text in ("one", "two", "three"):
+        await inbox.put(rid, text)
+    await redis.set(cancel, 1, ex=60)
+    assert await inbox.poll(rid, cancel) == (True, ["one", "two", "three"])
+    assert await inbox.poll(rid, cancel) == (True, [])
+    await redis.delete(cancel)
 
 
 class _QueueingBus:

@@ -370,6 +370,25 @@ async def test_stall_without_streaming_hangs_until_client_timeout(
         await llm.chat.completions.create(model="m", messages=user("hi"), timeout=1.0)
 
 
+async def test_an_unpaced_stream_is_one_body_and_a_paced_one_is_streamed(
+    server: RunningServer, control: httpx.AsyncClient, llm: openai.AsyncOpenAI
+) -> None:
+    """Issue 3: without pacing the stream is one body (every SSE event still decodes);
+    with `chunk_delay_ms` it is streamed in chunks."""
+    body = {"model": "m", "messages": user("hi"), "stream": True}
+    paced = {"content": ["a", "b"], "chunk_delay_ms": 1}
+    for step, framing in (
+        ({"content": ["a", "b"]}, "content-length"),
+        (paced, "transfer-encoding"),
+    ):
+        await load(control, [step])
+        response = await control.post(f"{server.base_url}/v1/chat/completions", json=body)
+        assert framing in response.headers
+        assert response.text.count("data: ") >= 4 and response.text.endswith("data: [DONE]\n\n")
+    await load(control, [{"content": ["a", "b", "c"]}])
+    assert joined(await stream_chunks(llm), "content") == "abc"
+
+
 async def test_delays_before_first_byte_and_between_chunks(
     control: httpx.AsyncClient, llm: openai.AsyncOpenAI
 ) -> None:

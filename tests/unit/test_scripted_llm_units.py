@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
@@ -15,8 +16,10 @@ from typer.testing import CliRunner
 from weft_scripted_llm import __main__ as cli_module
 from weft_scripted_llm.citations import best_hits, cited_answer, parse_search_hits
 from weft_scripted_llm.embeddings import embeddings_body
+from weft_scripted_llm.faults import paced_events, unpaced
 from weft_scripted_llm.openai_schema import ChatCompletionRequest, EmbeddingRequest
 from weft_scripted_llm.policy import DemoPolicy, ScriptExhaustedError, ScriptPolicy, take_step
+from weft_scripted_llm.reply import Faults
 from weft_scripted_llm.script import ScriptStep, load_script, parse_script
 from weft_scripted_llm.tokens import split_words
 
@@ -187,3 +190,13 @@ def test_cli_default_policy_is_demo() -> None:
     assert cli_module.resolve_policy(None, None) == "demo"
     assert cli_module.resolve_policy(None, Path("s.yaml")) == "script"
     assert cli_module.resolve_policy("demo", Path("s.yaml")) == "demo"
+
+
+async def test_a_paced_stream_is_an_event_per_write() -> None:
+    """With `chunk_delay_ms` each event is its own write (an unpaced stream is one body,
+    tests/unit/test_scripted_llm.py)."""
+    events = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
+    faults = Faults(chunk_delay_ms=1)
+    assert not unpaced(faults) and unpaced(Faults())
+    writes = [w async for w in paced_events(events, faults, None, asyncio.Event())]  # type: ignore[arg-type]
+    assert writes == events

@@ -118,7 +118,7 @@ class OpenAIChatModel:
             body=kwargs,
             cast_to=object,
             stream=True,
-            stream_cls=openai.AsyncStream[Any],
+            stream_cls=openai.AsyncStream[object],
         )
 
     async def aclose(self) -> None:

@@ -41,6 +41,6 @@ def configure_logging(service: str, level: str = "INFO", fmt: str = "console") -
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("aiokafka", "uvicorn.access", "httpx"):
+    for noisy in ("aiokafka", "uvicorn.access", "httpx", "httpx2"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.contextvars.bind_contextvars(service=service)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
-from weft_context import MemoryClient, TokenEstimator
+from weft_context import MemoryClient
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
@@ -24,6 +24,7 @@ from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.settings import EngineSettings
 from weft_engine.state import TurnStore
 from weft_engine.think import ThinkSettings
+from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
 from weft_engine.vision import ImageDescriber
 
@@ -51,7 +52,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     reporter = ResultReporter(store, emitter, tracer)
     context = ContextManager(
         memory=MemoryClient(base_url=s.memory_url), model=model, emitter=emitter,
-        estimator=TokenEstimator(),
+        estimator=CachedTokenEstimator(),
     )  # fmt: skip
     finisher = Finisher(
         emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer

@@ -9,6 +9,7 @@ engine can time out a worker that never answers (SPEC E-17).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -30,6 +31,16 @@ return 1
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class DeadlineUpdate:
+    """A change of a turn's tool deadline that ``TurnStore.save`` writes in the same round
+    trip as the state (``at_ms`` None: the turn no longer waits for tools)."""
+
+    key: str
+    request_id: str
+    at_ms: int | None
 
 
 class TurnLeases:
@@ -74,6 +85,12 @@ class TurnLeases:
             self._leases, "-inf", _now_ms(), start=0, num=100
         )
         return [r.decode() for r in raw]
+
+    def deadline(self, request_id: str, deadline_s: float | None) -> DeadlineUpdate:
+        """The update that wakes the turn at ``deadline_s`` (epoch seconds), or that clears
+        its deadline (None), for ``TurnStore.save`` to apply with the state."""
+        at_ms = None if deadline_s is None else int(deadline_s * 1000)
+        return DeadlineUpdate(key=self._deadlines, request_id=request_id, at_ms=at_ms)
 
     async def set_deadline(self, request_id: str, deadline_s: float) -> None:
         """Wake the turn at ``deadline_s`` (epoch seconds) if its tools have not answered."""

@@ -33,7 +33,7 @@ from weft_engine.analyze import Counters, analyze
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, closing_request, final_step
-from weft_engine.leases import TurnLeases
+from weft_engine.leases import DeadlineUpdate, TurnLeases
 from weft_engine.masking import masked_arguments
 from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
@@ -94,20 +94,24 @@ class TurnLoop:
 
     async def run_step(self, request_id: str, takeover: bool) -> None:
         """Advance the turn as far as it can go now."""
-        state, stopped = await self._store.load_flagged(request_id, cancel_key(request_id))
+        state, stopped, steered = await self._store.load_flagged(
+            request_id, cancel_key(request_id), SteerInbox.key(request_id)
+        )
         if state is None:
             return
         try:
-            await self._run_or_stop(state, takeover, stopped)
+            await self._run_or_stop(state, takeover, stopped, polled=not steered)
         except BaseException:
             self._emitter.drop_unacked(request_id)
             raise
         await self._emitter.flush(request_id)  # events the step only queued
 
-    async def _run_or_stop(self, state: TurnState, takeover: bool, stopped: bool) -> None:
+    async def _run_or_stop(
+        self, state: TurnState, takeover: bool, stopped: bool, *, polled: bool
+    ) -> None:
         request_id = state.request_id
         try:
-            await self._run(state, takeover, stopped)
+            await self._run(state, takeover, stopped, polled=polled)
         except asyncio.CancelledError:
             if not await cancel_requested(self._redis, request_id):
                 raise  # shutdown: the scheduler hands the turn over
@@ -116,7 +120,7 @@ class TurnLoop:
                 task.uncancel()
             await self._stop(request_id)
 
-    async def _run(self, state: TurnState, takeover: bool, stopped: bool) -> None:
+    async def _run(self, state: TurnState, takeover: bool, stopped: bool, *, polled: bool) -> None:
         rid = state.request_id
         if stopped:
             await self._stop(rid)
@@ -129,7 +133,7 @@ class TurnLoop:
             if advanced is None:
                 return
             state = advanced
-        await self._think_loop(state)
+        await self._think_loop(state, polled=polled)
 
     async def _replica_lost(self, state: TurnState) -> bool:
         """After a crash: a half-streamed answer cannot be replayed without duplicates."""
@@ -142,15 +146,21 @@ class TurnLoop:
             return True
         return False
 
-    async def _think_loop(self, state: TurnState) -> None:
+    async def _think_loop(self, state: TurnState, *, polled: bool = False) -> None:
+        """Think until the turn ends or waits for tools. ``polled``: the step's load just
+        saw no stop flag and no steer message, so the first think skips that round trip
+        (issue 3); a stop arriving since still interrupts the step through pub/sub, and a
+        steer message is still seen before an answer is final (``_handle``, SPEC E-13)."""
         if state.images_to_describe:  # SPEC E-26: first step of a turn with images
             state = await self._store.save(await self._vision.read_pending(state))
+            polled = False  # describing took a while: look for a stop or steer again
         if state.agent.mode == AgentMode.QUICK_ANSWER:
             await self._quick_answer(state)
             return
         overflow_retried = False
         while True:
-            stopped, steers = await self._inbox.poll(state.request_id, cancel_key(state.request_id))
+            stopped, steers = await self._poll(state.request_id, polled)
+            polled = False
             if stopped:
                 await self._stop(state.request_id)
                 return
@@ -179,9 +189,16 @@ class TurnLoop:
                 return
             state = next_state
 
+    async def _poll(self, request_id: str, polled: bool) -> tuple[bool, list[str]]:
+        if polled:
+            return False, []
+        return await self._inbox.poll(request_id, cancel_key(request_id))
+
     async def _handle(self, state: TurnState, response: LLMResponse) -> TurnState | None:
         """Apply the analysed outcome; the new state to think again with, or None."""
-        steered = await self._inbox.waiting(state.request_id)
+        # A waiting steer message only changes an answer (SPEC E-13): a round that calls
+        # tools skips the Redis round trip.
+        steered = not response.tool_calls and await self._inbox.waiting(state.request_id)
         outcome, counters = analyze(
             response, Counters(**state.counters.model_dump()), steered=steered
         )
@@ -205,8 +222,8 @@ class TurnLoop:
             case _:
                 assert_never(outcome)
 
-    async def _saved(self, state: TurnState) -> TurnState:
-        saved = await self._store.save(state)
+    async def _saved(self, state: TurnState, deadline: DeadlineUpdate | None = None) -> TurnState:
+        saved = await self._store.save(state, deadline=deadline)
         await self._emitter.mark_streaming(state.request_id, False)
         return saved
 
@@ -335,8 +352,8 @@ class TurnLoop:
         round is over, else None (the turn waits for tools, holding nothing in memory)."""
         while state.dispatched_results_in():
             if state.dispatched_groups >= len(state.groups):
-                await self._leases.clear_deadline(state.request_id)
-                return await self._saved(observe(state))
+                cleared = self._leases.deadline(state.request_id, None)
+                return await self._saved(observe(state), cleared)
             group = state.groups[state.dispatched_groups]
             pending, messages = dispatch_messages(
                 state, [c for c in group if c not in state.results]
@@ -346,8 +363,8 @@ class TurnLoop:
                 update={"pending": pending, "dispatched_groups": state.dispatched_groups + 1}
             )
             if messages:
-                state = await self._saved(state)
-                await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
+                due = self._leases.deadline(state.request_id, _earliest_deadline(state))
+                state = await self._saved(state, due)
                 # Keyed by call id, the calls have no order to keep: one wait for all acks.
                 await asyncio.gather(*(self._bus.publish(_topic(m), m) for m in messages))
                 await self._emitter.flush(state.request_id)  # the round's tool_call events

@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
+from weft_engine.leases import DeadlineUpdate
+
 
 class PendingCall(BaseModel):
     """A tool call of the current round."""
@@ -102,12 +104,17 @@ class TurnState(BaseModel):
         return any(step.tool_calls for step in self.steps) or bool(self.results)
 
 
-# Compare-and-set: write only when the stored version is the one this replica read.
+# Compare-and-set: write only when the stored version is the one this replica read; then
+# apply the optional tool-deadline change (KEYS[3], ARGV[5] member, ARGV[6] score or '').
 _CAS = """
 local current = redis.call('GET', KEYS[2])
 if (current or '0') ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
+if KEYS[3] then
+  if ARGV[6] == '' then redis.call('ZREM', KEYS[3], ARGV[5])
+  else redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5]) end
+end
 return 1
 """
 
@@ -133,21 +140,32 @@ class TurnStore:
         raw = await self._redis.get(self._keys(request_id)[0])
         return TurnState.model_validate_json(raw) if raw else None
 
-    async def load_flagged(self, request_id: str, flag_key: str) -> tuple[TurnState | None, bool]:
-        """The stored state and whether ``flag_key`` exists, in one round trip."""
+    async def load_flagged(
+        self, request_id: str, flag_key: str, list_key: str
+    ) -> tuple[TurnState | None, bool, bool]:
+        """The stored state, whether ``flag_key`` exists and whether the list ``list_key``
+        holds anything, in one round trip."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.get(self._keys(request_id)[0])
             pipe.exists(flag_key)
-            raw, flag = await pipe.execute()
-        return (TurnState.model_validate_json(raw) if raw else None), bool(flag)
+            pipe.llen(list_key)
+            raw, flag, length = await pipe.execute()
+        return (TurnState.model_validate_json(raw) if raw else None), bool(flag), bool(length)
 
-    async def save(self, state: TurnState) -> TurnState:
-        """Write ``state`` if nobody else did since it was read; return it with the new version."""
+    async def save(self, state: TurnState, *, deadline: DeadlineUpdate | None = None) -> TurnState:
+        """Write ``state`` if nobody else did since it was read; return it with the new version.
+
+        ``deadline`` (from ``TurnLeases.deadline``) is applied only with a successful write,
+        in the same round trip (issue 3: a round's Redis round trips are its CPU).
+        """
         new = state.model_copy(update={"version": state.version + 1})
-        ok = await self._cas(
-            keys=self._keys(state.request_id),
-            args=[str(state.version), str(new.version), new.model_dump_json(), self._ttl],
-        )
+        keys = self._keys(state.request_id)
+        args: list[Any] = [str(state.version), str(new.version), new.model_dump_json(), self._ttl]
+        if deadline is not None:
+            keys.append(deadline.key)
+            at = "" if deadline.at_ms is None else str(deadline.at_ms)
+            args += [deadline.request_id, at]
+        ok = await self._cas(keys=keys, args=args)
         if not ok:
             raise StaleTurnState(state.request_id)
         return new

@@ -27,6 +27,11 @@ async def hang(request: Request, release: asyncio.Event) -> None:
             await asyncio.wait_for(release.wait(), timeout=DISCONNECT_POLL_SECONDS)
 
 
+def unpaced(faults: Faults) -> bool:
+    """Whether the stream has neither chunk delays nor a stall: it can go out as one body."""
+    return faults.chunk_delay_ms <= 0 and faults.stall_after_chunks is None
+
+
 def stall_index(faults: Faults, event_count: int) -> int | None:
     """Index of the event before which the stream hangs (never after the last chunk)."""
     if faults.stall_after_chunks is None:

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from weft_scripted_llm.completion import completion_body
 from weft_scripted_llm.errors import context_overflow_response, fault_response, no_retry_error
-from weft_scripted_llm.faults import hang, paced_events, sleep_ms
+from weft_scripted_llm.faults import hang, paced_events, sleep_ms, unpaced
 from weft_scripted_llm.openai_schema import ChatCompletionRequest
 from weft_scripted_llm.reply import Reply
 from weft_scripted_llm.settings import TEST_DOUBLE_MODEL
@@ -41,7 +41,11 @@ async def respond(
 
 def _stream(
     request: Request, state: ServerState, chat: ChatCompletionRequest, reply: Reply
-) -> StreamingResponse:
+) -> Response:
+    """The SSE stream. Without pacing or stall it is one body, as a provider flushes the
+    tokens it already has: the client still decodes every event, but neither side pays a
+    write, a read and a task per event (the engine's round overhead, issue 3, runs this
+    test double on the same CPUs)."""
     chunks = reply_chunks(
         new_identity(chat.model or TEST_DOUBLE_MODEL),
         reply,
@@ -49,8 +53,12 @@ def _stream(
         include_usage=chat.include_usage,
         piece_chars=state.settings.argument_chunk_chars,
     )
-    events = paced_events(stream_events(chunks), reply.faults, request, state.release)
-    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    events = stream_events(chunks)
+    if unpaced(reply.faults):
+        body = b"".join(events)
+        return Response(body, media_type="text/event-stream", headers=SSE_HEADERS)
+    paced = paced_events(events, reply.faults, request, state.release)
+    return StreamingResponse(paced, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def _complete(
