@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import secrets
 import statistics
 import subprocess
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from benchlib import machine, save
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import create_async_engine
 from weft_storage.models import ChatSession, Message
@@ -148,7 +147,7 @@ async def run(runs: int) -> dict[str, Any]:
         "bench": "history_reload", "rows": 2 * TURNS, "full_window": full, "small_budget": small,
         "memory_service_rss_idle_kb": idle["rss_kb"], "memory_service_peak_rss_kb":
         after["peak_rss_kb"], "memory_service_rss_after_kb": after["rss_kb"],
-        "python": platform.python_version(), "cpus": os.cpu_count(),
+        **machine(),
     }  # fmt: skip
 
 
@@ -157,10 +156,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
     result = asyncio.run(run(args.runs))
-    print(json.dumps(result, indent=2))
-    out = REPO / "bench" / "results" / "history_reload.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    save("history_reload", result)
 
 
 if __name__ == "__main__":

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
-from pathlib import Path
 from typing import Any
 
+from benchlib import machine, save
 from weft_context.tokens import TokenEstimator, load_encoder
 
-REPO = Path(__file__).resolve().parents[1]
 PROSE = (
     "Annual plans can be refunded within thirty days of purchase; monthly plans are not "
     "refundable, but you can cancel at any time and keep access until the period ends. "
@@ -64,7 +61,7 @@ def run(seconds: float) -> dict[str, Any]:
     for kind in ("prose", "tool_json", "cjk"):
         result[f"bpe_{kind}"] = _throughput(bpe, _corpus(kind), seconds)
     result["fallback_len4_prose"] = _throughput(fallback, _corpus("prose"), seconds)
-    result.update({"python": platform.python_version(), "cpus": os.cpu_count()})
+    result.update(machine())
     return result
 
 
@@ -72,10 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=2.0)
     result = run(parser.parse_args().seconds)
-    print(json.dumps(result, indent=2))
-    out = REPO / "bench" / "results" / "token_estimator.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    save("token_estimator", result)
 
 
 if __name__ == "__main__":

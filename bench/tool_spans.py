@@ -8,14 +8,11 @@ exporter: the span work without network). Writes ``bench/results/tool_spans.json
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+from benchlib import machine, save
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -23,7 +20,6 @@ from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 from weft_tool_exec.tracing import WorkerTracer
 from weft_tools import ToolOutcome
 
-REPO = Path(__file__).resolve().parents[1]
 CALL = ToolCallRequested(
     tenant_id="t", session_id="s", request_id="r",
     traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -55,8 +51,7 @@ def run(seconds: float) -> dict[str, Any]:
         "exporter_in_memory": _rate(WorkerTracer(provider, "w"), seconds),
     }
     provider.shutdown()
-    result.update({"python": platform.python_version(), "cpus": os.cpu_count(),
-                   "load_avg_1m": os.getloadavg()[0]})  # fmt: skip
+    result.update(machine())
     return result
 
 
@@ -64,10 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=1.0)
     result = run(parser.parse_args().seconds)
-    print(json.dumps(result, indent=2))
-    out = REPO / "bench" / "results" / "tool_spans.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    save("tool_spans", result)
 
 
 if __name__ == "__main__":

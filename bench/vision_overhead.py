@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
-import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchlib import machine, save
 from weft_contracts import AgentConfig
 from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
@@ -72,8 +70,7 @@ def run(seconds: float) -> dict[str, Any]:
         "state_4_urls": _round_trip(_state(URLS), seconds),
         "state_data_uri_max": _round_trip(_state([biggest]), seconds),
     }
-    result.update({"python": platform.python_version(), "cpus": os.cpu_count(),
-                   "load_avg_1m": os.getloadavg()[0]})  # fmt: skip
+    result.update(machine())
     return result
 
 
@@ -81,10 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=1.0)
     result = run(parser.parse_args().seconds)
-    print(json.dumps(result, indent=2))
-    out = REPO / "bench" / "results" / "vision_overhead.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    save("vision_overhead", result)
 
 
 if __name__ == "__main__":
