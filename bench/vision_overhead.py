@@ -11,7 +11,6 @@ import argparse
 import base64
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from benchlib import machine, save
@@ -21,7 +20,6 @@ from weft_engine.state import TurnState
 from weft_gateway.images import check_images
 from weft_gateway.settings import GatewaySettings
 
-REPO = Path(__file__).resolve().parents[1]
 URLS = [f"https://images.example.com/photo-{n}.jpg" for n in range(4)]
 
 
