@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlparse
 
 import pytest
+from redis.asyncio import Redis
 from weft_testkit import infra_env
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -48,3 +49,11 @@ def infra() -> dict[str, str]:
     if down:
         pytest.fail(f"infrastructure not running: {down}; start it with `make infra-up`")
     return env
+
+
+@pytest.fixture
+async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
+    """A client of the real Redis, closed after the test."""
+    client = Redis.from_url(infra["WEFT_REDIS_URL"])
+    yield client
+    await client.aclose()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
 
 import pytest
 from fastapi import HTTPException
@@ -17,13 +16,6 @@ from weft_gateway.limits import TenantLimits
 from weft_gateway.sse import HEARTBEAT_FRAME
 from weft_gateway.sse_response import BufferedSink
 from weft_gateway.streams import stream_key
-
-
-@pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
 
 
 class RecordingSink:

@@ -5,11 +5,54 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from weft_contracts import Topic
-from weft_platform.runtime import ServiceRuntime
+from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.settings import ServiceSettings
+from weft_platform.topics import ensure_topics
+
+
+@asynccontextmanager
+async def service_runtime(
+    infra: dict[str, str],
+    name: str,
+    *,
+    prefix: str | None = None,
+    partitions: int = 2,
+    start: bool = False,
+    **settings: Any,
+) -> AsyncIterator[ServiceRuntime]:
+    """A service's runtime on the real Kafka/PostgreSQL/Redis, closed on exit.
+
+    Without ``prefix`` it gets topics of its own (``partitions`` each); with one it joins
+    topics another part of the test created. ``start`` starts the broker (needed to
+    publish before any consumer is registered)."""
+    if prefix is None:
+        prefix = f"it{secrets.token_hex(4)}."
+        partition_env = {"WEFT_TOPIC_PARTITIONS": str(partitions)}
+        await ensure_topics(infra["WEFT_KAFKA_BOOTSTRAP"], partition_env, prefix=prefix)
+    rt = create_runtime(
+        ServiceSettings(
+            service_name=name,
+            kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
+            redis_url=infra["WEFT_REDIS_URL"],
+            database_url=infra["WEFT_DATABASE_URL"],
+            topic_prefix=prefix,
+            **settings,
+        )
+    )
+    if start:
+        await rt.broker.start()
+    try:
+        yield rt
+    finally:
+        await rt.broker.stop()
+        await rt.redis.aclose()
+        await rt.db.dispose()
 
 
 async def dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:

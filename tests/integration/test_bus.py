@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,33 +15,17 @@ from weft_contracts import (
     Topic,
     TurnStatus,
 )
-from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_platform.settings import ServiceSettings
-from weft_platform.topics import ensure_topics
+from weft_platform.runtime import ServiceRuntime
 
-from tests.integration.kafka_helpers import dead_letters
+from tests.integration.kafka_helpers import dead_letters, service_runtime
 
 
 @pytest.fixture
 async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
-    prefix = f"it{secrets.token_hex(4)}."
-    await ensure_topics(
-        infra["WEFT_KAFKA_BOOTSTRAP"], {"WEFT_TOPIC_PARTITIONS": "2"}, prefix=prefix
-    )
-    settings = ServiceSettings(
-        service_name="bus-test",
-        kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
-        redis_url=infra["WEFT_REDIS_URL"],
-        database_url=infra["WEFT_DATABASE_URL"],
-        topic_prefix=prefix,
-        consumer_attempts=3,
-        consumer_retry_backoff_s=0.01,
-    )
-    rt = create_runtime(settings)
-    yield rt
-    await rt.broker.stop()
-    await rt.redis.aclose()
-    await rt.db.dispose()
+    async with service_runtime(
+        infra, "bus-test", consumer_attempts=3, consumer_retry_backoff_s=0.01
+    ) as rt:
+        yield rt
 
 
 def _event(delta: str) -> ThoughtEvent:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 from weft_context import MemoryClient
 from weft_contracts import AgentConfig, Envelope, ToolCallCompletedData, Topic
@@ -63,13 +61,6 @@ class _CountingInbox(SteerInbox):
     async def poll(self, request_id: str, cancel_key: str) -> tuple[bool, list[str]]:
         self.polls += 1
         return await super().poll(request_id, cancel_key)
-
-
-@pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
 
 
 def _loop(redis: Redis, model: _Model, inbox: SteerInbox, bus: _Bus) -> TurnLoop:

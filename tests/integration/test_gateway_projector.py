@@ -28,35 +28,19 @@ from weft_contracts.envelope import Envelope
 from weft_gateway.limits import TenantLimits, turns_key
 from weft_gateway.projector import StreamProjector
 from weft_gateway.streams import SessionStreams, stream_key
-from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_platform.settings import ServiceSettings
-from weft_platform.topics import ensure_topics
+from weft_platform.runtime import ServiceRuntime
 
-from tests.integration.kafka_helpers import dead_letters
+from tests.integration.kafka_helpers import dead_letters, service_runtime
 
 GARBAGE = b'{"type": "thought", "seq": "not a number"'
 
 
 @pytest.fixture
 async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
-    prefix = f"it{secrets.token_hex(4)}."
-    await ensure_topics(
-        infra["WEFT_KAFKA_BOOTSTRAP"], {"WEFT_TOPIC_PARTITIONS": "2"}, prefix=prefix
-    )
-    settings = ServiceSettings(
-        service_name="projector-test",
-        kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
-        redis_url=infra["WEFT_REDIS_URL"],
-        database_url=infra["WEFT_DATABASE_URL"],
-        topic_prefix=prefix,
-        consumer_attempts=1,
-        consumer_retry_backoff_s=0.01,
-    )
-    rt = create_runtime(settings)
-    yield rt
-    await rt.broker.stop()
-    await rt.redis.aclose()
-    await rt.db.dispose()
+    async with service_runtime(
+        infra, "projector-test", consumer_attempts=1, consumer_retry_backoff_s=0.01
+    ) as rt:
+        yield rt
 
 
 def _turn(tenant: str) -> list[Envelope]:

@@ -20,13 +20,6 @@ from weft_memory.api import session_router
 
 
 @pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
 async def memory(engine: AsyncEngine) -> AsyncIterator[MemoryClient]:
     """A MemoryClient talking to memory's real session routes (in-process, real PG)."""
     app = FastAPI()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -54,13 +53,6 @@ class KeyedFactsModel:
                     content=answer, reasoning="", tool_calls=[], finish_reason="stop"
                 )
         return LLMResponse(content="[]", reasoning="", tool_calls=[], finish_reason="stop")
-
-
-@pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ turns stay out of history, a stopped turn keeps its partially streamed answer.""
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -25,13 +23,6 @@ from weft_contracts import (
 from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.recorder import MessageRecorder, partial_key
 from weft_storage.models import Message
-
-
-@pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
 
 
 def _ids() -> dict[str, Any]:

@@ -18,11 +18,12 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import CompleteData, CompleteEvent, Topic, TurnStatus
-from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_platform.settings import ServiceSettings
+from weft_platform.runtime import ServiceRuntime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_ingest import IngestionQueue
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
+
+from tests.integration.kafka_helpers import service_runtime
 
 LOG_DIR = Path(".weft/logs/e2e")
 SALES_CSV = b"Region,Qty\nNorth,3\nSouth,10\nNorth,1\n"
@@ -38,17 +39,8 @@ def pool(migrated: str) -> Iterator[ToolWorkerPool]:
 @pytest.fixture
 async def engine_bus(pool: ToolWorkerPool, infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
     """Publishes on the pool's topics the way the engine does (EventBus, type header)."""
-    settings = ServiceSettings(
-        service_name="engine-stand-in", kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
-        redis_url=infra["WEFT_REDIS_URL"], database_url=infra["WEFT_DATABASE_URL"],
-        topic_prefix=pool.prefix,
-    )  # fmt: skip
-    rt = create_runtime(settings)
-    await rt.broker.start()
-    yield rt
-    await rt.broker.stop()
-    await rt.redis.aclose()
-    await rt.db.dispose()
+    async with service_runtime(infra, "engine-stand-in", prefix=pool.prefix, start=True) as rt:
+        yield rt
 
 
 async def _csv_document(sessions: async_sessionmaker[AsyncSession], tenant: str) -> str:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
-from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_platform.settings import ServiceSettings
-from weft_platform.topics import ensure_topics
+from weft_platform.runtime import ServiceRuntime
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 from weft_tool_exec.ledger import CallLedger
 from weft_tool_exec.worker import ToolWorker
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
+
+from tests.integration.kafka_helpers import service_runtime
 
 LOG_DIR = Path(".weft/logs/e2e")
 THINK = {"thought": "t", "next_thought_needed": False, "thought_number": 1, "total_thoughts": 1}
@@ -113,21 +113,8 @@ class WriteTool:
 
 @pytest.fixture
 async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
-    prefix = f"it{secrets.token_hex(4)}."
-    await ensure_topics(
-        infra["WEFT_KAFKA_BOOTSTRAP"], {"WEFT_TOPIC_PARTITIONS": "1"}, prefix=prefix
-    )
-    settings = ServiceSettings(
-        service_name="tool-worker-test", kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
-        redis_url=infra["WEFT_REDIS_URL"], database_url=infra["WEFT_DATABASE_URL"],
-        topic_prefix=prefix,
-    )  # fmt: skip
-    rt = create_runtime(settings)
-    await rt.broker.start()
-    yield rt
-    await rt.broker.stop()
-    await rt.redis.aclose()
-    await rt.db.dispose()
+    async with service_runtime(infra, "tool-worker-test", partitions=1, start=True) as rt:
+        yield rt
 
 
 def _write_call() -> ToolCallRequested:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,6 @@ from weft_engine.emitter import EventEmitter
 from weft_engine.leases import TurnLeases
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
-
-
-@pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
 
 
 def _state() -> TurnState:
