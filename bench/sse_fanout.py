@@ -54,7 +54,6 @@ from weft_contracts import (
 )
 from weft_contracts.envelope import Envelope
 from weft_testkit import LocalStack, StackConfig
-from weft_testkit.stack import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -272,22 +271,6 @@ async def _wait_streams(api: httpx.AsyncClient, sessions: list[str]) -> None:
                 await asyncio.sleep(0.2)
 
 
-def _start_projector(stack: LocalStack) -> None:
-    """A projector-only process next to the stack's gateway (stopped with the stack)."""
-    port = free_port()
-    stack._spawn("gateway", port, ["projector"])
-    deadline = time.monotonic() + 120
-    with httpx.Client(timeout=3) as client:
-        while time.monotonic() < deadline:
-            try:
-                if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-    raise RuntimeError("projector process not ready in time")
-
-
 async def run(args: Any) -> dict[str, Any]:
     home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     env = {"WEFT_RATE_LIMIT_PER_MINUTE": "0", "WEFT_LOG_LEVEL": "WARNING"}
@@ -297,7 +280,7 @@ async def run(args: Any) -> dict[str, Any]:
     rounds = []
     with LocalStack(config) as stack:
         if args.projector == "separate":
-            _start_projector(stack)
+            stack.start_extra("gateway", ["projector"])  # the projector alone
         headers = {"Authorization": f"Bearer {stack.api_key}"}
         async with httpx.AsyncClient(
             base_url=stack.gateway_url, headers=headers, timeout=60

@@ -49,6 +49,8 @@ async def _serve(app: ASGIApp) -> AsyncIterator[int]:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[int, dict[str, object]]]:
     seen: dict[str, object] = {}
+    refused = asyncio.Event()
+    seen["refused"] = refused
 
     async def events(request: Request) -> EventStreamResponse:
         mode = request.query_params.get("mode", "frames")
@@ -59,6 +61,7 @@ async def served() -> AsyncIterator[tuple[int, dict[str, object]]]:
                 for count in range(4000):
                     if not sink.write(b"data: " + b"x" * 65_536 + b"\r\n\r\n"):
                         seen["refused_after"] = count
+                        refused.set()
                         return b""
                     await asyncio.sleep(0)
                 return b""
@@ -99,10 +102,9 @@ async def test_a_client_that_never_reads_is_refused_and_its_response_ends(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     writer.write(b"GET /events?mode=flood HTTP/1.1\r\nHost: t\r\n\r\n")
     await writer.drain()
-    for _ in range(500):
-        if "refused_after" in seen:
-            break
-        await asyncio.sleep(0.02)
+    refused = seen["refused"]
+    assert isinstance(refused, asyncio.Event)
+    await asyncio.wait_for(refused.wait(), 10)
     assert seen["sink"] == "TransportSink"
     assert isinstance(seen["refused_after"], int)
     writer.close()

@@ -41,17 +41,12 @@ class ServiceClient:
         ``Retry-After`` and the reason."""
         try:
             resp = await self._http.request(method, path, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise HTTPException(
-                503,
-                f"{self._name} unavailable: no answer in time ({type(exc).__name__}); retry",
-                {"Retry-After": "2"},
-            ) from exc
         except httpx.HTTPError as exc:
+            reason = type(exc).__name__
+            if isinstance(exc, httpx.TimeoutException):
+                reason = f"no answer in time ({reason})"
             raise HTTPException(
-                503,
-                f"{self._name} unavailable: {type(exc).__name__}; retry",
-                {"Retry-After": "2"},
+                503, f"{self._name} unavailable: {reason}; retry", {"Retry-After": "2"}
             ) from exc
         if 400 <= resp.status_code < 500:
             raise HTTPException(resp.status_code, _detail(resp))

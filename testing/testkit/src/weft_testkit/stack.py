@@ -152,7 +152,7 @@ class LocalStack:
         }
 
     def _spawn(self, name: str, port: int, args: list[str]) -> None:
-        log = open(self.config.log_dir / f"{name}-{port}.log", "ab")  # noqa: SIM115
+        log = open(self.log_path(name, port), "ab")  # noqa: SIM115
         process = subprocess.Popen(
             [sys.executable, "-m", f"weft_{name}", *args],
             env=self.service_env(name, port),
@@ -186,11 +186,16 @@ class LocalStack:
         """Process ids of the running replicas of ``name``."""
         return [p.process.pid for p in self._procs if p.name == name and p.process.poll() is None]
 
-    def kill(self, name: str, index: int = 0, sig: int = signal.SIGKILL) -> None:
-        """Send ``sig`` to one replica of ``name`` and wait for it to exit."""
+    def kill(self, name: str, index: int = 0, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to one replica of ``name`` (``index`` -1: the newest, e.g. one
+        from :meth:`start_extra`), wait for it to exit; its exit status."""
         proc = [p for p in self._procs if p.name == name][index]
         proc.process.send_signal(sig)
-        proc.process.wait(timeout=60)
+        return proc.process.wait(timeout=60)
+
+    def log_path(self, name: str, port: int) -> Path:
+        """The log file of the process of ``name`` on ``port``."""
+        return self.config.log_dir / f"{name}-{port}.log"
 
     def start_again(self, name: str, index: int = 0) -> None:
         """Start a killed replica of ``name`` again on its port; wait until it is ready."""
@@ -201,6 +206,14 @@ class LocalStack:
         new = self._procs.pop()
         self._procs[self._procs.index(old)] = new
         self._wait_ready([new])
+
+    def start_extra(self, name: str, args: list[str]) -> int:
+        """Start one more process of service ``name`` with ``args`` (e.g. the gateway's
+        ``projector``) on a free port, stopped with the stack; its port once ready."""
+        port = free_port()
+        self._spawn(name, port, args)
+        self._wait_ready([self._procs[-1]])
+        return port
 
     def stop(self) -> None:
         """SIGTERM every process, then SIGKILL what is left after 20 s."""

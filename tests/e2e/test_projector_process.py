@@ -1,0 +1,64 @@
+"""The deployment layout docker-compose and Helm use by default: the gateway with
+``WEFT_PROJECTOR=off`` and the projector as its own process (``python -m weft_gateway
+projector``). A turn still streams to its SSE client, and with the projector process
+stopped, nothing reaches the client: the gateway really projects nothing itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from weft_testkit import LocalStack, StackConfig, read_turn
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def split_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
+    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
+    config = StackConfig(
+        log_dir=home / "logs" / "e2e-projector",
+        extra_env={"WEFT_PROJECTOR": "off", "WEFT_TURN_IDLE_TIMEOUT_S": "5"},
+    )
+    with LocalStack(config) as running:
+        running.start_extra("gateway", ["projector"])
+        yield running
+
+
+@pytest.fixture
+async def api(split_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"Authorization": f"Bearer {split_stack.api_key}"}
+    async with httpx.AsyncClient(
+        base_url=split_stack.gateway_url, headers=headers, timeout=60
+    ) as client:
+        yield client
+
+
+async def _chat(api: httpx.AsyncClient, stack: LocalStack) -> list[str]:
+    created = await api.post("/api/v1/sessions", json={"title": "split"})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+    events = await read_turn(
+        api,
+        f"/api/v1/agent-chat/{session_id}",
+        api_key=stack.api_key,
+        json_body={"query": "hello", "agent_enabled": False},
+    )
+    return [event.event for event in events]
+
+
+async def test_turn_streams_through_the_projector_process(
+    api: httpx.AsyncClient, split_stack: LocalStack
+) -> None:
+    types = await _chat(api, split_stack)
+    assert types[0] == "turn_started" and types[-1] == "complete"
+    assert "final_answer" in types and "error" not in types
+
+    # Without the projector process the turn still runs, but its events never reach the
+    # session stream: the client gets the gateway's idle ending, not the turn.
+    assert split_stack.kill("gateway", -1, signal.SIGTERM) in (0, -signal.SIGTERM)
+    assert await _chat(api, split_stack) == ["error", "complete"]
