@@ -1,6 +1,8 @@
 """One step of a turn on the real Redis, with a scripted in-process model: a steer message
 that waits when the tools' results come back joins the next LLM call; when none waits, the
-step does not poll the inbox before thinking (SPEC E-13, issue 3)."""
+step does not poll the inbox before thinking (SPEC E-13, issue 3). A step starts from the
+state its submitter holds when nobody wrote the turn since, and reloads it otherwise; a
+redelivered tool result still starts the step a crash left unrun."""
 
 from __future__ import annotations
 
@@ -11,13 +13,20 @@ from typing import Any
 
 from redis.asyncio import Redis
 from weft_context import MemoryClient
-from weft_contracts import AgentConfig, Envelope, ToolCallCompletedData, Topic
+from weft_contracts import (
+    AgentConfig,
+    Envelope,
+    ToolCallCompleted,
+    ToolCallCompletedData,
+    Topic,
+)
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
 from weft_engine.leases import TurnLeases
 from weft_engine.loop import TurnLoop
 from weft_engine.reporting import ResultReporter
+from weft_engine.scheduler import StepScheduler, StepStart
 from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.state import PendingCall, TurnState, TurnStore
 from weft_engine.think import ThinkSettings
@@ -63,8 +72,20 @@ class _CountingInbox(SteerInbox):
         return await super().poll(request_id, cancel_key)
 
 
-def _loop(redis: Redis, model: _Model, inbox: SteerInbox, bus: _Bus) -> TurnLoop:
-    store = TurnStore(redis, ttl_s=60)
+class _CountingStore(TurnStore):
+    def __init__(self, redis: Redis, ttl_s: int) -> None:
+        super().__init__(redis, ttl_s)
+        self.loads = 0
+
+    async def load(self, request_id: str) -> TurnState | None:
+        self.loads += 1
+        return await super().load(request_id)
+
+
+def _loop(
+    redis: Redis, model: _Model, inbox: SteerInbox, bus: _Bus, store: TurnStore | None = None
+) -> TurnLoop:
+    store = store or TurnStore(redis, ttl_s=60)
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
     leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
     context = ContextManager(
@@ -79,6 +100,13 @@ def _loop(redis: Redis, model: _Model, inbox: SteerInbox, bus: _Bus) -> TurnLoop
         reporter=ResultReporter(store, emitter), inbox=inbox, leases=leases, context=context,
         think_settings=ThinkSettings(), tool_timeout_s=60,
     )  # fmt: skip
+
+
+async def _run_step(loop: TurnLoop, request_id: str, known: TurnState | None = None) -> None:
+    """What the scheduler does: claim the lease, then run the step with what it read."""
+    claim = await loop._leases.claim_step(request_id)
+    assert claim is not None
+    await loop.run_step(StepStart(request_id, False, claim, known))
 
 
 async def _waiting_turn(redis: Redis) -> TurnState:
@@ -102,7 +130,7 @@ async def test_a_steer_waiting_when_results_arrive_joins_the_next_llm_call(redis
     model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
     state = await _waiting_turn(redis)
     await inbox.put(state.request_id, "Also check the train prices.")
-    await _loop(redis, model, inbox, bus).run_step(state.request_id, False)
+    await _run_step(_loop(redis, model, inbox, bus), state.request_id)
     sent = model.requests[0].messages
     assert [m["role"] for m in sent[-3:]] == ["assistant", "tool", "user"]
     assert sent[-1]["content"] == "Also check the train prices."
@@ -114,7 +142,100 @@ async def test_without_a_waiting_steer_the_step_thinks_without_polling(redis: Re
     """Issue 3: the step's load already saw no stop flag and an empty inbox."""
     model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
     state = await _waiting_turn(redis)
-    await _loop(redis, model, inbox, bus).run_step(state.request_id, False)
+    await _run_step(_loop(redis, model, inbox, bus), state.request_id)
     assert inbox.polls == 0
     assert model.requests[0].messages[-1]["role"] == "tool"
     assert [e.type for e in bus.sent][-1] == "complete"
+
+
+async def test_a_step_starts_from_the_submitters_state_without_loading_it(redis: Redis) -> None:
+    """Issue 3: the claim read the version the submitter holds, so the state is current."""
+    model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
+    store = _CountingStore(redis, 60)
+    state = await _waiting_turn(redis)
+    await _run_step(_loop(redis, model, inbox, bus, store), state.request_id, known=state)
+    assert store.loads == 0
+    assert model.requests[0].messages[-1] == {
+        "role": "tool", "tool_call_id": "c1", "content": "noted"
+    }  # fmt: skip
+    assert [e.type for e in bus.sent][-1] == "complete"
+
+
+async def test_a_step_reloads_a_state_written_since_its_submitter_read_it(redis: Redis) -> None:
+    """A submitter's copy older than the stored version is not trusted: the step loads."""
+    model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
+    store = _CountingStore(redis, 60)
+    old = await _waiting_turn(redis)
+    steered = old.model_copy(
+        update={"messages": [*old.messages, {"role": "user", "content": "Only trains."}]}
+    )
+    await store.save(steered)  # another writer moved the turn on
+    await _run_step(_loop(redis, model, inbox, bus, store), old.request_id, known=old)
+    assert store.loads == 1
+    sent = model.requests[0].messages
+    assert any("Only trains." in str(m["content"]) for m in sent if m["role"] == "user")
+
+
+async def test_a_redelivered_result_starts_the_step_a_crash_left_unrun(redis: Redis) -> None:
+    """The results consumer has no de-duplication: recording is idempotent, and a result
+    that is already recorded still submits the waiting turn (at-least-once delivery)."""
+    store = TurnStore(redis, ttl_s=60)
+    emitter = EventEmitter(_Bus(), redis, ttl_s=60)  # type: ignore[arg-type]
+    reporter = ResultReporter(store, emitter)
+    state = await _waiting_turn(redis)
+    pending = state.pending[0]
+    unrecorded = await store.save(state.model_copy(update={"results": {}}))
+    result = ToolCallCompleted(
+        tenant_id="t", session_id=state.session_id, request_id=state.request_id,
+        data=ToolCallCompletedData(call_id=pending.call_id, tool_name="thinking",
+                                   success=True, output="noted"),
+    )  # fmt: skip
+    first = await reporter.record(result)
+    assert first is not None and first.version == unrecorded.version + 1
+    again = await reporter.record(result)  # redelivery: nothing changes, the state is returned
+    assert again is not None and again.version == first.version
+    assert again.dispatched_results_in() and again.phase == "waiting"
+    late = result.model_copy(
+        update={"data": result.data.model_copy(update={"call_id": "not-this-round"})}
+    )
+    assert await reporter.record(late) is None
+
+
+async def test_claiming_a_step_drops_the_tool_deadline_and_reads_the_turn(redis: Redis) -> None:
+    """One round trip: lease, deadline dropped, version, stop flag and steer inbox."""
+    namespace = f"t{secrets.token_hex(4)}."
+    mine = TurnLeases(redis, owner="r1", namespace=namespace, ttl_s=6)
+    other = TurnLeases(redis, owner="r2", namespace=namespace, ttl_s=6)
+    state = await _waiting_turn(redis)
+    rid = state.request_id
+    await mine.set_deadline(rid, time.time() - 1)
+    await SteerInbox(redis, 60).put(rid, "faster please")
+    claim = await mine.claim_step(rid)
+    assert claim is not None
+    assert (claim.version, claim.stopped, claim.steered) == (state.version, False, True)
+    assert await mine.due() == [], "the lease guards the turn now"
+    assert await other.claim_step(rid) is None, "another replica holds the lease"
+    await mine.release(rid)
+    await redis.set(f"weft:turn:{rid}:cancel", 1, ex=60)
+    taken = await other.claim_step(rid)
+    assert taken is not None and taken.stopped
+
+
+async def test_the_scheduler_hands_its_submitters_state_to_the_step(redis: Redis) -> None:
+    """StepScheduler.submit: the claim and the submitter's state reach the step."""
+    leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
+    started: list[StepStart] = []
+
+    async def run_step(start: StepStart) -> None:
+        started.append(start)
+
+    scheduler = StepScheduler(leases, run_step, max_inflight=2, ttl_s=6)
+    state = await _waiting_turn(redis)
+    assert await scheduler.submit(state.request_id, state=state)
+    for _ in range(100):
+        if started:
+            break
+        await asyncio.sleep(0.01)
+    assert started[0].known_state() == state
+    stale = state.model_copy(update={"version": state.version - 1})
+    assert StepStart(state.request_id, False, started[0].claim, stale).known_state() is None

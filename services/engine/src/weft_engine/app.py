@@ -39,7 +39,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     runtime = create_runtime(s)
     init_logging(runtime)
     redis, ttl = runtime.redis, s.turn_state_ttl_s
-    model = OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key)
+    model = OpenAIChatModel(
+        base_url=s.openai_base_url, api_key=s.openai_api_key, http_backend=s.llm_http_backend
+    )
     store = TurnStore(redis, ttl)
     emitter = EventEmitter(runtime.bus, redis, ttl)
     leases = TurnLeases(
@@ -74,7 +76,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         cancel_channel=f"weft:{s.topic_prefix}cancel", ttl_s=ttl,
     )  # fmt: skip
     runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, intake.on_chat_requested)
-    runtime.bus.consume(Topic.TOOL_RESULTS, RESULTS_GROUP, intake.on_tool_result)
+    # Recording a result is idempotent: no consumer de-duplication (two Redis round trips).
+    runtime.bus.consume(Topic.TOOL_RESULTS, RESULTS_GROUP, intake.on_tool_result, dedupe=False)
     runtime.bus.consume(Topic.AGENT_CONTROL, CONTROL_GROUP, intake.on_control)
     listener: list[asyncio.Task[None]] = []
 

@@ -27,7 +27,7 @@ from weft_contracts import (
 from weft_engine.context import ContextManager, HistoryUnavailable
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
-from weft_engine.loop import cancel_key
+from weft_engine.keys import cancel_key
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
@@ -120,14 +120,20 @@ class TurnIntake:
         state = state.model_copy(
             update={"messages": messages, "turn_ids": turn_ids, "images_to_describe": unread}
         )
-        await self._store.save(state)
-        await self._scheduler.submit(request.request_id)
+        saved = await self._store.save(state)
+        await self._scheduler.submit(request.request_id, state=saved)
 
     async def on_tool_result(self, result: ToolCallCompleted) -> None:
-        """Record a result; when the dispatched calls have all answered, advance the turn."""
-        saved = await self._reporter.record(result)
-        if saved is not None and saved.dispatched_results_in():
-            await self._scheduler.submit(saved.request_id)  # starts while the ack is due
+        """Record a result; when the dispatched calls have all answered, advance the turn.
+
+        Recording is idempotent (a result already in the state changes nothing), so this
+        consumer needs no de-duplication of its own; a redelivered result still submits the
+        step, which a crash between recording and submitting would otherwise leave unrun.
+        """
+        state = await self._reporter.record(result)
+        if state is not None and state.phase == "waiting" and state.dispatched_results_in():
+            # Starts while the ack is due; from the state just written, without a reload.
+            await self._scheduler.submit(state.request_id, state=state)
         await self._emitter.flush(result.request_id)  # acked before the offset commit
 
     async def on_control(self, message: Any) -> None:

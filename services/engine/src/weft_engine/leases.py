@@ -3,7 +3,8 @@
 A replica holds a lease while it runs a step and renews it; when the replica dies the lease
 expires and any other replica's reaper claims the turn (invariant 2). Turns waiting for
 tools hold no lease; their earliest tool deadline is kept in a second sorted set so the
-engine can time out a worker that never answers (SPEC E-17).
+engine can time out a worker that never answers (SPEC E-17). Taking the lease to run a
+step drops that deadline: from then on the lease guards the turn.
 """
 
 from __future__ import annotations
@@ -14,12 +15,27 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from weft_engine.keys import cancel_key, inbox_key, lease_key, version_key
+
 _CLAIM = """
 local owner = redis.call('GET', KEYS[1])
 if owner and owner ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 return 1
+"""
+
+# Claim to run a step (KEYS as _CLAIM, then deadlines, version, cancel flag, inbox): the
+# turn's tool deadline is dropped, and what the step needs to start is read in the same
+# round trip. Nil when another replica holds the lease.
+_CLAIM_STEP = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return false end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+redis.call('ZREM', KEYS[3], ARGV[4])
+return {redis.call('GET', KEYS[4]) or '0', redis.call('EXISTS', KEYS[5]),
+        redis.call('LLEN', KEYS[6])}
 """
 
 _RELEASE = """
@@ -31,6 +47,18 @@ return 1
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class StepClaim:
+    """What a replica reads when it takes a turn's lease to run a step."""
+
+    version: int
+    """Version of the stored turn state: a state held in memory at this version is current."""
+    stopped: bool
+    """The user stopped the turn."""
+    steered: bool
+    """Steer messages wait in the turn's inbox (SPEC E-13)."""
 
 
 @dataclass(frozen=True)
@@ -53,20 +81,42 @@ class TurnLeases:
         self._leases = f"weft:{namespace}leases"
         self._deadlines = f"weft:{namespace}deadlines"
         self._claim = redis.register_script(_CLAIM)
+        self._claim_step = redis.register_script(_CLAIM_STEP)
         self._release = redis.register_script(_RELEASE)
 
     @staticmethod
     def _owner_key(request_id: str) -> str:
-        return f"weft:turn:{request_id}:lease"
+        return lease_key(request_id)
 
     async def claim(self, request_id: str) -> bool:
-        """Take (or renew) the lease unless another live replica holds it."""
+        """Renew the lease (or take it) unless another live replica holds it."""
         expiry = _now_ms() + self._ttl_ms
         ok = await self._claim(
             keys=[self._owner_key(request_id), self._leases],
             args=[self.owner, self._ttl_ms, expiry, request_id],
         )
         return bool(ok)
+
+    async def claim_step(self, request_id: str) -> StepClaim | None:
+        """Take the lease to run a step of the turn; None when another live replica holds it.
+
+        One round trip also drops the turn's tool deadline (the lease guards the turn from
+        now on: if this replica dies, the reaper takes the turn over) and reads the state's
+        version, the stop flag and the steer inbox, so a step can start from a state its
+        submitter already holds (issue 3: a round's Redis round trips are its CPU).
+        """
+        keys = [
+            self._owner_key(request_id), self._leases, self._deadlines,
+            version_key(request_id), cancel_key(request_id), inbox_key(request_id),
+        ]  # fmt: skip
+        expiry = _now_ms() + self._ttl_ms
+        read: Any = await self._claim_step(
+            keys=keys, args=[self.owner, self._ttl_ms, expiry, request_id]
+        )
+        if read is None:
+            return None
+        version, stopped, waiting = read
+        return StepClaim(version=int(version), stopped=bool(stopped), steered=bool(waiting))
 
     async def release(self, request_id: str) -> None:
         """Give the lease up (the turn waits for tools, ended, or is handed over)."""

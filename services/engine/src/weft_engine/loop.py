@@ -33,6 +33,7 @@ from weft_engine.analyze import Counters, analyze
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, closing_request, final_step
+from weft_engine.keys import cancel_key
 from weft_engine.leases import DeadlineUpdate, TurnLeases
 from weft_engine.masking import masked_arguments
 from weft_engine.observe import observe
@@ -40,6 +41,7 @@ from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
 from weft_engine.prompt import display_hint
 from weft_engine.reporting import ResultReporter
+from weft_engine.scheduler import StepStart
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnCounters, TurnState, TurnStore
 from weft_engine.think import ThinkSettings, think
@@ -92,15 +94,15 @@ class TurnLoop:
         self._tracer = tracer or TurnTracer(None)
         self._vision = vision or ImageDescriber(model, emitter)
 
-    async def run_step(self, request_id: str, takeover: bool) -> None:
+    async def run_step(self, start: StepStart) -> None:
         """Advance the turn as far as it can go now."""
-        state, stopped, steered = await self._store.load_flagged(
-            request_id, cancel_key(request_id), SteerInbox.key(request_id)
-        )
+        request_id = start.request_id
+        state = start.known_state() or await self._store.load(request_id)
         if state is None:
             return
+        claim = start.claim
         try:
-            await self._run_or_stop(state, takeover, stopped, polled=not steered)
+            await self._run_or_stop(state, start.takeover, claim.stopped, polled=not claim.steered)
         except BaseException:
             self._emitter.drop_unacked(request_id)
             raise
@@ -349,11 +351,16 @@ class TurnLoop:
 
     async def _advance_tools(self, state: TurnState) -> TurnState | None:
         """Dispatch the next group once the previous answered; the observed state when the
-        round is over, else None (the turn waits for tools, holding nothing in memory)."""
+        round is over, else None (the turn waits for tools, holding nothing in memory).
+
+        The observed state is not written here: it follows from the stored one, so the
+        step's next write (or a takeover's own observe) covers it, and the claim that
+        started the step already dropped the tool deadline (issue 3: one round trip less
+        per round)."""
         while state.dispatched_results_in():
             if state.dispatched_groups >= len(state.groups):
-                cleared = self._leases.deadline(state.request_id, None)
-                return await self._saved(observe(state), cleared)
+                await self._emitter.mark_streaming(state.request_id, False)
+                return observe(state)
             group = state.groups[state.dispatched_groups]
             pending, messages = dispatch_messages(
                 state, [c for c in group if c not in state.results]
@@ -389,11 +396,6 @@ def _earliest_deadline(state: TurnState) -> float:
         c.deadline for c in state.pending if c.deadline and c.call_id not in state.results
     ]
     return min(open_calls, default=time.time() + 60)
-
-
-def cancel_key(request_id: str) -> str:
-    """Redis flag set when the user stopped the turn."""
-    return f"weft:turn:{request_id}:cancel"
 
 
 async def cancel_requested(redis: Redis, request_id: str) -> bool:

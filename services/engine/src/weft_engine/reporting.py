@@ -30,14 +30,16 @@ class ResultReporter:
         self._tracer = tracer or TurnTracer(None)
 
     async def record(self, result: ToolCallCompleted) -> TurnState | None:
-        """Store the result; the saved state, or None when it was late or a duplicate."""
+        """Store the result once; the turn's state with it, or None when the result is late
+        (its turn ended or moved on). A redelivered result changes nothing and returns the
+        state as stored, so its caller can still start a step that a crash prevented."""
         for _ in range(CAS_ATTEMPTS):
             state = await self._store.load(result.request_id)
             call_id = result.data.call_id
-            if state is None or call_id in state.results:
+            if state is None or call_id not in {c.call_id for c in state.pending}:
                 return None
-            if call_id not in {c.call_id for c in state.pending}:
-                return None
+            if call_id in state.results:
+                return state
             updated = state.model_copy(update={"results": {**state.results, call_id: result.data}})
             try:
                 saved = await self._store.save(updated)

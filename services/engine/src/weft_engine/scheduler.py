@@ -5,22 +5,46 @@ dispatch) runs in its own task under a lease. At most ``max_inflight`` steps run
 replica: beyond that ``submit`` waits, so the consumer stops fetching and requests wait
 in Kafka, not in memory (invariant 6). A reaper claims turns whose replica died and turns
 whose tool deadline passed (invariants 2 and 4).
+
+A submitter that has just written the turn's state hands it over with the submission: the
+step starts from it when the lease claim reads the same version, instead of loading it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 from weft_platform.tasks import cancel_and_wait
 
-from weft_engine.leases import TurnLeases
+from weft_engine.leases import StepClaim, TurnLeases
+from weft_engine.state import TurnState
 
 log = structlog.get_logger(__name__)
 
-RunStep = Callable[[str, bool], Awaitable[None]]
-"""``run_step(request_id, takeover)``."""
+
+@dataclass(frozen=True)
+class StepStart:
+    """What a step begins with."""
+
+    request_id: str
+    takeover: bool
+    """The turn's previous replica stopped renewing its lease (invariant 2)."""
+    claim: StepClaim
+    state: TurnState | None = None
+    """The state the submitter holds, when it has one; current if its version is the
+    claim's."""
+
+    def known_state(self) -> TurnState | None:
+        """The submitter's state if nobody wrote the turn since, else None (load it)."""
+        if self.state is not None and self.state.version == self.claim.version:
+            return self.state
+        return None
+
+
+RunStep = Callable[[StepStart], Awaitable[None]]
 
 
 class StepScheduler:
@@ -38,15 +62,20 @@ class StepScheduler:
         """Whether this replica runs a step of the turn now."""
         return request_id in self._tasks
 
-    async def submit(self, request_id: str, *, takeover: bool = False) -> bool:
-        """Run the turn's next step here unless another replica holds it; waits for a slot."""
+    async def submit(
+        self, request_id: str, *, takeover: bool = False, state: TurnState | None = None
+    ) -> bool:
+        """Run the turn's next step here unless another replica holds it; waits for a slot.
+        ``state``: the turn's state as the caller just saved it."""
         if request_id in self._tasks:
             return False
         await self._slots.acquire()
-        if not await self._leases.claim(request_id):
+        claim = await self._leases.claim_step(request_id)
+        if claim is None:
             self._slots.release()
             return False
-        task = asyncio.create_task(self._run(request_id, takeover), name=f"turn:{request_id}")
+        start = StepStart(request_id, takeover, claim, state)
+        task = asyncio.create_task(self._run(start), name=f"turn:{request_id}")
         self._tasks[request_id] = task
         return True
 
@@ -58,9 +87,10 @@ class StepScheduler:
         task.cancel("user_stop")
         return True
 
-    async def _run(self, request_id: str, takeover: bool) -> None:
+    async def _run(self, start: StepStart) -> None:
+        request_id = start.request_id
         try:
-            await self._run_step(request_id, takeover)
+            await self._run_step(start)
         except asyncio.CancelledError:
             # Shutdown: leave the lease expired so another replica's reaper takes over now.
             log.info("step_handed_over", request_id=request_id)

@@ -11,6 +11,8 @@ from typing import Any
 from redis.asyncio import Redis
 from weft_contracts import ChatRequested
 
+from weft_engine.keys import inbox_key
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -74,7 +76,7 @@ class SteerInbox:
     @staticmethod
     def key(request_id: str) -> str:
         """Redis list of the turn's waiting steer messages."""
-        return f"weft:turn:{request_id}:inbox"
+        return inbox_key(request_id)
 
     async def put(self, request_id: str, content: str) -> None:
         """Add a message for the turn's next think."""

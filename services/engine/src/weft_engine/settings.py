@@ -21,6 +21,10 @@ class EngineSettings(ServiceSettings):
         default="scripted-llm-test-double",
         validation_alias=AliasChoices("OPENAI_API_KEY", "WEFT_OPENAI_API_KEY"),
     )
+    llm_http_backend: Literal["aiohttp", "httpx"] = Field(
+        default="aiohttp",
+        description="HTTP transport under the openai client (weft_llm.openai_model).",
+    )
     memory_url: str = "http://127.0.0.1:8085"
     tool_deadline_s: float = Field(default=60.0, gt=0, description="SPEC E-17 default.")
     turn_state_ttl_s: int = Field(default=6 * 3600, ge=60)

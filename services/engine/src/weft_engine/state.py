@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
+from weft_engine.keys import state_key, version_key
 from weft_engine.leases import DeadlineUpdate
 
 
@@ -133,24 +134,12 @@ class TurnStore:
 
     @staticmethod
     def _keys(request_id: str) -> list[str]:
-        return [f"weft:turn:{request_id}:state", f"weft:turn:{request_id}:version"]
+        return [state_key(request_id), version_key(request_id)]
 
     async def load(self, request_id: str) -> TurnState | None:
         """The stored state, or None when the turn is unknown or finished."""
         raw = await self._redis.get(self._keys(request_id)[0])
         return TurnState.model_validate_json(raw) if raw else None
-
-    async def load_flagged(
-        self, request_id: str, flag_key: str, list_key: str
-    ) -> tuple[TurnState | None, bool, bool]:
-        """The stored state, whether ``flag_key`` exists and whether the list ``list_key``
-        holds anything, in one round trip."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.get(self._keys(request_id)[0])
-            pipe.exists(flag_key)
-            pipe.llen(list_key)
-            raw, flag, length = await pipe.execute()
-        return (TurnState.model_validate_json(raw) if raw else None), bool(flag), bool(length)
 
     async def save(self, state: TurnState, *, deadline: DeadlineUpdate | None = None) -> TurnState:
         """Write ``state`` if nobody else did since it was read; return it with the new version.

@@ -1,0 +1,29 @@
+"""Redis keys of one turn, in one place: several of them are read by one script
+(``TurnLeases.claim_step``) and written by different modules."""
+
+from __future__ import annotations
+
+
+def state_key(request_id: str) -> str:
+    """The turn's ``TurnState`` JSON."""
+    return f"weft:turn:{request_id}:state"
+
+
+def version_key(request_id: str) -> str:
+    """The version of the stored state (compare-and-set, ``TurnStore.save``)."""
+    return f"weft:turn:{request_id}:version"
+
+
+def cancel_key(request_id: str) -> str:
+    """Flag set when the user stopped the turn."""
+    return f"weft:turn:{request_id}:cancel"
+
+
+def inbox_key(request_id: str) -> str:
+    """List of the turn's waiting steer messages (SPEC E-13)."""
+    return f"weft:turn:{request_id}:inbox"
+
+
+def lease_key(request_id: str) -> str:
+    """Which replica runs the turn's step now (``TurnLeases``)."""
+    return f"weft:turn:{request_id}:lease"
