@@ -50,6 +50,7 @@ async def service_runtime(
     try:
         yield rt
     finally:
+        await rt.bus.flush_commits()
         await rt.broker.stop()
         await rt.redis.aclose()
         await rt.db.dispose()

@@ -1,7 +1,8 @@
 """Build and run a service: a FastAPI app whose lifespan owns the Kafka broker.
 
-Shutdown on SIGTERM (uvicorn) runs the lifespan exit: the broker stops its consumers,
-whose in-flight record is not committed and so goes back to Kafka for another replica.
+Shutdown on SIGTERM (uvicorn) runs the lifespan exit: the handled records' offsets are
+committed, then the broker stops its consumers, whose in-flight record is not committed
+and so goes back to Kafka for another replica.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def create_service_app(
             yield
         finally:
             log.info("service_stopping")
+            await runtime.bus.flush_commits()  # handled records are not read again
             await runtime.broker.stop()
             for hook in on_shutdown:
                 await hook()

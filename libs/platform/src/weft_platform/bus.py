@@ -3,8 +3,12 @@
 Every consumer goes through :meth:`EventBus.consume`, which owns the failure rules of
 STYLE principle 4 for infrastructure errors: an undecodable record is dead-lettered at
 once with the reason; a handler that raises is retried ``consumer_attempts`` times, then
-dead-lettered; the consumer itself never stops. Offsets are committed after the handler
-returns (``AckPolicy.ACK``), so a crash hands the record back to Kafka.
+dead-lettered; the consumer itself never stops. A record's offset is committed only after
+its handler returned, so a crash hands the record back to Kafka. Commits are coalesced
+(``commit_interval_ms``): one commit request per consumer and interval instead of one per
+record, since a commit is a broker round trip that every consumer group paid for every
+event (issue 3). A crash or a rebalance therefore hands back up to one interval of
+handled records, which the id-based dedupe (or an idempotent handler) absorbs.
 :meth:`EventBus.consume_batch` is the same contract for a whole fetch at a time: one
 handler call and one commit per batch, for consumers whose cost is per round trip.
 """
@@ -15,12 +19,15 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
-from faststream.kafka.annotations import KafkaMessage
 from faststream.message import StreamMessage
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
@@ -47,9 +54,74 @@ def create_broker(settings: ServiceSettings) -> KafkaBroker:
     )
 
 
-async def _raw_body(message: StreamMessage[Any]) -> bytes:
-    """Decoder that hands the handler the record's bytes; decoding is ours to report."""
-    return message.body
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    """What a consumer's handler gets: the bytes (decoding is ours to report), the
+    aiokafka record (for a batch: lists of both, in record order) and its consumer."""
+
+    body: Any
+    record: Any
+    consumer: Any
+
+
+async def _delivery(message: StreamMessage[Any]) -> _Delivery:
+    """Decoder that hands the handler the record itself. A ``KafkaMessage`` context
+    parameter would do the same, but FastStream resolves context parameters in a worker
+    thread, one thread hop per consumed record in every service (issue 3)."""
+    return _Delivery(message.body, message.raw_message, getattr(message, "consumer", None))
+
+
+class _Commits:
+    """Offsets of one consumer's handled records, committed together.
+
+    A record counts as handled once its handler returned (or it was skipped, dead-lettered
+    or found a duplicate). The first handled record after a commit schedules the next one
+    ``interval_s`` later; with ``interval_s`` 0 every record is committed before the next
+    is read. Records of one subscriber are handled one at a time, in partition order, so
+    the highest handled offset per partition is a safe commit point.
+    """
+
+    def __init__(self, group_id: str, interval_s: float):
+        self._group = group_id
+        self._interval = interval_s
+        self._offsets: dict[TopicPartition, int] = {}
+        self._consumer: Any = None
+        self._scheduled: asyncio.Task[None] | None = None
+
+    async def handled(self, consumer: Any, record: Any) -> None:
+        """Note ``record`` as handled; commit now or schedule the commit."""
+        if not isinstance(consumer, AIOKafkaConsumer):
+            return  # FastStream's in-memory test broker: nothing to commit
+        self._consumer = consumer
+        self._offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        if self._interval <= 0:
+            await self.flush()
+        elif self._scheduled is None:
+            self._scheduled = asyncio.create_task(self._later(), name=f"commit:{self._group}")
+
+    async def _later(self) -> None:
+        await asyncio.sleep(self._interval)
+        self._scheduled = None
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Commit what was handled since the last commit."""
+        if not self._offsets:
+            return
+        offsets, self._offsets = self._offsets, {}
+        try:
+            await self._consumer.commit(offsets)
+        except KafkaError as exc:
+            # A rebalance moved the partitions: their new owner reads on from the last
+            # commit, and dedupe (or an idempotent handler) absorbs the records read again.
+            log.warning("commit_skipped", group=self._group, error=repr(exc))
+
+    async def close(self) -> None:
+        """Commit what is pending now (shutdown), without waiting for the interval."""
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
+        await self.flush()
 
 
 class EventBus:
@@ -59,6 +131,7 @@ class EventBus:
         self.broker = broker
         self._settings = settings
         self._redis = redis
+        self._commits: list[_Commits] = []
 
     def topic_name(self, topic: Topic) -> str:
         """The Kafka name of ``topic`` in this deployment (with ``topic_prefix``)."""
@@ -105,9 +178,14 @@ class EventBus:
         """
         adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
         wanted = None if types is None else frozenset(types)
+        commits = _Commits(group_id, self._settings.commit_interval_ms / 1000)
+        self._commits.append(commits)
 
-        async def on_record(body: bytes, message: KafkaMessage) -> None:
-            record = message.raw_message
+        async def on_record(delivery: Any) -> None:
+            await process(delivery.body, delivery.record)
+            await commits.handled(delivery.consumer, delivery.record)
+
+        async def process(body: bytes, record: Any) -> None:
             if not _wanted(wanted, record):
                 return
             try:
@@ -125,10 +203,15 @@ class EventBus:
         self.broker.subscriber(
             self.topic_name(topic),
             group_id=self._settings.topic_prefix + group_id,
-            ack_policy=AckPolicy.ACK,
+            ack_policy=AckPolicy.MANUAL,  # _Commits commits handled records
             auto_offset_reset="earliest",
-            decoder=_raw_body,
+            decoder=_delivery,
         )(on_record)
+
+    async def flush_commits(self) -> None:
+        """Commit every consumer's handled records now (before the broker stops)."""
+        for commits in self._commits:
+            await commits.close()
 
     def consume_batch(
         self,
@@ -159,8 +242,9 @@ class EventBus:
         adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
         wanted = None if types is None else frozenset(types)
 
-        async def on_batch(bodies: list[bytes], message: KafkaMessage) -> None:
-            records: tuple[Any, ...] = message.raw_message
+        async def on_batch(delivery: Any) -> None:
+            bodies: list[bytes] = delivery.body
+            records: tuple[Any, ...] = delivery.record
             decoded: list[Any] = []
             undecodable: list[tuple[Any, bytes, ValidationError]] = []
             for record, body in zip(records, bodies, strict=True):
@@ -186,7 +270,7 @@ class EventBus:
             group_id=self._settings.topic_prefix + group_id,
             ack_policy=AckPolicy.NACK_ON_ERROR,
             auto_offset_reset="earliest",
-            decoder=_raw_body,
+            decoder=_delivery,
         )(on_batch)
 
     async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> None:

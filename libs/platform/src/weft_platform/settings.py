@@ -28,6 +28,12 @@ class ServiceSettings(BaseSettings):
     consumer_attempts: int = Field(default=3, ge=1, description="Tries before dead-lettering.")
     consumer_retry_backoff_s: float = Field(default=0.2, ge=0)
     dedupe_ttl_s: int = Field(default=24 * 3600, ge=60, description="Processed-id memory.")
+    commit_interval_ms: int = Field(
+        default=200,
+        ge=0,
+        description="Handled records' offsets are committed together at most this often "
+        "(0: after every record). A crash hands back up to this much of handled records.",
+    )
     readiness_timeout_s: float = Field(default=2.0, gt=0)
     instance_id: str = Field(default="", description="Replica name; defaults to host:pid.")
     topic_prefix: str = Field(

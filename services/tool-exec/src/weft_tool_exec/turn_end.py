@@ -20,7 +20,6 @@ from typing import Any
 
 import structlog
 from faststream import AckPolicy
-from faststream.kafka.annotations import KafkaMessage
 from faststream.message import StreamMessage
 from pydantic import ValidationError
 from weft_contracts import CompleteEvent, Topic
@@ -41,8 +40,10 @@ class TurnEnded:
     request_id: str
 
 
-async def _raw_body(message: StreamMessage[Any]) -> bytes:
-    return message.body
+async def _body_and_headers(message: StreamMessage[Any]) -> tuple[bytes, dict[str, Any]]:
+    """Decoder: what ``turn_ended`` reads, without a ``KafkaMessage`` context parameter
+    (FastStream resolves those in a worker thread, one hop per record)."""
+    return message.body, message.headers
 
 
 def turn_ended(body: bytes, headers: dict[str, Any]) -> TurnEnded | None:
@@ -70,8 +71,8 @@ class TurnEndCleaner:
     def subscribe(self, bus: EventBus) -> None:
         """Read ``agent.events`` as a group-less (broadcast) consumer of this process."""
 
-        async def on_record(body: bytes, message: KafkaMessage) -> None:
-            ended = turn_ended(body, message.headers)
+        async def on_record(delivery: Any) -> None:
+            ended = turn_ended(*delivery)
             if ended is not None:
                 self.notify(ended)
 
@@ -80,7 +81,7 @@ class TurnEndCleaner:
             group_id=None,
             auto_offset_reset="latest",
             ack_policy=AckPolicy.ACK_FIRST,  # nothing to commit without a group
-            decoder=_raw_body,
+            decoder=_body_and_headers,
         )(on_record)
 
     def notify(self, ended: TurnEnded) -> None:
