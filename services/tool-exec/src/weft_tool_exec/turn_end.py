@@ -81,6 +81,10 @@ class TurnEndCleaner:
             group_id=None,
             auto_offset_reset="latest",
             ack_policy=AckPolicy.ACK_FIRST,  # nothing to commit without a group
+            # Cleanup is not urgent: the broker holds each fetch until 64 KiB or 500 ms,
+            # so every worker makes a few fetches a second, not one per agent event.
+            fetch_min_bytes=64 * 1024,
+            fetch_max_wait_ms=500,
             decoder=_body_and_headers,
         )(on_record)
 
