@@ -131,3 +131,28 @@ async def test_batch_handed_back_after_the_redis_write_is_not_duplicated(
     await asyncio.wait_for(redelivered.wait(), 30)
     assert calls[1][0] == calls[0][0]  # Kafka delivered the uncommitted batch again
     assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
+
+
+async def test_append_many_is_one_round_trip_and_survives_a_script_flush(
+    runtime: ServiceRuntime,
+) -> None:
+    """A batch is one pipeline of EVALSHA (no SCRIPT EXISTS before it, issue 3); when Redis
+    lost its scripts the batch loads the script and is written once, without duplicates."""
+    streams = SessionStreams(runtime.redis, max_len=1000, retention_s=600)
+    tenant = f"t-{secrets.token_hex(4)}"
+    events = _turn(tenant)
+    await runtime.redis.script_flush()
+    assert await streams.append_many(events[:3]) == [True, True, True]
+    before = await _command_calls(runtime)
+    assert await streams.append_many(events) == [False, False, False, True, True]
+    after = await _command_calls(runtime)
+    assert after.get("evalsha", 0) - before.get("evalsha", 0) == len(events)
+    assert after.get("script|exists", 0) == before.get("script|exists", 0), "no SCRIPT EXISTS"
+    stored = await runtime.redis.xrange(stream_key(tenant, "s1"))
+    assert [int(fields[b"seq"]) for _, fields in stored] == [1, 2, 3, 4, 5]
+
+
+async def _command_calls(runtime: ServiceRuntime) -> dict[str, int]:
+    """Calls per command so far, from the server's own statistics."""
+    stats: dict[str, Any] = await runtime.redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}

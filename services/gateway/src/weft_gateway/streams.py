@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 _APPEND = """
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
@@ -76,12 +77,21 @@ class SessionStreams:
         """Write ``events`` in order in one round trip (a non-transactional pipeline of the
         same de-duplicating script), so each session's events keep their order; one flag
         per event, True when written, False for a (turn, seq) already there."""
-        if not events:
-            return []
+        if len(events) <= 1:
+            return [await self.append(event) for event in events]
+        try:
+            return await self._append_pipelined(events)
+        except NoScriptError:  # Redis restarted or flushed its scripts: load it, go again
+            await self._redis.script_load(_APPEND)
+            return await self._append_pipelined(events)  # the script skips what is there
+
+    async def _append_pipelined(self, events: Sequence[Any]) -> list[bool]:
+        # EVALSHA itself, not the registered script on the pipeline: redis-py then sends
+        # SCRIPT EXISTS before every pipeline, a second round trip per batch (issue 3).
         async with self._redis.pipeline(transaction=False) as pipe:
             for event in events:
                 key = stream_key(event.tenant_id, event.session_id)
-                await self._append(keys=[key, key + ":seq"], args=self._args(event), client=pipe)
+                pipe.evalsha(self._append.sha, 2, key, key + ":seq", *self._args(event))
             results = await pipe.execute()
         return [bool(r) for r in results]
 
