@@ -88,12 +88,15 @@ class _Commits:
         self._consumer: Any = None
         self._scheduled: asyncio.Task[None] | None = None
 
-    async def handled(self, consumer: Any, record: Any) -> None:
-        """Note ``record`` as handled; commit now or schedule the commit."""
+    async def handled(self, consumer: Any, record: Any, *, flush: bool = True) -> None:
+        """Note ``record`` as handled; commit now or schedule the commit (``flush``
+        False: more records of the same batch follow)."""
         if not isinstance(consumer, AIOKafkaConsumer):
             return  # FastStream's in-memory test broker: nothing to commit
         self._consumer = consumer
         self._offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        if not flush:
+            return
         if self._interval <= 0:
             await self.flush()
         elif self._scheduled is None:
@@ -230,7 +233,8 @@ class EventBus:
         is buffered) becomes one handler call with every decodable record, in partition
         order. Undecodable records are dead-lettered one by one with the reason, as
         :meth:`consume` does, once the handler has succeeded. The batch's offsets are
-        committed once, after that. A handler that still fails after ``consumer_attempts``
+        committed after that, with the other handled records (``commit_interval_ms``). A
+        handler that still fails after ``consumer_attempts``
         tries hands the whole batch back to Kafka (each partition rewound to its first
         record of the batch) to be delivered again, so nothing is committed that was not
         handled: the handler must be idempotent. There is no id-based dedupe here; batch
@@ -241,10 +245,18 @@ class EventBus:
         """
         adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
         wanted = None if types is None else frozenset(types)
+        commits = _Commits(group_id, self._settings.commit_interval_ms / 1000)
+        self._commits.append(commits)
 
         async def on_batch(delivery: Any) -> None:
-            bodies: list[bytes] = delivery.body
             records: tuple[Any, ...] = delivery.record
+            if not await process(delivery.body, records):
+                _rewind(delivery.consumer, records)  # delivered again, nothing committed
+                return
+            for record in records:  # in partition order: the last one per partition counts
+                await commits.handled(delivery.consumer, record, flush=record is records[-1])
+
+        async def process(bodies: list[bytes], records: tuple[Any, ...]) -> bool:
             decoded: list[Any] = []
             undecodable: list[tuple[Any, bytes, ValidationError]] = []
             for record, body in zip(records, bodies, strict=True):
@@ -254,10 +266,11 @@ class EventBus:
                     decoded.append(adapter.validate_json(body))
                 except ValidationError as invalid:
                     undecodable.append((record, body, invalid))
-            if decoded:
-                await self._handle_batch(topic, decoded, handler)
+            if decoded and not await self._handle_batch(topic, decoded, handler):
+                return False
             for record, body, error in undecodable:
                 await self._dead_letter(topic, group_id, record, body, error, "undecodable")
+            return True
 
         self.broker.subscriber(
             self.topic_name(topic),
@@ -268,12 +281,13 @@ class EventBus:
             fetch_min_bytes=1 if linger_ms is None else 64 * 1024,
             fetch_max_wait_ms=500 if linger_ms is None else linger_ms,
             group_id=self._settings.topic_prefix + group_id,
-            ack_policy=AckPolicy.NACK_ON_ERROR,
+            ack_policy=AckPolicy.MANUAL,  # _Commits commits, _rewind hands a batch back
             auto_offset_reset="earliest",
             decoder=_delivery,
         )(on_batch)
 
-    async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> None:
+    async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> bool:
+        """Whether the handler succeeded within ``consumer_attempts`` tries."""
         failure = await self._attempt(
             lambda: handler(decoded),
             "batch_handler_failed",
@@ -281,8 +295,7 @@ class EventBus:
             size=len(decoded),
             first_id=decoded[0].id,
         )
-        if failure is not None:
-            raise failure  # nack: the batch is delivered again, nothing is committed
+        return failure is None
 
     async def _handle(
         self,
@@ -359,6 +372,16 @@ class EventBus:
         if self._redis is not None:
             key = self._dedupe_key(group_id, message_id)
             await self._redis.set(key, 1, ex=self._settings.dedupe_ttl_s)
+
+
+def _rewind(consumer: Any, records: tuple[Any, ...]) -> None:
+    """Seek each partition of a batch back to its first record: read again, uncommitted."""
+    earliest: dict[TopicPartition, int] = {}
+    for record in records:
+        partition = TopicPartition(record.topic, record.partition)
+        earliest[partition] = min(record.offset, earliest.get(partition, record.offset))
+    for partition, offset in earliest.items():
+        consumer.seek(partition, offset)
 
 
 def _wanted(types: frozenset[str] | None, record: Any) -> bool:
