@@ -113,6 +113,27 @@ async def test_queued_events_keep_seq_order_and_flush_waits_for_their_acks(
     await flushing
 
 
+async def test_events_queued_together_take_consecutive_seqs_in_one_round_trip(
+    redis: Redis,
+) -> None:  # invariant 1; issue 3 (a round's tool_call events share one produce request)
+    bus = _QueueingBus()
+    emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
+    ids = {**_state().ids(), "traceparent": None}
+    await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="a"), wait=False)
+    together = [(ThoughtEvent, ThoughtData(round=0, delta=d)) for d in ("b", "c", "d")]
+    await emitter.emit_many(ids, together)  # type: ignore[arg-type]
+    await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="e"), wait=False)
+    sent = [(m.seq, m.model_dump()["data"]["delta"]) for m in bus.sent]
+    assert sent == list(enumerate("abcde", start=1))
+    assert await redis.ttl(f"weft:turn:{ids['request_id']}:seq") > 0
+    flushing = asyncio.create_task(emitter.flush(ids["request_id"]))
+    await asyncio.sleep(0)
+    assert not flushing.done(), "flush returned before the events queued together were acked"
+    for future in bus.futures:
+        future.set_result(None)
+    await flushing
+
+
 async def test_a_failed_queued_event_fails_the_flush(redis: Redis) -> None:  # invariant 2
     bus = _QueueingBus()
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]

@@ -51,6 +51,24 @@ class EventEmitter:
             future = await self._bus.publish_nowait(Topic.AGENT_EVENTS, event)
             self._unacked.setdefault(rid, []).append(future)
 
+    async def emit_many(
+        self, ids: dict[str, Any], events: list[tuple[Callable[..., Envelope], Any]]
+    ) -> None:
+        """Queue several events of one turn, in order, with one ``seq`` round trip; they
+        are queued without suspending in between, so they leave in one produce request
+        (with whatever the caller queues right after). :meth:`flush` waits for the acks."""
+        if not events:
+            return
+        rid = ids["request_id"]
+        seq_key = f"weft:turn:{rid}:seq"
+        last = int(await self._redis.incrby(seq_key, len(events)))
+        if last == len(events):
+            await self._redis.expire(seq_key, self._ttl)
+        queued = self._unacked.setdefault(rid, [])
+        for seq, (event_type, data) in enumerate(events, start=last - len(events) + 1):
+            event = event_type(**ids, seq=seq, data=data)
+            queued.append(await self._bus.publish_nowait(Topic.AGENT_EVENTS, event))
+
     async def flush(self, request_id: str) -> None:
         """Wait until every event queued for the turn is acknowledged (raises if one failed)."""
         futures = self._unacked.pop(request_id, [])

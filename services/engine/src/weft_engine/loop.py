@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import assert_never
 
@@ -336,22 +337,34 @@ class TurnLoop:
                 "phase": "waiting",
             }
         )
+        calls: list[ToolCallData] = []
         for call in pending:
             shown = masked_arguments(call.tool_name, call.arguments)  # SPEC E-23
             log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
                      tool=call.tool_name, arguments=shown)  # fmt: skip
-            data = ToolCallData(
+            calls.append(ToolCallData(
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
                 arguments=shown, display_hint=display_hint(call.tool_name),
-            )  # fmt: skip
-            await self._emitter.emit(ToolCallEvent, state.ids(), data, wait=False)
-        for early in results.values():
-            await self._reporter.report(state, early, wait=False)
-        return await self._advance_tools(state)
+            ))  # fmt: skip
+        early = list(results.values())
 
-    async def _advance_tools(self, state: TurnState) -> TurnState | None:
+        async def announce() -> None:
+            await self._emitter.emit_many(state.ids(), [(ToolCallEvent, d) for d in calls])
+            for result in early:
+                await self._reporter.report(state, result, wait=False)
+
+        return await self._advance_tools(state, announce)
+
+    async def _advance_tools(
+        self, state: TurnState, announce: Callable[[], Awaitable[None]] | None = None
+    ) -> TurnState | None:
         """Dispatch the next group once the previous answered; the observed state when the
         round is over, else None (the turn waits for tools, holding nothing in memory).
+
+        ``announce`` queues a new round's ``tool_call`` events (and the results of calls
+        that failed before dispatch): after the state is written, right before the first
+        group is published, so the events and the calls leave in one produce request and
+        each event's time is its call's dispatch (issue 3).
 
         The observed state is not written here: it follows from the stored one, so the
         step's next write (or a takeover's own observe) covers it, and the claim that
@@ -359,6 +372,8 @@ class TurnLoop:
         per round)."""
         while state.dispatched_results_in():
             if state.dispatched_groups >= len(state.groups):
+                if announce is not None:
+                    await announce()
                 await self._emitter.mark_streaming(state.request_id, False)
                 return observe(state)
             group = state.groups[state.dispatched_groups]
@@ -372,10 +387,17 @@ class TurnLoop:
             if messages:
                 due = self._leases.deadline(state.request_id, _earliest_deadline(state))
                 state = await self._saved(state, due)
-                # Keyed by call id, the calls have no order to keep: one wait for all acks.
-                await asyncio.gather(*(self._bus.publish(_topic(m), m) for m in messages))
+                if announce is not None:
+                    await announce()
+                # Queued in the same loop iteration as the events (queueing does not
+                # suspend), they share one produce request. Keyed by call id, the calls
+                # have no order to keep: one wait for all acks.
+                acks = [await self._bus.publish_nowait(_topic(m), m) for m in messages]
+                await asyncio.gather(*acks)
                 await self._emitter.flush(state.request_id)  # the round's tool_call events
                 return None
+        if announce is not None:
+            await announce()
         await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
         return None
 
