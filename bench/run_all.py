@@ -9,6 +9,7 @@ from pathlib import Path
 BENCHES = [
     "turn_latency.py",
     "engine_bench.py",
+    "stack_cpu.py",
     "sse_fanout.py",
     "history_reload.py",
     "token_estimator.py",

@@ -1,0 +1,106 @@
+"""CPU of every process of the stack per LLM round, while sequential turns run (issue 3).
+
+The engine's round overhead on a 2-core machine is mostly time spent waiting for a core
+while the other processes handle the same events (Kafka broker, gateway, memory,
+tool-exec). This benchmark shows who spends it: it starts the stack of
+``engine_bench.py`` (same agent, same ``rounds`` script: 3 tool rounds of one ``thinking``
+call, then an answer), runs sequential turns for ``--seconds``, and prints each process's
+CPU milliseconds per LLM round (utime + stime from ``/proc``, the Kafka broker and Redis
+found by their command line), their idle CPU beforehand, and the round overhead
+(``tool_result`` -> next ``tool_call`` event times) of those turns.
+
+    .venv/bin/python bench/stack_cpu.py --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import engine_bench as eb
+import httpx
+from benchlib import machine, save
+from weft_testkit import LocalStack, StackConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SERVICES = ("engine", "gateway", "memory", "tool_exec", "scripted_llm", "suggestions")
+LLM_CALLS_PER_TURN = 4  # 3 tool rounds + the answer
+
+
+def _infra_pid(pattern: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return [int(p) for p in found.split()[:1]]
+
+
+def _pids(stack: LocalStack) -> dict[str, list[int]]:
+    pids = {name: stack.pids(name) for name in SERVICES}
+    pids["kafka"] = _infra_pid("kafka.Kafka")
+    pids["redis"] = _infra_pid("redis-server")
+    return pids
+
+
+def _cpu(pids: dict[str, list[int]]) -> dict[str, float]:
+    return {name: eb._cpu_s(p) for name, p in pids.items()}
+
+
+async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any]:
+    config = StackConfig(
+        log_dir=REPO / ".weft" / "logs" / "bench-stack-cpu",
+        partitions=6,
+        replicas={"tool_exec": tool_workers},
+        extra_env={"WEFT_MAX_CONCURRENT_TURNS": "10000", "WEFT_RATE_LIMIT_PER_MINUTE": "0"},
+    )
+    with LocalStack(config) as stack:
+        headers = {"Authorization": f"Bearer {stack.api_key}"}
+        async with (
+            httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=600) as api,
+            httpx.AsyncClient(base_url=stack.llm_url) as llm,
+        ):
+            agent = await eb._agent(api)
+            script = {"fallback": "rounds", "rounds": 3, "rounds_tool": eb.TOOL}
+            await llm.post("/_script", json={**script, "rounds_arguments": eb.TOOL_ARGUMENTS})
+            for i in range(3):
+                await eb._turn(api, agent, f"warm-up {i}")
+            pids = _pids(stack)
+            before = _cpu(pids)
+            await asyncio.sleep(idle_s)
+            idle = {k: (v - before[k]) * 1000 / idle_s for k, v in _cpu(pids).items()}
+            start = _cpu(pids)
+            gaps: list[float] = []
+            turns = 0
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                events = await eb._turn(api, agent, f"stack cpu {turns}")
+                turns += 1
+                for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events):
+                    if kind == "tool_result" and next_kind == "tool_call":
+                        gap = eb._epoch(next_env["time"]) - eb._epoch(env["time"])
+                        gaps.append(gap * 1000)
+            end = _cpu(pids)
+    rounds = turns * LLM_CALLS_PER_TURN
+    return {
+        "machine": machine(),
+        "seconds": seconds,
+        "turns": turns,
+        "cpu_ms_per_llm_round": {k: round((end[k] - start[k]) * 1000 / rounds, 2) for k in end},
+        "idle_cpu_ms_per_s": {k: round(v, 1) for k, v in idle.items()},
+        "tool_result_to_next_tool_call_ms": eb._summary(gaps),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--idle-seconds", type=float, default=5)
+    parser.add_argument("--tool-workers", type=int, default=2)
+    args = parser.parse_args()
+    save("stack_cpu", asyncio.run(run(args.seconds, args.idle_seconds, args.tool_workers)))
+
+
+if __name__ == "__main__":
+    main()
