@@ -134,6 +134,28 @@ async def test_events_queued_together_take_consecutive_seqs_in_one_round_trip(
     await flushing
 
 
+async def test_a_state_write_reserves_seqs_on_the_emitters_counter(redis: Redis) -> None:
+    """Issue 3: a round's tool_call events take their seqs in the state's own write; the
+    counter is the emitter's, so the turn's events stay numbered in order; a stale write
+    reserves nothing."""
+    store = TurnStore(redis, ttl_s=60)
+    bus = _QueueingBus()
+    emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
+    state = await store.save(_state())
+    ids = {**state.ids(), "traceparent": None}
+    await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="a"), wait=False)
+    saved, seqs = await store.save_reserving(state, 2)
+    assert (saved.version, list(seqs)) == (state.version + 1, [2, 3])
+    calls = [(ThoughtEvent, ThoughtData(round=0, delta=d)) for d in ("b", "c")]
+    await emitter.queue_reserved(ids, calls, seqs)  # type: ignore[arg-type]
+    with pytest.raises(StaleTurnState):
+        await store.save_reserving(state, 5)  # version already taken
+    await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="d"), wait=False)
+    assert [m.seq for m in bus.sent] == [1, 2, 3, 4]
+    assert await redis.ttl(f"weft:turn:{state.request_id}:seq") > 0
+    await store.delete(state.request_id)
+
+
 async def test_a_failed_queued_event_fails_the_flush(redis: Redis) -> None:  # invariant 2
     bus = _QueueingBus()
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]

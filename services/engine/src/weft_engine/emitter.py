@@ -10,6 +10,8 @@ from redis.asyncio import Redis
 from weft_contracts import CompleteData, CompleteEvent, Envelope, Topic
 from weft_platform.bus import EventBus
 
+from weft_engine.keys import seq_key
+
 
 class EventEmitter:
     """Publishes a turn's events to ``agent.events`` in ``seq`` order.
@@ -40,10 +42,10 @@ class EventEmitter:
         events so that Kafka acks overlap with the next step instead of adding up.
         """
         rid = ids["request_id"]
-        seq_key = f"weft:turn:{rid}:seq"
-        seq = int(await self._redis.incr(seq_key))
+        key = seq_key(rid)
+        seq = int(await self._redis.incr(key))
         if seq == 1:
-            await self._redis.expire(seq_key, self._ttl)
+            await self._redis.expire(key, self._ttl)
         event = event_type(**ids, seq=seq, data=data)
         if wait:
             await self._bus.publish(Topic.AGENT_EVENTS, event)
@@ -59,13 +61,22 @@ class EventEmitter:
         (with whatever the caller queues right after). :meth:`flush` waits for the acks."""
         if not events:
             return
-        rid = ids["request_id"]
-        seq_key = f"weft:turn:{rid}:seq"
-        last = int(await self._redis.incrby(seq_key, len(events)))
+        key = seq_key(ids["request_id"])
+        last = int(await self._redis.incrby(key, len(events)))
         if last == len(events):
-            await self._redis.expire(seq_key, self._ttl)
-        queued = self._unacked.setdefault(rid, [])
-        for seq, (event_type, data) in enumerate(events, start=last - len(events) + 1):
+            await self._redis.expire(key, self._ttl)
+        await self.queue_reserved(ids, events, range(last - len(events) + 1, last + 1))
+
+    async def queue_reserved(
+        self,
+        ids: dict[str, Any],
+        events: list[tuple[Callable[..., Envelope], Any]],
+        seqs: range,
+    ) -> None:
+        """Queue events whose ``seq`` were reserved already (``TurnStore.save_reserving``),
+        without suspending in between; :meth:`flush` waits for the acks."""
+        queued = self._unacked.setdefault(ids["request_id"], [])
+        for seq, (event_type, data) in zip(seqs, events, strict=True):
             event = event_type(**ids, seq=seq, data=data)
             queued.append(await self._bus.publish_nowait(Topic.AGENT_EVENTS, event))
 

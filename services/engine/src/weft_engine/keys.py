@@ -14,6 +14,11 @@ def version_key(request_id: str) -> str:
     return f"weft:turn:{request_id}:version"
 
 
+def seq_key(request_id: str) -> str:
+    """Counter of the turn's event ``seq`` (invariant 1), shared by every replica."""
+    return f"weft:turn:{request_id}:seq"
+
+
 def cancel_key(request_id: str) -> str:
     """Flag set when the user stopped the turn."""
     return f"weft:turn:{request_id}:cancel"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import assert_never
 
 import structlog
@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from weft_contracts import (
     AgentMode,
     AgentStep,
+    Envelope,
     ToolCallCompletedData,
     ToolCallData,
     ToolCallEvent,
@@ -346,25 +347,34 @@ class TurnLoop:
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
                 arguments=shown, display_hint=display_hint(call.tool_name),
             ))  # fmt: skip
-        early = list(results.values())
+        news = _RoundNews(calls, list(results.values()))
+        return await self._advance_tools(state, news)
 
-        async def announce() -> None:
-            await self._emitter.emit_many(state.ids(), [(ToolCallEvent, d) for d in calls])
-            for result in early:
-                await self._reporter.report(state, result, wait=False)
-
-        return await self._advance_tools(state, announce)
+    async def _announce(
+        self, state: TurnState, news: _RoundNews, seqs: range | None = None
+    ) -> None:
+        """Queue the round's ``tool_call`` events (with ``seqs`` when the state write
+        reserved them), then the results of calls that failed before dispatch."""
+        events: list[tuple[Callable[..., Envelope], object]] = [
+            (ToolCallEvent, data) for data in news.calls
+        ]
+        if seqs is None:
+            await self._emitter.emit_many(state.ids(), events)
+        else:
+            await self._emitter.queue_reserved(state.ids(), events, seqs)
+        for result in news.early:
+            await self._reporter.report(state, result, wait=False)
 
     async def _advance_tools(
-        self, state: TurnState, announce: Callable[[], Awaitable[None]] | None = None
+        self, state: TurnState, news: _RoundNews | None = None
     ) -> TurnState | None:
         """Dispatch the next group once the previous answered; the observed state when the
         round is over, else None (the turn waits for tools, holding nothing in memory).
 
-        ``announce`` queues a new round's ``tool_call`` events (and the results of calls
-        that failed before dispatch): after the state is written, right before the first
-        group is published, so the events and the calls leave in one produce request and
-        each event's time is its call's dispatch (issue 3).
+        ``news`` of a new round are announced after the state is written (which reserves
+        their ``seq`` in the same round trip), right before the first group is published,
+        so the events and the calls leave in one produce request and each event's time is
+        its call's dispatch (issue 3).
 
         The observed state is not written here: it follows from the stored one, so the
         step's next write (or a takeover's own observe) covers it, and the claim that
@@ -372,8 +382,8 @@ class TurnLoop:
         per round)."""
         while state.dispatched_results_in():
             if state.dispatched_groups >= len(state.groups):
-                if announce is not None:
-                    await announce()
+                if news is not None:
+                    await self._announce(state, news)
                 await self._emitter.mark_streaming(state.request_id, False)
                 return observe(state)
             group = state.groups[state.dispatched_groups]
@@ -386,9 +396,14 @@ class TurnLoop:
             )
             if messages:
                 due = self._leases.deadline(state.request_id, _earliest_deadline(state))
-                state = await self._saved(state, due)
-                if announce is not None:
-                    await announce()
+                if news is None:
+                    state = await self._saved(state, due)
+                else:
+                    state, seqs = await self._store.save_reserving(
+                        state, len(news.calls), deadline=due
+                    )
+                    await self._emitter.mark_streaming(state.request_id, False)
+                    await self._announce(state, news, seqs)
                 # Queued in the same loop iteration as the events (queueing does not
                 # suspend), they share one produce request. Keyed by call id, the calls
                 # have no order to keep: one wait for all acks.
@@ -396,8 +411,8 @@ class TurnLoop:
                 await asyncio.gather(*acks)
                 await self._emitter.flush(state.request_id)  # the round's tool_call events
                 return None
-        if announce is not None:
-            await announce()
+        if news is not None:
+            await self._announce(state, news)
         await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
         return None
 
@@ -407,6 +422,15 @@ class TurnLoop:
         if parent == message.traceparent:
             return message
         return message.model_copy(update={"traceparent": parent})
+
+
+@dataclass(frozen=True)
+class _RoundNews:
+    """What a new round announces: its calls, and the results of calls that failed before
+    dispatch (SPEC E-16)."""
+
+    calls: list[ToolCallData]
+    early: list[ToolCallCompletedData]
 
 
 def _topic(message: ToolCallRequested) -> Topic:

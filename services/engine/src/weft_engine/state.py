@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
-from weft_engine.keys import state_key, version_key
+from weft_engine.keys import seq_key, state_key, version_key
 from weft_engine.leases import DeadlineUpdate
 
 
@@ -105,18 +105,24 @@ class TurnState(BaseModel):
         return any(step.tool_calls for step in self.steps) or bool(self.results)
 
 
-# Compare-and-set: write only when the stored version is the one this replica read; then
-# apply the optional tool-deadline change (KEYS[3], ARGV[5] member, ARGV[6] score or '').
+# Compare-and-set: write only when the stored version is the one this replica read (else
+# -1); then reserve ARGV[7] event seqs on the turn's counter (KEYS[3]; the last one is
+# returned, 0 when none) and apply the optional tool-deadline change (KEYS[4], ARGV[5]
+# member, ARGV[6] score or '').
 _CAS = """
 local current = redis.call('GET', KEYS[2])
-if (current or '0') ~= ARGV[1] then return 0 end
+if (current or '0') ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
-if KEYS[3] then
-  if ARGV[6] == '' then redis.call('ZREM', KEYS[3], ARGV[5])
-  else redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5]) end
+if KEYS[4] then
+  if ARGV[6] == '' then redis.call('ZREM', KEYS[4], ARGV[5])
+  else redis.call('ZADD', KEYS[4], ARGV[6], ARGV[5]) end
 end
-return 1
+local count = tonumber(ARGV[7])
+if count == 0 then return 0 end
+local last = redis.call('INCRBY', KEYS[3], count)
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+return last
 """
 
 
@@ -147,17 +153,35 @@ class TurnStore:
         ``deadline`` (from ``TurnLeases.deadline``) is applied only with a successful write,
         in the same round trip (issue 3: a round's Redis round trips are its CPU).
         """
+        saved, _ = await self.save_reserving(state, 0, deadline=deadline)
+        return saved
+
+    async def save_reserving(
+        self, state: TurnState, seqs: int, *, deadline: DeadlineUpdate | None = None
+    ) -> tuple[TurnState, range]:
+        """:meth:`save`, reserving ``seqs`` event sequence numbers of the turn (the
+        ``EventEmitter``'s counter) in the same round trip; the saved state and the range."""
         new = state.model_copy(update={"version": state.version + 1})
-        keys = self._keys(state.request_id)
-        args: list[Any] = [str(state.version), str(new.version), new.model_dump_json(), self._ttl]
+        rid = state.request_id
+        keys = [*self._keys(rid), seq_key(rid)]
+        member, at = "", ""
         if deadline is not None:
             keys.append(deadline.key)
+            member = deadline.request_id
             at = "" if deadline.at_ms is None else str(deadline.at_ms)
-            args += [deadline.request_id, at]
-        ok = await self._cas(keys=keys, args=args)
-        if not ok:
-            raise StaleTurnState(state.request_id)
-        return new
+        args: list[Any] = [
+            state.version,
+            new.version,
+            new.model_dump_json(),
+            self._ttl,
+            member,
+            at,
+            seqs,
+        ]
+        last = int(await self._cas(keys=keys, args=args))
+        if last < 0:
+            raise StaleTurnState(rid)
+        return new, range(last - seqs + 1, last + 1)
 
     async def delete(self, request_id: str) -> None:
         """Forget a finished turn."""
