@@ -205,16 +205,20 @@ async def throughput(
     }
 
 
-async def run(turns: int, sessions: list[int], tool_workers: int) -> dict[str, Any]:
-    config = StackConfig(
-        log_dir=REPO / ".weft" / "logs" / "bench-engine",
+def stack_config(log_name: str, tool_workers: int) -> StackConfig:
+    """The benchmark stack: 6 partitions, ``tool_workers`` tool-exec processes."""
+    return StackConfig(
+        log_dir=REPO / ".weft" / "logs" / log_name,
         partitions=6,
         replicas={"tool_exec": tool_workers},
         # The gateway's per-tenant limits (20 turns, 600 requests/min) would turn the
         # concurrency test into a 429 test: lift them for this stack.
         extra_env={"WEFT_MAX_CONCURRENT_TURNS": "10000", "WEFT_RATE_LIMIT_PER_MINUTE": "0"},
     )
-    with LocalStack(config) as stack:
+
+
+async def run(turns: int, sessions: list[int], tool_workers: int) -> dict[str, Any]:
+    with LocalStack(stack_config("bench-engine", tool_workers)) as stack:
         headers = {"Authorization": f"Bearer {stack.api_key}"}
         limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
         async with (

@@ -19,15 +19,13 @@ import asyncio
 import itertools
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import engine_bench as eb
 import httpx
 from benchlib import machine, save
-from weft_testkit import LocalStack, StackConfig
+from weft_testkit import LocalStack
 
-REPO = Path(__file__).resolve().parents[1]
 SERVICES = ("engine", "gateway", "memory", "tool_exec", "scripted_llm", "suggestions")
 LLM_CALLS_PER_TURN = 4  # 3 tool rounds + the answer
 
@@ -49,13 +47,7 @@ def _cpu(pids: dict[str, list[int]]) -> dict[str, float]:
 
 
 async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any]:
-    config = StackConfig(
-        log_dir=REPO / ".weft" / "logs" / "bench-stack-cpu",
-        partitions=6,
-        replicas={"tool_exec": tool_workers},
-        extra_env={"WEFT_MAX_CONCURRENT_TURNS": "10000", "WEFT_RATE_LIMIT_PER_MINUTE": "0"},
-    )
-    with LocalStack(config) as stack:
+    with LocalStack(eb.stack_config("bench-stack-cpu", tool_workers)) as stack:
         headers = {"Authorization": f"Bearer {stack.api_key}"}
         async with (
             httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=600) as api,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -133,6 +133,14 @@ async def test_consume_batch_with_types_skips_other_records_by_header(
     assert tuple(seen) == expected
 
 
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait up to 15 s for ``condition`` (the caller asserts what it needs after)."""
+    for _ in range(300):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+
+
 async def test_handled_offsets_are_committed_together_and_a_new_consumer_resumes_after_them(
     infra: dict[str, str],
 ) -> None:
@@ -152,10 +160,7 @@ async def test_handled_offsets_are_committed_together_and_a_new_consumer_resumes
         subscriber = next(iter(first.broker.subscribers))
         for i in range(20):
             await first.bus.publish(Topic.AGENT_EVENTS, _event(f"early-{i}"))
-        for _ in range(300):
-            if len(seen) == 20:
-                break
-            await asyncio.sleep(0.05)
+        await _until(lambda: len(seen) == 20)
         assert sorted(seen) == sorted(f"early-{i}" for i in range(20))
         consumer = subscriber.consumer  # type: ignore[attr-defined]
         real_commit = consumer.commit
@@ -168,20 +173,14 @@ async def test_handled_offsets_are_committed_together_and_a_new_consumer_resumes
         await asyncio.sleep(0.6)  # past the interval: the handled records are committed
         for i in range(20):
             await first.bus.publish(Topic.AGENT_EVENTS, _event(f"late-{i}"))
-        for _ in range(300):
-            if len(seen) == 40:
-                break
-            await asyncio.sleep(0.05)
+        await _until(lambda: len(seen) == 40)
         assert len(seen) == 40
         await asyncio.sleep(0.6)
         # Per record it would be 20 commits; per 300 ms interval a few.
         assert 1 <= len(commits) < 10, f"one commit per interval, not per record: {commits}"
         # A crash right after one more record: it is handled but never committed.
         await first.bus.publish(Topic.AGENT_EVENTS, _event("uncommitted"))
-        for _ in range(300):
-            if "uncommitted" in seen:
-                break
-            await asyncio.sleep(0.05)
+        await _until(lambda: "uncommitted" in seen)
         for pending in first.bus._commits:  # what a crash loses: the commit not yet sent
             pending._offsets.clear()
     async with service_runtime(infra, "commit-b", prefix=prefix) as second:

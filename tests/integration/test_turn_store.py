@@ -95,6 +95,17 @@ class _QueueingBus:
         return future
 
 
+async def _flush_waits_for_the_acks(
+    emitter: EventEmitter, bus: _QueueingBus, request_id: str
+) -> None:
+    flushing = asyncio.create_task(emitter.flush(request_id))
+    await asyncio.sleep(0)
+    assert not flushing.done(), "flush returned before the queued events were acked"
+    for future in bus.futures:
+        future.set_result(None)
+    await flushing
+
+
 async def test_queued_events_keep_seq_order_and_flush_waits_for_their_acks(
     redis: Redis,
 ) -> None:  # invariant 1; issue 3 (acks overlap the next step)
@@ -105,12 +116,7 @@ async def test_queued_events_keep_seq_order_and_flush_waits_for_their_acks(
         await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta=delta), wait=False)
     await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="c"))
     assert [m.seq for m in bus.sent] == [1, 2, 3]
-    flushing = asyncio.create_task(emitter.flush(ids["request_id"]))
-    await asyncio.sleep(0)
-    assert not flushing.done(), "flush returned before the queued events were acked"
-    for future in bus.futures:
-        future.set_result(None)
-    await flushing
+    await _flush_waits_for_the_acks(emitter, bus, ids["request_id"])
 
 
 async def test_events_queued_together_take_consecutive_seqs_in_one_round_trip(
@@ -126,12 +132,7 @@ async def test_events_queued_together_take_consecutive_seqs_in_one_round_trip(
     sent = [(m.seq, m.model_dump()["data"]["delta"]) for m in bus.sent]
     assert sent == list(enumerate("abcde", start=1))
     assert await redis.ttl(f"weft:turn:{ids['request_id']}:seq") > 0
-    flushing = asyncio.create_task(emitter.flush(ids["request_id"]))
-    await asyncio.sleep(0)
-    assert not flushing.done(), "flush returned before the events queued together were acked"
-    for future in bus.futures:
-        future.set_result(None)
-    await flushing
+    await _flush_waits_for_the_acks(emitter, bus, ids["request_id"])
 
 
 async def test_a_state_write_reserves_seqs_on_the_emitters_counter(redis: Redis) -> None:
