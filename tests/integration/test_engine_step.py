@@ -24,11 +24,11 @@ from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
 from weft_engine.leases import TurnLeases
-from weft_engine.loop import TurnLoop
+from weft_engine.loop import MAX_TAKEOVERS, TurnLoop
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler, StepStart
 from weft_engine.sessions import SessionGate, SteerInbox
-from weft_engine.state import PendingCall, TurnState, TurnStore
+from weft_engine.state import PendingCall, StaleTurnState, TurnState, TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_llm import LLMRequest, LLMResponse, StreamSink
@@ -239,3 +239,55 @@ async def test_the_scheduler_hands_its_submitters_state_to_the_step(redis: Redis
     assert started[0].known_state() == state
     stale = state.model_copy(update={"version": state.version - 1})
     assert StepStart(state.request_id, False, started[0].claim, stale).known_state() is None
+
+
+class _CrashingModel(_Model):
+    """A bug in the step: every call raises something that is not an LLM error."""
+
+    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
+        self.requests.append(request)
+        raise RuntimeError("a bug in the step")
+
+
+async def test_a_step_that_keeps_crashing_ends_the_turn_with_one_complete(redis: Redis) -> None:
+    """SPEC E-04: a crashed step is given up to the reapers and taken over; after
+    MAX_TAKEOVERS the turn fails with its one complete instead of hanging without a lease
+    or a deadline."""
+    model, inbox, bus = _CrashingModel(), _CountingInbox(redis, 60), _Bus()
+    loop = _loop(redis, model, inbox, bus)
+    scheduler = StepScheduler(loop._leases, loop.run_step, max_inflight=4, ttl_s=6)
+    state = await _waiting_turn(redis)
+    scheduler.start()
+    try:
+        assert await scheduler.submit(state.request_id, state=state)
+        for _ in range(300):
+            if any(e.type == "complete" for e in bus.sent):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await scheduler.stop(0)
+    completes = [e.model_dump() for e in bus.sent if e.type == "complete"]
+    errors = [e.model_dump() for e in bus.sent if e.type == "error"]
+    assert [c["data"]["status"] for c in completes] == ["failed"]
+    assert errors[-1]["data"]["code"] == "engine_error"
+    assert len(model.requests) == 1 + MAX_TAKEOVERS
+
+
+async def test_a_superseded_step_leaves_the_turn_to_the_replica_that_advanced_it(
+    redis: Redis,
+) -> None:
+    """A step whose write lost to another replica releases its lease and is not retried."""
+    leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
+
+    async def superseded(start: StepStart) -> None:
+        raise StaleTurnState(start.request_id)
+
+    scheduler = StepScheduler(leases, superseded, max_inflight=2, ttl_s=6)
+    state = await _waiting_turn(redis)
+    assert await scheduler.submit(state.request_id)
+    for _ in range(100):
+        if not scheduler.running(state.request_id):
+            break
+        await asyncio.sleep(0.01)
+    assert await leases.expired() == []
+    assert await redis.get(f"weft:turn:{state.request_id}:lease") is None

@@ -38,6 +38,14 @@ return {redis.call('GET', KEYS[4]) or '0', redis.call('EXISTS', KEYS[5]),
         redis.call('LLEN', KEYS[6])}
 """
 
+# Give the turn up to the reapers: drop the lease if this replica holds it and list the
+# turn as expired, so the next reaper round takes it over.
+_GIVE_UP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+return 1
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 redis.call('ZREM', KEYS[2], ARGV[2])
@@ -83,6 +91,7 @@ class TurnLeases:
         self._claim = redis.register_script(_CLAIM)
         self._claim_step = redis.register_script(_CLAIM_STEP)
         self._release = redis.register_script(_RELEASE)
+        self._give_up = redis.register_script(_GIVE_UP)
 
     @staticmethod
     def _owner_key(request_id: str) -> str:
@@ -121,6 +130,13 @@ class TurnLeases:
     async def release(self, request_id: str) -> None:
         """Give the lease up (the turn waits for tools, ended, or is handed over)."""
         await self._release(
+            keys=[self._owner_key(request_id), self._leases], args=[self.owner, request_id]
+        )
+
+    async def give_up(self, request_id: str) -> None:
+        """After a crashed step: any replica's reaper takes the turn over at once (a
+        lease another replica holds meanwhile is left alone)."""
+        await self._give_up(
             keys=[self._owner_key(request_id), self._leases], args=[self.owner, request_id]
         )
 

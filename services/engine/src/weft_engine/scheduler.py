@@ -20,7 +20,7 @@ import structlog
 from weft_platform.tasks import cancel_and_wait
 
 from weft_engine.leases import StepClaim, TurnLeases
-from weft_engine.state import TurnState
+from weft_engine.state import StaleTurnState, TurnState
 
 log = structlog.get_logger(__name__)
 
@@ -96,9 +96,16 @@ class StepScheduler:
             log.info("step_handed_over", request_id=request_id)
             await asyncio.shield(self._leases.hand_over(request_id))
             raise
-        except Exception:
-            log.exception("step_crashed", request_id=request_id)
+        except StaleTurnState:
+            # Another replica advanced the turn (it took the lease over): it owns the turn.
+            log.warning("step_superseded", request_id=request_id)
             await asyncio.shield(self._leases.release(request_id))
+        except Exception:
+            # Retried as a takeover by the next reaper round; after MAX_TAKEOVERS the turn
+            # fails with its one complete (SPEC E-04) instead of waiting, with neither a
+            # lease nor a tool deadline, until its state expires.
+            log.exception("step_crashed", request_id=request_id)
+            await asyncio.shield(self._leases.give_up(request_id))
         else:
             await asyncio.shield(self._leases.release(request_id))
         finally:
