@@ -24,8 +24,7 @@ def stack(infra: dict[str, str]) -> Iterator[LocalStack]:
 @pytest.fixture
 async def api(stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the public API, authenticated as the stack's tenant."""
-    headers = {"Authorization": f"Bearer {stack.api_key}"}
-    async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=60) as c:
+    async with stack.api_client() as c:
         yield c
 
 

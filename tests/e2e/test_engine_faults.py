@@ -52,10 +52,7 @@ async def _create_no_tools_agent(tenant: str) -> None:
 
 @pytest.fixture
 async def client(faults_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
-    headers = {"Authorization": f"Bearer {faults_stack.api_key}"}
-    async with httpx.AsyncClient(
-        base_url=faults_stack.gateway_url, headers=headers, timeout=60
-    ) as c:
+    async with faults_stack.api_client() as c:
         yield c
 
 

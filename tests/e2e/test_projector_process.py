@@ -31,10 +31,7 @@ def split_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
 
 @pytest.fixture
 async def api(split_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
-    headers = {"Authorization": f"Bearer {split_stack.api_key}"}
-    async with httpx.AsyncClient(
-        base_url=split_stack.gateway_url, headers=headers, timeout=60
-    ) as client:
+    async with split_stack.api_client() as client:
         yield client
 
 

@@ -10,7 +10,7 @@ record, since a commit is a broker round trip that every consumer group paid for
 event (issue 3). A crash or a rebalance therefore hands back up to one interval of
 handled records, which the id-based dedupe (or an idempotent handler) absorbs.
 :meth:`EventBus.consume_batch` is the same contract for a whole fetch at a time: one
-handler call and one commit per batch, for consumers whose cost is per round trip.
+handler call per batch, for consumers whose cost is per round trip.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,15 +88,13 @@ class _Commits:
         self._consumer: Any = None
         self._scheduled: asyncio.Task[None] | None = None
 
-    async def handled(self, consumer: Any, record: Any, *, flush: bool = True) -> None:
-        """Note ``record`` as handled; commit now or schedule the commit (``flush``
-        False: more records of the same batch follow)."""
+    async def handled(self, consumer: Any, records: Sequence[Any]) -> None:
+        """Note ``records`` (in partition order) as handled; commit now or schedule it."""
         if not isinstance(consumer, AIOKafkaConsumer):
             return  # FastStream's in-memory test broker: nothing to commit
         self._consumer = consumer
-        self._offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
-        if not flush:
-            return
+        for record in records:  # the last one per partition counts
+            self._offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
         if self._interval <= 0:
             await self.flush()
         elif self._scheduled is None:
@@ -186,7 +184,7 @@ class EventBus:
 
         async def on_record(delivery: Any) -> None:
             await process(delivery.body, delivery.record)
-            await commits.handled(delivery.consumer, delivery.record)
+            await commits.handled(delivery.consumer, [delivery.record])
 
         async def process(body: bytes, record: Any) -> None:
             if not _wanted(wanted, record):
@@ -253,8 +251,7 @@ class EventBus:
             if not await process(delivery.body, records):
                 _rewind(delivery.consumer, records)  # delivered again, nothing committed
                 return
-            for record in records:  # in partition order: the last one per partition counts
-                await commits.handled(delivery.consumer, record, flush=record is records[-1])
+            await commits.handled(delivery.consumer, records)
 
         async def process(bodies: list[bytes], records: tuple[Any, ...]) -> bool:
             decoded: list[Any] = []

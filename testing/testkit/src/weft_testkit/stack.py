@@ -88,6 +88,11 @@ class LocalStack:
         """Base URL of the scripted LLM test double (without /v1)."""
         return f"http://127.0.0.1:{self.ports['scripted_llm'][0]}"
 
+    def api_client(self, timeout: float = 60) -> httpx.AsyncClient:
+        """A client of the public API, authenticated as the stack's tenant."""
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        return httpx.AsyncClient(base_url=self.gateway_url, headers=headers, timeout=timeout)
+
     def url(self, service: str, index: int = 0) -> str:
         """Base URL of one replica of ``service``."""
         return f"http://127.0.0.1:{self.ports[service][index]}"
