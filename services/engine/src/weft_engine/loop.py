@@ -396,13 +396,10 @@ class TurnLoop:
             )
             if messages:
                 due = self._leases.deadline(state.request_id, _earliest_deadline(state))
-                if news is None:
-                    state = await self._saved(state, due)
-                else:
-                    state, seqs = await self._store.save_reserving(
-                        state, len(news.calls), deadline=due
-                    )
-                    await self._emitter.mark_streaming(state.request_id, False)
+                count = 0 if news is None else len(news.calls)
+                state, seqs = await self._store.save_reserving(state, count, deadline=due)
+                await self._emitter.mark_streaming(state.request_id, False)
+                if news is not None:
                     await self._announce(state, news, seqs)
                 # Queued in the same loop iteration as the events (queueing does not
                 # suspend), they share one produce request. Keyed by call id, the calls
