@@ -133,6 +133,12 @@ async def test_a_second_message_waits_for_the_running_turn(
     first_done = _position(first_events[-1].id)
     second_started = _position(next(e for e in second if e.event == "turn_started").id)
     assert second_started > first_done, "the second turn started before the first ended"
+    # The queued turn starts the moment the first one completes: its history must hold
+    # the first turn all the same (SPEC E-01, M-08), whether or not memory has recorded it.
+    second_call = next(r for r in await chat_requests(llm) if "SECOND one" in json.dumps(r))
+    replayed = [(m["role"], m.get("content")) for m in second_call["messages"]]
+    assert ("user", "FIRST one") in replayed
+    assert ("assistant", "first answer") in replayed
 
 
 def _position(entry_id: str) -> tuple[int, int]:

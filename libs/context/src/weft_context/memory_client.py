@@ -26,6 +26,8 @@ class LoadedHistory:
     checkpoint_turn_id: str | None = None
     tokens: int = 0
     token_scale: float | None = None
+    previous_turn_stored: bool | None = None
+    """With ``after``: whether the previous turn's end was in memory in time."""
 
     def with_prefix(
         self, head: list[dict[str, Any]], tail: list[dict[str, Any]] | None = None
@@ -76,15 +78,20 @@ class MemoryClient:
         token_budget: int,
         retain_retrieval_history: bool = False,
         vision: bool = False,
+        after: str | None = None,
     ) -> LoadedHistory:
         """History within ``token_budget`` (pass the whole context window, SPEC M-08);
-        with ``vision``, stored images come back as image parts (SPEC E-26)."""
+        with ``vision``, stored images come back as image parts (SPEC E-26). ``after``:
+        the session's previous turn, which memory waits for if it has not stored its end
+        yet (it ended a moment ago and its ``complete`` is still on its way)."""
         params = {
             "tenant_id": tenant_id,
             "token_budget": token_budget,
             "retain_retrieval_history": str(retain_retrieval_history).lower(),
             "vision": str(vision).lower(),
         }
+        if after is not None:
+            params["after"] = after
         resp = await self._call("GET", f"/internal/sessions/{session_id}/history", params=params)
         if resp.status_code == 404:
             return LoadedHistory(messages=[], turn_ids=[])
@@ -98,6 +105,7 @@ class MemoryClient:
             messages=body["messages"], turn_ids=turn_ids, summary=body.get("summary"),
             checkpoint_turn_id=body.get("checkpoint_turn_id"), tokens=body.get("tokens", 0),
             token_scale=body.get("token_scale"),
+            previous_turn_stored=body.get("previous_turn_stored"),
         )  # fmt: skip
 
     async def store_checkpoint(

@@ -62,16 +62,20 @@ class ContextManager:
 
     async def opening(
         self, agent: AgentConfig, tenant_id: str, session_id: str, user_id: str, query: str,
-        ids: dict[str, Any], images: Sequence[str] = (),
+        ids: dict[str, Any], images: Sequence[str] = (), *, previous: str | None = None,
     ) -> tuple[list[dict[str, Any]], list[str | None]]:  # fmt: skip
-        """The first messages of a turn and their stored-turn ids."""
+        """The first messages of a turn and their stored-turn ids. ``previous``: the
+        session's last ended turn; memory answers once it has stored that turn's end."""
         try:
             history = await self._memory.history(
                 tenant_id, session_id, token_budget=agent.context_window,
                 retain_retrieval_history=agent.retain_retrieval_history, vision=agent.vision,
+                after=previous,
             )  # fmt: skip
         except MemoryUnavailable as exc:
             raise HistoryUnavailable(str(exc)) from exc
+        if history.previous_turn_stored is False:
+            log.warning("history_misses_previous_turn", previous=previous, **ids)
         facts = await self._recall(agent, tenant_id, user_id, query, ids)
         base = initial_messages(agent, [], query, session_id, user_name=user_id, images=images)
         if facts:

@@ -27,7 +27,8 @@ from weft_engine.tracing import TurnTracer
 
 log = structlog.get_logger(__name__)
 
-StartQueued = Callable[[ChatRequested], Awaitable[None]]
+StartQueued = Callable[[ChatRequested, str], Awaitable[None]]
+"""Starts a queued request as the session's next turn, after the turn named."""
 
 
 class Finisher:
@@ -102,14 +103,14 @@ class Finisher:
         await self.forget(state)
 
     async def forget(self, state: TurnState) -> None:
-        """Drop the turn's state, free its session, start the next queued request."""
+        """Drop the turn's state and hand its session to the next queued request, if any."""
         await self._store.delete(state.request_id)
         await self._leases.clear_deadline(state.request_id)
         await self._emitter.clear_streaming(state.request_id)
-        await self._sessions.release(state.tenant_id, state.session_id, state.request_id)
-        queued = await self._sessions.next_queued(state.tenant_id, state.session_id)
+        rid = state.request_id
+        queued = await self._sessions.hand_over(state.tenant_id, state.session_id, rid)
         if queued is not None and self.start_queued is not None:
-            await self.start_queued(queued)
+            await self.start_queued(queued, rid)
 
 
 def final_step(state: TurnState, reasoning: str) -> list[AgentStep]:

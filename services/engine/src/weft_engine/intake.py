@@ -75,9 +75,10 @@ class TurnIntake:
         rid = request.request_id
         if await self._store.load(rid) is not None or await self._emitter.completed(rid):
             return  # redelivery of a turn already started
-        holder = await self._sessions.claim(request.tenant_id, request.session_id, rid)
+        claim = await self._sessions.claim(request.tenant_id, request.session_id, rid)
+        holder = claim.holder
         if holder is None:
-            await self.start(request)
+            await self.start(request, claim.previous)
             return
         match request.data.double_texting:
             case "reject":
@@ -88,8 +89,9 @@ class TurnIntake:
                 await self._sessions.enqueue(request)
                 await self.cancel(holder)
 
-    async def start(self, request: ChatRequested) -> None:
-        """Open the turn: ``turn_started``, history from memory, state, first step."""
+    async def start(self, request: ChatRequested, previous: str | None = None) -> None:
+        """Open the turn: ``turn_started``, history from memory, state, first step.
+        ``previous``: the session's last ended turn, which the history must hold."""
         ids = _ids(request)
         data = request.data
         started = TurnStartedData(
@@ -111,7 +113,7 @@ class TurnIntake:
         try:
             messages, turn_ids = await self._context.opening(
                 data.agent, request.tenant_id, request.session_id, data.user_id, data.query, ids,
-                data.images,
+                data.images, previous=previous,
             )  # fmt: skip
         except HistoryUnavailable as exc:
             await self._finisher.fail(state, "history_unavailable", str(exc))

@@ -44,6 +44,13 @@ class MemorySettings(ServiceSettings):
     extraction_attempts: int = Field(default=3, ge=1, le=10)
     extraction_retry_backoff_s: float = Field(default=10.0, ge=0)
     extraction_stale_after_s: float = Field(default=300.0, gt=0)
+    history_wait_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=9,
+        description="How long a history request waits for the end of the session's "
+        "previous turn to be recorded (below the engine's 10 s memory timeout).",
+    )
 
 
 def create_app(settings: MemorySettings | None = None) -> FastAPI:
@@ -75,7 +82,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
     runtime.bus.consume(Topic.AGENT_EVENTS, CONSUMER_GROUP, recorder.handle, types=RECORDED_TYPES)
     routers = [
         session_router(runtime.sessions),
-        history_router(runtime.sessions),
+        history_router(runtime.sessions, runtime.redis, settings.history_wait_s),
         memory_router(runtime.sessions, memory, extractor, queue),
     ]
     return create_service_app(

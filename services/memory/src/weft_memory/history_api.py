@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field, model_validator
+from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.tokens import clamp_scale
@@ -14,8 +16,10 @@ from weft_storage.models import Message
 
 from weft_memory.api import get_owned
 from weft_memory.history import History, HistoryLoader, HistoryQuery
+from weft_memory.turn_ends import wait_turn_end
 
 DEFAULT_MAX_TURNS = 5
+log = structlog.get_logger(__name__)
 
 
 class TurnOut(BaseModel):
@@ -37,9 +41,14 @@ class HistoryOut(BaseModel):
     tokens: int = 0
     token_scale: float | None = None
     turns: list[TurnOut] = Field(default_factory=list)
+    previous_turn_stored: bool | None = Field(
+        default=None,
+        description="With ``after``: whether that turn's end was stored in time to be in "
+        "this history (false: the wait ran out and the history may miss it).",
+    )
 
     @classmethod
-    def of(cls, history: History) -> HistoryOut:
+    def of(cls, history: History, previous_turn_stored: bool | None = None) -> HistoryOut:
         """Flatten ``history`` and index its turns."""
         turns, start = [], 1 if history.summary is not None else 0
         for turn in history.turns:
@@ -57,6 +66,7 @@ class HistoryOut(BaseModel):
             tokens=history.tokens,
             token_scale=history.token_scale,
             turns=turns,
+            previous_turn_stored=previous_turn_stored,
         )
 
 
@@ -76,8 +86,11 @@ class TurnContextIn(BaseModel):
         return self
 
 
-def history_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
-    """Routes under ``/internal/sessions/{id}`` used by the engine."""
+def history_router(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis | None = None, wait_s: float = 5.0
+) -> APIRouter:
+    """Routes under ``/internal/sessions/{id}`` used by the engine; a history request
+    naming the session's previous turn waits up to ``wait_s`` for its end (``turn_ends``)."""
     router = APIRouter(prefix="/internal", tags=["internal"])
     loader = HistoryLoader(sessions)
 
@@ -89,11 +102,22 @@ def history_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         token_budget: int | None = Query(default=None, ge=1),
         retain_retrieval_history: bool = False,
         vision: bool = Query(default=False, description="Images as image parts (SPEC E-26)."),
+        after: str | None = Query(
+            default=None,
+            min_length=1,
+            description="Request id of the session's previous turn: answer once its end "
+            "is stored (read-your-writes for a turn that starts as the previous one ends).",
+        ),
     ) -> HistoryOut:
         """Without ``token_budget``: the last ``max_turns`` (default 5) turns, as before.
         With it (agent mode, SPEC M-08): as many contiguous recent turns as fit."""
         async with sessions() as s:
             await get_owned(s, tenant_id, session_id)
+        stored = None
+        if after is not None:
+            stored = await wait_turn_end(sessions, redis, tenant_id, after, wait_s)
+            if not stored:
+                log.warning("history_without_previous_turn", session_id=session_id, after=after)
         if token_budget is None and max_turns is None:
             max_turns = DEFAULT_MAX_TURNS
         query = HistoryQuery(
@@ -102,7 +126,7 @@ def history_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
             retain_retrieval_history=retain_retrieval_history,
             vision=vision,
         )
-        return HistoryOut.of(await loader.build(tenant_id, session_id, query))
+        return HistoryOut.of(await loader.build(tenant_id, session_id, query), stored)
 
     @router.put("/sessions/{session_id}/turns/{turn_id}/context", status_code=204)
     async def put_turn_context(

@@ -9,6 +9,9 @@ When the user stops a turn, ``complete`` comes with status ``cancelled`` and an 
 kept in Redis (one hash per turn, field = event seq, so re-delivery is harmless) and
 stored marked ``is_partial`` (as the reference does).
 
+Once ``complete`` is stored, the turn's end is signalled in Redis for the history request
+of the session's next turn, which may already be waiting for it (``turn_ends``).
+
 Long-term memory (SPEC M-10): ``turn_started`` of an agent with memory on opens an
 extraction row, ``complete`` marks it pending (or skipped) in the same transaction as the
 assistant row, and ``on_extraction_due`` wakes the extraction worker; the model call
@@ -37,6 +40,7 @@ from weft_contracts import (
 from weft_storage.models import ChatSession, Message
 
 from weft_memory.extraction_queue import expect_extraction, turn_ended
+from weft_memory.turn_ends import signal_turn_end
 
 PARTIAL_TTL_S = 24 * 3600
 RECORDED_EVENTS = (
@@ -192,6 +196,7 @@ class MessageRecorder:
             self._on_extraction_due()
         if self._redis is not None:
             await self._redis.delete(partial_key(event.request_id))
+            await signal_turn_end(self._redis, event.request_id)
 
     async def _completion_values(self, event: CompleteEvent) -> dict[str, Any]:
         data = event.data
