@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -97,8 +97,12 @@ async def _publish_mixed(runtime: ServiceRuntime) -> tuple[str, str]:
     return untyped.id, complete.id
 
 
-async def test_consume_with_types_skips_other_records_by_header(runtime: ServiceRuntime) -> None:
-    """Consumers that need a few event types (memory, suggestions) do not decode the rest."""
+@pytest.mark.parametrize("linger_ms", [None, 300])
+async def test_consume_with_types_skips_other_records_by_header(
+    runtime: ServiceRuntime, linger_ms: int | None
+) -> None:
+    """Consumers that need a few event types (memory, suggestions) do not decode the rest;
+    a lingering one (memory) still gets records below the fetch size."""
     seen: list[str] = []
     done = asyncio.Event()
 
@@ -107,7 +111,7 @@ async def test_consume_with_types_skips_other_records_by_header(runtime: Service
         if event.type == "complete":
             done.set()
 
-    runtime.bus.consume(Topic.AGENT_EVENTS, "g", handler, types={"complete"})
+    runtime.bus.consume(Topic.AGENT_EVENTS, "g", handler, types={"complete"}, linger_ms=linger_ms)
     await runtime.broker.start()
     expected = await _publish_mixed(runtime)
     await asyncio.wait_for(done.wait(), 30)
@@ -131,6 +135,59 @@ async def test_consume_batch_with_types_skips_other_records_by_header(
     expected = await _publish_mixed(runtime)
     await asyncio.wait_for(done.wait(), 30)
     assert tuple(seen) == expected
+
+
+async def test_broadcast_reaches_every_process_from_the_latest_offset(
+    infra: dict[str, str], runtime: ServiceRuntime
+) -> None:
+    """tool-exec's turn-end cleanup: every process hears every ``complete``, nothing
+    published before it started, and a handler failure does not stop it."""
+    prefix = runtime.settings.topic_prefix
+    async with (
+        service_runtime(infra, "bus-publisher", prefix=prefix, start=True) as publisher,
+        service_runtime(infra, "bus-peer", prefix=prefix) as peer,
+    ):
+        await publisher.bus.publish(Topic.AGENT_EVENTS, _complete())  # before: not heard
+        heard: dict[str, list[str]] = {"runtime": [], "peer": []}
+        ever: list[str] = []
+
+        def listener(name: str) -> Callable[[Any], Awaitable[None]]:
+            async def on_event(event: Any) -> None:
+                heard[name].append(event.request_id)
+                ever.append(event.request_id)
+                if event.request_id == "poison":
+                    raise RuntimeError("cleanup failed")
+
+            return on_event
+
+        runtime.bus.broadcast(Topic.AGENT_EVENTS, listener("runtime"), types={"complete"})
+        peer.bus.broadcast(Topic.AGENT_EVENTS, listener("peer"), types={"complete"})
+        await runtime.broker.start()
+        await peer.broker.start()
+        # Both are positioned once both hear a probe (a group-less consumer finds the
+        # latest offset on its first fetch).
+        for _ in range(100):
+            await publisher.bus.publish(Topic.AGENT_EVENTS, _complete_of("probe"))
+            await asyncio.sleep(0.1)
+            if all("probe" in requests for requests in heard.values()):
+                break
+        for requests in heard.values():
+            requests.clear()
+        await publisher.bus.publish(Topic.AGENT_EVENTS, _event("skipped by its header"))
+        await publisher.broker.publish(
+            b"not json", prefix + Topic.AGENT_EVENTS.value, key=b"s", headers={"type": "complete"}
+        )  # undecodable: skipped here (group consumers dead-letter it)
+        for request_id in ("poison", "r1", "r2"):
+            await publisher.bus.publish(Topic.AGENT_EVENTS, _complete_of(request_id))
+        await _until(lambda: all(r[-1:] == ["r2"] for r in heard.values()))
+        for requests in heard.values():
+            assert [r for r in requests if r != "probe"] == ["poison", "r1", "r2"]
+        assert "r" not in ever  # the complete published before they started
+
+
+def _complete_of(request_id: str) -> CompleteEvent:
+    return CompleteEvent(tenant_id="t", session_id="s", request_id=request_id,
+                         data=CompleteData(status=TurnStatus.COMPLETED))  # fmt: skip
 
 
 async def _until(condition: Callable[[], bool]) -> None:

@@ -12,24 +12,16 @@ from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.tabular import Table
 
 
-def _complete(session: str = "s1", request: str = "r1") -> bytes:
-    event = CompleteEvent(
-        tenant_id="t", session_id=session, request_id=request,
+def test_only_complete_events_end_a_turn() -> None:  # SPEC T-04
+    complete = CompleteEvent(
+        tenant_id="t", session_id="s1", request_id="r1",
         data=CompleteData(status=TurnStatus.COMPLETED),
     )  # fmt: skip
-    return event.model_dump_json().encode()
-
-
-def test_only_complete_records_end_a_turn() -> None:  # SPEC T-04
-    assert turn_ended(_complete(), {"type": "complete"}) == TurnEnded("s1", "r1")
-    assert turn_ended(_complete(), {}) == TurnEnded("s1", "r1")  # no header: read the body
+    assert turn_ended(complete) == TurnEnded("s1", "r1")
     thought = ThoughtEvent(
         tenant_id="t", session_id="s1", request_id="r1", data=ThoughtData(round=0, delta="x")
-    ).model_dump_json()
-    assert turn_ended(thought.encode(), {"type": "thought"}) is None
-    assert turn_ended(thought.encode(), {}) is None
-    assert turn_ended(b"not json", {}) is None
-    assert turn_ended(b'{"type": "complete", "session_id": 3}', {}) is None
+    )
+    assert turn_ended(thought) is None
 
 
 class Holder:

@@ -38,6 +38,9 @@ from weft_platform.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
 
+LINGER_BYTES = 64 * 1024
+"""A lingering consumer's fetch is answered once this much is there (or its time is up)."""
+
 Handler = Callable[[Any], Awaitable[None]]
 BatchHandler = Callable[[list[Any]], Awaitable[None]]
 
@@ -170,12 +173,15 @@ class EventBus:
         *,
         dedupe: bool = True,
         types: Collection[str] | None = None,
+        linger_ms: int | None = None,
     ) -> None:
         """Register ``handler`` for decoded messages of ``topic`` in consumer group ``group_id``.
 
         With ``dedupe`` a message id already handled by this group is skipped (invariant 3).
         With ``types``, records whose ``type`` header names another type are acknowledged
-        without being decoded (a record without the header is decoded as usual).
+        without being decoded (a record without the header is decoded as usual). With
+        ``linger_ms``, as in :meth:`consume_batch`: fewer, fuller fetches for a consumer
+        that may lag that long.
         """
         adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
         wanted = None if types is None else frozenset(types)
@@ -201,12 +207,58 @@ class EventBus:
             if dedupe:
                 await self._mark(group_id, decoded.id)
 
+        min_bytes, max_wait_ms = _fetch_linger(linger_ms)
         self.broker.subscriber(
             self.topic_name(topic),
             group_id=self._settings.topic_prefix + group_id,
             ack_policy=AckPolicy.MANUAL,  # _Commits commits handled records
             auto_offset_reset="earliest",
             decoder=_delivery,
+            fetch_min_bytes=min_bytes,
+            fetch_max_wait_ms=max_wait_ms,
+        )(on_record)
+
+    def broadcast(
+        self,
+        topic: Topic,
+        handler: Handler,
+        *,
+        types: Collection[str] | None = None,
+        linger_ms: int | None = None,
+    ) -> None:
+        """Register ``handler`` for every message of ``topic`` in *this process*.
+
+        For state each process keeps for itself (caches, per-session workspaces): outside
+        any consumer group, the process reads every partition from the latest offset on
+        (a fresh process holds nothing older) and commits nothing, so restarts leave no
+        abandoned groups on the broker. ``types`` and ``linger_ms`` as in :meth:`consume`.
+        Undecodable records are skipped, not dead-lettered (a group consumer of the topic
+        owns that); a failing handler is logged and the next record flows.
+        """
+        adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
+        wanted = None if types is None else frozenset(types)
+
+        async def on_record(delivery: Any) -> None:
+            if not _wanted(wanted, delivery.record):
+                return
+            try:
+                decoded = adapter.validate_json(delivery.body)
+            except ValidationError:
+                return
+            try:
+                await handler(decoded)
+            except Exception:
+                log.exception("broadcast_handler_failed", topic=topic.value, id=decoded.id)
+
+        min_bytes, max_wait_ms = _fetch_linger(linger_ms)
+        self.broker.subscriber(
+            self.topic_name(topic),
+            group_id=None,
+            auto_offset_reset="latest",
+            ack_policy=AckPolicy.ACK_FIRST,  # nothing to commit without a group
+            decoder=_delivery,
+            fetch_min_bytes=min_bytes,
+            fetch_max_wait_ms=max_wait_ms,
         )(on_record)
 
     async def flush_commits(self) -> None:
@@ -269,14 +321,14 @@ class EventBus:
                 await self._dead_letter(topic, group_id, record, body, error, "undecodable")
             return True
 
+        min_bytes, max_wait_ms = _fetch_linger(linger_ms)
         self.broker.subscriber(
             self.topic_name(topic),
             batch=True,
             max_records=max_records,
             batch_timeout_ms=wait_ms,
-            # aiokafka's defaults (1 byte, 500 ms) unless the consumer lingers.
-            fetch_min_bytes=1 if linger_ms is None else 64 * 1024,
-            fetch_max_wait_ms=500 if linger_ms is None else linger_ms,
+            fetch_min_bytes=min_bytes,
+            fetch_max_wait_ms=max_wait_ms,
             group_id=self._settings.topic_prefix + group_id,
             ack_policy=AckPolicy.MANUAL,  # _Commits commits, _rewind hands a batch back
             auto_offset_reset="earliest",
@@ -369,6 +421,15 @@ class EventBus:
         if self._redis is not None:
             key = self._dedupe_key(group_id, message_id)
             await self._redis.set(key, 1, ex=self._settings.dedupe_ttl_s)
+
+
+def _fetch_linger(linger_ms: int | None) -> tuple[int, int]:
+    """``fetch_min_bytes`` and ``fetch_max_wait_ms``: aiokafka's defaults (answer at the
+    first byte, else after 500 ms), or with ``linger_ms`` (> 0) the broker holds each
+    fetch that long until 64 KiB are there."""
+    if not linger_ms:
+        return 1, 500
+    return LINGER_BYTES, linger_ms
 
 
 def _rewind(consumer: Any, records: tuple[Any, ...]) -> None:

@@ -44,6 +44,14 @@ class MemorySettings(ServiceSettings):
     extraction_attempts: int = Field(default=3, ge=1, le=10)
     extraction_retry_backoff_s: float = Field(default=10.0, ge=0)
     extraction_stale_after_s: float = Field(default=300.0, gt=0)
+    events_linger_ms: int = Field(
+        default=200,
+        ge=0,
+        le=5000,
+        description="Fetches of agent events are held this long until 64 KiB are there "
+        "(0: answered at once): memory may lag, since a history request waits for the "
+        "turn it needs (history_wait_s); the broker and memory pay per fetch, not per event.",
+    )
     history_wait_s: float = Field(
         default=5.0,
         ge=0,
@@ -79,7 +87,13 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         ),
     )
     recorder = MessageRecorder(runtime.sessions, runtime.redis, on_extraction_due=worker.wake)
-    runtime.bus.consume(Topic.AGENT_EVENTS, CONSUMER_GROUP, recorder.handle, types=RECORDED_TYPES)
+    runtime.bus.consume(
+        Topic.AGENT_EVENTS,
+        CONSUMER_GROUP,
+        recorder.handle,
+        types=RECORDED_TYPES,
+        linger_ms=settings.events_linger_ms,
+    )
     routers = [
         session_router(runtime.sessions),
         history_router(runtime.sessions, runtime.redis, settings.history_wait_s),

@@ -2,10 +2,9 @@
 
 A turn's calls spread over all workers (``tool.calls`` is keyed by call id), and each
 process keeps its own per-session state (DuckDB tables, thoughts), so the end of a turn
-must reach every process, not one member of a consumer group. Each process therefore
-reads ``agent.events`` *without* a consumer group: aiokafka assigns it every partition,
-starts at the latest offset (a fresh process holds nothing to clean) and commits nothing,
-so restarts leave no abandoned groups on the broker.
+must reach every process, not one member of a consumer group: each process reads
+``agent.events`` as a broadcast consumer (``EventBus.broadcast``: no group, every
+partition from the latest offset, nothing committed).
 
 The consumer only filters and enqueues: records other than ``complete`` are skipped by
 their ``type`` header without decoding the JSON, and cleanups run one after another in a
@@ -19,9 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from faststream import AckPolicy
-from faststream.message import StreamMessage
-from pydantic import ValidationError
 from weft_contracts import CompleteEvent, Topic
 from weft_platform.bus import EventBus
 from weft_platform.tasks import cancel_and_wait
@@ -30,6 +26,9 @@ from weft_tools import ToolRegistry
 log = structlog.get_logger(__name__)
 
 COMPLETE = "complete"
+CLEANUP_LINGER_MS = 500
+"""Cleanup is not urgent: the broker holds each fetch until 64 KiB or this long, so every
+worker makes a few fetches a second, not one per agent event."""
 
 
 @dataclass(frozen=True)
@@ -40,21 +39,11 @@ class TurnEnded:
     request_id: str
 
 
-async def _body_and_headers(message: StreamMessage[Any]) -> tuple[bytes, dict[str, Any]]:
-    """Decoder: what ``turn_ended`` reads, without a ``KafkaMessage`` context parameter
-    (FastStream resolves those in a worker thread, one hop per record)."""
-    return message.body, message.headers
-
-
-def turn_ended(body: bytes, headers: dict[str, Any]) -> TurnEnded | None:
-    """The turn a ``complete`` record ends; None for any other (or unreadable) record."""
-    kind = headers.get("type")
-    if kind is not None and kind != COMPLETE:
-        return None  # the common case (deltas, tool events): no JSON parsing
-    try:
-        event = CompleteEvent.model_validate_json(body)
-    except ValidationError:
-        return None  # another event type, or garbage (the other consumers dead-letter it)
+def turn_ended(event: Any) -> TurnEnded | None:
+    """The turn a ``complete`` event ends; None for any other event (one without a
+    ``type`` header is decoded, whatever its type)."""
+    if not isinstance(event, CompleteEvent):
+        return None
     return TurnEnded(event.session_id, event.request_id)
 
 
@@ -69,24 +58,14 @@ class TurnEndCleaner:
         """Turns cleaned up by this process (for the debug endpoint and logs)."""
 
     def subscribe(self, bus: EventBus) -> None:
-        """Read ``agent.events`` as a group-less (broadcast) consumer of this process."""
+        """Read ``agent.events`` as a broadcast consumer of this process."""
 
-        async def on_record(delivery: Any) -> None:
-            ended = turn_ended(*delivery)
+        async def on_event(event: Any) -> None:
+            ended = turn_ended(event)
             if ended is not None:
                 self.notify(ended)
 
-        bus.broker.subscriber(
-            bus.topic_name(Topic.AGENT_EVENTS),
-            group_id=None,
-            auto_offset_reset="latest",
-            ack_policy=AckPolicy.ACK_FIRST,  # nothing to commit without a group
-            # Cleanup is not urgent: the broker holds each fetch until 64 KiB or 500 ms,
-            # so every worker makes a few fetches a second, not one per agent event.
-            fetch_min_bytes=64 * 1024,
-            fetch_max_wait_ms=500,
-            decoder=_body_and_headers,
-        )(on_record)
+        bus.broadcast(Topic.AGENT_EVENTS, on_event, types={COMPLETE}, linger_ms=CLEANUP_LINGER_MS)
 
     def notify(self, ended: TurnEnded) -> None:
         """Queue a cleanup; when the queue is full it is skipped (idle eviction remains)."""
