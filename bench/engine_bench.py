@@ -9,7 +9,10 @@ worker is what gets measured.
 - overhead: sequential turns (3 rounds x 1 call). Per round, the time from the engine
   emitting `tool_result` to it emitting the next `tool_call` (engine handling + one
   scripted-LLM HTTP round trip + Kafka), and from the engine emitting the first answer
-  delta to the SSE client receiving it. Also the engine's CPU time per LLM round, a
+  delta to the SSE client receiving it. The round gap is also cut in two where the test
+  double logged the round's LLM request (its request log, after reading the body): the
+  engine's part up to the call plus the request's way in, then the double's answer, the
+  stream's parsing and the dispatching write. Also the engine's CPU time per LLM round, a
   number that machine load disturbs far less than wall-clock gaps, and the scripted LLM's
   CPU time per call (the test double shares the machine's cores).
 - throughput: N concurrent sessions, each a 3-round turn with 2 parallel calls per round;
@@ -103,9 +106,10 @@ def _cpu_s(pids: list[int]) -> float:
 
 
 async def overhead(
-    api: httpx.AsyncClient, stack: LocalStack, agent: str, turns: int
+    api: httpx.AsyncClient, llm: httpx.AsyncClient, stack: LocalStack, agent: str, turns: int
 ) -> dict[str, Any]:
     round_gaps: list[float] = []
+    windows: list[tuple[float, float]] = []
     first_token: list[float] = []
     await _turn(api, agent, "warm-up")
     cpu_before = _cpu_s(stack.pids("engine"))
@@ -114,7 +118,8 @@ async def overhead(
         events = await _turn(api, agent, f"overhead {i}")
         for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events):
             if kind == "tool_result" and next_kind == "tool_call":
-                round_gaps.append((_epoch(next_env["time"]) - _epoch(env["time"])) * 1000)
+                windows.append((_epoch(env["time"]), _epoch(next_env["time"])))
+                round_gaps.append((windows[-1][1] - windows[-1][0]) * 1000)
         answer = next(e for e in events if e[0] == "final_answer")
         first_token.append((answer[2] - _epoch(answer[1]["time"])) * 1000)
     cpu = _cpu_s(stack.pids("engine")) - cpu_before
@@ -126,7 +131,30 @@ async def overhead(
         # The test double runs on the same CPUs: its share of each round, for comparison.
         "scripted_llm_cpu_ms_per_call": round(llm_cpu * 1000 / llm_calls, 1),
         "tool_result_to_next_tool_call_ms": _summary(round_gaps),
+        **await _round_split(llm, windows),
         "first_answer_token_to_sse_client_ms": _summary(first_token),
+    }
+
+
+async def _round_split(
+    llm: httpx.AsyncClient, windows: list[tuple[float, float]]
+) -> dict[str, dict[str, float]]:
+    """Each round's gap cut where the test double logged the round's LLM request (after
+    reading its body): before, the engine's bookkeeping up to the call and the request's
+    way in; after, the double's answer, the stream's parsing and the write that dispatches
+    the tools. Rounds the log does not place exactly once are left out."""
+    entries = (await llm.get("/_requests")).json()["requests"]
+    received = sorted(e["received_at"] for e in entries if e["path"].endswith("/chat/completions"))
+    before: list[float] = []
+    after: list[float] = []
+    for start, end in windows:
+        inside = [t for t in received if start <= t <= end]
+        if len(inside) == 1:
+            before.append((inside[0] - start) * 1000)
+            after.append((end - inside[0]) * 1000)
+    return {
+        "tool_result_to_llm_request_received_ms": _summary(before),
+        "llm_request_received_to_tool_call_ms": _summary(after),
     }
 
 
@@ -234,7 +262,7 @@ async def run(turns: int, sessions: list[int], tool_workers: int) -> dict[str, A
             result: dict[str, Any] = {
                 "load_average_at_start": os.getloadavg(),
                 "tool_workers": tool_workers,
-                "overhead": await overhead(api, stack, agent, turns),
+                "overhead": await overhead(api, llm, stack, agent, turns),
             }
             await llm.post("/_script", json={**script, "parallel": 2})
             result["throughput"] = [await throughput(api, stack, agent, n) for n in sessions]
