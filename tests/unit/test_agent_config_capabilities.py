@@ -172,7 +172,7 @@ def test_shared_agent_knowledge_tools_read_the_owner_tenant() -> None:  # SPEC E
 
     from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
     from weft_tool_exec.worker import invocation_tenant
-    from weft_tools.builtin import BUILTIN_SPECS
+    from weft_tools.specs import BUILTIN_SPECS
 
     specs = {s.name: s for s in BUILTIN_SPECS}
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from weft_tools.builtin import definitions_for, spec_by_name
-from weft_tools.memory_tools import SEARCH_CONVERSATIONS, SEARCH_MEMORY
+from weft_tools.specs import SEARCH_CONVERSATIONS, SEARCH_MEMORY, definitions_for, spec_by_name
 
 
 def test_limits_follow_the_spec() -> None:

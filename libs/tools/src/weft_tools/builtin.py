@@ -1,4 +1,8 @@
-"""The registry with Weft's built-in tools, and their specs alone for the engine."""
+"""The registry with Weft's built-in tools, ready to execute (tool-exec).
+
+Their specs alone (what the engine and agent-config need) are in :mod:`weft_tools.specs`,
+which imports none of the implementations.
+"""
 
 from __future__ import annotations
 
@@ -9,52 +13,23 @@ from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 
 from weft_tools.aliases import AliasBook
-from weft_tools.data_tools import (
-    DATA_ANALYSIS,
-    DATA_SCHEMA,
-    DataAnalysisTool,
-    DataSchemaTool,
-    DatasetFile,
-)
-from weft_tools.database_query import DATABASE_QUERY, DatabaseQueryTool
+from weft_tools.data_tools import DataAnalysisTool, DataSchemaTool, DatasetFile
+from weft_tools.database_query import DatabaseQueryTool
 from weft_tools.document_parsing import is_table
-from weft_tools.document_tools import (
-    LIST_DOCUMENTS,
-    READ_DOCUMENT,
-    ListDocumentsTool,
-    ReadDocumentTool,
-)
+from weft_tools.document_tools import ListDocumentsTool, ReadDocumentTool
 from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.embeddings import Embedder
 from weft_tools.knowledge_scope import KnowledgeScope
 from weft_tools.knowledge_search import KnowledgeSearch
-from weft_tools.knowledge_tools import SEARCH_KNOWLEDGE, SearchKnowledgeTool
-from weft_tools.memory_tools import MEMORY_SPECS, memory_tools
-from weft_tools.planning_tools import THINKING, TODO_WRITE, ThinkingTool, TodoWriteTool
+from weft_tools.knowledge_tools import SearchKnowledgeTool
+from weft_tools.memory_tools import memory_tools
+from weft_tools.planning_tools import ThinkingTool, TodoWriteTool
 from weft_tools.ranking import Reranker
-from weft_tools.registry import ToolRegistry, ToolSpec
+from weft_tools.registry import ToolRegistry
 from weft_tools.safe_http import SafeHttpClient
-from weft_tools.web_fetch import WEB_FETCH, WebFetchTool
-from weft_tools.web_search import WEB_SEARCH, SearchProvider, WebSearchTool
+from weft_tools.web_fetch import WebFetchTool
+from weft_tools.web_search import SearchProvider, WebSearchTool
 from weft_tools.web_snapshots import SnapshotStore
-
-BUILTIN_SPECS: tuple[ToolSpec, ...] = (
-    SEARCH_KNOWLEDGE,
-    READ_DOCUMENT,
-    LIST_DOCUMENTS,
-    THINKING,
-    TODO_WRITE,
-    DATABASE_QUERY,
-    DATA_SCHEMA,
-    DATA_ANALYSIS,
-    WEB_FETCH,
-    WEB_SEARCH,
-    *MEMORY_SPECS,
-)
-"""Specs of every built-in tool tool-exec runs (what the engine sends the model)."""
-
-SANDBOX_TOOLS: frozenset[str] = frozenset({"shell_exec", "read_file", "write_sandbox_file"})
-"""Tools routed to ``sandbox.calls`` instead of ``tool.calls``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,15 +97,3 @@ class StoredDatasets:
         if found is None or not is_table(found[0]):
             return None
         return DatasetFile(file_name=found[0], content=found[1])
-
-
-def spec_by_name(name: str) -> ToolSpec | None:
-    """The built-in spec named ``name``."""
-    return next((s for s in BUILTIN_SPECS if s.name == name), None)
-
-
-def definitions_for(allowed: list[str]) -> list[dict[str, object]]:
-    """OpenAI tool definitions of the allowed built-ins, sorted by name (SPEC T-01)."""
-    return [
-        s.definition() for s in sorted(BUILTIN_SPECS, key=lambda s: s.name) if s.name in allowed
-    ]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weft_tools.builtin import BUILTIN_SPECS
 from weft_tools.capabilities import ToolRequirement
+from weft_tools.specs import BUILTIN_SPECS
 
 DEFAULT_ALLOWED_TOOLS: tuple[str, ...] = (
     "search_knowledge",

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 import duckdb
 
-from weft_tools.capabilities import RETRIEVAL
 from weft_tools.duckdb_workspace import DuckDBWorkspace
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tools.specs import DATA_ANALYSIS, DATA_SCHEMA
 from weft_tools.sql_guard import UnsafeQuery, parse_select, table_names
 from weft_tools.tabular import EmptyDataset, read_table
 
@@ -42,39 +42,6 @@ class DatasetSource(Protocol):
         """The file of ``knowledge_id`` (a ``dN`` handle of the session or an id) if the
         tenant has it."""
         ...
-
-
-_KNOWLEDGE_ID = {"type": "string", "minLength": 1, "description": "The CSV/Excel document."}
-
-DATA_SCHEMA = ToolSpec(
-    name="data_schema",
-    description=(
-        "Columns, types and row count of a CSV/Excel document. data_analysis always "
-        "queries it as the table `dataset`."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"knowledge_id": _KNOWLEDGE_ID},
-        "required": ["knowledge_id"],
-        "additionalProperties": False,
-    },
-    requirement=RETRIEVAL,
-)
-
-DATA_ANALYSIS = ToolSpec(
-    name="data_analysis",
-    description=(
-        "Run one DuckDB SELECT over a CSV/Excel document loaded as the table `dataset` "
-        "(Excel sheets merged, the sheet in column __sheet_name)."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"knowledge_id": _KNOWLEDGE_ID, "sql": {"type": "string", "minLength": 1}},
-        "required": ["knowledge_id", "sql"],
-        "additionalProperties": False,
-    },
-    requirement=RETRIEVAL,
-)
 
 
 class _DataDocuments:

@@ -19,9 +19,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlglot import exp
 
-from weft_tools.capabilities import RETRIEVAL
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tools.specs import DATABASE_QUERY
 from weft_tools.sql_guard import UnsafeQuery, parse_select, table_names
+from weft_tools.sql_masking import mask_sql
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,34 +38,6 @@ DEFAULT_TABLES: tuple[QueryableTable, ...] = (
     QueryableTable(name="documents"),
     QueryableTable(name="chunks"),
 )
-
-DATABASE_QUERY = ToolSpec(
-    name="database_query",
-    description=(
-        "Run one read-only SQL SELECT (PostgreSQL) over the tables knowledge_bases, "
-        "documents and chunks. Rows of other tenants are never visible."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"sql": {"type": "string", "minLength": 1}},
-        "required": ["sql"],
-        "additionalProperties": False,
-    },
-    requirement=RETRIEVAL,
-    sensitive_arguments=frozenset({"sql"}),
-)
-
-
-def mask_sql(sql: str) -> str:
-    """``sql`` with every literal replaced by ``?`` (what traces and UI hints show)."""
-    try:
-        tree = parse_select(sql, "postgres")
-    except UnsafeQuery:
-        return "<unparsable SQL masked>"
-    masked = tree.transform(
-        lambda node: exp.Placeholder() if isinstance(node, exp.Literal) else node
-    )
-    return masked.sql(dialect="postgres")
 
 
 def scoped_sql(sql: str, tables: tuple[QueryableTable, ...], tenant_id: str) -> str:

@@ -7,50 +7,12 @@ from typing import Any
 
 from weft_storage.knowledge_documents import ChunkRow, DocumentInfo, DocumentReader
 
-from weft_tools.capabilities import DOCUMENT_READER
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tools.specs import LIST_DOCUMENTS, READ_DOCUMENT
 
 MAX_HITS = 20
 MAX_SCAN_CHUNKS = 5000
-
-READ_DOCUMENT = ToolSpec(
-    name="read_document",
-    description=(
-        "Read a document (dN) page by page in reading order, or a chunk (cN) with its "
-        "neighbours. With `query`, find passages containing all its words (any order) "
-        "or, with regex=true, matching the regular expression."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "id": {"type": "string", "minLength": 1, "description": "dN or cN."},
-            "offset": {"type": "integer", "minimum": 0, "default": 0},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-            "context": {"type": "integer", "minimum": 0, "maximum": 5, "default": 1},
-            "query": {"type": "string"},
-            "regex": {"type": "boolean", "default": False},
-        },
-        "required": ["id"],
-        "additionalProperties": False,
-    },
-    requirement=DOCUMENT_READER,
-)
-
-LIST_DOCUMENTS = ToolSpec(
-    name="list_documents",
-    description="List the documents of the conversation's knowledge bases (dN handles).",
-    parameters={
-        "type": "object",
-        "properties": {
-            "keyword": {"type": "string", "description": "Filter on title or file name."},
-            "page": {"type": "integer", "minimum": 1, "default": 1},
-            "page_size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-        },
-        "additionalProperties": False,
-    },
-    requirement=DOCUMENT_READER,
-)
 
 
 class ReadDocumentTool:

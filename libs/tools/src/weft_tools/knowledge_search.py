@@ -8,26 +8,18 @@ RRF fusion -> de-dup -> rerank (0.3, else best >= 0.15) -> MMR (lambda 0.7) -> l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from weft_storage.knowledge import ChunkHit, KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader, ScopeStats
 
 from weft_tools.embeddings import Embedder
 from weft_tools.ranking import Candidate, LexicalReranker, Reranker, dedupe, mmr, rerank, rrf
+from weft_tools.specs import SearchMode as SearchMode  # re-exported: callers import it here
 from weft_tools.vector_index import VectorIndex
 
 CANDIDATE_FACTOR = 3
 SEMANTIC_MIN_SCORE = 0.1
 """Global threshold on cosine similarity for semantic candidates."""
-
-
-class SearchMode(StrEnum):
-    """How candidates are found."""
-
-    HYBRID = "hybrid"
-    SEMANTIC = "semantic"
-    KEYWORD = "keyword"
 
 
 class NoIndexInScope(LookupError):

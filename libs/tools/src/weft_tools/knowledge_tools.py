@@ -10,34 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from weft_tools.capabilities import RETRIEVAL
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
-from weft_tools.knowledge_search import KnowledgeSearch, NoIndexInScope, SearchMode, SearchReport
+from weft_tools.knowledge_search import KnowledgeSearch, NoIndexInScope, SearchReport
 from weft_tools.ranking import Candidate, terms
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
-
-SEARCH_KNOWLEDGE = ToolSpec(
-    name="search_knowledge",
-    description=(
-        "Search the knowledge bases available to this conversation. mode: hybrid (default), "
-        "keyword for exact terms, error codes and identifiers, semantic for rephrasings. "
-        "Returns passages with short ids (c1, c2, ...) to cite as [c1]; read more of a "
-        "document with read_document."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "What to look for."},
-            "mode": {"enum": [m.value for m in SearchMode], "default": "hybrid"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 30, "default": 10},
-            "knowledge_base_ids": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
-    read_only=True,
-    requirement=RETRIEVAL,
-)
+from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tools.specs import SEARCH_KNOWLEDGE, SearchMode
 
 
 def omitted_marker(count: int) -> str:

@@ -14,41 +14,9 @@ import httpx
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
 from weft_tools.safe_http import tls_context
+from weft_tools.specs import SEARCH_CONVERSATIONS, SEARCH_MEMORY
 
 DEFAULT_MEMORY_URL = "http://127.0.0.1:8085"
-
-SEARCH_MEMORY = ToolSpec(
-    name="search_memory",
-    description=(
-        "Search the long-term memory about the current user (facts, preferences, projects "
-        "remembered from earlier conversations)."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "What to recall."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 20, "default": 10},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
-)
-
-SEARCH_CONVERSATIONS = ToolSpec(
-    name="search_conversations",
-    description="Search the current user's past conversations for messages about a topic.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 8, "default": 5},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
-)
-
-MEMORY_SPECS: tuple[ToolSpec, ...] = (SEARCH_MEMORY, SEARCH_CONVERSATIONS)
 
 
 class MemoryServiceClient:

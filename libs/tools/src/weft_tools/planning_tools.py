@@ -10,63 +10,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tools.specs import THINKING, TODO_WRITE
 
 _MAX_TURNS = 1024  # bound on remembered turns per worker (invariant 6)
-
-THINKING = ToolSpec(
-    name="thinking",
-    description=(
-        "Sequential thinking: record one reasoning step, revise an earlier one or branch "
-        "from it. Do not name tools or write the final answer inside a thought."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "thought": {"type": "string", "minLength": 1},
-            "next_thought_needed": {"type": "boolean"},
-            "thought_number": {"type": "integer", "minimum": 1},
-            "total_thoughts": {"type": "integer", "minimum": 1},
-            "is_revision": {"type": "boolean"},
-            "revises_thought": {"type": "integer", "minimum": 1},
-            "branch_from_thought": {"type": "integer", "minimum": 1},
-            "branch_id": {"type": "string"},
-            "needs_more_thoughts": {"type": "boolean"},
-        },
-        "required": ["thought", "next_thought_needed", "thought_number", "total_thoughts"],
-        "additionalProperties": False,
-    },
-)
-
-TODO_WRITE = ToolSpec(
-    name="todo_write",
-    description=(
-        "Create or update the retrieval plan of this turn (steps with status pending, "
-        "in_progress or completed). Put reasoning in `thinking`, not here."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "task": {"type": "string"},
-            "steps": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string", "minLength": 1},
-                        "description": {"type": "string", "minLength": 1},
-                        "status": {"enum": ["pending", "in_progress", "completed"]},
-                    },
-                    "required": ["id", "description", "status"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-        "required": ["steps"],
-        "additionalProperties": False,
-    },
-)
 
 
 class _TurnMemory:

@@ -16,42 +16,12 @@ import httpx
 from bs4 import BeautifulSoup
 from markdownify import MarkdownConverter
 
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tools.safe_http import BlockedAddress, FetchedPage, SafeHttpClient
+from weft_tools.specs import WEB_FETCH, WEB_FETCH_CHAR_BUDGET
 from weft_tools.web_snapshots import SnapshotStore
 
 MAX_PAGES = 8
-CHAR_BUDGET = 8000
-
-WEB_FETCH = ToolSpec(
-    name="web_fetch",
-    description=(
-        "Fetch web pages (http/https, at most 8) as Markdown. Page through long pages "
-        "with offset/limit (characters, 8000 shared by the call); the full text is saved "
-        "at full_output_path for read_file."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "items": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "url": {"type": "string", "minLength": 1},
-                        "offset": {"type": "integer", "minimum": 0, "default": 0},
-                        "limit": {"type": "integer", "minimum": 1, "maximum": CHAR_BUDGET},
-                    },
-                    "required": ["url"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        "required": ["items"],
-        "additionalProperties": False,
-    },
-)
 
 
 def page_text(page: FetchedPage) -> str:
@@ -83,7 +53,7 @@ class WebFetchTool:
         """Fetch every item in parallel and report each."""
         items: list[dict[str, Any]] = call.arguments["items"]
         wanted = items[:MAX_PAGES]
-        share = CHAR_BUDGET // len(wanted)
+        share = WEB_FETCH_CHAR_BUDGET // len(wanted)
         results = await asyncio.gather(*(self._one(call, item, share) for item in wanted))
         results += [
             {

@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 import httpx
 
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tools.safe_http import BlockedAddress, SafeHttpClient, tls_context
+from weft_tools.specs import WEB_SEARCH, WEB_SEARCH_MAX_COUNT
 from weft_tools.web_fetch import page_text
 
-MAX_COUNT = 20
 CONTENT_PAGES = 3
 CONTENT_CHARS = 5000
 CONTENT_TIMEOUT_S = 15.0
@@ -132,24 +132,6 @@ def _brave_hits(response: httpx.Response, count: int) -> list[SearchHit]:
     ]
 
 
-WEB_SEARCH = ToolSpec(
-    name="web_search",
-    description="Search the web. Set content=true to also read the top 3 pages.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1},
-            "count": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT, "default": 5},
-            "country": {"type": "string"},
-            "freshness": {"type": "string"},
-            "content": {"type": "boolean", "default": False},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
-)
-
-
 NOT_CONFIGURED = (
     "web_search is not available: no search provider API key is configured on this "
     "deployment (WEFT_WEB_SEARCH_API_KEY). Answer from other sources or tell the user."
@@ -173,7 +155,7 @@ class WebSearchTool:
         try:
             hits = await self._provider.search(
                 str(args["query"]),
-                min(int(args.get("count", 5)), MAX_COUNT),
+                min(int(args.get("count", 5)), WEB_SEARCH_MAX_COUNT),
                 country=args.get("country"),
                 freshness=args.get("freshness"),
             )

@@ -16,7 +16,7 @@ from typing import Any
 from json_repair import repair_json
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 from weft_llm import ToolCallRequest
-from weft_tools.builtin import spec_by_name
+from weft_tools.specs import spec_by_name
 
 from weft_engine.state import PendingCall, TurnState
 

@@ -28,7 +28,7 @@ from weft_contracts import (
 )
 from weft_llm import ChatModel, LLMCallError, LLMResponse, ToolCallRequest
 from weft_platform.bus import EventBus
-from weft_tools.builtin import SANDBOX_TOOLS, definitions_for
+from weft_tools.specs import SANDBOX_TOOLS, definitions_for
 
 from weft_engine.act import dispatch_groups, dispatch_messages, plan_calls
 from weft_engine.analyze import Counters, analyze

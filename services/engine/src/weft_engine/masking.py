@@ -4,8 +4,8 @@ A tool declares the arguments that must not leave the call itself in
 ``ToolSpec.sensitive_arguments`` (``database_query`` declares ``sql``). The ``tool_call``
 events, the engine's logs and the trace spans carry the masked copy; the tool worker
 receives the real values in ``ToolCallRequested``. SQL keeps its shape with every literal
-replaced by ``?``, so a reader still sees which tables and columns were queried; any other
-sensitive value is replaced as a whole.
+replaced by a placeholder (``%s``), so a reader still sees which tables and columns were
+queried; any other sensitive value is replaced as a whole.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from weft_tools.builtin import spec_by_name
-from weft_tools.database_query import mask_sql
+from weft_tools.specs import spec_by_name
+from weft_tools.sql_masking import mask_sql
 
 MASKED = "***"
 
