@@ -1,18 +1,23 @@
-"""Fixtures shared by the integration tests: a migrated PostgreSQL and its engine/sessions."""
+"""Fixtures shared by the integration tests: a migrated PostgreSQL and its engine/sessions,
+and the scripted LLM test double served over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 
 import pytest
+import uvicorn
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+from weft_scripted_llm.app import create_app as scripted_llm_app
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +42,20 @@ async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
 async def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """ORM sessions bound to :func:`engine`."""
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+@pytest.fixture
+async def scripted_llm() -> AsyncIterator[str]:
+    """The scripted LLM test double on a free port of this process, over real HTTP (the
+    engine reaches it through the ``openai`` client); its base URL. Scripts go to
+    ``POST {url}/_script``, the requests it saw come from ``GET {url}/_requests``."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()  # connections wait in the backlog until the server accepts them
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(scripted_llm_app(), log_level="warning"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await serving
+    sock.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -58,19 +58,27 @@ async def service_runtime(
 
 async def dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:
     """The first ``count`` dead letters of ``rt``'s deployment (fails after 30 s)."""
+    return await read_topic(rt, Topic.DLQ, lambda letters: len(letters) >= count)
+
+
+async def read_topic(
+    rt: ServiceRuntime, topic: Topic, enough: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The records of ``topic`` in ``rt``'s deployment from the start, decoded, once
+    ``enough`` of them are there (fails after 30 s)."""
     consumer = AIOKafkaConsumer(
-        rt.bus.topic_name(Topic.DLQ),
+        rt.bus.topic_name(topic),
         bootstrap_servers=rt.settings.kafka_bootstrap,
         auto_offset_reset="earliest",
-        group_id=f"dlq-{secrets.token_hex(4)}",
+        group_id=f"read-{secrets.token_hex(4)}",
     )
     await consumer.start()
-    letters: list[dict[str, Any]] = []
+    found: list[dict[str, Any]] = []
     try:
         async with asyncio.timeout(30):
-            while len(letters) < count:
+            while not enough(found):
                 for records in (await consumer.getmany(timeout_ms=500)).values():
-                    letters.extend(json.loads(r.value) for r in records)
+                    found.extend(json.loads(r.value) for r in records)
     finally:
         await consumer.stop()
-    return letters
+    return found

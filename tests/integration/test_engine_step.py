@@ -1,21 +1,24 @@
-"""One step of a turn on the real Redis, with a scripted in-process model: a steer message
-that waits when the tools' results come back joins the next LLM call; when none waits, the
-step does not poll the inbox before thinking (SPEC E-13, issue 3). A step starts from the
-state its submitter holds when nobody wrote the turn since, and reloads it otherwise; a
-redelivered tool result still starts the step a crash left unrun."""
+"""One step of a turn on the real Redis and Kafka, the model being the scripted LLM test
+double over HTTP: a steer message that waits when the tools' results come back joins the
+next LLM call; when none waits, the step does not poll the inbox before thinking (SPEC
+E-13, issue 3). A step starts from the state its submitter holds when nobody wrote the
+turn since, and reloads it otherwise; a redelivered tool result still starts the step a
+crash left unrun; a step that keeps crashing ends its turn with one ``complete``."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
+import pytest
 from redis.asyncio import Redis
 from weft_context import MemoryClient
 from weft_contracts import (
     AgentConfig,
-    Envelope,
     ToolCallCompleted,
     ToolCallCompletedData,
     Topic,
@@ -31,35 +34,35 @@ from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.state import PendingCall, StaleTurnState, TurnState, TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
-from weft_llm import LLMRequest, LLMResponse, StreamSink
+from weft_llm import OpenAIChatModel
+from weft_platform.runtime import ServiceRuntime
+from weft_testkit import chat_requests
+
+from tests.integration.kafka_helpers import read_topic, service_runtime
 
 
-class _Bus:
-    """Acks every event at once; keeps what was published."""
-
-    def __init__(self) -> None:
-        self.sent: list[Envelope] = []
-
-    async def publish(self, topic: Topic, message: Envelope) -> None:
-        self.sent.append(message)
-
-    async def publish_nowait(self, topic: Topic, message: Envelope) -> asyncio.Future[Any]:
-        self.sent.append(message)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        future.set_result(None)
-        return future
+@pytest.fixture
+async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
+    """The engine's bus on the real Kafka (topics of its own)."""
+    async with service_runtime(infra, "engine-step", start=True) as rt:
+        yield rt
 
 
-class _Model:
-    """Answers every call with a short text and remembers the messages it was sent."""
+@pytest.fixture
+async def llm(scripted_llm: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The test double's control API, scripted to answer every call with text."""
+    async with httpx.AsyncClient(base_url=scripted_llm) as client:
+        response = await client.post("/_script", json={"fallback": "rounds", "rounds": 0})
+        response.raise_for_status()
+        yield client
 
-    def __init__(self) -> None:
-        self.requests: list[LLMRequest] = []
 
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        self.requests.append(request)
-        await sink.on_content("Done.")
-        return LLMResponse(content="Done.", reasoning="", tool_calls=[], finish_reason="stop")
+@pytest.fixture
+async def model(scripted_llm: str) -> AsyncIterator[OpenAIChatModel]:
+    """The engine's model client (the ``openai`` package) on the test double."""
+    client = OpenAIChatModel(base_url=f"{scripted_llm}/v1", api_key="scripted-llm-test-double")
+    yield client
+    await client.aclose()
 
 
 class _CountingInbox(SteerInbox):
@@ -82,13 +85,28 @@ class _CountingStore(TurnStore):
         return await super().load(request_id)
 
 
+class _CrashingContext(ContextManager):
+    """A bug in the step: fitting the context raises something that is not an LLM error."""
+
+    fits = 0
+
+    async def fit(self, state: TurnState, *, force_reason: str | None = None) -> TurnState:
+        self.fits += 1
+        raise RuntimeError("a bug in the step")
+
+
 def _loop(
-    redis: Redis, model: _Model, inbox: SteerInbox, bus: _Bus, store: TurnStore | None = None
+    redis: Redis,
+    runtime: ServiceRuntime,
+    model: OpenAIChatModel,
+    inbox: SteerInbox,
+    store: TurnStore | None = None,
+    context_type: type[ContextManager] = ContextManager,
 ) -> TurnLoop:
     store = store or TurnStore(redis, ttl_s=60)
-    emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
+    emitter = EventEmitter(runtime.bus, redis, ttl_s=60)
     leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
-    context = ContextManager(
+    context = context_type(
         memory=MemoryClient(base_url="http://127.0.0.1:9"), model=model, emitter=emitter,
         estimator=CachedTokenEstimator(),
     )  # fmt: skip
@@ -96,10 +114,20 @@ def _loop(
         emitter=emitter, store=store, leases=leases, sessions=SessionGate(redis, 60)
     )
     return TurnLoop(
-        bus=bus, redis=redis, store=store, emitter=emitter, model=model, finisher=finisher,  # type: ignore[arg-type]
-        reporter=ResultReporter(store, emitter), inbox=inbox, leases=leases, context=context,
-        think_settings=ThinkSettings(), tool_timeout_s=60,
+        bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
+        finisher=finisher, reporter=ResultReporter(store, emitter), inbox=inbox,
+        leases=leases, context=context, think_settings=ThinkSettings(), tool_timeout_s=60,
     )  # fmt: skip
+
+
+async def _events(runtime: ServiceRuntime, request_id: str) -> list[dict[str, Any]]:
+    """The turn's agent events as Kafka has them, up to its ``complete``."""
+
+    def completed(events: list[dict[str, Any]]) -> bool:
+        return any(e["type"] == "complete" and e["request_id"] == request_id for e in events)
+
+    events = await read_topic(runtime, Topic.AGENT_EVENTS, completed)
+    return [e for e in events if e["request_id"] == request_id]
 
 
 async def _run_step(loop: TurnLoop, request_id: str, known: TurnState | None = None) -> None:
@@ -125,62 +153,74 @@ async def _waiting_turn(redis: Redis) -> TurnState:
     return await TurnStore(redis, ttl_s=60).save(state)
 
 
-async def test_a_steer_waiting_when_results_arrive_joins_the_next_llm_call(redis: Redis) -> None:
+async def test_a_steer_waiting_when_results_arrive_joins_the_next_llm_call(
+    redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
+) -> None:
     """SPEC E-13: the steer sent while the tools ran is the last message the model reads."""
-    model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
+    inbox = _CountingInbox(redis, 60)
     state = await _waiting_turn(redis)
     await inbox.put(state.request_id, "Also check the train prices.")
-    await _run_step(_loop(redis, model, inbox, bus), state.request_id)
-    sent = model.requests[0].messages
+    await _run_step(_loop(redis, runtime, model, inbox), state.request_id)
+    [request] = await chat_requests(llm)
+    sent = request["messages"]
     assert [m["role"] for m in sent[-3:]] == ["assistant", "tool", "user"]
     assert sent[-1]["content"] == "Also check the train prices."
     assert inbox.polls == 1
-    assert [e.type for e in bus.sent][-1] == "complete"
+    assert [e["type"] for e in await _events(runtime, state.request_id)][-1] == "complete"
 
 
-async def test_without_a_waiting_steer_the_step_thinks_without_polling(redis: Redis) -> None:
-    """Issue 3: the step's load already saw no stop flag and an empty inbox."""
-    model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
+async def test_without_a_waiting_steer_the_step_thinks_without_polling(
+    redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
+) -> None:
+    """Issue 3: the step's claim already saw no stop flag and an empty inbox."""
+    inbox = _CountingInbox(redis, 60)
     state = await _waiting_turn(redis)
-    await _run_step(_loop(redis, model, inbox, bus), state.request_id)
+    await _run_step(_loop(redis, runtime, model, inbox), state.request_id)
     assert inbox.polls == 0
-    assert model.requests[0].messages[-1]["role"] == "tool"
-    assert [e.type for e in bus.sent][-1] == "complete"
+    [request] = await chat_requests(llm)
+    assert request["messages"][-1]["role"] == "tool"
+    assert [e["type"] for e in await _events(runtime, state.request_id)][-1] == "complete"
 
 
-async def test_a_step_starts_from_the_submitters_state_without_loading_it(redis: Redis) -> None:
+async def test_a_step_starts_from_the_submitters_state_without_loading_it(
+    redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
+) -> None:
     """Issue 3: the claim read the version the submitter holds, so the state is current."""
-    model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
     store = _CountingStore(redis, 60)
     state = await _waiting_turn(redis)
-    await _run_step(_loop(redis, model, inbox, bus, store), state.request_id, known=state)
+    loop = _loop(redis, runtime, model, _CountingInbox(redis, 60), store)
+    await _run_step(loop, state.request_id, known=state)
     assert store.loads == 0
-    assert model.requests[0].messages[-1] == {
-        "role": "tool", "tool_call_id": "c1", "content": "noted"
-    }  # fmt: skip
-    assert [e.type for e in bus.sent][-1] == "complete"
+    [request] = await chat_requests(llm)
+    assert request["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": "noted"}
+    assert [e["type"] for e in await _events(runtime, state.request_id)][-1] == "complete"
 
 
-async def test_a_step_reloads_a_state_written_since_its_submitter_read_it(redis: Redis) -> None:
+async def test_a_step_reloads_a_state_written_since_its_submitter_read_it(
+    redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
+) -> None:
     """A submitter's copy older than the stored version is not trusted: the step loads."""
-    model, inbox, bus = _Model(), _CountingInbox(redis, 60), _Bus()
     store = _CountingStore(redis, 60)
     old = await _waiting_turn(redis)
     steered = old.model_copy(
         update={"messages": [*old.messages, {"role": "user", "content": "Only trains."}]}
     )
     await store.save(steered)  # another writer moved the turn on
-    await _run_step(_loop(redis, model, inbox, bus, store), old.request_id, known=old)
+    loop = _loop(redis, runtime, model, _CountingInbox(redis, 60), store)
+    await _run_step(loop, old.request_id, known=old)
     assert store.loads == 1
-    sent = model.requests[0].messages
+    [request] = await chat_requests(llm)
+    sent = request["messages"]
     assert any("Only trains." in str(m["content"]) for m in sent if m["role"] == "user")
 
 
-async def test_a_redelivered_result_starts_the_step_a_crash_left_unrun(redis: Redis) -> None:
+async def test_a_redelivered_result_starts_the_step_a_crash_left_unrun(
+    redis: Redis, runtime: ServiceRuntime
+) -> None:
     """The results consumer has no de-duplication: recording is idempotent, and a result
     that is already recorded still submits the waiting turn (at-least-once delivery)."""
     store = TurnStore(redis, ttl_s=60)
-    emitter = EventEmitter(_Bus(), redis, ttl_s=60)  # type: ignore[arg-type]
+    emitter = EventEmitter(runtime.bus, redis, ttl_s=60)
     reporter = ResultReporter(store, emitter)
     state = await _waiting_turn(redis)
     pending = state.pending[0]
@@ -224,53 +264,41 @@ async def test_claiming_a_step_drops_the_tool_deadline_and_reads_the_turn(redis:
 async def test_the_scheduler_hands_its_submitters_state_to_the_step(redis: Redis) -> None:
     """StepScheduler.submit: the claim and the submitter's state reach the step."""
     leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
-    started: list[StepStart] = []
+    started: asyncio.Queue[StepStart] = asyncio.Queue()
 
     async def run_step(start: StepStart) -> None:
-        started.append(start)
+        started.put_nowait(start)
 
     scheduler = StepScheduler(leases, run_step, max_inflight=2, ttl_s=6)
     state = await _waiting_turn(redis)
     assert await scheduler.submit(state.request_id, state=state)
-    for _ in range(100):
-        if started:
-            break
-        await asyncio.sleep(0.01)
-    assert started[0].known_state() == state
+    start = await asyncio.wait_for(started.get(), 5)
+    assert start.known_state() == state
     stale = state.model_copy(update={"version": state.version - 1})
-    assert StepStart(state.request_id, False, started[0].claim, stale).known_state() is None
+    assert StepStart(state.request_id, False, start.claim, stale).known_state() is None
 
 
-class _CrashingModel(_Model):
-    """A bug in the step: every call raises something that is not an LLM error."""
-
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        self.requests.append(request)
-        raise RuntimeError("a bug in the step")
-
-
-async def test_a_step_that_keeps_crashing_ends_the_turn_with_one_complete(redis: Redis) -> None:
+async def test_a_step_that_keeps_crashing_ends_the_turn_with_one_complete(
+    redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
+) -> None:
     """SPEC E-04: a crashed step is given up to the reapers and taken over; after
     MAX_TAKEOVERS the turn fails with its one complete instead of hanging without a lease
     or a deadline."""
-    model, inbox, bus = _CrashingModel(), _CountingInbox(redis, 60), _Bus()
-    loop = _loop(redis, model, inbox, bus)
+    loop = _loop(redis, runtime, model, _CountingInbox(redis, 60), context_type=_CrashingContext)
     scheduler = StepScheduler(loop._leases, loop.run_step, max_inflight=4, ttl_s=6)
     state = await _waiting_turn(redis)
     scheduler.start()
     try:
         assert await scheduler.submit(state.request_id, state=state)
-        for _ in range(300):
-            if any(e.type == "complete" for e in bus.sent):
-                break
-            await asyncio.sleep(0.05)
+        events = await _events(runtime, state.request_id)
     finally:
         await scheduler.stop(0)
-    completes = [e.model_dump() for e in bus.sent if e.type == "complete"]
-    errors = [e.model_dump() for e in bus.sent if e.type == "error"]
+    completes = [e for e in events if e["type"] == "complete"]
+    errors = [e for e in events if e["type"] == "error"]
     assert [c["data"]["status"] for c in completes] == ["failed"]
     assert errors[-1]["data"]["code"] == "engine_error"
-    assert len(model.requests) == 1 + MAX_TAKEOVERS
+    assert loop._context.fits == 1 + MAX_TAKEOVERS  # type: ignore[attr-defined]
+    assert await chat_requests(llm) == []  # the step crashed before calling the model
 
 
 async def test_a_superseded_step_leaves_the_turn_to_the_replica_that_advanced_it(
@@ -285,9 +313,6 @@ async def test_a_superseded_step_leaves_the_turn_to_the_replica_that_advanced_it
     scheduler = StepScheduler(leases, superseded, max_inflight=2, ttl_s=6)
     state = await _waiting_turn(redis)
     assert await scheduler.submit(state.request_id)
-    for _ in range(100):
-        if not scheduler.running(state.request_id):
-            break
-        await asyncio.sleep(0.01)
+    await scheduler.stop(grace_s=5)  # waits for the step, and its release, to finish
     assert await leases.expired() == []
     assert await redis.get(f"weft:turn:{state.request_id}:lease") is None
