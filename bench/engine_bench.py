@@ -46,6 +46,14 @@ TOOL_ARGUMENTS = {
     "total_thoughts": 3,
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+ROUNDS_SCRIPT = {
+    "fallback": "rounds",
+    "rounds": 3,
+    "rounds_tool": TOOL,
+    "rounds_arguments": TOOL_ARGUMENTS,
+}
+"""The test double's script: 3 tool rounds of ``parallel`` ``thinking`` calls, then text."""
+LLM_CALLS_PER_TURN = 4  # 3 tool rounds + the answer
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -116,15 +124,14 @@ async def overhead(
     llm_before = _cpu_s(stack.pids("scripted_llm"))
     for i in range(turns):
         events = await _turn(api, agent, f"overhead {i}")
-        for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events):
-            if kind == "tool_result" and next_kind == "tool_call":
-                windows.append((_epoch(env["time"]), _epoch(next_env["time"])))
-                round_gaps.append((windows[-1][1] - windows[-1][0]) * 1000)
+        for start, end in round_windows(events):
+            windows.append((start, end))
+            round_gaps.append((end - start) * 1000)
         answer = next(e for e in events if e[0] == "final_answer")
         first_token.append((answer[2] - _epoch(answer[1]["time"])) * 1000)
     cpu = _cpu_s(stack.pids("engine")) - cpu_before
     llm_cpu = _cpu_s(stack.pids("scripted_llm")) - llm_before
-    llm_calls = turns * 4  # 3 tool rounds + the answer
+    llm_calls = turns * LLM_CALLS_PER_TURN
     return {
         "turns": turns,
         "engine_cpu_ms_per_llm_round": round(cpu * 1000 / llm_calls, 1),
@@ -156,6 +163,16 @@ async def _round_split(
         "tool_result_to_llm_request_received_ms": _summary(before),
         "llm_request_received_to_tool_call_ms": _summary(after),
     }
+
+
+def round_windows(events: list[tuple[str, dict[str, Any], float]]) -> list[tuple[float, float]]:
+    """Per tool round of a turn's events: the ``tool_result`` event's time and the next
+    ``tool_call`` event's time (epoch seconds, as the engine stamped them)."""
+    return [
+        (_epoch(env["time"]), _epoch(next_env["time"]))
+        for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events)
+        if kind == "tool_result" and next_kind == "tool_call"
+    ]
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -256,15 +273,13 @@ async def run(turns: int, sessions: list[int], tool_workers: int) -> dict[str, A
             httpx.AsyncClient(base_url=stack.llm_url) as llm,
         ):
             agent = await _agent(api)
-            script = {"fallback": "rounds", "rounds": 3, "rounds_tool": TOOL}
-            script["rounds_arguments"] = TOOL_ARGUMENTS
-            await llm.post("/_script", json={**script, "parallel": 1})
+            await llm.post("/_script", json={**ROUNDS_SCRIPT, "parallel": 1})
             result: dict[str, Any] = {
                 "load_average_at_start": os.getloadavg(),
                 "tool_workers": tool_workers,
                 "overhead": await overhead(api, llm, stack, agent, turns),
             }
-            await llm.post("/_script", json={**script, "parallel": 2})
+            await llm.post("/_script", json={**ROUNDS_SCRIPT, "parallel": 2})
             result["throughput"] = [await throughput(api, stack, agent, n) for n in sessions]
             result["load_average_at_end"] = os.getloadavg()
     return result

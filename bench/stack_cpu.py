@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import subprocess
 import time
 from typing import Any
@@ -26,9 +25,6 @@ import httpx
 from benchlib import machine, save
 from weft_testkit import LocalStack
 
-SERVICES = ("engine", "gateway", "memory", "tool_exec", "scripted_llm", "suggestions")
-LLM_CALLS_PER_TURN = 4  # 3 tool rounds + the answer
-
 
 def _infra_pid(pattern: str) -> list[int]:
     found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
@@ -36,7 +32,7 @@ def _infra_pid(pattern: str) -> list[int]:
 
 
 def _pids(stack: LocalStack) -> dict[str, list[int]]:
-    pids = {name: stack.pids(name) for name in SERVICES}
+    pids = {name: stack.pids(name) for name in eb.SERVICES}
     pids["kafka"] = _infra_pid("kafka.Kafka")
     pids["redis"] = _infra_pid("redis-server")
     return pids
@@ -54,8 +50,7 @@ async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any
             httpx.AsyncClient(base_url=stack.llm_url) as llm,
         ):
             agent = await eb._agent(api)
-            script = {"fallback": "rounds", "rounds": 3, "rounds_tool": eb.TOOL}
-            await llm.post("/_script", json={**script, "rounds_arguments": eb.TOOL_ARGUMENTS})
+            await llm.post("/_script", json={**eb.ROUNDS_SCRIPT, "parallel": 1})
             for i in range(3):
                 await eb._turn(api, agent, f"warm-up {i}")
             pids = _pids(stack)
@@ -69,12 +64,9 @@ async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any
             while time.monotonic() < deadline:
                 events = await eb._turn(api, agent, f"stack cpu {turns}")
                 turns += 1
-                for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events):
-                    if kind == "tool_result" and next_kind == "tool_call":
-                        gap = eb._epoch(next_env["time"]) - eb._epoch(env["time"])
-                        gaps.append(gap * 1000)
+                gaps += [(end - start) * 1000 for start, end in eb.round_windows(events)]
             end = _cpu(pids)
-    rounds = turns * LLM_CALLS_PER_TURN
+    rounds = turns * eb.LLM_CALLS_PER_TURN
     return {
         "machine": machine(),
         "seconds": seconds,

@@ -93,15 +93,11 @@ class TurnLeases:
         self._release = redis.register_script(_RELEASE)
         self._give_up = redis.register_script(_GIVE_UP)
 
-    @staticmethod
-    def _owner_key(request_id: str) -> str:
-        return lease_key(request_id)
-
     async def claim(self, request_id: str) -> bool:
         """Renew the lease (or take it) unless another live replica holds it."""
         expiry = _now_ms() + self._ttl_ms
         ok = await self._claim(
-            keys=[self._owner_key(request_id), self._leases],
+            keys=[lease_key(request_id), self._leases],
             args=[self.owner, self._ttl_ms, expiry, request_id],
         )
         return bool(ok)
@@ -115,7 +111,7 @@ class TurnLeases:
         submitter already holds (issue 3: a round's Redis round trips are its CPU).
         """
         keys = [
-            self._owner_key(request_id), self._leases, self._deadlines,
+            lease_key(request_id), self._leases, self._deadlines,
             version_key(request_id), cancel_key(request_id), inbox_key(request_id),
         ]  # fmt: skip
         expiry = _now_ms() + self._ttl_ms
@@ -130,19 +126,19 @@ class TurnLeases:
     async def release(self, request_id: str) -> None:
         """Give the lease up (the turn waits for tools, ended, or is handed over)."""
         await self._release(
-            keys=[self._owner_key(request_id), self._leases], args=[self.owner, request_id]
+            keys=[lease_key(request_id), self._leases], args=[self.owner, request_id]
         )
 
     async def give_up(self, request_id: str) -> None:
         """After a crashed step: any replica's reaper takes the turn over at once (a
         lease another replica holds meanwhile is left alone)."""
         await self._give_up(
-            keys=[self._owner_key(request_id), self._leases], args=[self.owner, request_id]
+            keys=[lease_key(request_id), self._leases], args=[self.owner, request_id]
         )
 
     async def hand_over(self, request_id: str) -> None:
         """Drop the lease but keep the turn listed as expired, for an immediate takeover."""
-        await self._redis.delete(self._owner_key(request_id))
+        await self._redis.delete(lease_key(request_id))
         await self._redis.zadd(self._leases, {request_id: 0})
 
     async def expired(self) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field, model_validator
 from redis.asyncio import Redis
@@ -19,7 +18,6 @@ from weft_memory.history import History, HistoryLoader, HistoryQuery
 from weft_memory.turn_ends import wait_turn_end
 
 DEFAULT_MAX_TURNS = 5
-log = structlog.get_logger(__name__)
 
 
 class TurnOut(BaseModel):
@@ -116,8 +114,6 @@ def history_router(
         stored = None
         if after is not None:
             stored = await wait_turn_end(sessions, redis, tenant_id, after, wait_s)
-            if not stored:
-                log.warning("history_without_previous_turn", session_id=session_id, after=after)
         if token_budget is None and max_turns is None:
             max_turns = DEFAULT_MAX_TURNS
         query = HistoryQuery(
