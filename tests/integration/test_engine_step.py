@@ -26,7 +26,7 @@ from weft_contracts import (
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
-from weft_engine.leases import TurnLeases
+from weft_engine.leases import StepClaim, TurnLeases
 from weft_engine.loop import MAX_TAKEOVERS, TurnLoop
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler, StepStart
@@ -120,11 +120,13 @@ def _loop(
     )  # fmt: skip
 
 
-async def _events(runtime: ServiceRuntime, request_id: str) -> list[dict[str, Any]]:
-    """The turn's agent events as Kafka has them, up to its ``complete``."""
+async def _events(
+    runtime: ServiceRuntime, request_id: str, until: str = "complete"
+) -> list[dict[str, Any]]:
+    """The turn's agent events as Kafka has them, up to its first ``until`` event."""
 
     def completed(events: list[dict[str, Any]]) -> bool:
-        return any(e["type"] == "complete" and e["request_id"] == request_id for e in events)
+        return any(e["type"] == until and e["request_id"] == request_id for e in events)
 
     events = await read_topic(runtime, Topic.AGENT_EVENTS, completed)
     return [e for e in events if e["request_id"] == request_id]
@@ -231,10 +233,10 @@ async def test_a_redelivered_result_starts_the_step_a_crash_left_unrun(
                                    success=True, output="noted"),
     )  # fmt: skip
     first = await reporter.record(result)
-    assert first is not None and first.version == unrecorded.version + 1
+    assert first is not None and first.state.version == unrecorded.version + 1
     again = await reporter.record(result)  # redelivery: nothing changes, the state is returned
-    assert again is not None and again.version == first.version
-    assert again.dispatched_results_in() and again.phase == "waiting"
+    assert again is not None and again.state.version == first.state.version
+    assert again.ready() and again.claim is None
     late = result.model_copy(
         update={"data": result.data.model_copy(update={"call_id": "not-this-round"})}
     )
@@ -261,6 +263,51 @@ async def test_claiming_a_step_drops_the_tool_deadline_and_reads_the_turn(redis:
     assert taken is not None and taken.stopped
 
 
+async def test_recording_the_last_result_claims_the_step_in_the_same_write(
+    redis: Redis, runtime: ServiceRuntime
+) -> None:
+    """Issue 3: the write that records a round's last result also reserves the
+    ``tool_result`` event's seq and takes the step's lease (deadline dropped, stop flag and
+    steer inbox read); another replica's lease is left alone, the result still recorded."""
+    namespace = f"t{secrets.token_hex(4)}."
+    mine = TurnLeases(redis, owner="r1", namespace=namespace, ttl_s=6)
+    other = TurnLeases(redis, owner="r2", namespace=namespace, ttl_s=6)
+    store = TurnStore(redis, ttl_s=60)
+    emitter = EventEmitter(runtime.bus, redis, ttl_s=60)
+    reporter = ResultReporter(store, emitter)
+    state = await _waiting_turn(redis)
+    rid, pending = state.request_id, state.pending[0]
+    await store.save(state.model_copy(update={"results": {}}))
+    await mine.set_deadline(rid, time.time() + 60)
+    await SteerInbox(redis, 60).put(rid, "faster please")
+    result = ToolCallCompleted(
+        tenant_id="t", session_id=state.session_id, request_id=rid,
+        data=ToolCallCompletedData(call_id=pending.call_id, tool_name="thinking",
+                                   success=True, output="noted"),
+    )  # fmt: skip
+    recorded = await reporter.record(result, mine.lease_request(rid))
+    assert recorded is not None and recorded.ready()
+    assert recorded.claim is not None
+    await emitter.flush(rid)  # the tool_result event was queued with its reserved seq
+    claim = recorded.claim
+    assert (claim.version, claim.stopped, claim.steered) == (recorded.state.version, False, True)
+    assert await other.claim_step(rid) is None, "this replica holds the lease"
+    await mine.set_deadline(rid, time.time() - 1)
+    await mine.release(rid)
+    assert await mine.due() == [rid]
+    [event] = await _events(runtime, rid, until="tool_result")
+    assert event["seq"] == int(await redis.get(f"weft:turn:{rid}:seq"))
+
+    # Another replica holds the lease: the result is recorded, the lease left alone.
+    await store.save(recorded.state.model_copy(update={"results": {}}))
+    assert await other.claim_step(rid) is not None
+    await other.set_deadline(rid, time.time() - 1)
+    again = await reporter.record(result, mine.lease_request(rid))
+    assert again is not None and again.claim is None and again.ready()
+    assert await mine.claim_step(rid) is None
+    assert await mine.due() == [rid], "the deadline stays for the lease holder to drop"
+
+
 async def test_the_scheduler_hands_its_submitters_state_to_the_step(redis: Redis) -> None:
     """StepScheduler.submit: the claim and the submitter's state reach the step."""
     leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
@@ -276,6 +323,39 @@ async def test_the_scheduler_hands_its_submitters_state_to_the_step(redis: Redis
     assert start.known_state() == state
     stale = state.model_copy(update={"version": state.version - 1})
     assert StepStart(state.request_id, False, start.claim, stale).known_state() is None
+
+
+async def test_a_reserved_slot_runs_the_step_its_caller_claimed(redis: Redis) -> None:
+    """StepScheduler.reserve / start_claimed: the slot is taken without waiting (none when
+    all are busy), the step runs under the caller's claim and gives the slot back; a turn
+    submitted while its step runs here runs again after it."""
+    leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
+    started: asyncio.Queue[StepStart] = asyncio.Queue()
+    release = asyncio.Event()
+
+    async def run_step(start: StepStart) -> None:
+        started.put_nowait(start)
+        await release.wait()
+
+    scheduler = StepScheduler(leases, run_step, max_inflight=1, ttl_s=6)
+    state = await _waiting_turn(redis)
+    rid = state.request_id
+    lease = await scheduler.reserve(rid)
+    assert lease is not None and lease.args[0] == "r1"
+    assert await scheduler.reserve("req_other") is None, "the only slot is taken"
+    claim = StepClaim(version=state.version, stopped=False, steered=False)
+    assert scheduler.start_claimed(rid, claim, state)
+    start = await asyncio.wait_for(started.get(), 5)
+    assert start.claim == claim and start.known_state() == state
+    assert await scheduler.reserve(rid) is None, "the turn's step runs here"
+    # A result recorded while the step that dispatched its call still finishes: the turn
+    # is submitted again once that step has ended, not left to its tool deadline.
+    assert not await scheduler.submit(rid, state=state)
+    release.set()
+    again = await asyncio.wait_for(started.get(), 5)
+    assert again.request_id == rid and again.known_state() == state
+    await scheduler.stop(grace_s=5)
+    assert await scheduler.reserve("req_other") is not None, "the step gave its slot back"
 
 
 async def test_a_step_that_keeps_crashing_ends_the_turn_with_one_complete(

@@ -128,15 +128,30 @@ class TurnIntake:
     async def on_tool_result(self, result: ToolCallCompleted) -> None:
         """Record a result; when the dispatched calls have all answered, advance the turn.
 
+        With a step slot free, the write that records the round's last result also takes
+        the step's lease, and the step starts from the state just written (issue 3: no
+        round trip between the result and the next LLM call).
+
         Recording is idempotent (a result already in the state changes nothing), so this
         consumer needs no de-duplication of its own; a redelivered result still submits the
         step, which a crash between recording and submitting would otherwise leave unrun.
         """
-        state = await self._reporter.record(result)
-        if state is not None and state.phase == "waiting" and state.dispatched_results_in():
-            # Starts while the ack is due; from the state just written, without a reload.
-            await self._scheduler.submit(state.request_id, state=state)
-        await self._emitter.flush(result.request_id)  # acked before the offset commit
+        rid = result.request_id
+        lease = await self._scheduler.reserve(rid)
+        try:
+            recorded = await self._reporter.record(result, lease)
+        except BaseException:
+            if lease is not None:
+                self._scheduler.unreserve()
+            raise
+        if recorded is not None and recorded.claim is not None:
+            self._scheduler.start_claimed(rid, recorded.claim, recorded.state)
+        else:
+            if lease is not None:
+                self._scheduler.unreserve()
+            if recorded is not None and recorded.ready():
+                await self._scheduler.submit(rid, state=recorded.state)
+        await self._emitter.flush(rid)  # acked before the offset commit
 
     async def on_control(self, message: Any) -> None:
         """Stop or steer the session's running turn."""

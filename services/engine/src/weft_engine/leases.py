@@ -25,18 +25,34 @@ redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 return 1
 """
 
-# Claim to run a step (KEYS as _CLAIM, then deadlines, version, cancel flag, inbox): the
-# turn's tool deadline is dropped, and what the step needs to start is read in the same
-# round trip. Nil when another replica holds the lease.
-_CLAIM_STEP = """
-local owner = redis.call('GET', KEYS[1])
-if owner and owner ~= ARGV[1] then return false end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-redis.call('ZREM', KEYS[3], ARGV[4])
-return {redis.call('GET', KEYS[4]) or '0', redis.call('EXISTS', KEYS[5]),
-        redis.call('LLEN', KEYS[6])}
+# Take the lease to run a step: nothing when another replica holds it; else the lease, its
+# expiry in the leases set, and the turn's tool deadline dropped (the lease guards the turn
+# from now on). Shared by _CLAIM_STEP and the state write that records a round's last
+# result (``TurnStore.save_claiming``).
+TAKE_STEP_LEASE = """
+local function take_step_lease(lease, leases, deadlines, owner, ttl_ms, expiry, member)
+  local holder = redis.call('GET', lease)
+  if holder and holder ~= owner then return false end
+  redis.call('SET', lease, owner, 'PX', ttl_ms)
+  redis.call('ZADD', leases, expiry, member)
+  redis.call('ZREM', deadlines, member)
+  return true
+end
 """
+
+# Claim to run a step (KEYS: lease, leases, deadlines, cancel flag, inbox, version): what
+# the step needs to start is read in the same round trip. Nil when another replica holds
+# the lease.
+_CLAIM_STEP = (
+    TAKE_STEP_LEASE
+    + """
+if not take_step_lease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then
+  return false
+end
+return {redis.call('GET', KEYS[6]) or '0', redis.call('EXISTS', KEYS[4]),
+        redis.call('LLEN', KEYS[5])}
+"""
+)
 
 # Give the turn up to the reapers: drop the lease if this replica holds it and list the
 # turn as expired, so the next reaper round takes it over.
@@ -67,6 +83,18 @@ class StepClaim:
     """The user stopped the turn."""
     steered: bool
     """Steer messages wait in the turn's inbox (SPEC E-13)."""
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """Taking a turn's step lease inside another script (``TurnStore.save_claiming``):
+    the keys and arguments of ``TAKE_STEP_LEASE``, then the cancel flag and steer inbox
+    that the claim reads."""
+
+    keys: list[str]
+    """lease, leases, deadlines, cancel flag, inbox."""
+    args: list[Any]
+    """owner, ttl (ms), expiry (epoch ms), request id."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +130,15 @@ class TurnLeases:
         )
         return bool(ok)
 
+    def lease_request(self, request_id: str) -> LeaseRequest:
+        """What claiming the turn's step lease takes, for a script that does it alongside
+        another write (the lease's expiry counts from now)."""
+        keys = [
+            lease_key(request_id), self._leases, self._deadlines,
+            cancel_key(request_id), inbox_key(request_id),
+        ]  # fmt: skip
+        return LeaseRequest(keys, [self.owner, self._ttl_ms, _now_ms() + self._ttl_ms, request_id])
+
     async def claim_step(self, request_id: str) -> StepClaim | None:
         """Take the lease to run a step of the turn; None when another live replica holds it.
 
@@ -110,13 +147,9 @@ class TurnLeases:
         version, the stop flag and the steer inbox, so a step can start from a state its
         submitter already holds (issue 3: a round's Redis round trips are its CPU).
         """
-        keys = [
-            lease_key(request_id), self._leases, self._deadlines,
-            version_key(request_id), cancel_key(request_id), inbox_key(request_id),
-        ]  # fmt: skip
-        expiry = _now_ms() + self._ttl_ms
+        claim = self.lease_request(request_id)
         read: Any = await self._claim_step(
-            keys=keys, args=[self.owner, self._ttl_ms, expiry, request_id]
+            keys=[*claim.keys, version_key(request_id)], args=claim.args
         )
         if read is None:
             return None

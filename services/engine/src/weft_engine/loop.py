@@ -338,17 +338,19 @@ class TurnLoop:
                 "phase": "waiting",
             }
         )
-        calls: list[ToolCallData] = []
-        for call in pending:
-            shown = masked_arguments(call.tool_name, call.arguments)  # SPEC E-23
-            log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
-                     tool=call.tool_name, arguments=shown)  # fmt: skip
-            calls.append(ToolCallData(
+        calls = [
+            ToolCallData(
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
-                arguments=shown, display_hint=display_hint(call.tool_name),
-            ))  # fmt: skip
-        news = _RoundNews(calls, list(results.values()))
-        return await self._advance_tools(state, news)
+                arguments=masked_arguments(call.tool_name, call.arguments),  # SPEC E-23
+                display_hint=display_hint(call.tool_name),
+            )
+            for call in pending
+        ]  # fmt: skip
+        advanced = await self._advance_tools(state, _RoundNews(calls, list(results.values())))
+        for call in calls:  # logged once dispatched: the log line is not on the round's path
+            log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
+                     tool=call.tool_name, arguments=call.arguments)  # fmt: skip
+        return advanced
 
     async def _announce(
         self, state: TurnState, news: _RoundNews, seqs: range | None = None

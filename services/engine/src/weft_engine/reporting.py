@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from weft_contracts import (
     Reference,
@@ -15,10 +17,24 @@ from weft_contracts import (
 )
 
 from weft_engine.emitter import EventEmitter
+from weft_engine.leases import LeaseRequest, StepClaim
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
 
 CAS_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded result's turn, and the step's lease when the write that recorded the
+    round's last result took it."""
+
+    state: TurnState
+    claim: StepClaim | None = None
+
+    def ready(self) -> bool:
+        """Every dispatched call has answered: the turn's next step can run."""
+        return self.state.phase == "waiting" and self.state.dispatched_results_in()
 
 
 class ResultReporter:
@@ -29,31 +45,48 @@ class ResultReporter:
         self._emitter = emitter
         self._tracer = tracer or TurnTracer(None)
 
-    async def record(self, result: ToolCallCompleted) -> TurnState | None:
-        """Store the result once; the turn's state with it, or None when the result is late
-        (its turn ended or moved on). A redelivered result changes nothing and returns the
-        state as stored, so its caller can still start a step that a crash prevented."""
+    async def record(
+        self, result: ToolCallCompleted, lease: LeaseRequest | None = None
+    ) -> Recorded | None:
+        """Store the result once; the turn with it, or None when the result is late (its
+        turn ended or moved on). A redelivered result changes nothing and returns the turn
+        as stored, so its caller can still start a step that a crash prevented.
+
+        The same write reserves the ``seq`` of the result's events (queued, the caller
+        flushes) and, given ``lease`` and when this is the last result the turn waits for,
+        takes the step's lease (issue 3: one round trip from result to next step)."""
         for _ in range(CAS_ATTEMPTS):
             state = await self._store.load(result.request_id)
             call_id = result.data.call_id
             if state is None or call_id not in {c.call_id for c in state.pending}:
                 return None
             if call_id in state.results:
-                return state
+                return Recorded(state)
             updated = state.model_copy(update={"results": {**state.results, call_id: result.data}})
+            events = 2 if result.data.data.get("references") else 1  # + ``references``
+            claim = None
             try:
-                saved = await self._store.save(updated)
+                if lease is not None and Recorded(updated).ready():
+                    saved, seqs, claim = await self._store.save_claiming(updated, events, lease)
+                else:
+                    saved, seqs = await self._store.save_reserving(updated, events)
             except StaleTurnState:
                 continue
-            await self.report(saved, result.data, wait=False)  # the caller flushes
-            return saved
+            await self.report(saved, result.data, seqs=seqs)
+            return Recorded(saved, claim)
         raise StaleTurnState(result.request_id)
 
     async def report(
-        self, state: TurnState, result: ToolCallCompletedData, *, wait: bool = True
+        self,
+        state: TurnState,
+        result: ToolCallCompletedData,
+        *,
+        wait: bool = True,
+        seqs: range | None = None,
     ) -> None:
         """``tool_result`` (and ``references`` when the tool found sources); with
-        ``wait=False`` only queued (``EventEmitter.flush`` waits for the acks)."""
+        ``wait=False`` only queued (``EventEmitter.flush`` waits for the acks). ``seqs``:
+        their ``seq``, reserved by the write that recorded the result (queued, not awaited)."""
         ids = state.ids()
         data = ToolResultData(
             round=state.round,
@@ -65,12 +98,16 @@ class ResultReporter:
             display_type=result.display_type,
             duration_ms=result.duration_ms,
         )
-        await self._emitter.emit(ToolResultEvent, ids, data, wait=wait)
-        self._tracer.tool_done(state, result)
-        refs = [Reference.model_validate(r) for r in result.data.get("references", [])]
+        events: list[tuple[Any, Any]] = [(ToolResultEvent, data)]
+        refs = _references(result)
         if refs:
-            refs_data = ReferencesData(references=refs)
-            await self._emitter.emit(ReferencesEvent, ids, refs_data, wait=wait)
+            events.append((ReferencesEvent, ReferencesData(references=refs)))
+        if seqs is not None:
+            await self._emitter.queue_reserved(ids, events, seqs)
+        else:
+            for event_type, event_data in events:
+                await self._emitter.emit(event_type, ids, event_data, wait=wait)
+        self._tracer.tool_done(state, result)
 
     async def expire_overdue(self, state: TurnState) -> TurnState:
         """SPEC E-17 backstop: a dispatched call past its deadline gets a timeout result,
@@ -98,3 +135,7 @@ class ResultReporter:
         for result in timeouts.values():
             await self.report(saved, result, wait=False)  # the step flushes
         return saved
+
+
+def _references(result: ToolCallCompletedData) -> list[Reference]:
+    return [Reference.model_validate(r) for r in result.data.get("references", [])]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import structlog
 from weft_platform.tasks import cancel_and_wait
 
-from weft_engine.leases import StepClaim, TurnLeases
+from weft_engine.leases import LeaseRequest, StepClaim, TurnLeases
 from weft_engine.state import StaleTurnState, TurnState
 
 log = structlog.get_logger(__name__)
@@ -56,7 +56,11 @@ class StepScheduler:
         self._slots = asyncio.Semaphore(max_inflight)
         self._ttl = ttl_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._again: dict[str, TurnState | None] = {}
+        """Turns submitted while their step ran here: submitted again once it ended."""
+        self._resubmits: set[asyncio.Task[bool]] = set()
         self._background: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     def running(self, request_id: str) -> bool:
         """Whether this replica runs a step of the turn now."""
@@ -66,8 +70,13 @@ class StepScheduler:
         self, request_id: str, *, takeover: bool = False, state: TurnState | None = None
     ) -> bool:
         """Run the turn's next step here unless another replica holds it; waits for a slot.
-        ``state``: the turn's state as the caller just saved it."""
+        ``state``: the turn's state as the caller just saved it.
+
+        When the turn's step runs here already, the turn is submitted again once that step
+        ends: a tool result can arrive while the step that dispatched the call still waits
+        for Kafka's acks, before it gives the turn back."""
         if request_id in self._tasks:
+            self._again[request_id] = state
             return False
         await self._slots.acquire()
         claim = await self._leases.claim_step(request_id)
@@ -78,6 +87,33 @@ class StepScheduler:
         task = asyncio.create_task(self._run(start), name=f"turn:{request_id}")
         self._tasks[request_id] = task
         return True
+
+    async def reserve(self, request_id: str) -> LeaseRequest | None:
+        """Take a step slot for the turn now, without waiting, and say what claiming its
+        lease takes (for a write that claims it alongside, ``TurnStore.save_claiming``);
+        None when the turn's step runs here already or every slot is busy. The caller
+        then either starts the step (:meth:`start_claimed`) or gives the slot back
+        (:meth:`unreserve`)."""
+        if request_id in self._tasks or self._slots.locked():
+            return None
+        await self._slots.acquire()  # free: returns without suspending
+        return self._leases.lease_request(request_id)
+
+    def start_claimed(self, request_id: str, claim: StepClaim, state: TurnState) -> bool:
+        """Run the turn's step in the slot :meth:`reserve` took, under the lease the caller
+        claimed; False (slot given back, the turn submitted again when that step ends)
+        when a step of the turn started here meanwhile."""
+        if request_id in self._tasks:
+            self.unreserve()
+            self._again[request_id] = state
+            return False
+        start = StepStart(request_id, False, claim, state)
+        self._tasks[request_id] = asyncio.create_task(self._run(start), name=f"turn:{request_id}")
+        return True
+
+    def unreserve(self) -> None:
+        """Give back a slot :meth:`reserve` took."""
+        self._slots.release()
 
     def cancel(self, request_id: str) -> bool:
         """Interrupt the local step of the turn (user stop); True when there was one."""
@@ -111,6 +147,18 @@ class StepScheduler:
         finally:
             self._tasks.pop(request_id, None)
             self._slots.release()
+            self._submit_again(request_id)
+
+    def _submit_again(self, request_id: str) -> None:
+        if request_id not in self._again:
+            return
+        state = self._again.pop(request_id)
+        log.debug("step_submitted_again", request_id=request_id)
+        if self._stopping:
+            return  # the turn's lease or deadline hands it to another replica
+        task = asyncio.create_task(self.submit(request_id, state=state), name=f"again:{request_id}")
+        self._resubmits.add(task)
+        task.add_done_callback(self._resubmits.discard)
 
     def start(self) -> None:
         """Start the lease heartbeat and the reaper."""
@@ -139,7 +187,9 @@ class StepScheduler:
 
     async def stop(self, grace_s: float) -> None:
         """Let running steps finish for ``grace_s``, then hand the rest back to other replicas."""
+        self._stopping = True
         await cancel_and_wait(self._background)
+        await cancel_and_wait(list(self._resubmits))
         pending = list(self._tasks.values())
         if pending:
             _, still = await asyncio.wait(pending, timeout=grace_s)

@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
 from weft_engine.keys import seq_key, state_key, version_key
-from weft_engine.leases import DeadlineUpdate
+from weft_engine.leases import TAKE_STEP_LEASE, DeadlineUpdate, LeaseRequest, StepClaim
 
 
 class PendingCall(BaseModel):
@@ -106,24 +106,45 @@ class TurnState(BaseModel):
 
 
 # Compare-and-set: write only when the stored version is the one this replica read (else
-# -1); then reserve ARGV[7] event seqs on the turn's counter (KEYS[3]; the last one is
-# returned, 0 when none) and apply the optional tool-deadline change (KEYS[4], ARGV[5]
-# member, ARGV[6] score or '').
-_CAS = """
+# -1); then reserve ARGV[5] event seqs on the turn's counter (KEYS[3]; `last` is the last
+# one, 0 when none).
+_WRITE = """
 local current = redis.call('GET', KEYS[2])
 if (current or '0') ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
-if KEYS[4] then
-  if ARGV[6] == '' then redis.call('ZREM', KEYS[4], ARGV[5])
-  else redis.call('ZADD', KEYS[4], ARGV[6], ARGV[5]) end
+local last = 0
+if tonumber(ARGV[5]) > 0 then
+  last = redis.call('INCRBY', KEYS[3], ARGV[5])
+  redis.call('EXPIRE', KEYS[3], ARGV[4])
 end
-local count = tonumber(ARGV[7])
-if count == 0 then return 0 end
-local last = redis.call('INCRBY', KEYS[3], count)
-redis.call('EXPIRE', KEYS[3], ARGV[4])
+"""
+
+# _WRITE, then the optional tool-deadline change (KEYS[4], ARGV[6] member, ARGV[7] score or
+# ''); returns `last`.
+_CAS = (
+    _WRITE
+    + """
+if KEYS[4] then
+  if ARGV[7] == '' then redis.call('ZREM', KEYS[4], ARGV[6])
+  else redis.call('ZADD', KEYS[4], ARGV[7], ARGV[6]) end
+end
 return last
 """
+)
+
+# _WRITE, then the step's lease (KEYS[4..6], ARGV[6..9] as TAKE_STEP_LEASE; KEYS[7] cancel
+# flag, KEYS[8] steer inbox): {last, taken, stopped, steer messages waiting}.
+_CAS_CLAIM = (
+    TAKE_STEP_LEASE
+    + _WRITE
+    + """
+if not take_step_lease(KEYS[4], KEYS[5], KEYS[6], ARGV[6], ARGV[7], ARGV[8], ARGV[9]) then
+  return {last, 0, 0, 0}
+end
+return {last, 1, redis.call('EXISTS', KEYS[7]), redis.call('LLEN', KEYS[8])}
+"""
+)
 
 
 class StaleTurnState(Exception):
@@ -137,6 +158,7 @@ class TurnStore:
         self._redis = redis
         self._ttl = ttl_s
         self._cas = redis.register_script(_CAS)
+        self._cas_claim = redis.register_script(_CAS_CLAIM)
 
     @staticmethod
     def _keys(request_id: str) -> list[str]:
@@ -161,27 +183,38 @@ class TurnStore:
     ) -> tuple[TurnState, range]:
         """:meth:`save`, reserving ``seqs`` event sequence numbers of the turn (the
         ``EventEmitter``'s counter) in the same round trip; the saved state and the range."""
+        new, keys, args = self._write(state, seqs)
+        if deadline is not None:
+            keys.append(deadline.key)
+            args += [deadline.request_id, "" if deadline.at_ms is None else str(deadline.at_ms)]
+        last = int(await self._cas(keys=keys, args=args))
+        if last < 0:
+            raise StaleTurnState(state.request_id)
+        return new, range(last - seqs + 1, last + 1)
+
+    async def save_claiming(
+        self, state: TurnState, seqs: int, lease: LeaseRequest
+    ) -> tuple[TurnState, range, StepClaim | None]:
+        """:meth:`save_reserving`, and in the same round trip take the step's lease
+        (``TurnLeases.lease_request``) as ``TurnLeases.claim_step`` does: the write that
+        records a round's last result starts the next step without another round trip
+        (issue 3). The claim is None when another replica holds the lease; the state is
+        written either way."""
+        new, keys, args = self._write(state, seqs)
+        read: Any = await self._cas_claim(keys=[*keys, *lease.keys], args=[*args, *lease.args])
+        if read == -1:
+            raise StaleTurnState(state.request_id)
+        last, taken, stopped, waiting = (int(v) for v in read)
+        claim = StepClaim(new.version, bool(stopped), bool(waiting)) if taken else None
+        return new, range(last - seqs + 1, last + 1), claim
+
+    def _write(self, state: TurnState, seqs: int) -> tuple[TurnState, list[str], list[Any]]:
+        """The state with its next version, and _WRITE's keys and arguments."""
         new = state.model_copy(update={"version": state.version + 1})
         rid = state.request_id
         keys = [*self._keys(rid), seq_key(rid)]
-        member, at = "", ""
-        if deadline is not None:
-            keys.append(deadline.key)
-            member = deadline.request_id
-            at = "" if deadline.at_ms is None else str(deadline.at_ms)
-        args: list[Any] = [
-            state.version,
-            new.version,
-            new.model_dump_json(),
-            self._ttl,
-            member,
-            at,
-            seqs,
-        ]
-        last = int(await self._cas(keys=keys, args=args))
-        if last < 0:
-            raise StaleTurnState(rid)
-        return new, range(last - seqs + 1, last + 1)
+        args: list[Any] = [state.version, new.version, new.model_dump_json(), self._ttl, seqs]
+        return new, keys, args
 
     async def delete(self, request_id: str) -> None:
         """Forget a finished turn."""
