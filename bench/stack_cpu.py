@@ -51,8 +51,9 @@ async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any
         ):
             agent = await eb._agent(api)
             await llm.post("/_script", json={**eb.ROUNDS_SCRIPT, "parallel": 1})
+            chat = eb.ChatClient(api)
             for i in range(3):
-                await eb._turn(api, agent, f"warm-up {i}")
+                await chat.turn(agent, f"warm-up {i}")
             pids = _pids(stack)
             before = _cpu(pids)
             await asyncio.sleep(idle_s)
@@ -62,10 +63,11 @@ async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any
             turns = 0
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                events = await eb._turn(api, agent, f"stack cpu {turns}")
+                events = await chat.turn(agent, f"stack cpu {turns}")
                 turns += 1
                 gaps += [(end - start) * 1000 for start, end in eb.round_windows(events)]
             end = _cpu(pids)
+            await chat.aclose()
     rounds = turns * eb.LLM_CALLS_PER_TURN
     return {
         "machine": machine(),
