@@ -105,4 +105,6 @@ def test_exporter_none_writes_nothing() -> None:
     tracer.call_done(_call(None), ToolOutcome(success=True), time.time_ns())
     console = provider_from_settings("console", "w")
     assert console is not None
+    assert console.resource.attributes["service.name"] == "weft-tool-exec"
+    assert console.resource.attributes["service.instance.id"] == "w"
     console.shutdown()

@@ -7,6 +7,9 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+TracingExporter = Literal["none", "console", "otlp"]
+"""``WEFT_TRACING_EXPORTER`` of the services that write spans (``weft_platform.tracing``)."""
+
 
 class ServiceSettings(BaseSettings):
     """Connection and runtime settings common to every service.

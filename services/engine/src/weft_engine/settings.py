@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import AliasChoices, Field
-from weft_platform.settings import ServiceSettings
+from weft_platform.settings import ServiceSettings, TracingExporter
 
 
 class EngineSettings(ServiceSettings):
@@ -33,6 +33,6 @@ class EngineSettings(ServiceSettings):
     max_inflight_turns: int = Field(default=64, ge=1, description="Running steps per replica.")
     lease_ttl_s: float = Field(default=6.0, gt=1, description="Takeover delay after a crash.")
     shutdown_grace_s: float = Field(default=15.0, ge=0)
-    tracing_exporter: Literal["none", "console", "otlp"] = Field(
+    tracing_exporter: TracingExporter = Field(
         default="none", description="SPEC E-23 spans: none, console (stdout) or otlp (HTTP)."
     )

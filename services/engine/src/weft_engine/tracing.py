@@ -19,27 +19,23 @@ import hashlib
 import json
 import time
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SpanExporter,
-)
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 from weft_contracts import ToolCallCompletedData
 from weft_llm import Usage
+from weft_platform import tracing as platform_tracing
+from weft_platform.settings import TracingExporter
 
 from weft_engine.masking import masked_arguments
 from weft_engine.state import PendingCall, TurnState, TurnTrace
 
-Exporter = Literal["none", "console", "otlp"]
 OUTPUT_PREVIEW_RUNES = 4000
 """Tool output kept in a span (SPEC E-23); a Python ``str`` counts code points, i.e. runes."""
 
@@ -60,23 +56,19 @@ class _PresetIds(RandomIdGenerator):
 
 def build_provider(exporter: SpanExporter, *, instance_id: str = "") -> TracerProvider:
     """A provider whose span ids the engine can derive (tests pass an in-memory exporter)."""
-    resource = Resource.create({"service.name": "weft-engine", "service.instance.id": instance_id})
-    provider = TracerProvider(sampler=ALWAYS_ON, resource=resource, id_generator=_PresetIds())
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    return provider
+    return platform_tracing.build_provider(
+        "weft-engine",
+        exporter,
+        instance_id=instance_id,
+        sampler=ALWAYS_ON,
+        id_generator=_PresetIds(),
+    )
 
 
-def provider_from_settings(exporter: Exporter, instance_id: str) -> TracerProvider | None:
+def provider_from_settings(exporter: TracingExporter, instance_id: str) -> TracerProvider | None:
     """The provider for the ``WEFT_TRACING_EXPORTER`` setting, or None for ``none``."""
-    match exporter:
-        case "none":
-            return None
-        case "console":
-            return build_provider(ConsoleSpanExporter(), instance_id=instance_id)
-        case "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            return build_provider(OTLPSpanExporter(), instance_id=instance_id)
+    spans = platform_tracing.span_exporter(exporter)
+    return None if spans is None else build_provider(spans, instance_id=instance_id)
 
 
 def _derived_id(request_id: str, name: str, size: int) -> int:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import AliasChoices, Field
-from weft_platform.settings import ServiceSettings
+from weft_platform.settings import ServiceSettings, TracingExporter
 
 
 class ToolExecSettings(ServiceSettings):
@@ -42,7 +40,7 @@ class ToolExecSettings(ServiceSettings):
     web_fetch_allow_loopback: bool = Field(
         default=False, description="Tests only: lets web tools reach 127.0.0.1."
     )
-    tracing_exporter: Literal["none", "console", "otlp"] = Field(
+    tracing_exporter: TracingExporter = Field(
         default="none", description="SPEC E-23 worker spans: none, console (stdout) or otlp."
     )
     ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")

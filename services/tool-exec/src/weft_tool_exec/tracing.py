@@ -6,44 +6,31 @@ child, so the trace shows the engine's view of a call (dispatch to result) and, 
 the time the worker actually ran it. A call without a ``traceparent`` (the engine's
 tracing is off) gets a root span of its own.
 
-Exporters (setting ``WEFT_TRACING_EXPORTER``), as in the engine: ``none`` (default: no
-provider, one ``if`` per call), ``console`` (JSON on stdout), ``otlp`` (OTLP over HTTP,
-configured with the standard ``OTEL_EXPORTER_OTLP_*`` variables).
+Exporters: ``WEFT_TRACING_EXPORTER``, as in the engine (``weft_platform.tracing``); with
+``none`` there is no provider and a call costs one ``if``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Literal
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from weft_contracts import ToolCallRequested
+from weft_platform.settings import TracingExporter
+from weft_platform.tracing import build_provider, span_exporter
 from weft_tools import ToolOutcome
 
-Exporter = Literal["none", "console", "otlp"]
 ERROR_PREVIEW_RUNES = 4000
 
 
-def provider_from_settings(exporter: Exporter, instance_id: str) -> TracerProvider | None:
+def provider_from_settings(exporter: TracingExporter, instance_id: str) -> TracerProvider | None:
     """The provider for the ``WEFT_TRACING_EXPORTER`` setting, or None for ``none``."""
-    if exporter == "none":
-        return None
-    if exporter == "console":
-        span_exporter: SpanExporter = ConsoleSpanExporter()
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        span_exporter = OTLPSpanExporter()
-    resource = Resource.create(
-        {"service.name": "weft-tool-exec", "service.instance.id": instance_id}
+    spans = span_exporter(exporter)
+    return (
+        None if spans is None else build_provider("weft-tool-exec", spans, instance_id=instance_id)
     )
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(span_exporter))
-    return provider
 
 
 class WorkerTracer:
