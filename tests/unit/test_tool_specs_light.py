@@ -37,6 +37,39 @@ def test_engine_and_agent_config_import_no_tool_implementation() -> None:
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
+_PREPARE_PROBE = """
+import asyncio, json, sys, threading
+from weft_tools import sql_masking
+from weft_engine.masking import masked_arguments, prepare_masking
+on_main_thread = []
+real_load = sql_masking.load
+def load():
+    on_main_thread.append(threading.current_thread() is threading.main_thread())
+    real_load()
+sql_masking.load = load
+asyncio.run(prepare_masking(["thinking"]))
+untouched = "sqlglot" not in sys.modules
+asyncio.run(prepare_masking(["thinking", "database_query"]))
+asyncio.run(prepare_masking(["database_query"]))
+shown = masked_arguments("database_query", {"sql": "SELECT name FROM t WHERE id = 42"})
+print(json.dumps([untouched, on_main_thread, shown["sql"]]))
+"""
+
+
+def test_the_engine_loads_sql_masking_off_its_event_loop_once() -> None:
+    """SPEC E-23 masking needs sqlglot (about 0.7 s to import): the engine loads it in a
+    worker thread before it shows its first ``database_query`` call, once, and not at all
+    for other tools, so the import never stalls the replica's other turns (invariant 4)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PREPARE_PROBE],
+        capture_output=True, text=True, timeout=180, check=True,
+    )  # fmt: skip
+    untouched, on_main_thread, shown = json.loads(done.stdout.strip().splitlines()[-1])
+    assert untouched, "no database_query call: sqlglot not loaded"
+    assert on_main_thread == [False], "loaded once, in a worker thread"
+    assert "42" not in shown and "id =" in shown
+
+
 def test_specs_module_advertises_what_the_registry_executes() -> None:  # SPEC T-01
     # Nothing is connected: the engine and the Redis client are lazy, no tool is run.
     sessions = async_sessionmaker(create_async_engine("postgresql+asyncpg://weft@127.0.0.1/weft"))

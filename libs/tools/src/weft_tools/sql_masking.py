@@ -1,11 +1,27 @@
 """SQL with its literals masked, for wherever a ``database_query`` call is shown (SPEC E-23).
 
 Importing this module is cheap: sqlglot (about 0.7 s and 30 MB) is loaded by the first
-:func:`mask_sql` call, so an engine pays for it when it shows its first ``database_query``
-call, and never if its agents do not use that tool.
+:func:`mask_sql` call, or before it by :func:`load` (the engine runs that in a worker
+thread, so the import does not stall its event loop), and never if no ``database_query``
+call is shown.
 """
 
 from __future__ import annotations
+
+_loaded = False
+
+
+def loaded() -> bool:
+    """Whether :func:`load` has completed: :func:`mask_sql` no longer imports anything."""
+    return _loaded
+
+
+def load() -> None:
+    """Import what :func:`mask_sql` needs (safe in a worker thread: imports are locked)."""
+    global _loaded
+    from weft_tools import sql_guard  # noqa: F401  (imports sqlglot)
+
+    _loaded = True
 
 
 def mask_sql(sql: str) -> str:

@@ -37,7 +37,7 @@ from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, closing_request, final_step
 from weft_engine.keys import cancel_key
 from weft_engine.leases import DeadlineUpdate, TurnLeases
-from weft_engine.masking import masked_arguments
+from weft_engine.masking import masked_arguments, prepare_masking
 from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
@@ -338,6 +338,7 @@ class TurnLoop:
                 "phase": "waiting",
             }
         )
+        await prepare_masking(call.tool_name for call in pending)
         calls = [
             ToolCallData(
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,

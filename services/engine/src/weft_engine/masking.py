@@ -10,9 +10,11 @@ queried; any other sensitive value is replaced as a whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from weft_tools import sql_masking
 from weft_tools.specs import spec_by_name
 from weft_tools.sql_masking import mask_sql
 
@@ -20,6 +22,14 @@ MASKED = "***"
 
 _MASKERS: dict[tuple[str, str], Callable[[str], str]] = {("database_query", "sql"): mask_sql}
 """Maskers that keep what is safe to show of a value; others hide it whole."""
+
+
+async def prepare_masking(tool_names: Iterable[str]) -> None:
+    """Load what masking these tools' calls needs, the first time, in a worker thread:
+    sqlglot takes about 0.7 s to import, which on the event loop would stall every turn
+    this replica runs (invariant 4). Until then the engine does not load it at all."""
+    if "database_query" in tool_names and not sql_masking.loaded():
+        await asyncio.to_thread(sql_masking.load)
 
 
 def masked_arguments(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
