@@ -236,7 +236,7 @@ async def test_a_redelivered_result_starts_the_step_a_crash_left_unrun(
     assert first is not None and first.state.version == unrecorded.version + 1
     again = await reporter.record(result)  # redelivery: nothing changes, the state is returned
     assert again is not None and again.state.version == first.state.version
-    assert again.ready() and again.claim is None
+    assert again.state.tools_answered() and again.claim is None
     late = result.model_copy(
         update={"data": result.data.model_copy(update={"call_id": "not-this-round"})}
     )
@@ -286,7 +286,7 @@ async def test_recording_the_last_result_claims_the_step_in_the_same_write(
                                    success=True, output="noted"),
     )  # fmt: skip
     recorded = await reporter.record(result, mine.lease_request(rid))
-    assert recorded is not None and recorded.ready()
+    assert recorded is not None and recorded.state.tools_answered()
     assert recorded.claim is not None
     await emitter.flush(rid)  # the tool_result event was queued with its reserved seq
     claim = recorded.claim
@@ -303,7 +303,7 @@ async def test_recording_the_last_result_claims_the_step_in_the_same_write(
     assert await other.claim_step(rid) is not None
     await other.set_deadline(rid, time.time() - 1)
     again = await reporter.record(result, mine.lease_request(rid))
-    assert again is not None and again.claim is None and again.ready()
+    assert again is not None and again.claim is None and again.state.tools_answered()
     assert await mine.claim_step(rid) is None
     assert await mine.due() == [rid], "the deadline stays for the lease holder to drop"
 

@@ -149,7 +149,7 @@ class TurnIntake:
         else:
             if lease is not None:
                 self._scheduler.unreserve()
-            if recorded is not None and recorded.ready():
+            if recorded is not None and recorded.state.tools_answered():
                 await self._scheduler.submit(rid, state=recorded.state)
         await self._emitter.flush(rid)  # acked before the offset commit
 

@@ -366,7 +366,7 @@ class TurnLoop:
         else:
             await self._emitter.queue_reserved(state.ids(), events, seqs)
         for result in news.early:
-            await self._reporter.report(state, result, wait=False)
+            await self._reporter.report(state, result)
 
     async def _advance_tools(
         self, state: TurnState, news: _RoundNews | None = None

@@ -32,10 +32,6 @@ class Recorded:
     state: TurnState
     claim: StepClaim | None = None
 
-    def ready(self) -> bool:
-        """Every dispatched call has answered: the turn's next step can run."""
-        return self.state.phase == "waiting" and self.state.dispatched_results_in()
-
 
 class ResultReporter:
     """Records results once (a redelivered result changes nothing) and reports them."""
@@ -63,50 +59,26 @@ class ResultReporter:
             if call_id in state.results:
                 return Recorded(state)
             updated = state.model_copy(update={"results": {**state.results, call_id: result.data}})
-            events = 2 if result.data.data.get("references") else 1  # + ``references``
+            events = _result_events(updated, result.data)
             claim = None
             try:
-                if lease is not None and Recorded(updated).ready():
-                    saved, seqs, claim = await self._store.save_claiming(updated, events, lease)
+                if lease is not None and updated.tools_answered():
+                    saved, seqs, claim = await self._store.save_claiming(
+                        updated, len(events), lease
+                    )
                 else:
-                    saved, seqs = await self._store.save_reserving(updated, events)
+                    saved, seqs = await self._store.save_reserving(updated, len(events))
             except StaleTurnState:
                 continue
-            await self.report(saved, result.data, seqs=seqs)
+            await self._emitter.queue_reserved(saved.ids(), events, seqs)  # the caller flushes
+            self._tracer.tool_done(saved, result.data)
             return Recorded(saved, claim)
         raise StaleTurnState(result.request_id)
 
-    async def report(
-        self,
-        state: TurnState,
-        result: ToolCallCompletedData,
-        *,
-        wait: bool = True,
-        seqs: range | None = None,
-    ) -> None:
-        """``tool_result`` (and ``references`` when the tool found sources); with
-        ``wait=False`` only queued (``EventEmitter.flush`` waits for the acks). ``seqs``:
-        their ``seq``, reserved by the write that recorded the result (queued, not awaited)."""
-        ids = state.ids()
-        data = ToolResultData(
-            round=state.round,
-            call_id=result.call_id,
-            tool_name=result.tool_name,
-            success=result.success,
-            output=result.output,
-            error=result.error,
-            display_type=result.display_type,
-            duration_ms=result.duration_ms,
-        )
-        events: list[tuple[Any, Any]] = [(ToolResultEvent, data)]
-        refs = _references(result)
-        if refs:
-            events.append((ReferencesEvent, ReferencesData(references=refs)))
-        if seqs is not None:
-            await self._emitter.queue_reserved(ids, events, seqs)
-        else:
-            for event_type, event_data in events:
-                await self._emitter.emit(event_type, ids, event_data, wait=wait)
+    async def report(self, state: TurnState, result: ToolCallCompletedData) -> None:
+        """Queue ``tool_result`` (and ``references`` when the tool found sources) with one
+        ``seq`` round trip; ``EventEmitter.flush`` waits for the acks."""
+        await self._emitter.emit_many(state.ids(), _result_events(state, result))
         self._tracer.tool_done(state, result)
 
     async def expire_overdue(self, state: TurnState) -> TurnState:
@@ -133,9 +105,24 @@ class ResultReporter:
             state.model_copy(update={"results": {**state.results, **timeouts}})
         )
         for result in timeouts.values():
-            await self.report(saved, result, wait=False)  # the step flushes
+            await self.report(saved, result)  # the step flushes
         return saved
 
 
-def _references(result: ToolCallCompletedData) -> list[Reference]:
-    return [Reference.model_validate(r) for r in result.data.get("references", [])]
+def _result_events(state: TurnState, result: ToolCallCompletedData) -> list[tuple[Any, Any]]:
+    """``tool_result``, then ``references`` when the tool found sources."""
+    data = ToolResultData(
+        round=state.round,
+        call_id=result.call_id,
+        tool_name=result.tool_name,
+        success=result.success,
+        output=result.output,
+        error=result.error,
+        display_type=result.display_type,
+        duration_ms=result.duration_ms,
+    )
+    events: list[tuple[Any, Any]] = [(ToolResultEvent, data)]
+    refs = [Reference.model_validate(r) for r in result.data.get("references", [])]
+    if refs:
+        events.append((ReferencesEvent, ReferencesData(references=refs)))
+    return events

@@ -100,6 +100,11 @@ class TurnState(BaseModel):
         sent = {cid for group in self.groups[: self.dispatched_groups] for cid in group}
         return sent <= set(self.results)
 
+    def tools_answered(self) -> bool:
+        """The turn waits for tools and every dispatched call has answered: its next step
+        can run."""
+        return self.phase == "waiting" and self.dispatched_results_in()
+
     def has_tool_results(self) -> bool:
         """Whether the turn gathered any tool output (rescue synthesis is possible)."""
         return any(step.tool_calls for step in self.steps) or bool(self.results)
