@@ -165,6 +165,51 @@ async def test_quick_answer_agent_retrieves_once_then_answers_without_the_loop(
     assert requests[0].get("tool_choice") == "none"
 
 
+async def test_quick_answer_rewrites_a_follow_up_into_a_standalone_query(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, knowledge_base: str
+) -> None:  # SPEC C-04
+    await llm.post("/_script", json={"steps": [
+        {"content": "We accept cards and bank transfers."},
+        {"match": "<question>", "content": "How long do card refunds take?"},
+        {"content": "Refunds take five days."},
+        {"match": "<question>", "error": {"status": 400, "message": "rewrite refused"}},
+        {"content": "Yes, by bank transfer too."},
+    ]})  # fmt: skip
+    resp = await api.post("/api/v1/sessions", json={"agent_id": "builtin-quick-answer"})
+    session_id = resp.json()["id"]
+
+    async def turn(query: str) -> list[SseEvent]:
+        return await read_turn(
+            api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+            json_body={"query": query, "knowledge_base_ids": [knowledge_base]},
+        )  # fmt: skip
+
+    def searched(events: list[SseEvent]) -> list[dict[str, Any]]:
+        return [e.data["data"]["arguments"] for e in events if e.event == "tool_call"]
+
+    first = await turn("Which payment methods are accepted?")
+    assert searched(first) == [{"query": "Which payment methods are accepted?"}]
+    assert len(await chat_requests(llm)) == 1, "no history: no rewrite call"
+
+    second = await turn("And how long do refunds take for them?")
+    assert searched(second) == [{"query": "How long do card refunds take?"}]
+    assert second[-1].data["data"]["final_answer"] == "Refunds take five days."
+    streamed = [e for e in second if e.event in ("thought", "answer", "final_answer")]
+    assert not any("card refunds" in json.dumps(e.data) for e in streamed), "rewrite is internal"
+    rewrite = (await chat_requests(llm))[1]
+    assert "tools" not in rewrite and rewrite["temperature"] == 0
+    prompt = rewrite["messages"][-1]["content"]
+    assert "user: Which payment methods are accepted?" in prompt
+    assert "assistant: We accept cards and bank transfers." in prompt
+    assert prompt.endswith("<question>And how long do refunds take for them?</question>")
+
+    third = await turn("Can I pay in two instalments?")  # the rewrite fails: query as written
+    assert searched(third) == [{"query": "Can I pay in two instalments?"}]
+    assert third[-1].data["data"]["status"] == "completed"
+    assert third[-1].data["data"]["final_answer"] == "Yes, by bank transfer too."
+    assert len(await chat_requests(llm)) == 5
+
+
 async def test_context_overflow_sheds_history_and_retries_once(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # SPEC E-25

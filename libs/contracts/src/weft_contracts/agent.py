@@ -52,6 +52,11 @@ class AgentConfig(BaseModel):
     context_window: int = Field(default=200_000, ge=1024, description="SPEC A-11, M-03.")
     retain_retrieval_history: bool = Field(default=False, description="SPEC T-20.")
     memory_enabled: bool = Field(default=False, description="Long-term memory (SPEC M-10).")
+    query_rewrite: bool = Field(
+        default=False,
+        description="SPEC C-04: a quick-answer turn with history first rewrites the question "
+        "into a standalone search query.",
+    )
     reasoning_effort: ReasoningEffort | None = Field(
         default=None,
         description="SPEC A-05, already resolved for the model (request override, thinking, "

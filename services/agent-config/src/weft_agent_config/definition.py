@@ -72,6 +72,12 @@ class AgentDefinition(BaseModel):
         default=200_000, ge=1024, le=10_000_000, description="MaxContextTokens (A-11)."
     )
     retain_retrieval_history: bool = Field(default=False, description="SPEC T-20.")
+    query_rewrite_enabled: bool = Field(
+        default=True,
+        description="Quick-answer: a follow-up question is rewritten into a standalone "
+        "search query from the conversation before retrieval (SPEC C-04). Smart-reasoning "
+        "agents ignore it (the model writes its own search queries).",
+    )
     question_suggestions: QuestionSuggestions | None = None
     image_upload_enabled: bool = Field(
         default=False, description="Chat requests may carry images (SPEC E-26)."

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
-from weft_contracts import AgentConfig, KnowledgeBaseInfo, ReasoningEffort
+from weft_contracts import AgentConfig, AgentMode, KnowledgeBaseInfo, ReasoningEffort
 
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import (
@@ -137,6 +137,7 @@ def runtime_config(
         context_window=full.context_window,
         retain_retrieval_history=full.retain_retrieval_history,
         memory_enabled=bool(full.memory_enabled),
+        query_rewrite=full.mode == AgentMode.QUICK_ANSWER and full.query_rewrite_enabled,
         reasoning_effort=effort,
         image_upload_enabled=full.image_upload_enabled,
         vision=models.supports_vision(full.model) if models else False,

@@ -43,6 +43,7 @@ from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
 from weft_engine.prompt import display_hint
 from weft_engine.reporting import ResultReporter
+from weft_engine.rewrite import rewrite_query
 from weft_engine.scheduler import StepStart
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnCounters, TurnState, TurnStore
@@ -249,13 +250,18 @@ class TurnLoop:
         )
 
     async def _quick_answer(self, state: TurnState) -> None:
-        """SPEC A-01/C-04: retrieve once with the user's question, then one generation
-        without tools; no ReAct loop. (Query rewrite and FAQ priority are not built yet.)"""
+        """SPEC A-01/C-04: rewrite a follow-up question into a standalone query, retrieve
+        once with it, then one generation without tools; no ReAct loop. (FAQ priority is
+        not built yet.)"""
         if state.round == 0 and "search_knowledge" in state.agent.allowed_tools:
+            query = current_query(state)
+            if state.agent.query_rewrite:
+                query, rewrite = await rewrite_query(self._model, state, query)
+                state = self._tracer.add_usage(state, rewrite.usage if rewrite else None)
             call = ToolCallRequest(
                 id="call_qa_0",
                 name="search_knowledge",
-                arguments=json.dumps({"query": current_query(state)}),
+                arguments=json.dumps({"query": query}),
             )
             state = self._tracer.begin_round(state)
             advanced = await self._start_tools(state, LLMResponse(

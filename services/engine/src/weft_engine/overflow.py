@@ -24,7 +24,7 @@ def shed_history(state: TurnState) -> TurnState:
     starts = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     if len(starts) < 2:
         return state
-    current = _current_turn_start(state)
+    current = current_turn_start(state)
     history_starts = [i for i in starts if i < current]
     if not history_starts:
         return state
@@ -33,7 +33,7 @@ def shed_history(state: TurnState) -> TurnState:
     return state.model_copy(update={"messages": [*kept, *messages[cut:]]})
 
 
-def _current_turn_start(state: TurnState) -> int:
+def current_turn_start(state: TurnState) -> int:
     """Index of this turn's user message: the last user message carrying runtime context."""
     for i in range(len(state.messages) - 1, -1, -1):
         message = state.messages[i]
@@ -44,5 +44,5 @@ def _current_turn_start(state: TurnState) -> int:
 
 def current_query(state: TurnState) -> str:
     """The user's question of this turn, without its runtime context."""
-    content = content_text(state.messages[_current_turn_start(state)].get("content"))
+    content = content_text(state.messages[current_turn_start(state)].get("content"))
     return content.split("<runtime_context>")[0].strip()

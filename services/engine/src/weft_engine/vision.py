@@ -78,13 +78,17 @@ def append_text(message: dict[str, Any], text: str) -> dict[str, Any]:
 
 
 class _Discard:
-    """A stream sink for a call whose deltas nobody watches (the VLM's)."""
+    """A stream sink for a call whose deltas nobody watches (the VLM's, the quick-answer
+    query rewrite's): its text is read whole from the response."""
 
     async def on_reasoning(self, delta: str) -> None:
-        """Ignored: a description is read whole."""
+        """Ignored."""
 
     async def on_content(self, delta: str) -> None:
-        """Ignored: a description is read whole."""
+        """Ignored."""
+
+
+discard = _Discard()
 
 
 class ImageDescriber:
@@ -117,7 +121,7 @@ class ImageDescriber:
         )
         for pause in (*self._retry_backoff_s, None):
             try:
-                response = await self._model.stream(request, _Discard())
+                response = await self._model.stream(request, discard)
                 return response.content.strip()
             except LLMCallError as exc:  # final but reported: the turn goes on (STYLE 4)
                 log.warning("image_description_failed", model=agent.vlm_model, error=str(exc))

@@ -33,6 +33,16 @@ def tool_messages_after_last_user(request: ChatCompletionRequest) -> list[ChatMe
     return [m for m in request.messages[start:] if m.role == "tool"]
 
 
+_QUESTION_TAG = re.compile(r"<question>(.*?)</question>", re.DOTALL)
+
+
+def question_to_rewrite(request: ChatCompletionRequest) -> str | None:
+    """The question of a query-rewrite request (the engine's quick-answer rewrite sends the
+    conversation, then ``<question>...</question>``, SPEC C-04); None for other requests."""
+    found = _QUESTION_TAG.search(last_user_text(request))
+    return found.group(1).strip() if found else None
+
+
 def asks_for_summary(request: ChatCompletionRequest) -> bool:
     """Whether a system message or the last user message asks for a summary."""
     texts = [m.text() for m in request.messages if m.role in ("system", "developer")]

@@ -11,6 +11,7 @@ from weft_scripted_llm.conversation import (
     asks_for_summary,
     last_user_index,
     last_user_text,
+    question_to_rewrite,
     tool_messages_after_last_user,
 )
 from weft_scripted_llm.openai_schema import ChatCompletionRequest
@@ -119,6 +120,9 @@ class DemoPolicy:
             return self._answer_from_search(question, output)
         if SEARCH_TOOL in request.tool_names():
             return self._search_call(request, question)
+        rewrite = question_to_rewrite(request)
+        if rewrite is not None:  # the demo treats every question as standalone already
+            return self._text_reply(rewrite, "The question needs no context to be searched.")
         if asks_for_summary(request):
             return self._text_reply(summarize(request), "The user wants a short summary.")
         return self._text_reply(_echo(question), "No tools are offered; I will answer directly.")
