@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 from weft_contracts import AgentConfig
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
-from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
 from weft_llm import LLMCallError
 
+from tests.unit.turn_states import with_history
+
 
 def _state(history_turns: int) -> TurnState:
-    agent = AgentConfig(agent_id="a", model="m")
-    history = []
-    for i in range(history_turns):
-        history += [
-            {"role": "user", "content": f"q{i}"},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": f"k{i}", "type": "function",
-             "function": {"name": "search_knowledge", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": f"k{i}", "content": "r"},
-            {"role": "assistant", "content": f"a{i}"},
-        ]  # fmt: skip
-    return TurnState(
-        tenant_id="t", session_id="s", request_id="r", user_id="u", agent=agent,
-        messages=initial_messages(agent, history, "now?"), started_at=time.time(),
-    )  # fmt: skip
+    return with_history(AgentConfig(agent_id="a", model="m"), history_turns, "now?")
 
 
 def test_only_a_400_naming_the_context_is_an_overflow() -> None:

@@ -6,12 +6,9 @@ written when the rewrite fails) is in tests/e2e/test_engine_control.py.
 
 from __future__ import annotations
 
-import time
-
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.resolver import runtime_config
 from weft_contracts import AgentConfig
-from weft_engine.prompt import initial_messages
 from weft_engine.rewrite import (
     MESSAGE_EXCERPT_CHARS,
     conversation_excerpt,
@@ -23,25 +20,15 @@ from weft_llm import LLMResponse
 from weft_scripted_llm.openai_schema import ChatCompletionRequest
 from weft_scripted_llm.policy import DemoPolicy
 
+from tests.unit.turn_states import with_history
+
 
 def _state(turns: int, *, history_turns: int = 5) -> TurnState:
     agent = AgentConfig(
         agent_id="a", model="m", mode="quick-answer", history_turns=history_turns,
         query_rewrite=True,
     )  # fmt: skip
-    history = []
-    for i in range(turns):
-        history += [
-            {"role": "user", "content": f"q{i}"},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": f"k{i}", "type": "function",
-             "function": {"name": "search_knowledge", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": f"k{i}", "content": "passages"},
-            {"role": "assistant", "content": f"a{i}"},
-        ]  # fmt: skip
-    return TurnState(
-        tenant_id="t", session_id="s", request_id="r", user_id="u", agent=agent,
-        messages=initial_messages(agent, history, "and the second one?"), started_at=time.time(),
-    )  # fmt: skip
+    return with_history(agent, turns, "and the second one?")
 
 
 def _response(content: str, finish_reason: str = "stop") -> LLMResponse:

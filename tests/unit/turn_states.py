@@ -1,0 +1,28 @@
+"""Turn states with a history, for the engine's pure functions."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from weft_contracts import AgentConfig
+from weft_engine.prompt import initial_messages
+from weft_engine.state import TurnState
+
+
+def with_history(agent: AgentConfig, turns: int, query: str) -> TurnState:
+    """A turn asking ``query`` after ``turns`` earlier turns, each one search round
+    (user ``q<i>``, a ``search_knowledge`` call, its result, answer ``a<i>``)."""
+    history: list[dict[str, Any]] = []
+    for i in range(turns):
+        history += [
+            {"role": "user", "content": f"q{i}"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": f"k{i}", "type": "function",
+             "function": {"name": "search_knowledge", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"k{i}", "content": "passages"},
+            {"role": "assistant", "content": f"a{i}"},
+        ]  # fmt: skip
+    return TurnState(
+        tenant_id="t", session_id="s", request_id="r", user_id="u", agent=agent,
+        messages=initial_messages(agent, history, query), started_at=time.time(),
+    )  # fmt: skip
