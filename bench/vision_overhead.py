@@ -1,6 +1,9 @@
 """What images cost in-process (SPEC E-26): the gateway's check of a chat request's images,
 and the turn state's JSON round trip (done on every step's Redis save and load) with and
-without images. Writes ``bench/results/vision_overhead.json``.
+without images. A data-URI image is parked in Redis beside the state
+(``weft_engine.parked_images``): the parked state's round trip, and what putting the image
+back into a model request costs (one Redis round trip, on the real Redis of
+``WEFT_REDIS_URL``). Writes ``bench/results/vision_overhead.json``.
 
     .venv/bin/python bench/vision_overhead.py --seconds 1
 """
@@ -8,13 +11,17 @@ without images. Writes ``bench/results/vision_overhead.json``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchlib import machine, save
+from redis.asyncio import Redis
 from weft_contracts import AgentConfig
+from weft_engine.parked_images import ParkedImages
 from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
 from weft_gateway.images import check_images
@@ -56,6 +63,45 @@ def _round_trip(state: TurnState, seconds: float) -> dict[str, Any]:
     return result
 
 
+async def _us_per_call(work: Callable[[], Awaitable[object]], seconds: float) -> float:
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        await work()
+        calls += 1
+    return round((time.perf_counter() - started) / calls * 1e6, 1)
+
+
+async def _in_redis(seconds: float) -> dict[str, Any]:
+    """On the real Redis: a step's save and load (SET + GET of the state's JSON) with the
+    data URI in the state and parked, and one resolve of the parked image (what each model
+    request of such a turn pays instead)."""
+    redis = Redis.from_url(os.environ.get("WEFT_REDIS_URL", "redis://127.0.0.1:56379/0"))
+    images = ParkedImages(redis, ttl_s=60)
+    key = "weft:bench:vision:state"
+    state = _state([_png_uri(GatewaySettings().chat_image_max_bytes - 8)])
+
+    async def save_and_load(raw: str) -> None:
+        await redis.set(key, raw, ex=60)
+        await redis.get(key)
+
+    try:
+        messages, _ = await images.park("req_bench_vision", state.messages, [])
+        parked = state.model_copy(update={"messages": messages})
+        return {
+            "save_load_us_data_uri_in_state": await _us_per_call(
+                lambda: save_and_load(state.model_dump_json()), seconds
+            ),
+            "save_load_us_parked": await _us_per_call(
+                lambda: save_and_load(parked.model_dump_json()), seconds
+            ),
+            "resolve_us": await _us_per_call(lambda: images.resolve(messages), seconds),
+            "parked_state": _round_trip(parked, seconds),
+        }
+    finally:
+        await redis.delete(key, "weft:turn:req_bench_vision:images")
+        await redis.aclose()
+
+
 def run(seconds: float) -> dict[str, Any]:
     settings = GatewaySettings()
     biggest = _png_uri(settings.chat_image_max_bytes - 8)
@@ -67,6 +113,7 @@ def run(seconds: float) -> dict[str, Any]:
         "state_no_images": _round_trip(_state([]), seconds),
         "state_4_urls": _round_trip(_state(URLS), seconds),
         "state_data_uri_max": _round_trip(_state([biggest]), seconds),
+        "data_uri_max_in_redis": asyncio.run(_in_redis(seconds)),
     }
     result.update(machine())
     return result

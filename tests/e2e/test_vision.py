@@ -14,6 +14,7 @@ import zlib
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
 from tests.e2e.test_agent_sharing import _organisation, internal, recipient  # noqa: F401
@@ -119,6 +120,43 @@ async def test_vision_model_receives_image_parts(
     first, latest = _user_messages(again)[-2:]
     assert _image_urls(first) == [IMAGE_URL, data_uri]  # history keeps the images
     assert latest == _text(latest) and "And now?" in latest
+
+
+async def _parked_turn(redis: Redis, session_id: str) -> tuple[str, str]:
+    """The state and images keys of the session's running turn, once it has parked images."""
+    async with asyncio.timeout(15):
+        while True:
+            async for key in redis.scan_iter(match="weft:turn:*:images"):
+                state_key = key.decode().removesuffix(":images") + ":state"
+                state = await redis.get(state_key)
+                if state and session_id.encode() in state:
+                    return state_key, key.decode()
+            await asyncio.sleep(0.1)
+
+
+async def test_data_uri_images_stay_out_of_the_turn_state(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, redis: Redis
+) -> None:
+    """SPEC E-26, issue 3: a data-URI image is parked beside the turn's state, which every
+    step loads and saves, and put back into each model request; both go with the turn."""
+    script = {"steps": [{"delay_ms": 3000, "content": "A green pixel."}]}
+    assert (await llm.post("/_script", json=script)).status_code == 200
+    session = await _session(api, await _agent(api, model="weft-scripted-vision"))
+    data_uri = _png_data_uri()
+    turn = asyncio.create_task(_turn(api, stack, session, "What is this?", [data_uri]))
+    state_key, images_key = await _parked_turn(redis, session)  # the model call is waiting
+    state = (await redis.get(state_key) or b"").decode()
+    assert data_uri not in state and "weft-image://" in state
+    assert await redis.hvals(images_key) == [data_uri.encode()]
+
+    await turn
+    (request,) = await chat_requests(llm)
+    assert _image_urls(_user_messages(request)[-1]) == [data_uri]
+    async with asyncio.timeout(10):  # dropped just after `complete` is published
+        while True:
+            if not await redis.exists(state_key, images_key):
+                break
+            await asyncio.sleep(0.1)
 
 
 async def test_model_without_vision_reads_vlm_descriptions(

@@ -18,6 +18,7 @@ from weft_engine.finalize import Finisher
 from weft_engine.intake import TurnIntake
 from weft_engine.leases import TurnLeases
 from weft_engine.loop import TurnLoop
+from weft_engine.parked_images import ImageResolvingModel, ParkedImages
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
@@ -39,9 +40,11 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     runtime = create_runtime(s)
     init_logging(runtime)
     redis, ttl = runtime.redis, s.turn_state_ttl_s
-    model = OpenAIChatModel(
+    llm = OpenAIChatModel(
         base_url=s.openai_base_url, api_key=s.openai_api_key, http_backend=s.llm_http_backend
     )
+    images = ParkedImages(redis, ttl)
+    model = ImageResolvingModel(llm, images)
     store = TurnStore(redis, ttl)
     emitter = EventEmitter(runtime.bus, redis, ttl)
     leases = TurnLeases(
@@ -73,7 +76,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     intake = TurnIntake(
         redis=redis, store=store, emitter=emitter, context=context, sessions=sessions,
         inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
-        cancel_channel=f"weft:{s.topic_prefix}cancel", ttl_s=ttl,
+        cancel_channel=f"weft:{s.topic_prefix}cancel", ttl_s=ttl, images=images,
     )  # fmt: skip
     runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, intake.on_chat_requested)
     # Recording a result is idempotent: no consumer de-duplication (two Redis round trips).
@@ -88,7 +91,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     async def stop_background() -> None:
         await cancel_and_wait(listener)
         await scheduler.stop(s.shutdown_grace_s)
-        await model.aclose()
+        await llm.aclose()
         await context.aclose()
         if provider is not None:
             provider.shutdown()  # flushes the spans still batched

@@ -28,6 +28,7 @@ from weft_engine.context import ContextManager, HistoryUnavailable
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
 from weft_engine.keys import cancel_key
+from weft_engine.parked_images import ParkedImages
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
@@ -56,6 +57,7 @@ class TurnIntake:
         scheduler: StepScheduler,
         cancel_channel: str,
         ttl_s: int,
+        images: ParkedImages,
     ):
         self._redis = redis
         self._store = store
@@ -68,6 +70,7 @@ class TurnIntake:
         self._scheduler = scheduler
         self._channel = cancel_channel
         self._ttl = ttl_s
+        self._images = images
         finisher.start_queued = self.start
 
     async def on_chat_requested(self, request: ChatRequested) -> None:
@@ -119,6 +122,7 @@ class TurnIntake:
             await self._finisher.fail(state, "history_unavailable", str(exc))
             return
         unread = [] if route_images(data.agent, data.images) == "direct" else data.images
+        messages, unread = await self._images.park(request.request_id, messages, unread)
         state = state.model_copy(
             update={"messages": messages, "turn_ids": turn_ids, "images_to_describe": unread}
         )

@@ -32,3 +32,8 @@ def inbox_key(request_id: str) -> str:
 def lease_key(request_id: str) -> str:
     """Which replica runs the turn's step now (``TurnLeases``)."""
     return f"weft:turn:{request_id}:lease"
+
+
+def images_key(request_id: str) -> str:
+    """Hash of the turn's data-URI images by digest (``ParkedImages``), out of its state."""
+    return f"weft:turn:{request_id}:images"

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
-from weft_engine.keys import seq_key, state_key, version_key
+from weft_engine.keys import images_key, seq_key, state_key, version_key
 from weft_engine.leases import TAKE_STEP_LEASE, DeadlineUpdate, LeaseRequest, StepClaim
 
 
@@ -76,7 +76,8 @@ class TurnState(BaseModel):
     images_to_describe: list[str] = Field(
         default_factory=list,
         description="SPEC E-26: images for a model without vision, read into the query "
-        "as text before the first think (vision.ImageDescriber).",
+        "as text before the first think (vision.ImageDescriber); data URIs parked "
+        "(parked_images).",
     )
     trace: TurnTrace | None = Field(default=None, description="Only when tracing is on.")
     started_at: float = Field(description="Wall-clock start (epoch seconds).")
@@ -222,5 +223,5 @@ class TurnStore:
         return new, keys, args
 
     async def delete(self, request_id: str) -> None:
-        """Forget a finished turn."""
-        await self._redis.delete(*self._keys(request_id))
+        """Forget a finished turn, its parked images too (``ParkedImages``)."""
+        await self._redis.delete(*self._keys(request_id), images_key(request_id))

@@ -1,0 +1,124 @@
+"""A turn's data-URI images, parked in Redis beside its state (SPEC E-26, issue 3).
+
+An image sent as a data URI (up to 384 KiB decoded, about 512,000 characters) used to
+ride in the turn's state, which every step loads and saves: four of them moved 2 MB
+through Redis and pydantic at each step of the turn. At the turn's start, every data URI
+in its messages (the user's images, and those memory replays from history for a vision
+model) and in ``images_to_describe`` is stored once in the hash
+``weft:turn:<request id>:images`` and replaced by the reference
+``weft-image://<request id>/<digest>``. :class:`ImageResolvingModel` puts the data back
+into each model request, so the model reads what it read before. Any replica resolves a
+reference (the turn is named in it); the hash lives as long as the turn's state (each
+read renews its TTL) and is deleted with it (``TurnStore.delete``). URLs stay as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, StreamSink
+
+from weft_engine.keys import images_key
+
+REF_SCHEME = "weft-image://"
+
+
+def _map_images(message: dict[str, Any], url_of: Callable[[str], str]) -> dict[str, Any]:
+    """``message`` with each image part's URL passed through ``url_of`` (the same object
+    when it has no image part)."""
+    content = message.get("content")
+    if not isinstance(content, list) or not any(_is_image(p) for p in content):
+        return message
+    parts = [
+        {**p, "image_url": {**p["image_url"], "url": url_of(p["image_url"]["url"])}}
+        if _is_image(p)
+        else p
+        for p in content
+    ]
+    return {**message, "content": parts}
+
+
+def _is_image(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "image_url" and "image_url" in part
+
+
+def _refs(messages: Sequence[dict[str, Any]]) -> set[str]:
+    """The references in the image parts of ``messages``."""
+    return {
+        part["image_url"]["url"]
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if _is_image(part) and str(part["image_url"].get("url", "")).startswith(REF_SCHEME)
+    }
+
+
+class ParkedImages:
+    """Parks a turn's data-URI images in Redis and puts them back on demand."""
+
+    def __init__(self, redis: Redis, ttl_s: int):
+        self._redis = redis
+        self._ttl = ttl_s
+
+    async def park(
+        self, request_id: str, messages: list[dict[str, Any]], images: list[str]
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """``messages`` and ``images`` with every data URI replaced by a reference, the
+        data stored (one round trip, none without a data URI)."""
+        parked: dict[str, str] = {}
+
+        def park_one(url: str) -> str:
+            if not url.startswith("data:"):
+                return url
+            digest = hashlib.sha256(url.encode()).hexdigest()[:32]
+            parked[digest] = url
+            return f"{REF_SCHEME}{request_id}/{digest}"
+
+        new_messages = [_map_images(m, park_one) for m in messages]
+        new_images = [park_one(url) for url in images]
+        if parked:
+            key = images_key(request_id)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(key, mapping=parked)  # type: ignore[arg-type]
+                pipe.expire(key, self._ttl)
+                await pipe.execute()
+        return new_messages, new_images
+
+    async def resolve(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` with their references replaced by the parked data (the same list
+        without any reference); ``LLMCallError`` when some data is no longer stored."""
+        refs = sorted(_refs(messages))
+        if not refs:
+            return messages
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for ref in refs:
+                request_id, digest = ref.removeprefix(REF_SCHEME).rsplit("/", 1)
+                pipe.hget(images_key(request_id), digest)
+                pipe.expire(images_key(request_id), self._ttl)
+            replies = await pipe.execute()
+        data = dict(zip(refs, replies[::2], strict=True))
+        if any(value is None for value in data.values()):
+            raise LLMCallError("an image of this turn is no longer stored", transient=False)
+        found = {ref: value.decode() if isinstance(value, bytes) else value
+                 for ref, value in data.items()}  # fmt: skip
+        return [_map_images(m, lambda url: found.get(url, url)) for m in messages]
+
+
+class ImageResolvingModel:
+    """The engine's ``ChatModel``: parked images put back into every request (the turn's
+    thinks, the VLM's descriptions, compaction and query rewrite all go through it)."""
+
+    def __init__(self, model: ChatModel, images: ParkedImages):
+        self._model = model
+        self._images = images
+
+    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
+        """Resolve, then stream through the wrapped model."""
+        messages = await self._images.resolve(request.messages)
+        if messages is not request.messages:
+            request = dataclasses.replace(request, messages=messages)
+        return await self._model.stream(request, sink)
