@@ -43,7 +43,13 @@ def _map_images(message: dict[str, Any], url_of: Callable[[str], str]) -> dict[s
 
 
 def _is_image(part: Any) -> bool:
-    return isinstance(part, dict) and part.get("type") == "image_url" and "image_url" in part
+    """An OpenAI image part, ``{"type": "image_url", "image_url": {"url": ...}}``."""
+    return (
+        isinstance(part, dict)
+        and part.get("type") == "image_url"
+        and isinstance(part.get("image_url"), dict)
+        and isinstance(part["image_url"].get("url"), str)
+    )
 
 
 def _refs(messages: Sequence[dict[str, Any]]) -> set[str]:
@@ -53,7 +59,7 @@ def _refs(messages: Sequence[dict[str, Any]]) -> set[str]:
         for message in messages
         if isinstance(message.get("content"), list)
         for part in message["content"]
-        if _is_image(part) and str(part["image_url"].get("url", "")).startswith(REF_SCHEME)
+        if _is_image(part) and part["image_url"]["url"].startswith(REF_SCHEME)
     }
 
 
