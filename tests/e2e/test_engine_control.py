@@ -210,6 +210,34 @@ async def test_quick_answer_rewrites_a_follow_up_into_a_standalone_query(
     assert len(await chat_requests(llm)) == 5
 
 
+async def test_quick_answer_searches_the_web_beside_the_knowledge_base(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, knowledge_base: str
+) -> None:  # SPEC C-04: web x N, read-only calls in parallel, one generation
+    resp = await api.post("/api/v1/agents", json={
+        "name": "quick web", "mode": "quick-answer", "allowed_tools": ["search_knowledge"],
+        "web_search_enabled": True, "web_search_max_results": 8,
+    })  # fmt: skip
+    assert resp.status_code == 201, resp.text
+    resp = await api.post("/api/v1/sessions", json={"agent_id": resp.json()["id"]})
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{resp.json()['id']}", api_key=stack.api_key,
+        json_body={"query": "Which payment methods are accepted?",
+                   "knowledge_base_ids": [knowledge_base]},
+    )  # fmt: skip
+    calls = [e.data["data"] for e in events if e.event == "tool_call"]
+    query = "Which payment methods are accepted?"
+    assert [(c["tool_name"], c["arguments"]) for c in calls] == [
+        ("search_knowledge", {"query": query}),
+        ("web_search", {"query": query, "count": 8}),
+    ]
+    results = [e.data["data"]["tool_name"] for e in events if e.event == "tool_result"]
+    assert sorted(results) == ["search_knowledge", "web_search"]
+    assert events[-1].data["data"]["status"] == "completed"
+    (generation,) = await chat_requests(llm)
+    answered = [m["tool_call_id"] for m in generation["messages"] if m["role"] == "tool"]
+    assert answered == [c["call_id"] for c in calls]  # both results, in the calls' order
+
+
 async def test_context_overflow_sheds_history_and_retries_once(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # SPEC E-25

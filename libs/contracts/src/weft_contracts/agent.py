@@ -52,6 +52,9 @@ class AgentConfig(BaseModel):
     context_window: int = Field(default=200_000, ge=1024, description="SPEC A-11, M-03.")
     retain_retrieval_history: bool = Field(default=False, description="SPEC T-20.")
     memory_enabled: bool = Field(default=False, description="Long-term memory (SPEC M-10).")
+    web_search_max_results: int = Field(
+        default=5, ge=1, le=50, description="SPEC C-04: results of quick-answer's web search."
+    )
     query_rewrite: bool = Field(
         default=False,
         description="SPEC C-04: a quick-answer turn with history first rewrites the question "

@@ -137,6 +137,7 @@ def runtime_config(
         context_window=full.context_window,
         retain_retrieval_history=full.retain_retrieval_history,
         memory_enabled=bool(full.memory_enabled),
+        web_search_max_results=full.web_search_max_results or 5,
         query_rewrite=full.mode == AgentMode.QUICK_ANSWER and full.query_rewrite_enabled,
         reasoning_effort=effort,
         image_upload_enabled=full.image_upload_enabled,

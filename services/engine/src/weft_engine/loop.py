@@ -8,7 +8,6 @@ until the turn ends or waits for tools; every outcome is handled in one ``match`
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,7 +25,7 @@ from weft_contracts import (
     ToolCallRequested,
     Topic,
 )
-from weft_llm import ChatModel, LLMCallError, LLMResponse, ToolCallRequest
+from weft_llm import ChatModel, LLMCallError, LLMResponse
 from weft_platform.bus import EventBus
 from weft_tools.specs import SANDBOX_TOOLS, definitions_for
 
@@ -42,6 +41,7 @@ from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
 from weft_engine.prompt import display_hint
+from weft_engine.quick_answer import retrieval_calls, retrieves
 from weft_engine.reporting import ResultReporter
 from weft_engine.rewrite import rewrite_query
 from weft_engine.scheduler import StepStart
@@ -251,22 +251,18 @@ class TurnLoop:
 
     async def _quick_answer(self, state: TurnState) -> None:
         """SPEC A-01/C-04: rewrite a follow-up question into a standalone query, retrieve
-        once with it, then one generation without tools; no ReAct loop. (FAQ priority is
-        not built yet.)"""
-        if state.round == 0 and "search_knowledge" in state.agent.allowed_tools:
+        once with it (knowledge base, and web when the agent has it), then one generation
+        without tools; no ReAct loop. (FAQ priority is not built yet.)"""
+        if state.round == 0 and retrieves(state.agent):
             query = current_query(state)
             if state.agent.query_rewrite:
                 query, rewrite = await rewrite_query(self._model, state, query)
                 state = self._tracer.add_usage(state, rewrite.usage if rewrite else None)
-            call = ToolCallRequest(
-                id="call_qa_0",
-                name="search_knowledge",
-                arguments=json.dumps({"query": query}),
-            )
+            calls = retrieval_calls(state.agent, query)
             state = self._tracer.begin_round(state)
             advanced = await self._start_tools(state, LLMResponse(
-                content="", reasoning="", tool_calls=[call], finish_reason="tool_calls"
-            ), Dispatch([call]))  # fmt: skip
+                content="", reasoning="", tool_calls=calls, finish_reason="tool_calls"
+            ), Dispatch(calls))  # fmt: skip
             if advanced is None:
                 return
             state = advanced

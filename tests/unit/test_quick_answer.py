@@ -1,14 +1,19 @@
-"""Quick-answer query rewrite (SPEC C-04): what the rewrite reads, what it keeps, who gets it.
+"""Quick-answer's pipeline (SPEC C-04): what the query rewrite reads, what it keeps, who
+gets it, and which retrieval calls follow.
 
 The end-to-end behaviour (a follow-up searched with the model's rewrite, the question as
-written when the rewrite fails) is in tests/e2e/test_engine_control.py.
+written when the rewrite fails, the web searched beside the knowledge base) is in
+tests/e2e/test_engine_control.py.
 """
 
 from __future__ import annotations
 
+import json
+
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.resolver import runtime_config
 from weft_contracts import AgentConfig
+from weft_engine.quick_answer import retrieval_calls, retrieves
 from weft_engine.rewrite import (
     MESSAGE_EXCERPT_CHARS,
     conversation_excerpt,
@@ -98,3 +103,31 @@ def test_the_demo_double_answers_a_rewrite_with_the_question_itself() -> None:
     )
     reply = DemoPolicy(words_per_chunk=3).reply(body, None)
     assert "".join(reply.content) == "and the second one?"
+
+
+def test_the_retrieval_calls_follow_the_agents_tools() -> None:
+    def calls(tools: list[str], results: int = 5) -> list[tuple[str, dict[str, object]]]:
+        agent = AgentConfig(
+            agent_id="a", model="m", allowed_tools=tools, web_search_max_results=results
+        )
+        return [(c.name, json.loads(c.arguments)) for c in retrieval_calls(agent, "q")]
+
+    assert calls(["search_knowledge", "read_document"]) == [("search_knowledge", {"query": "q"})]
+    assert calls(["web_fetch", "web_search", "search_knowledge"], 8) == [
+        ("search_knowledge", {"query": "q"}),
+        ("web_search", {"query": "q", "count": 8}),
+    ]
+    assert calls(["web_search"], 50) == [("web_search", {"query": "q", "count": 20})]
+    assert calls(["read_document"]) == []
+    assert not retrieves(AgentConfig(agent_id="a", model="m", allowed_tools=["web_fetch"]))
+
+
+def test_agent_config_carries_the_web_result_count() -> None:
+    def count(**fields: object) -> int:
+        agent = AgentDefinition.model_validate({"name": "a", "mode": "quick-answer", **fields})
+        return runtime_config(
+            "a", agent, default_model="m", knowledge_base_ids=[]
+        ).web_search_max_results
+
+    assert count() == 5
+    assert count(web_search_max_results=12) == 12
