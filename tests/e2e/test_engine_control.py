@@ -146,19 +146,36 @@ def _position(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+PAYMENT_QUESTION = "Which payment methods are accepted?"
+
+
+class QuickSession:
+    """A session of a quick-answer agent whose turns search ``knowledge_base``."""
+
+    def __init__(self, api: httpx.AsyncClient, stack: LocalStack, knowledge_base: str):
+        self.api, self.stack, self.knowledge_base = api, stack, knowledge_base
+        self.session_id = ""
+
+    async def open(self, agent_id: str = "builtin-quick-answer") -> QuickSession:
+        resp = await self.api.post("/api/v1/sessions", json={"agent_id": agent_id})
+        self.session_id = resp.json()["id"]
+        return self
+
+    async def ask(self, query: str) -> list[SseEvent]:
+        return await read_turn(
+            self.api, f"/api/v1/agent-chat/{self.session_id}", api_key=self.stack.api_key,
+            json_body={"query": query, "knowledge_base_ids": [self.knowledge_base]},
+        )  # fmt: skip
+
+
 async def test_quick_answer_agent_retrieves_once_then_answers_without_the_loop(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, knowledge_base: str
 ) -> None:  # SPEC A-01, C-04
-    resp = await api.post("/api/v1/sessions", json={"agent_id": "builtin-quick-answer"})
-    session_id = resp.json()["id"]
-    events = await read_turn(
-        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
-        json_body={"query": "Which payment methods are accepted?",
-                   "knowledge_base_ids": [knowledge_base]},
-    )  # fmt: skip
+    session = await QuickSession(api, stack, knowledge_base).open()
+    events = await session.ask(PAYMENT_QUESTION)
     calls = [e.data["data"] for e in events if e.event == "tool_call"]
     assert [c["tool_name"] for c in calls] == ["search_knowledge"]
-    assert calls[0]["arguments"] == {"query": "Which payment methods are accepted?"}
+    assert calls[0]["arguments"] == {"query": PAYMENT_QUESTION}
     assert events[-1].data["data"]["status"] == "completed"
     requests = await chat_requests(llm)
     assert len(requests) == 1, "quick-answer makes exactly one generation"
@@ -175,20 +192,13 @@ async def test_quick_answer_rewrites_a_follow_up_into_a_standalone_query(
         {"match": "<question>", "error": {"status": 400, "message": "rewrite refused"}},
         {"content": "Yes, by bank transfer too."},
     ]})  # fmt: skip
-    resp = await api.post("/api/v1/sessions", json={"agent_id": "builtin-quick-answer"})
-    session_id = resp.json()["id"]
-
-    async def turn(query: str) -> list[SseEvent]:
-        return await read_turn(
-            api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
-            json_body={"query": query, "knowledge_base_ids": [knowledge_base]},
-        )  # fmt: skip
+    turn = (await QuickSession(api, stack, knowledge_base).open()).ask
 
     def searched(events: list[SseEvent]) -> list[dict[str, Any]]:
         return [e.data["data"]["arguments"] for e in events if e.event == "tool_call"]
 
-    first = await turn("Which payment methods are accepted?")
-    assert searched(first) == [{"query": "Which payment methods are accepted?"}]
+    first = await turn(PAYMENT_QUESTION)
+    assert searched(first) == [{"query": PAYMENT_QUESTION}]
     assert len(await chat_requests(llm)) == 1, "no history: no rewrite call"
 
     second = await turn("And how long do refunds take for them?")
@@ -199,7 +209,7 @@ async def test_quick_answer_rewrites_a_follow_up_into_a_standalone_query(
     rewrite = (await chat_requests(llm))[1]
     assert "tools" not in rewrite and rewrite["temperature"] == 0
     prompt = rewrite["messages"][-1]["content"]
-    assert "user: Which payment methods are accepted?" in prompt
+    assert f"user: {PAYMENT_QUESTION}" in prompt
     assert "assistant: We accept cards and bank transfers." in prompt
     assert prompt.endswith("<question>And how long do refunds take for them?</question>")
 
@@ -218,17 +228,12 @@ async def test_quick_answer_searches_the_web_beside_the_knowledge_base(
         "web_search_enabled": True, "web_search_max_results": 8,
     })  # fmt: skip
     assert resp.status_code == 201, resp.text
-    resp = await api.post("/api/v1/sessions", json={"agent_id": resp.json()["id"]})
-    events = await read_turn(
-        api, f"/api/v1/agent-chat/{resp.json()['id']}", api_key=stack.api_key,
-        json_body={"query": "Which payment methods are accepted?",
-                   "knowledge_base_ids": [knowledge_base]},
-    )  # fmt: skip
+    session = await QuickSession(api, stack, knowledge_base).open(resp.json()["id"])
+    events = await session.ask(PAYMENT_QUESTION)
     calls = [e.data["data"] for e in events if e.event == "tool_call"]
-    query = "Which payment methods are accepted?"
     assert [(c["tool_name"], c["arguments"]) for c in calls] == [
-        ("search_knowledge", {"query": query}),
-        ("web_search", {"query": query, "count": 8}),
+        ("search_knowledge", {"query": PAYMENT_QUESTION}),
+        ("web_search", {"query": PAYMENT_QUESTION, "count": 8}),
     ]
     results = [e.data["data"]["tool_name"] for e in events if e.event == "tool_result"]
     assert sorted(results) == ["search_knowledge", "web_search"]
