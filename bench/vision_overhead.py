@@ -71,14 +71,14 @@ async def _us_per_call(work: Callable[[], Awaitable[object]], seconds: float) ->
     return round((time.perf_counter() - started) / calls * 1e6, 1)
 
 
-async def _in_redis(seconds: float) -> dict[str, Any]:
+async def _in_redis(image: str, seconds: float) -> dict[str, Any]:
     """On the real Redis: a step's save and load (SET + GET of the state's JSON) with the
     data URI in the state and parked, and one resolve of the parked image (what each model
     request of such a turn pays instead)."""
     redis = Redis.from_url(os.environ.get("WEFT_REDIS_URL", "redis://127.0.0.1:56379/0"))
     images = ParkedImages(redis, ttl_s=60)
     key = "weft:bench:vision:state"
-    state = _state([_png_uri(GatewaySettings().chat_image_max_bytes - 8)])
+    state = _state([image])
 
     async def save_and_load(raw: str) -> None:
         await redis.set(key, raw, ex=60)
@@ -113,7 +113,7 @@ def run(seconds: float) -> dict[str, Any]:
         "state_no_images": _round_trip(_state([]), seconds),
         "state_4_urls": _round_trip(_state(URLS), seconds),
         "state_data_uri_max": _round_trip(_state([biggest]), seconds),
-        "data_uri_max_in_redis": asyncio.run(_in_redis(seconds)),
+        "data_uri_max_in_redis": asyncio.run(_in_redis(biggest, seconds)),
     }
     result.update(machine())
     return result

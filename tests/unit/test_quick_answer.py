@@ -13,7 +13,7 @@ import json
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.resolver import runtime_config
 from weft_contracts import AgentConfig
-from weft_engine.quick_answer import retrieval_calls, retrieves
+from weft_engine.quick_answer import retrieval_calls, retrieval_tools
 from weft_engine.rewrite import (
     MESSAGE_EXCERPT_CHARS,
     conversation_excerpt,
@@ -119,7 +119,7 @@ def test_the_retrieval_calls_follow_the_agents_tools() -> None:
     ]
     assert calls(["web_search"], 50) == [("web_search", {"query": "q", "count": 20})]
     assert calls(["read_document"]) == []
-    assert not retrieves(AgentConfig(agent_id="a", model="m", allowed_tools=["web_fetch"]))
+    assert not retrieval_tools(AgentConfig(agent_id="a", model="m", allowed_tools=["web_fetch"]))
 
 
 def test_agent_config_carries_the_web_result_count() -> None:

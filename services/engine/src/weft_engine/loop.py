@@ -41,7 +41,7 @@ from weft_engine.observe import observe
 from weft_engine.outcomes import Answer, Dispatch, Fail, Intermediate, Retry
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
 from weft_engine.prompt import display_hint
-from weft_engine.quick_answer import retrieval_calls, retrieves
+from weft_engine.quick_answer import retrieval_calls, retrieval_tools
 from weft_engine.reporting import ResultReporter
 from weft_engine.rewrite import rewrite_query
 from weft_engine.scheduler import StepStart
@@ -253,7 +253,7 @@ class TurnLoop:
         """SPEC A-01/C-04: rewrite a follow-up question into a standalone query, retrieve
         once with it (knowledge base, and web when the agent has it), then one generation
         without tools; no ReAct loop. (FAQ priority is not built yet.)"""
-        if state.round == 0 and retrieves(state.agent):
+        if state.round == 0 and retrieval_tools(state.agent):
             query = current_query(state)
             if state.agent.query_rewrite:
                 query, rewrite = await rewrite_query(self._model, state, query)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from weft_llm import LLMCallError
 
 from weft_engine.state import TurnState
@@ -42,7 +44,12 @@ def current_turn_start(state: TurnState) -> int:
     return len(state.messages) - 1
 
 
+def message_text(message: dict[str, Any]) -> str:
+    """A message's text (image parts left out) without the runtime context the engine
+    appends to this turn's user message (SPEC E-24)."""
+    return content_text(message.get("content")).split("<runtime_context>")[0].strip()
+
+
 def current_query(state: TurnState) -> str:
     """The user's question of this turn, without its runtime context."""
-    content = content_text(state.messages[current_turn_start(state)].get("content"))
-    return content.split("<runtime_context>")[0].strip()
+    return message_text(state.messages[current_turn_start(state)])

@@ -27,17 +27,28 @@ from weft_engine.keys import images_key
 REF_SCHEME = "weft-image://"
 
 
+def _ref(request_id: str, digest: str) -> str:
+    return f"{REF_SCHEME}{request_id}/{digest}"
+
+
+def _image_urls(message: dict[str, Any]) -> list[str]:
+    """The URLs of the message's image parts."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [p["image_url"]["url"] for p in content if _is_image(p)]
+
+
 def _map_images(message: dict[str, Any], url_of: Callable[[str], str]) -> dict[str, Any]:
     """``message`` with each image part's URL passed through ``url_of`` (the same object
     when it has no image part)."""
-    content = message.get("content")
-    if not isinstance(content, list) or not any(_is_image(p) for p in content):
+    if not _image_urls(message):
         return message
     parts = [
         {**p, "image_url": {**p["image_url"], "url": url_of(p["image_url"]["url"])}}
         if _is_image(p)
         else p
-        for p in content
+        for p in message["content"]
     ]
     return {**message, "content": parts}
 
@@ -52,15 +63,15 @@ def _is_image(part: Any) -> bool:
     )
 
 
-def _refs(messages: Sequence[dict[str, Any]]) -> set[str]:
-    """The references in the image parts of ``messages``."""
-    return {
-        part["image_url"]["url"]
-        for message in messages
-        if isinstance(message.get("content"), list)
-        for part in message["content"]
-        if _is_image(part) and part["image_url"]["url"].startswith(REF_SCHEME)
-    }
+def _refs_by_turn(messages: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """The digests referenced in the image parts of ``messages``, by request id."""
+    by_turn: dict[str, list[str]] = {}
+    for message in messages:
+        for url in _image_urls(message):
+            if url.startswith(REF_SCHEME):
+                request_id, digest = url.removeprefix(REF_SCHEME).rsplit("/", 1)
+                by_turn.setdefault(request_id, []).append(digest)
+    return by_turn
 
 
 class ParkedImages:
@@ -82,7 +93,7 @@ class ParkedImages:
                 return url
             digest = hashlib.sha256(url.encode()).hexdigest()[:32]
             parked[digest] = url
-            return f"{REF_SCHEME}{request_id}/{digest}"
+            return _ref(request_id, digest)
 
         new_messages = [_map_images(m, park_one) for m in messages]
         new_images = [park_one(url) for url in images]
@@ -97,20 +108,21 @@ class ParkedImages:
     async def resolve(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` with their references replaced by the parked data (the same list
         without any reference); ``LLMCallError`` when some data is no longer stored."""
-        refs = sorted(_refs(messages))
-        if not refs:
+        by_turn = _refs_by_turn(messages)
+        if not by_turn:
             return messages
         async with self._redis.pipeline(transaction=False) as pipe:
-            for ref in refs:
-                request_id, digest = ref.removeprefix(REF_SCHEME).rsplit("/", 1)
-                pipe.hget(images_key(request_id), digest)
+            for request_id, digests in by_turn.items():
+                pipe.hmget(images_key(request_id), digests)
                 pipe.expire(images_key(request_id), self._ttl)
             replies = await pipe.execute()
-        data = dict(zip(refs, replies[::2], strict=True))
-        if any(value is None for value in data.values()):
-            raise LLMCallError("an image of this turn is no longer stored", transient=False)
-        found = {ref: value.decode() if isinstance(value, bytes) else value
-                 for ref, value in data.items()}  # fmt: skip
+        found: dict[str, str] = {}
+        for (request_id, digests), values in zip(by_turn.items(), replies[::2], strict=True):
+            for digest, value in zip(digests, values, strict=True):
+                if value is None:
+                    raise LLMCallError("an image of this turn is no longer stored", transient=False)
+                url = value.decode() if isinstance(value, bytes) else value
+                found[_ref(request_id, digest)] = url
         return [_map_images(m, lambda url: found.get(url, url)) for m in messages]
 
 

@@ -17,9 +17,9 @@ from weft_tools.specs import WEB_SEARCH_MAX_COUNT
 RETRIEVAL_TOOLS = ("search_knowledge", "web_search")
 
 
-def retrieves(agent: AgentConfig) -> bool:
-    """Whether the agent has a retrieval tool (without one, quick-answer only generates)."""
-    return any(tool in agent.allowed_tools for tool in RETRIEVAL_TOOLS)
+def retrieval_tools(agent: AgentConfig) -> list[str]:
+    """The agent's retrieval tools, in call order (none: quick-answer only generates)."""
+    return [tool for tool in RETRIEVAL_TOOLS if tool in agent.allowed_tools]
 
 
 def retrieval_calls(agent: AgentConfig, query: str) -> list[ToolCallRequest]:
@@ -33,5 +33,5 @@ def retrieval_calls(agent: AgentConfig, query: str) -> list[ToolCallRequest]:
     }
     return [
         ToolCallRequest(id=f"call_qa_{n}", name=name, arguments=json.dumps(arguments[name]))
-        for n, name in enumerate(t for t in RETRIEVAL_TOOLS if t in agent.allowed_tools)
+        for n, name in enumerate(retrieval_tools(agent))
     ]

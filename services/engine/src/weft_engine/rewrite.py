@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from weft_context.images import content_text
 from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse
 
-from weft_engine.overflow import current_turn_start
+from weft_engine.overflow import current_turn_start, message_text
 from weft_engine.state import TurnState
 from weft_engine.vision import discard
 
@@ -47,7 +46,7 @@ def conversation_excerpt(state: TurnState, turns: int) -> list[tuple[str, str]]:
     excerpt = []
     for message in earlier[starts[-min(turns, len(starts))] :]:
         role = message.get("role")
-        text = content_text(message.get("content")).split("<runtime_context>")[0].strip()
+        text = message_text(message)
         if role in ("user", "assistant") and text:
             excerpt.append((str(role), text[:MESSAGE_EXCERPT_CHARS]))
     return excerpt
