@@ -182,21 +182,34 @@ async def _round_split(
     llm: httpx.AsyncClient, windows: list[tuple[float, float]]
 ) -> dict[str, dict[str, float]]:
     """Each round's gap cut where the test double logged the round's LLM request (after
-    reading its body): before, the engine's bookkeeping up to the call and the request's
-    way in; after, the double's answer, the stream's parsing and the write that dispatches
-    the tools. Rounds the log does not place exactly once are left out."""
+    reading its body) and where it handed its answer to its server: before, the engine's
+    bookkeeping up to the call and the request's way in; the double's own service time;
+    after, the answer's way back, the stream's parsing and the write that dispatches the
+    tools. The gap without the double's service time is the part a faster model could
+    not remove. Rounds the log does not place exactly once are left out."""
     entries = (await llm.get("/_requests")).json()["requests"]
-    received = sorted(e["received_at"] for e in entries if e["path"].endswith("/chat/completions"))
+    calls = sorted(
+        (e["received_at"], e["answered_at"])
+        for e in entries
+        if e["path"].endswith("/chat/completions") and e["answered_at"] is not None
+    )
     before: list[float] = []
+    service: list[float] = []
     after: list[float] = []
+    without: list[float] = []
     for start, end in windows:
-        inside = [t for t in received if start <= t <= end]
+        inside = [(r, a) for r, a in calls if start <= r and a <= end]
         if len(inside) == 1:
-            before.append((inside[0] - start) * 1000)
-            after.append((end - inside[0]) * 1000)
+            received, answered = inside[0]
+            before.append((received - start) * 1000)
+            service.append((answered - received) * 1000)
+            after.append((end - answered) * 1000)
+            without.append((end - start - (answered - received)) * 1000)
     return {
         "tool_result_to_llm_request_received_ms": _summary(before),
-        "llm_request_received_to_tool_call_ms": _summary(after),
+        "scripted_llm_service_ms": _summary(service),
+        "llm_answer_handed_over_to_tool_call_ms": _summary(after),
+        "round_gap_without_scripted_llm_service_ms": _summary(without),
     }
 
 

@@ -461,6 +461,20 @@ async def test_requests_are_recorded_and_reset(
     assert (await control.get("/_requests")).json() == {"requests": []}
 
 
+async def test_recorded_requests_carry_the_doubles_own_service_time(
+    control: httpx.AsyncClient, llm: openai.AsyncOpenAI
+) -> None:
+    """`answered_at - received_at` is what bench/engine_bench.py takes off a round's gap:
+    an injected delay is inside it; a request that never got an answer has none."""
+    await load(control, [{"content": "ok", "delay_ms": 120}])
+    await llm.chat.completions.create(model="m", messages=user("timed"))
+    with pytest.raises(openai.BadRequestError):
+        await llm.post("/chat/completions", body={"messages": "not a list"}, cast_to=object)
+    timed, invalid = (await control.get("/_requests")).json()["requests"]
+    assert timed["answered_at"] - timed["received_at"] >= 0.12
+    assert invalid["body"] is None and invalid["answered_at"] is None
+
+
 async def test_invalid_script_and_invalid_request_are_400(
     control: httpx.AsyncClient, llm: openai.AsyncOpenAI
 ) -> None:

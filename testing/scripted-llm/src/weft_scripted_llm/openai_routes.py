@@ -57,11 +57,12 @@ async def chat_completions(request: Request) -> Response:
         state.requests.record(request.url.path, None)
         return error_response(400, f"scripted LLM: invalid request: {exc}")
     key = conversation_key(request, raw)
-    state.requests.record(request.url.path, raw, key)
+    entry = state.requests.record(request.url.path, raw, key)
     try:
         reply = state.policy.reply(chat, key)
     except ScriptExhaustedError as exc:
         log.warning("%s", exc)
+        entry.answered()
         return no_retry_error(500, str(exc), code="script_exhausted")
     log.info(
         "scripted LLM test double: chat completion policy=%s stream=%s finish=%s",
@@ -69,7 +70,9 @@ async def chat_completions(request: Request) -> Response:
         chat.stream,
         reply.final_finish_reason,
     )
-    return await respond(request, state, chat, reply)
+    response = await respond(request, state, chat, reply)
+    entry.answered()
+    return response
 
 
 @router.post("/embeddings")
@@ -79,10 +82,11 @@ async def embeddings(request: Request) -> Response:
         raw, parsed = await read_body(request, EmbeddingRequest)
     except BadRequestError as exc:
         return error_response(400, f"scripted LLM: invalid request: {exc}")
-    state.requests.record(request.url.path, raw)
+    entry = state.requests.record(request.url.path, raw)
     body = embeddings_body(
         parsed, state.settings.embedding_dimensions, parsed.model or TEST_DOUBLE_EMBEDDING_MODEL
     )
+    entry.answered()
     return JSONResponse(body)
 
 

@@ -10,12 +10,20 @@ from typing import Any
 MAX_RECORDED = 1000
 
 
-@dataclass(frozen=True)
+@dataclass
 class RecordedRequest:
     path: str
     body: Any
     conversation_key: str | None
     received_at: float
+    """Epoch seconds, once the body was read."""
+    answered_at: float | None = None
+    """Epoch seconds when the handler handed its response to the server (for a paced
+    stream, when the stream started); None while it has not (or for a 400). Benchmarks
+    take `answered_at - received_at` as the double's own service time."""
+
+    def answered(self) -> None:
+        self.answered_at = time.time()
 
 
 class RequestLog:
@@ -24,8 +32,10 @@ class RequestLog:
     def __init__(self) -> None:
         self._entries: deque[RecordedRequest] = deque(maxlen=MAX_RECORDED)
 
-    def record(self, path: str, body: Any, conversation_key: str | None = None) -> None:
-        self._entries.append(RecordedRequest(path, body, conversation_key, time.time()))
+    def record(self, path: str, body: Any, conversation_key: str | None = None) -> RecordedRequest:
+        entry = RecordedRequest(path, body, conversation_key, time.time())
+        self._entries.append(entry)
+        return entry
 
     def entries(self) -> list[dict[str, Any]]:
         return [asdict(entry) for entry in self._entries]
