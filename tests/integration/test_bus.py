@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -75,6 +76,55 @@ async def test_redelivered_message_is_handled_once(runtime: ServiceRuntime) -> N
     await runtime.bus.publish(Topic.AGENT_EVENTS, _event("after"))
     await asyncio.wait_for(twice.wait(), 30)
     assert seen.count(event.id) == 1
+
+
+def _written_by_a_later_version(delta: str, schema_version: int = 1) -> bytes:
+    """A thought as a later Weft could write it: a field this version lacks, and
+    ``schema_version`` (a bump means a breaking change, weft_contracts.compat)."""
+    body = json.loads(_event(delta).model_dump_json())
+    body["data"]["added_later"] = True
+    return json.dumps({**body, "schema_version": schema_version}).encode()
+
+
+@pytest.mark.parametrize("batch", [False, True])
+async def test_a_later_versions_records_are_read_or_dead_lettered_as_such(
+    runtime: ServiceRuntime, batch: bool
+) -> None:
+    """Rolling deploys: a consumer reads a later version's additions (ignoring the new
+    field), dead-letters a newer schema_version with that reason, and goes on."""
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def handle(event: Any) -> None:
+        handled.append(event.data.delta)
+        if event.data.delta == "last":
+            done.set()
+
+    async def handle_batch(events: list[Any]) -> None:
+        for event in events:
+            await handle(event)
+
+    if batch:
+        runtime.bus.consume_batch(Topic.AGENT_EVENTS, "g", handle_batch)
+    else:
+        runtime.bus.consume(Topic.AGENT_EVENTS, "g", handle)
+    await runtime.broker.start()
+    name = runtime.bus.topic_name(Topic.AGENT_EVENTS)
+    for body in (
+        _written_by_a_later_version("added"),
+        _written_by_a_later_version("newer", schema_version=2),
+        _written_by_a_later_version("last"),
+    ):
+        await runtime.broker.publish(body, name, key=b"s")
+    await asyncio.wait_for(done.wait(), 30)
+
+    assert handled == ["added", "last"]
+    [letter] = await dead_letters(runtime, 1)
+    assert letter["data"]["reason"] == (
+        "unsupported_schema_version: message schema_version 2; this reader knows up to 1"
+    )
+    assert letter["data"]["error_type"] == "UnsupportedSchemaVersion"
+    assert '"newer"' in letter["data"]["raw"] and letter["tenant_id"] == "t"
 
 
 def _complete() -> CompleteEvent:

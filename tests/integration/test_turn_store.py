@@ -4,6 +4,7 @@ turn; queued events keep their order and are acked before a step ends."""
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, Envelope, ThoughtData, ThoughtEvent, Topic
 from weft_engine.emitter import EventEmitter
+from weft_engine.keys import state_key
 from weft_engine.leases import TurnLeases
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
@@ -32,6 +34,21 @@ async def test_save_then_load_round_trips(redis: Redis) -> None:
     assert loaded == saved and saved.version == 1
     await store.delete(saved.request_id)
     assert await store.load(saved.request_id) is None
+
+
+async def test_a_state_written_by_a_later_engine_loads_and_advances(redis: Redis) -> None:
+    """Rolling deploys: replicas of two versions share turns, so a state with fields this
+    version lacks loads (they are ignored, weft_contracts.compat) and can be saved again."""
+    store = TurnStore(redis, ttl_s=60)
+    saved = await store.save(_state())
+    written = json.loads(saved.model_dump_json())
+    written["added_later"] = {"by": "a later engine"}
+    written["agent"]["added_later_too"] = 1
+    await redis.set(state_key(saved.request_id), json.dumps(written))
+    loaded = await store.load(saved.request_id)
+    assert loaded == saved
+    advanced = await store.save(loaded.model_copy(update={"round": 1}))
+    assert advanced.version == 2
 
 
 async def test_stale_writer_loses(redis: Redis) -> None:

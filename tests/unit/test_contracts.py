@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
@@ -12,8 +14,12 @@ from weft_contracts import (
     CompleteEvent,
     ThoughtData,
     ThoughtEvent,
+    ToolCallData,
+    ToolCallEvent,
     Topic,
     TurnStatus,
+    UnsupportedSchemaVersion,
+    read_json,
 )
 from weft_contracts.generate import render
 from weft_contracts.topics import TOPIC_MODELS
@@ -61,3 +67,52 @@ def test_proto_is_up_to_date() -> None:
         if not path.exists() or path.read_text() != content
     ]
     assert not stale, f"proto/ is stale, run `make proto`: {stale}"
+
+
+def _later_version_of_a_tool_call(**envelope: Any) -> dict[str, Any]:
+    """A ``tool_call`` event as a later Weft could write it: fields this version lacks."""
+    event = ToolCallEvent(
+        **IDS, data=ToolCallData(round=1, call_id="c1", tool_name="t", arguments={})
+    )
+    body = json.loads(event.model_dump_json())
+    body["data"]["added_later"] = {"any": "shape"}
+    body["partition_hint"] = 3
+    return {**body, **envelope}
+
+
+def test_a_reader_ignores_the_fields_a_later_version_added() -> None:
+    """weft_contracts.compat: services of two versions share the topics in a rolling deploy."""
+    adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[Topic.AGENT_EVENTS])
+    body = json.dumps(_later_version_of_a_tool_call())
+    event = read_json(adapter, body)
+    assert isinstance(event, ToolCallEvent) and event.data.call_id == "c1"
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        adapter.validate_json(body)  # the models themselves stay strict
+
+
+def test_a_newer_schema_version_is_refused_whether_or_not_it_fits() -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[Topic.AGENT_EVENTS])
+    fits = json.dumps(_later_version_of_a_tool_call(schema_version=2))
+    with pytest.raises(
+        UnsupportedSchemaVersion, match="schema_version 2; this reader knows up to 1"
+    ):
+        read_json(adapter, fits)
+    reshaped = json.dumps({**_later_version_of_a_tool_call(schema_version=2), "data": "moved"})
+    with pytest.raises(UnsupportedSchemaVersion):
+        read_json(adapter, reshaped)
+    with pytest.raises(ValidationError):  # this version's shape, broken: undecodable
+        read_json(adapter, json.dumps({**_later_version_of_a_tool_call(), "data": "moved"}))
+    with pytest.raises(ValidationError):
+        read_json(adapter, b"not json")
+
+
+def test_writers_stay_strict() -> None:
+    """A misspelt field in Weft's own code fails where the message is built."""
+    with pytest.raises(ValidationError, match="roud"):
+        ToolCallData(roud=1, call_id="c", tool_name="t", arguments={})  # type: ignore[call-arg]
+
+
+def test_published_schemas_let_readers_meet_added_fields() -> None:
+    """proto/ is what other platform services read: no ``additionalProperties: false``."""
+    for path, content in render(REPO / "proto").items():
+        assert '"additionalProperties": false' not in content, path

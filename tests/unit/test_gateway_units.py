@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import HTTPException
 from weft_contracts import AgentConfig, AgentMode
@@ -17,6 +18,7 @@ from weft_gateway.api import (
     pick_agent_id,
 )
 from weft_gateway.auth import ApiKeyAuth
+from weft_gateway.clients import AgentConfigClient
 from weft_gateway.fanout import Sink
 from weft_gateway.sse import frame, synthetic_failure, to_sse, weknora_event
 from weft_gateway.sse_response import EventStreamResponse
@@ -269,3 +271,19 @@ def test_openapi_documents_the_sse_routes_as_event_streams() -> None:
     ):
         ok = document["paths"][path][method]["responses"]["200"]
         assert "text/event-stream" in ok["content"]
+
+
+async def test_a_later_agent_configs_fields_are_ignored_not_a_failed_request() -> None:
+    """Rolling deploys (weft_contracts.compat): agent-config upgraded before the gateway
+    answers with fields the gateway does not know; the chat request still goes on."""
+    later = {**AgentConfig(agent_id="a", model="m").model_dump(mode="json"), "added_later": 1}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/internal/resolve"
+        return httpx.Response(200, json=later)
+
+    client = AgentConfigClient(
+        "http://agent-config", "agent-config", transport=httpx.MockTransport(answer)
+    )
+    config = await client.resolve("t", "a", None)
+    assert config == AgentConfig(agent_id="a", model="m")

@@ -15,6 +15,7 @@ from weft_contracts.commands import (
     SteerMessage,
     SteerMessageData,
 )
+from weft_contracts.compat import UnsupportedSchemaVersion, read_json
 from weft_contracts.dlq import DeadLetter, DeadLetterData
 from weft_contracts.envelope import SCHEMA_VERSION, Envelope, new_event_id
 from weft_contracts.events import (
@@ -108,5 +109,7 @@ __all__ = [
     "TurnStartedData",
     "TurnStartedEvent",
     "TurnStatus",
+    "UnsupportedSchemaVersion",
     "new_event_id",
+    "read_json",
 ]

@@ -33,11 +33,25 @@ def schema_file_name(topic: Topic) -> str:
 
 
 def topic_schemas() -> dict[Topic, dict[str, Any]]:
-    """The JSON Schema of each topic's message union."""
+    """The JSON Schema of each topic's message union, as readers take it: without the
+    models' ``additionalProperties: false`` (``weft_contracts.compat``: a reader ignores
+    the fields a later version added)."""
     return {
-        topic: TypeAdapter(model).json_schema(mode="serialization")
+        topic: _open_to_additions(TypeAdapter(model).json_schema(mode="serialization"))
         for topic, model in TOPIC_MODELS.items()
     }
+
+
+def _open_to_additions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {
+            key: _open_to_additions(value)
+            for key, value in schema.items()
+            if not (key == "additionalProperties" and value is False)
+        }
+    if isinstance(schema, list):
+        return [_open_to_additions(item) for item in schema]
+    return schema
 
 
 def asyncapi_document(schemas: dict[Topic, dict[str, Any]]) -> dict[str, Any]:
@@ -65,7 +79,10 @@ def asyncapi_document(schemas: dict[Topic, dict[str, Any]]) -> dict[str, Any]:
         "info": {
             "title": "Weft agent runtime",
             "version": f"{SCHEMA_VERSION}.0.0",
-            "description": "Kafka topics of Weft. Generated from weft_contracts; do not edit.",
+            "description": "Kafka topics of Weft. Generated from weft_contracts; do not edit. "
+            "Within one schema_version the shapes only grow (a field is added with a default); "
+            "readers ignore fields they do not know and refuse a newer schema_version "
+            "(weft_contracts.compat).",
         },
         "defaultContentType": "application/json",
         "servers": {"local": {"host": "127.0.0.1:19092", "protocol": "kafka"}},

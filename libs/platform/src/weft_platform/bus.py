@@ -2,13 +2,15 @@
 
 Every consumer goes through :meth:`EventBus.consume`, which owns the failure rules of
 STYLE principle 4 for infrastructure errors: an undecodable record is dead-lettered at
-once with the reason; a handler that raises is retried ``consumer_attempts`` times, then
-dead-lettered; the consumer itself never stops. A record's offset is committed only after
-its handler returned, so a crash hands the record back to Kafka. Commits are coalesced
-(``commit_interval_ms``): one commit request per consumer and interval instead of one per
-record, since a commit is a broker round trip that every consumer group paid for every
-event (issue 3). A crash or a rebalance therefore hands back up to one interval of
-handled records, which the id-based dedupe (or an idempotent handler) absorbs.
+once with the reason (records are read by ``weft_contracts.compat``'s rule: unknown
+fields ignored, a newer ``schema_version`` dead-lettered as such); a handler that raises
+is retried ``consumer_attempts`` times, then dead-lettered; the consumer itself never
+stops. A record's offset is committed only after its handler returned, so a crash hands
+the record back to Kafka. Commits are coalesced (``commit_interval_ms``): one commit
+request per consumer and interval instead of one per record, since a commit is a broker
+round trip that every consumer group paid for every event (issue 3). A crash or a
+rebalance therefore hands back up to one interval of handled records, which the id-based
+dedupe (or an idempotent handler) absorbs.
 :meth:`EventBus.consume_batch` is the same contract for a whole fetch at a time: one
 handler call per batch, for consumers whose cost is per round trip.
 """
@@ -31,7 +33,8 @@ from faststream.kafka import KafkaBroker
 from faststream.message import StreamMessage
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
-from weft_contracts import DeadLetter, DeadLetterData, Envelope, Topic
+from weft_contracts import DeadLetter, DeadLetterData, Envelope, Topic, UnsupportedSchemaVersion
+from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
 
 from weft_platform.settings import ServiceSettings
@@ -196,9 +199,9 @@ class EventBus:
             if not _wanted(wanted, record):
                 return
             try:
-                decoded = adapter.validate_json(body)
-            except ValidationError as exc:
-                await self._dead_letter(topic, group_id, record, body, exc, "undecodable")
+                decoded = read_json(adapter, body)
+            except (ValidationError, UnsupportedSchemaVersion) as exc:
+                await self._dead_letter(topic, group_id, record, body, exc, _refusal(exc))
                 return
             if dedupe and await self._seen(group_id, decoded.id):
                 log.info("duplicate_skipped", topic=topic.value, id=decoded.id)
@@ -242,8 +245,8 @@ class EventBus:
             if not _wanted(wanted, delivery.record):
                 return
             try:
-                decoded = adapter.validate_json(delivery.body)
-            except ValidationError:
+                decoded = read_json(adapter, delivery.body)
+            except (ValidationError, UnsupportedSchemaVersion):
                 return
             try:
                 await handler(decoded)
@@ -307,18 +310,18 @@ class EventBus:
 
         async def process(bodies: list[bytes], records: tuple[Any, ...]) -> bool:
             decoded: list[Any] = []
-            undecodable: list[tuple[Any, bytes, ValidationError]] = []
+            undecodable: list[tuple[Any, bytes, ValidationError | UnsupportedSchemaVersion]] = []
             for record, body in zip(records, bodies, strict=True):
                 if not _wanted(wanted, record):
                     continue
                 try:
-                    decoded.append(adapter.validate_json(body))
-                except ValidationError as invalid:
-                    undecodable.append((record, body, invalid))
+                    decoded.append(read_json(adapter, body))
+                except (ValidationError, UnsupportedSchemaVersion) as refused:
+                    undecodable.append((record, body, refused))
             if decoded and not await self._handle_batch(topic, decoded, handler):
                 return False
             for record, body, error in undecodable:
-                await self._dead_letter(topic, group_id, record, body, error, "undecodable")
+                await self._dead_letter(topic, group_id, record, body, error, _refusal(error))
             return True
 
         min_bytes, max_wait_ms = _fetch_linger(linger_ms)
@@ -421,6 +424,13 @@ class EventBus:
         if self._redis is not None:
             key = self._dedupe_key(group_id, message_id)
             await self._redis.set(key, 1, ex=self._settings.dedupe_ttl_s)
+
+
+def _refusal(exc: ValidationError | UnsupportedSchemaVersion) -> str:
+    """The dead letter's reason prefix for a record the bus could not read."""
+    return (
+        "unsupported_schema_version" if isinstance(exc, UnsupportedSchemaVersion) else "undecodable"
+    )
 
 
 def _fetch_linger(linger_ms: int | None) -> tuple[int, int]:

@@ -90,7 +90,8 @@ class SessionGate:
         raw: Any = await self._hand_over(
             keys=list(self._keys(tenant_id, session_id)), args=[ended, self._ttl]
         )
-        return ChatRequested.model_validate_json(raw) if raw else None
+        # As TurnStore.load: a later engine's fields are ignored (weft_contracts.compat).
+        return ChatRequested.model_validate_json(raw, extra="ignore") if raw else None
 
     async def enqueue(self, request: ChatRequested) -> None:
         """Keep ``request`` until the running turn ends (double-texting "enqueue")."""

@@ -173,7 +173,9 @@ class TurnStore:
     async def load(self, request_id: str) -> TurnState | None:
         """The stored state, or None when the turn is unknown or finished."""
         raw = await self._redis.get(self._keys(request_id)[0])
-        return TurnState.model_validate_json(raw) if raw else None
+        # Fields an engine of a later version added are ignored (weft_contracts.compat):
+        # replicas of two versions share turns during a rolling deploy.
+        return TurnState.model_validate_json(raw, extra="ignore") if raw else None
 
     async def save(self, state: TurnState, *, deadline: DeadlineUpdate | None = None) -> TurnState:
         """Write ``state`` if nobody else did since it was read; return it with the new version.

@@ -145,7 +145,10 @@ class AgentConfigClient(ServiceClient):
             "reasoning_effort": reasoning_effort,
             "summary_model_id": summary_model_id,
         }
-        return AgentConfig.model_validate(await self.call("POST", "/internal/resolve", json=body))
+        # A later agent-config's fields are ignored (weft_contracts.compat): either side
+        # can be upgraded first.
+        config = await self.call("POST", "/internal/resolve", json=body)
+        return AgentConfig.model_validate(config, extra="ignore")
 
 
 def _detail(resp: httpx.Response) -> Any:
