@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_engine.act import TOOL_TIMEOUTS_S
 from weft_storage.models import Agent
 from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env, read_turn
 
@@ -131,15 +134,22 @@ def _kill_owner(stack: LocalStack, owner: str) -> None:
     stack.kill("engine", stack.ports["engine"].index(port))
 
 
+Act = Callable[[dict[str, Any], str], Awaitable[None]]
+
+
 async def _watch(
-    client: httpx.AsyncClient, stack: LocalStack, agent: str, query: str, trigger: str
-) -> tuple[list[SseEvent], str]:
-    """Run a turn; when the first ``trigger`` event arrives, SIGKILL the replica running it."""
+    client: httpx.AsyncClient,
+    stack: LocalStack,
+    agent: str,
+    query: str,
+    trigger: Callable[[str, dict[str, Any]], bool],
+    act: Act,
+) -> list[SseEvent]:
+    """Run a turn; at the first event that ``trigger(event type, data)`` picks, call
+    ``act(data, session id)`` once, then read on until ``complete``."""
     session_id = await _session(client, agent)
     events: list[SseEvent] = []
-    killed = ""
-    from httpx_sse import aconnect_sse
-
+    acted = False
     async with aconnect_sse(
         client, "POST", f"/api/v1/agent-chat/{session_id}", json={"query": query}, timeout=120
     ) as source:
@@ -148,12 +158,26 @@ async def _watch(
                 continue
             data: dict[str, Any] = json.loads(sse.data)
             events.append(SseEvent(sse.id, sse.event, data, 0.0))
-            if sse.event == trigger and not killed:
-                killed = await _lease_owner(stack, data["request_id"])
-                _kill_owner(stack, killed)
+            if not acted and trigger(sse.event, data):
+                acted = True
+                await act(data, session_id)
             if sse.event == "complete":
                 break
-    return events, killed
+    return events
+
+
+def _first(kind: str) -> Callable[[str, dict[str, Any]], bool]:
+    return lambda event, _data: event == kind
+
+
+def _kill_its_replica(stack: LocalStack, killed: list[str]) -> Act:
+    """SIGKILL the replica running the event's turn."""
+
+    async def act(event: dict[str, Any], _session_id: str) -> None:
+        killed.append(await _lease_owner(stack, event["request_id"]))
+        _kill_owner(stack, killed[-1])
+
+    return act
 
 
 async def test_killing_the_replica_mid_stream_ends_the_turn_with_an_explicit_error(
@@ -164,9 +188,11 @@ async def test_killing_the_replica_mid_stream_ends_the_turn_with_an_explicit_err
         "steps": [{"match": "KILLSTREAM", "content": words, "chunk_delay_ms": 100}],
         "fallback": "demo",
     })  # fmt: skip
-    events, killed = await asyncio.wait_for(
-        _watch(client, faults_stack, NO_TOOLS_AGENT, "KILLSTREAM now", "final_answer"), 90
-    )
+    killed: list[str] = []
+    events = await asyncio.wait_for(_watch(
+        client, faults_stack, NO_TOOLS_AGENT, "KILLSTREAM now",
+        _first("final_answer"), _kill_its_replica(faults_stack, killed),
+    ), 90)  # fmt: skip
     assert killed
     _assert_clean_stream(events)
     assert events[-2].event == "error"
@@ -188,9 +214,11 @@ async def test_killing_the_replica_during_a_tool_round_still_completes_the_turn(
         ],
         "fallback": "demo",
     })  # fmt: skip
-    events, killed = await asyncio.wait_for(
-        _watch(client, faults_stack, "builtin-smart-reasoning", "KILLTOOLS go", "tool_call"), 90
-    )
+    killed: list[str] = []
+    events = await asyncio.wait_for(_watch(
+        client, faults_stack, "builtin-smart-reasoning", "KILLTOOLS go",
+        _first("tool_call"), _kill_its_replica(faults_stack, killed),
+    ), 90)  # fmt: skip
     assert killed
     _assert_clean_stream(events)
     complete = events[-1].data["data"]
@@ -215,3 +243,104 @@ async def test_a_tool_worker_that_never_answers_times_out_and_the_turn_goes_on(
     assert not result["success"] and "timed out" in result["error"]
     assert events[-1].data["data"]["status"] == "completed"
     assert events[-1].data["data"]["final_answer"] == "The search timed out, sorry."
+
+
+# No tool worker runs in these tests (tool-exec is killed), so the call never answers; its
+# deadline is web_fetch's own (SPEC E-17), far beyond the tests' 90 s bound: a turn that
+# waited for it instead of ending at the stop fails the test.
+FETCH = {"name": "web_fetch", "arguments": {"urls": ["https://example.com/slow"]}}
+FETCH_DEADLINE_S = TOOL_TIMEOUTS_S["web_fetch"]
+
+
+def _ended_before_the_deadline(events: list[SseEvent]) -> bool:
+    dispatched = _epoch(next(e for e in events if e.event == "tool_call").data["time"])
+    return _epoch(events[-1].data["time"]) - dispatched < FETCH_DEADLINE_S
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _stop_the_turn(client: httpx.AsyncClient) -> Act:
+    async def act(_event: dict[str, Any], session_id: str) -> None:
+        resp = await client.post(f"/api/v1/sessions/{session_id}/stop")
+        assert resp.status_code == 202, resp.text
+
+    return act
+
+
+async def test_a_stop_while_tools_run_ends_the_turn_without_waiting_for_them(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # SPEC E-20 cancel, E-04; issue 3 "a stop while tools run"
+    faults_stack.kill("tool_exec")
+    await script.post("/_script", json={
+        "steps": [{"match": "STOPTOOLS", "tool_calls": [FETCH]}], "fallback": "demo",
+    })  # fmt: skip
+    events = await asyncio.wait_for(_watch(
+        client, faults_stack, "builtin-smart-reasoning", "STOPTOOLS go",
+        _first("tool_call"), _stop_the_turn(client),
+    ), 90)  # fmt: skip
+    _assert_clean_stream(events)
+    assert [e.event for e in events if e.event.startswith("tool")] == ["tool_call"]
+    assert events[-1].data["data"]["status"] == "cancelled"
+    assert _ended_before_the_deadline(events)
+
+
+async def test_a_stop_after_a_tool_round_answers_from_what_was_gathered(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # SPEC E-20 cancel with tool results: rescue synthesis
+    faults_stack.kill("tool_exec")
+    await script.post("/_script", json={
+        "steps": [
+            # Arguments that are not an object fail before dispatch: a result at once.
+            {"match": "RESCUE", "tool_calls": [{"name": "search_knowledge", "arguments": "[1]"}]},
+            {"match": "RESCUE", "tool_calls": [FETCH]},
+            {"match": "stopped the task", "content": "From what I gathered: nothing yet."},
+        ],
+        "fallback": "demo",
+    })  # fmt: skip
+    events = await asyncio.wait_for(_watch(
+        client, faults_stack, "builtin-smart-reasoning", "RESCUE go",
+        lambda event, data: event == "tool_call" and data["data"]["round"] == 1,
+        _stop_the_turn(client),
+    ), 90)  # fmt: skip
+    _assert_clean_stream(events)
+    [failed] = [e.data["data"] for e in events if e.event == "tool_result"]
+    assert not failed["success"] and "JSON object" in failed["error"]
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == "From what I gathered: nothing yet."
+    assert _ended_before_the_deadline(events)
+
+
+async def test_interrupt_stops_the_running_turn_then_runs_the_new_message(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # issue 3 double-texting "interrupt"
+    faults_stack.kill("tool_exec")
+    await script.post("/_script", json={
+        "steps": [
+            {"match": "FIRSTTURN", "tool_calls": [FETCH]},
+            {"match": "SECONDTURN", "content": "The second turn answered."},
+        ],
+        "fallback": "demo",
+    })  # fmt: skip
+    second: list[asyncio.Task[list[SseEvent]]] = []
+
+    async def interrupt(_event: dict[str, Any], session_id: str) -> None:
+        second.append(asyncio.create_task(read_turn(
+            client, f"/api/v1/agent-chat/{session_id}", api_key=faults_stack.api_key,
+            json_body={"query": "SECONDTURN now", "double_texting": "interrupt"},
+        )))  # fmt: skip
+
+    first = await asyncio.wait_for(_watch(
+        client, faults_stack, "builtin-smart-reasoning", "FIRSTTURN go",
+        _first("tool_call"), interrupt,
+    ), 90)  # fmt: skip
+    _assert_clean_stream(first)
+    assert first[-1].data["data"]["status"] == "cancelled"
+    assert _ended_before_the_deadline(first)
+    then = await asyncio.wait_for(second[0], 90)
+    _assert_clean_stream(then)
+    assert then[-1].data["data"]["status"] == "completed"
+    assert then[-1].data["data"]["final_answer"] == "The second turn answered."
+    assert then[0].data["request_id"] != first[0].data["request_id"]
