@@ -21,7 +21,14 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_engine.act import TOOL_TIMEOUTS_S
 from weft_storage.models import Agent
-from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env, read_turn
+from weft_testkit import (
+    LocalStack,
+    SseEvent,
+    StackConfig,
+    chat_requests,
+    infra_env,
+    read_turn,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NO_TOOLS_AGENT = "e2e-no-tools"
@@ -108,12 +115,21 @@ async def test_a_stalled_llm_call_does_not_delay_other_sessions_on_its_partition
         finished.append(name)
 
     stalled = asyncio.create_task(run("stalled", "STALL please"))
-    await asyncio.sleep(0)  # the stalled request is published first
+    await _until_the_model_is_asked(script, "STALL please")  # the others start behind it
     await asyncio.gather(*(run(f"s{i}", f"question number {i}") for i in range(50)))
     await stalled
     position = finished.index("stalled")
     assert finished[-1] == "stalled", f"the stalled session finished {position + 1}th of 51"
     assert len(finished) == 51
+
+
+async def _until_the_model_is_asked(script: httpx.AsyncClient, text: str) -> None:
+    """Wait until the test double received a chat request containing ``text``."""
+    async with asyncio.timeout(30):
+        while True:
+            if any(text in json.dumps(body) for body in await chat_requests(script)):
+                return
+            await asyncio.sleep(0.05)
 
 
 async def _lease_owner(stack: LocalStack, request_id: str) -> str:
