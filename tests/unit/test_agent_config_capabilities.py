@@ -5,7 +5,11 @@ sharing rules (A-10)."""
 from __future__ import annotations
 
 import pytest
-from weft_agent_config.definition import AgentDefinition, effective_reasoning_effort
+from weft_agent_config.definition import (
+    AgentDefinition,
+    effective_reasoning_effort,
+    synthesis_reasoning_effort,
+)
 from weft_agent_config.knowledge_guard import (
     DOCUMENT_KB,
     IncompatibleKnowledgeBase,
@@ -63,6 +67,23 @@ def test_effort_is_clamped_to_the_model() -> None:  # SPEC A-05
     assert effective_reasoning_effort("off", None, supported=codex) == "off"
     assert effective_reasoning_effort("high", None, supported=()) is None  # no reasoning
     assert effective_reasoning_effort("high", None, supported=None) == "high"  # unknown
+
+
+def test_a_closing_synthesis_runs_with_thinking_off_as_far_as_the_model_allows() -> None:
+    """SPEC E-21: "off" where the model can switch reasoning off, its lowest level where it
+    cannot, nothing for a model that does not reason; an unknown model only gets "off"
+    when the turn already sends an effort."""
+    assert synthesis_reasoning_effort("high", MODELS.reasoning_levels("weft-scripted")) == "off"
+    assert synthesis_reasoning_effort(None, MODELS.reasoning_levels("weft-scripted")) == "off"
+    assert synthesis_reasoning_effort("high", MODELS.reasoning_levels("o3")) == "low"
+    assert synthesis_reasoning_effort(None, MODELS.reasoning_levels("gpt-4o-mini")) is None
+    assert synthesis_reasoning_effort("high", None) == "off"
+    assert synthesis_reasoning_effort(None, None) is None
+    config = runtime_config(
+        "a", _agent(reasoning_effort="high"), default_model="o3-mini", knowledge_base_ids=[],
+        models=MODELS,
+    )  # fmt: skip
+    assert (config.reasoning_effort, config.synthesis_reasoning_effort) == ("high", "low")
 
 
 def test_runtime_config_resolves_effort_with_request_override() -> None:  # SPEC A-05

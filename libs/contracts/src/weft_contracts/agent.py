@@ -65,6 +65,12 @@ class AgentConfig(BaseModel):
         description="SPEC A-05, already resolved for the model (request override, thinking, "
         "clamped to the model's levels); None: the request carries no reasoning effort.",
     )
+    synthesis_reasoning_effort: ReasoningEffort | None = Field(
+        default=None,
+        description="SPEC E-21: the effort of a closing synthesis (max iterations, a rescue "
+        "after a stop or a failing model): thinking off as far as the model allows ('off' "
+        "clamped to its levels); None: that request carries no reasoning effort.",
+    )
     knowledge_bases: list[KnowledgeBaseInfo] = Field(
         default_factory=list,
         description="Names and descriptions of the KBs in scope (the {{knowledge_bases}} "

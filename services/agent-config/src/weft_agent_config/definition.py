@@ -159,6 +159,16 @@ def effective_reasoning_effort(
     return levels[0]
 
 
+def synthesis_reasoning_effort(effort: str | None, supported: Sequence[str] | None) -> str | None:
+    """SPEC E-21: a closing synthesis runs with thinking off, as far as the model allows:
+    ``off`` clamped to its levels (a model that always reasons gets its lowest level, one
+    that does not reason gets none). For a model whose levels are unknown, only a turn that
+    already sends an effort sends ``off``: an unknown model may refuse the parameter."""
+    if supported is None:
+        return None if effort is None else "off"
+    return effective_reasoning_effort("off", None, supported=supported)
+
+
 def display_name(name: str | dict[str, str], locale: str | None = None) -> str:
     """The name in ``locale`` if defined, else its ``default``."""
     if isinstance(name, str):

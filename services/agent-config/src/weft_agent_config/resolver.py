@@ -15,6 +15,7 @@ from weft_agent_config.definition import (
     display_name,
     effective_reasoning_effort,
     ensure_defaults,
+    synthesis_reasoning_effort,
 )
 from weft_agent_config.knowledge_guard import (
     KnowledgeDirectory,
@@ -115,11 +116,12 @@ def runtime_config(
         memory=bool(full.memory_enabled),
     )
     assert full.model is not None and full.max_iterations is not None
+    levels = models.reasoning_levels(full.model) if models else None
     effort = effective_reasoning_effort(
         full.reasoning_effort,
         full.thinking,
         request_override=overrides.reasoning_effort,
-        supported=models.reasoning_levels(full.model) if models else None,
+        supported=levels,
     )
     return AgentConfig(
         agent_id=agent_id,
@@ -140,6 +142,7 @@ def runtime_config(
         web_search_max_results=full.web_search_max_results or 5,
         query_rewrite=full.mode == AgentMode.QUICK_ANSWER and full.query_rewrite_enabled,
         reasoning_effort=effort,
+        synthesis_reasoning_effort=synthesis_reasoning_effort(effort, levels),
         image_upload_enabled=full.image_upload_enabled,
         vision=models.supports_vision(full.model) if models else False,
         vlm_model=full.vlm_model_id or None,

@@ -266,7 +266,10 @@ class TurnLoop:
             if advanced is None:
                 return
             state = advanced
-        await self._synthesize(state, "Answer the question using the retrieved passages.")
+        # The quick answer's one generation is its answer, not a rescue: the agent's effort.
+        await self._synthesize(
+            state, "Answer the question using the retrieved passages.", thinking=True
+        )
 
     async def _shed(self, state: TurnState) -> TurnState:
         """Forced compaction (SPEC E-25); if it freed nothing, drop old history turns."""
@@ -286,19 +289,27 @@ class TurnLoop:
             state.model_copy(update={"messages": [*state.messages, *injected]})
         )
 
-    async def _call_model(self, state: TurnState, *, closing: bool = False) -> LLMResponse:
-        tools = definitions_for(state.agent.allowed_tools)
+    async def _call_model(
+        self, state: TurnState, *, closing: bool = False, thinking: bool = True
+    ) -> LLMResponse:
+        """A round's call, or with ``closing`` one without tools (``tool_choice=none``);
+        without ``thinking``, at the agent's synthesis effort (SPEC E-21: thinking off)."""
+        agent = state.agent
+        tools = definitions_for(agent.allowed_tools)
         choice = "none" if closing and tools else None
+        effort = agent.reasoning_effort if thinking else agent.synthesis_reasoning_effort
         return await think(
-            state, self._model, self._emitter, tools, self._think, tool_choice=choice
-        )
+            state, self._model, self._emitter, tools, self._think,
+            tool_choice=choice, reasoning_effort=effort,
+        )  # fmt: skip
 
-    async def _synthesize(self, state: TurnState, reason: str) -> None:
-        """A last answer from what was gathered, without tools (SPEC E-21, E-07, E-20)."""
+    async def _synthesize(self, state: TurnState, reason: str, *, thinking: bool = False) -> None:
+        """A last answer from what was gathered, without tools and, unless ``thinking``,
+        with thinking off (SPEC E-21, E-07, E-20)."""
         state = self._tracer.begin_round(state)
         closing = state.model_copy(update={"messages": [*state.messages, closing_request(reason)]})
         try:
-            response = await self._call_model(closing, closing=True)
+            response = await self._call_model(closing, closing=True, thinking=thinking)
         except LLMCallError as exc:
             await self._finisher.fail(state, "llm_error", str(exc))
             return

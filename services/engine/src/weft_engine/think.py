@@ -79,9 +79,11 @@ async def think(
     settings: ThinkSettings,
     *,
     tool_choice: str | None = None,
+    reasoning_effort: str | None,
 ) -> LLMResponse:
     """Call the model, retrying transient failures with backoff (SPEC E-07); a cancel
-    during the backoff stops at once (the sleep is cancellable)."""
+    during the backoff stops at once (the sleep is cancellable). ``reasoning_effort``:
+    the agent's (a round) or its synthesis effort (a closing call, SPEC E-21)."""
     agent = state.agent
     request = LLMRequest(
         model=agent.model,
@@ -91,7 +93,7 @@ async def think(
         max_completion_tokens=agent.max_completion_tokens,
         stall_timeout_s=agent.llm_call_timeout_s,
         tool_choice=tool_choice,
-        reasoning_effort=agent.reasoning_effort,
+        reasoning_effort=reasoning_effort,
     )
     for attempt, pause in enumerate((*settings.retry_backoff_s, None)):
         sink = _EventSink(emitter, state, settings.coalesce_window_s)

@@ -1,0 +1,139 @@
+"""Stop paths of the loop that end a turn without a natural answer (SPEC E-07, E-20, E-21),
+through the whole stack: gateway -> Kafka -> engine -> the scripted LLM over HTTP with the
+``openai`` client. The test double's request log shows what the model was asked.
+
+- max iterations: one closing synthesis without tools and with thinking off;
+- transient model errors: retried twice with backoff, then the turn fails with
+  ``llm_error``, or, when tools already gave results, answers from them (rescue);
+- an empty answer: nudged twice without consuming a round, then the fixed fallback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from weft_engine.analyze import EMPTY_FALLBACK, NUDGE
+from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
+
+THINK = {
+    "name": "thinking",
+    "arguments": {"thought": "step", "next_thought_needed": True, "thought_number": 1,
+                  "total_thoughts": 3},
+}  # fmt: skip
+OVERLOADED = {"error": {"status": 503, "message": "overloaded"}}
+
+
+async def _agent(api: httpx.AsyncClient, **fields: Any) -> str:
+    body = {"name": "stop paths", "kb_selection_mode": "none", "allowed_tools": [], **fields}
+    resp = await api.post("/api/v1/agents", json=body)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+async def _turn(
+    api: httpx.AsyncClient, stack: LocalStack, agent: str, query: str
+) -> list[SseEvent]:
+    session = await api.post("/api/v1/sessions", json={"agent_id": agent})
+    assert session.status_code == 201, session.text
+    return await read_turn(
+        api, f"/api/v1/agent-chat/{session.json()['id']}", api_key=stack.api_key,
+        json_body={"query": query},
+    )  # fmt: skip
+
+
+def _last_user_text(request: dict[str, Any]) -> str:
+    return str([m for m in request["messages"] if m["role"] == "user"][-1]["content"])
+
+
+def _complete(events: list[SseEvent]) -> dict[str, Any]:
+    assert [e.event for e in events].count("complete") == 1 and events[-1].event == "complete"
+    data: dict[str, Any] = events[-1].data["data"]
+    return data
+
+
+async def test_max_iterations_end_with_one_synthesis_without_tools_and_thinking(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-21
+    await llm.post("/_script", json={"steps": [
+        {"match": "LOOPY", "tool_calls": [THINK]},
+        {"match": "LOOPY", "tool_calls": [THINK]},
+        {"match": "maximum number of reasoning steps", "content": "Summary at the limit."},
+    ]})  # fmt: skip
+    agent = await _agent(api, allowed_tools=["thinking"], max_iterations=2, reasoning_effort="high")
+    complete = _complete(await _turn(api, stack, agent, "LOOPY question"))
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == "Summary at the limit."
+
+    *rounds, closing = await chat_requests(llm)
+    assert len(rounds) == 2
+    assert all(r["reasoning_effort"] == "high" and "tool_choice" not in r for r in rounds)
+    assert closing["tool_choice"] == "none"
+    assert closing["reasoning_effort"] == "none", "thinking stays on in the synthesis"
+    assert "maximum number of reasoning steps" in _last_user_text(closing)
+
+
+async def test_transient_errors_are_retried_twice_then_the_answer_streams(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-07
+    await llm.post("/_script", json={"steps": [
+        {"match": "RETRYME", **OVERLOADED},
+        {"match": "RETRYME", "error": {"status": 429, "message": "slow down"}},
+        {"match": "RETRYME", "content": "Third time lucky."},
+    ]})  # fmt: skip
+    events = await _turn(api, stack, await _agent(api), "RETRYME please")
+    complete = _complete(events)
+    assert complete["status"] == "completed" and complete["final_answer"] == "Third time lucky."
+    assert len(await chat_requests(llm)) == 3
+    assert "error" not in [e.event for e in events]
+
+
+async def test_a_model_failing_three_times_ends_the_turn_with_llm_error(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-07, E-20 unrecoverable LLM failure
+    await llm.post("/_script", json={"steps": [{"match": "FAILHARD", **OVERLOADED}] * 4})
+    events = await _turn(api, stack, await _agent(api), "FAILHARD please")
+    assert len(await chat_requests(llm)) == 3, "two retries, not more"
+    [error] = [e.data["data"] for e in events if e.event == "error"]
+    assert error["code"] == "llm_error" and "503" in error["message"]
+    assert _complete(events)["status"] == "failed"
+
+
+async def test_a_model_failing_after_a_tool_round_answers_from_what_was_gathered(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-07 with tool results: rescue synthesis
+    await llm.post("/_script", json={"steps": [
+        {"match": "FAILLATE", "tool_calls": [THINK]},
+        *[{"match": "FAILLATE", **OVERLOADED}] * 3,
+        {"match": "model failed repeatedly", "content": "Rescued from the thinking."},
+    ]})  # fmt: skip
+    agent = await _agent(api, allowed_tools=["thinking"], reasoning_effort="high")
+    events = await _turn(api, stack, agent, "FAILLATE please")
+    complete = _complete(events)
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == "Rescued from the thinking."
+    assert [e.event for e in events].count("tool_result") == 1
+    closing = (await chat_requests(llm))[-1]
+    assert closing["tool_choice"] == "none" and closing["reasoning_effort"] == "none"
+
+
+async def test_an_empty_answer_is_nudged_twice_without_using_a_round_then_falls_back(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-20 empty answer
+    await llm.post("/_script", json={"steps": [
+        {"match": "EMPTYANS", "content": ""},
+        {"match": NUDGE, "content": ""},
+        {"match": NUDGE, "content": ""},
+    ]})  # fmt: skip
+    # One round only: had a nudge used a round, the next call would be the closing
+    # synthesis, which no step above answers.
+    events = await _turn(api, stack, await _agent(api, max_iterations=1), "EMPTYANS please")
+    complete = _complete(events)
+    assert complete["status"] == "completed" and complete["final_answer"] == EMPTY_FALLBACK
+    requests = await chat_requests(llm)
+    asked = [_last_user_text(r) for r in requests]  # sanitising merges adjacent user turns
+    assert all("EMPTYANS please" in text for text in asked)
+    assert [text.count(NUDGE) for text in asked] == [0, 1, 2]
+    # No answer event during the retries: the answer events carry the fallback once.
+    deltas = [e.data["data"]["delta"] for e in events if e.event == "final_answer"]
+    assert "".join(deltas) == EMPTY_FALLBACK
