@@ -35,15 +35,20 @@ async def _publish(stack: LocalStack, message: Envelope) -> None:
         await producer.stop()
 
 
-async def _session(api: httpx.AsyncClient) -> str:
-    return str((await api.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"])
+async def _session(api: httpx.AsyncClient, agent: str = AGENT) -> str:
+    return str((await api.post("/api/v1/sessions", json={"agent_id": agent})).json()["id"])
 
 
 async def _run_with_control(
-    api: httpx.AsyncClient, stack: LocalStack, query: str, trigger: str, control: Any
+    api: httpx.AsyncClient,
+    stack: LocalStack,
+    query: str,
+    trigger: str,
+    control: Any,
+    agent: str = AGENT,
 ) -> list[SseEvent]:
     """Stream a turn; at the first ``trigger`` event publish ``control(event)``."""
-    session_id = await _session(api)
+    session_id = await _session(api, agent)
     events: list[SseEvent] = []
     sent = False
     async with aconnect_sse(
@@ -110,6 +115,36 @@ async def test_steer_makes_the_first_answer_intermediate(
     assert complete["steps"][0]["thought"] == "first draft"
     last = (await chat_requests(llm))[-1]["messages"]
     assert [m["content"] for m in last[-2:]] == ["first draft", "Answer in French."]
+
+
+async def test_a_steer_on_the_last_round_gets_one_overrun_round(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-13: one extra round to read the steer message
+    """An agent of one round: the steered answer becomes intermediate, and the next call is
+    an ordinary round that reads the steer, not the max-iterations synthesis."""
+    resp = await api.post("/api/v1/agents", json={
+        "name": "one round", "max_iterations": 1, "allowed_tools": [],
+        "kb_selection_mode": "none",
+    })  # fmt: skip
+    assert resp.status_code == 201, resp.text
+    await llm.post("/_script", json={
+        "steps": [
+            {"match": "LASTROUND", "reasoning": "thinking", "content": "first draft",
+             "chunk_delay_ms": 800},
+            {"match": "German", "content": "final, in German as asked"},
+        ],
+    })  # fmt: skip
+    events = await _run_with_control(
+        api, stack, "LASTROUND please", "thought",
+        lambda e: SteerMessage(**_ids(e), data=SteerMessageData(content="Answer in German.")),
+        agent=resp.json()["id"],
+    )  # fmt: skip
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == "final, in German as asked"
+    assert complete["rounds"] == 2
+    last = (await chat_requests(llm))[-1]
+    assert "maximum number of reasoning steps" not in json.dumps(last["messages"])
 
 
 async def test_a_second_message_waits_for_the_running_turn(
@@ -246,19 +281,42 @@ async def test_quick_answer_searches_the_web_beside_the_knowledge_base(
 async def test_context_overflow_sheds_history_and_retries_once(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # SPEC E-25
+    """The session has two earlier turns; the retry after the provider's overflow sends
+    fewer messages and still the question. A second overflow ends the turn: one retry."""
     await llm.post("/_script", json={
         "steps": [{"match": "OVERFLOW", "context_overflow": True},
-                  {"match": "OVERFLOW", "content": "fits now"}],
+                  {"match": "OVERFLOW", "content": "fits now"},
+                  {"match": "TWICE", "context_overflow": True},
+                  {"match": "TWICE", "context_overflow": True},
+                  {"match": "TWICE", "content": "a third call was made"}],
         "fallback": "demo",
     })  # fmt: skip
     session_id = await _session(api)
-    events = await read_turn(
-        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
-        json_body={"query": "OVERFLOW please"},
-    )  # fmt: skip
-    complete = events[-1].data["data"]
+
+    async def turn(query: str) -> dict[str, Any]:
+        events = await read_turn(
+            api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+            json_body={"query": query},
+        )  # fmt: skip
+        complete: dict[str, Any] = events[-1].data["data"]
+        return complete
+
+    for earlier in ("What payment methods are accepted?", "How do refunds work?"):
+        assert (await turn(earlier))["status"] == "completed"
+    complete = await turn("OVERFLOW please")
     assert complete["status"] == "completed" and complete["final_answer"] == "fits now"
-    assert len(await chat_requests(llm)) == 2
+    overflowing, retry = _asked(await chat_requests(llm), "OVERFLOW please")
+    assert len(retry["messages"]) < len(overflowing["messages"])
+    assert "OVERFLOW please" in json.dumps(retry["messages"][-1])
+
+    complete = await turn("TWICE please")
+    assert complete["status"] == "failed"
+    assert len(_asked(await chat_requests(llm), "TWICE please")) == 2
+
+
+def _asked(requests: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """The requests whose last message holds ``text``."""
+    return [r for r in requests if text in json.dumps(r["messages"][-1])]
 
 
 async def test_database_query_sql_is_masked_in_events_but_runs_with_real_values(
