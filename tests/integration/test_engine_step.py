@@ -15,10 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 from redis.asyncio import Redis
 from weft_context import MemoryClient
 from weft_contracts import (
     AgentConfig,
+    CancelRequested,
+    CancelRequestedData,
     ToolCallCompleted,
     ToolCallCompletedData,
     Topic,
@@ -396,3 +399,57 @@ async def test_a_superseded_step_leaves_the_turn_to_the_replica_that_advanced_it
     await scheduler.stop(grace_s=5)  # waits for the step, and its release, to finish
     assert await leases.expired() == []
     assert await redis.get(f"weft:turn:{state.request_id}:lease") is None
+
+
+async def test_a_full_replica_leaves_further_requests_in_kafka(
+    redis: Redis, infra: dict[str, str]
+) -> None:  # invariant 6: bounded in-flight turns per replica
+    """With every step slot busy, ``submit`` holds the consumer's handler: the next record
+    is not taken, not acknowledged, and runs once a slot frees."""
+    leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
+    started: list[str] = []
+    release, all_started, second_taken = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def run_step(start: StepStart) -> None:
+        started.append(start.request_id)
+        if len(started) == 3:
+            all_started.set()
+        await release.wait()
+
+    scheduler = StepScheduler(leases, run_step, max_inflight=1, ttl_s=6)
+    turns = [(await _waiting_turn(redis)).request_id for _ in range(3)]
+    taken: list[str] = []
+
+    async def on_control(message: Any) -> None:
+        taken.append(message.request_id)
+        if len(taken) == 2:
+            second_taken.set()  # it now waits in submit for the only slot
+        await scheduler.submit(message.request_id)
+
+    async with service_runtime(infra, "engine-inflight", commit_interval_ms=50) as rt:
+        rt.bus.consume(Topic.AGENT_CONTROL, "engine", on_control)
+        await rt.broker.start()
+        for rid in turns:  # one session: one partition, in this order
+            await rt.bus.publish(Topic.AGENT_CONTROL, CancelRequested(
+                tenant_id="t", session_id="s", request_id=rid, data=CancelRequestedData(),
+            ))  # fmt: skip
+        await asyncio.wait_for(second_taken.wait(), 30)
+        await asyncio.sleep(1.0)  # time for a wrong consumer to take the third record
+        assert taken == turns[:2] and started == turns[:1]
+        assert await _committed(rt, "engine") == 1, "only the first record is acknowledged"
+
+        release.set()
+        await asyncio.wait_for(all_started.wait(), 30)
+        assert taken == turns and started == turns
+    await scheduler.stop(grace_s=5)
+
+
+async def _committed(rt: ServiceRuntime, group: str) -> int:
+    """The offsets a consumer group committed, summed over the partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=rt.settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(rt.settings.topic_prefix + group)
+    finally:
+        await admin.close()
+    return sum(max(meta.offset, 0) for meta in offsets.values())
