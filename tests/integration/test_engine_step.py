@@ -361,6 +361,32 @@ async def test_a_reserved_slot_runs_the_step_its_caller_claimed(redis: Redis) ->
     assert await scheduler.reserve("req_other") is not None, "the step gave its slot back"
 
 
+async def test_a_takeover_submitted_while_the_step_still_runs_here_stays_a_takeover(
+    redis: Redis,
+) -> None:
+    """SPEC E-04: a crashed step gives its lease up before it leaves the scheduler, so the
+    reaper's takeover can arrive while it is still here; the submission made once it left
+    must still count as a takeover, or a crashing turn would never reach MAX_TAKEOVERS."""
+    leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
+    started: asyncio.Queue[StepStart] = asyncio.Queue()
+    release = asyncio.Event()
+
+    async def run_step(start: StepStart) -> None:
+        started.put_nowait(start)
+        await release.wait()
+
+    scheduler = StepScheduler(leases, run_step, max_inflight=2, ttl_s=6)
+    rid = (await _waiting_turn(redis)).request_id
+    assert await scheduler.submit(rid)
+    assert not (await asyncio.wait_for(started.get(), 5)).takeover
+    assert not await scheduler.submit(rid, takeover=True), "its step still runs here"
+    assert not await scheduler.submit(rid), "a plain submission does not undo the takeover"
+    release.set()
+    again = await asyncio.wait_for(started.get(), 5)
+    assert again.request_id == rid and again.takeover
+    await scheduler.stop(grace_s=5)
+
+
 async def test_a_step_that_keeps_crashing_ends_the_turn_with_one_complete(
     redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
 ) -> None:

@@ -47,6 +47,14 @@ class StepStart:
 RunStep = Callable[[StepStart], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class _Again:
+    """A submission that waits for the turn's running step to end."""
+
+    state: TurnState | None
+    takeover: bool
+
+
 class StepScheduler:
     """Owns this replica's running steps and its background reaper."""
 
@@ -56,7 +64,7 @@ class StepScheduler:
         self._slots = asyncio.Semaphore(max_inflight)
         self._ttl = ttl_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._again: dict[str, TurnState | None] = {}
+        self._again: dict[str, _Again] = {}
         """Turns submitted while their step ran here: submitted again once it ended."""
         self._resubmits: set[asyncio.Task[bool]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -76,7 +84,7 @@ class StepScheduler:
         ends: a tool result can arrive while the step that dispatched the call still waits
         for Kafka's acks, before it gives the turn back."""
         if request_id in self._tasks:
-            self._again[request_id] = state
+            self._queue_again(request_id, state, takeover)
             return False
         await self._slots.acquire()
         claim = await self._leases.claim_step(request_id)
@@ -105,7 +113,7 @@ class StepScheduler:
         when a step of the turn started here meanwhile."""
         if request_id in self._tasks:
             self.unreserve()
-            self._again[request_id] = state
+            self._queue_again(request_id, state, takeover=False)
             return False
         start = StepStart(request_id, False, claim, state)
         self._tasks[request_id] = asyncio.create_task(self._run(start), name=f"turn:{request_id}")
@@ -149,14 +157,24 @@ class StepScheduler:
             self._slots.release()
             self._submit_again(request_id)
 
+    def _queue_again(self, request_id: str, state: TurnState | None, takeover: bool) -> None:
+        """Submit the turn again once its running step ends; a takeover stays one (the
+        reaper can see a crashed step's lease given up before the step has left here, and
+        a takeover is what counts the turn's attempts, SPEC E-04)."""
+        queued = self._again.get(request_id)
+        self._again[request_id] = _Again(
+            state, takeover or (queued is not None and queued.takeover)
+        )
+
     def _submit_again(self, request_id: str) -> None:
         if request_id not in self._again:
             return
-        state = self._again.pop(request_id)
-        log.debug("step_submitted_again", request_id=request_id)
+        again = self._again.pop(request_id)
+        log.debug("step_submitted_again", request_id=request_id, takeover=again.takeover)
         if self._stopping:
             return  # the turn's lease or deadline hands it to another replica
-        task = asyncio.create_task(self.submit(request_id, state=state), name=f"again:{request_id}")
+        resubmit = self.submit(request_id, takeover=again.takeover, state=again.state)
+        task = asyncio.create_task(resubmit, name=f"again:{request_id}")
         self._resubmits.add(task)
         task.add_done_callback(self._resubmits.discard)
 
