@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from datetime import datetime
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from httpx_sse import aconnect_sse
 from weft_contracts import (
     CancelRequested,
@@ -348,3 +349,84 @@ async def test_database_query_sql_is_masked_in_events_but_runs_with_real_values(
     sent = (await chat_requests(llm))[-1]["messages"]
     assistant = next(m for m in sent if m["role"] == "assistant" and m.get("tool_calls"))
     assert name in assistant["tool_calls"][0]["function"]["arguments"]  # the model keeps it
+
+
+def _thought(n: int) -> dict[str, Any]:
+    arguments = {"thought": f"step {n}", "next_thought_needed": True, "thought_number": n,
+                 "total_thoughts": 2}  # fmt: skip
+    return {"name": "thinking", "arguments": arguments, "id": f"call_think{n}"}
+
+
+async def test_a_round_overlaps_read_only_calls_and_waits_at_a_barrier_in_order(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-15
+    """Calls [thinking, bad search, shell_exec, thinking] run as groups [[1, 2], [3], [4]]:
+    the barrier is dispatched once both read-only calls answered, the last call once the
+    barrier answered; the failing search does not cancel its sibling; the model reads the
+    results in the calls' order."""
+    calls = [
+        _thought(1),
+        {"name": "search_knowledge", "arguments": {"limit": 3}, "id": "call_search"},
+        {"name": "shell_exec", "arguments": {"command": "true"}, "id": "call_shell"},
+        _thought(2),
+    ]
+    await llm.post("/_script", json={
+        "steps": [{"match": "GROUPS", "tool_calls": calls},
+                  {"match": "GROUPS", "content": "all four answered"}],
+    })  # fmt: skip
+    agent = await api.post("/api/v1/agents", json={
+        "name": "groups", "allowed_tools": ["thinking", "search_knowledge"],
+    })  # fmt: skip
+    assert agent.status_code == 201, agent.text
+    session_id = await _session(api, agent.json()["id"])
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+        json_body={"query": "GROUPS please"},
+    )  # fmt: skip
+    assert events[-1].data["data"]["final_answer"] == "all four answered"
+    results = {
+        e.data["data"]["call_id"]: e.data["data"] for e in events if e.event == "tool_result"
+    }
+    assert set(results) == {c["id"] for c in calls}
+    assert not results["call_search"]["success"], "the bad search should fail"
+    assert results["call_think1"]["success"] and results["call_think2"]["success"]
+
+    read_back = (await chat_requests(llm))[-1]["messages"]
+    tool_ids = [m["tool_call_id"] for m in read_back if m["role"] == "tool"]
+    assert tool_ids == [c["id"] for c in calls]
+
+    sent, done = await _tool_traffic(stack, events[0].data["request_id"], len(calls))
+    assert sent["call_shell"] >= max(done["call_think1"], done["call_search"])
+    assert sent["call_think2"] >= done["call_shell"]
+    assert sent["call_search"] < done["call_think1"], "read-only calls should overlap"
+
+
+async def _tool_traffic(
+    stack: LocalStack, request_id: str, count: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """When each call of the turn was dispatched and when its result was sent (envelope
+    times on the tool topics), by call id."""
+    topics = [Topic.TOOL_CALLS, Topic.SANDBOX_CALLS, Topic.TOOL_RESULTS]
+    consumer = AIOKafkaConsumer(
+        *(stack.prefix + t.value for t in topics),
+        bootstrap_servers=stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"],
+        group_id=f"test-traffic-{secrets.token_hex(4)}",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    sent: dict[str, float] = {}
+    done: dict[str, float] = {}
+    try:
+        async with asyncio.timeout(30):
+            while len(sent) < count or len(done) < count:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    for record in records:
+                        value = json.loads(record.value)
+                        if value.get("request_id") != request_id:
+                            continue
+                        when = datetime.fromisoformat(value["time"]).timestamp()
+                        side = done if value["type"] == "tool_call_completed" else sent
+                        side[value["data"]["call_id"]] = when
+    finally:
+        await consumer.stop()
+    return sent, done
