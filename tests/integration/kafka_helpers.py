@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer
 from weft_contracts import Topic
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
-from weft_platform.topics import ensure_topics
+from weft_platform.topics import delete_topics, ensure_topics
 
 
 @asynccontextmanager
@@ -31,6 +31,7 @@ async def service_runtime(
     Without ``prefix`` it gets topics of its own (``partitions`` each); with one it joins
     topics another part of the test created. ``start`` starts the broker (needed to
     publish before any consumer is registered)."""
+    owned = prefix is None
     if prefix is None:
         prefix = f"it{secrets.token_hex(4)}."
         partition_env = {"WEFT_TOPIC_PARTITIONS": str(partitions)}
@@ -54,6 +55,8 @@ async def service_runtime(
         await rt.broker.stop()
         await rt.redis.aclose()
         await rt.db.dispose()
+        if owned:  # the topics it created (a long-lived local broker would pile them up)
+            await delete_topics(infra["WEFT_KAFKA_BOOTSTRAP"], prefix)
 
 
 async def dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:

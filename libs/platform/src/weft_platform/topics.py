@@ -1,4 +1,7 @@
-"""Create Weft's Kafka topics explicitly (``python -m weft_platform.topics ensure``).
+"""Create Weft's Kafka topics explicitly (``python -m weft_platform.topics ensure``), and
+delete a prefixed set of them (``delete --prefix P``: test and benchmark stacks remove
+theirs, so a long-lived local broker does not pile up thousands of partitions to load at
+every start).
 
 Topics are never auto-created: partition counts are a deployment decision
 (``WEFT_TOPIC_PARTITIONS``, default 6; ``WEFT_TOPIC_PARTITIONS_<NAME>`` per topic, e.g.
@@ -47,6 +50,22 @@ async def ensure_topics(
         await admin.close()
 
 
+async def delete_topics(bootstrap: str, prefix: str, wait_s: float = 30.0) -> list[str]:
+    """Delete the topics of the deployment named by ``prefix``; return the names deleted.
+    Refuses an empty prefix: this is for the isolated stacks of tests and benchmarks, never
+    for a deployment's own topics."""
+    if not prefix:
+        raise ValueError("delete_topics needs a prefix (it never deletes unprefixed topics)")
+    admin = await _connect_admin(bootstrap, wait_s)
+    try:
+        names = {prefix + t.value for t in Topic} & set(await admin.list_topics())
+        if names:
+            await admin.delete_topics(sorted(names))
+        return sorted(names)
+    finally:
+        await admin.close()
+
+
 async def _connect_admin(bootstrap: str, wait_s: float) -> AIOKafkaAdminClient:
     deadline = time.monotonic() + wait_s
     while True:
@@ -65,13 +84,17 @@ async def _connect_admin(bootstrap: str, wait_s: float) -> AIOKafkaAdminClient:
 def main() -> int:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=["ensure"])
+    parser.add_argument("command", choices=["ensure", "delete"])
     parser.add_argument(
         "--bootstrap", default=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
     )
     parser.add_argument("--wait", type=float, default=90.0)
     parser.add_argument("--prefix", default=os.environ.get("WEFT_TOPIC_PREFIX", ""))
     args = parser.parse_args()
+    if args.command == "delete":
+        deleted = asyncio.run(delete_topics(args.bootstrap, args.prefix, args.wait))
+        print(f"{len(deleted)} topics deleted")
+        return 0
     created = asyncio.run(ensure_topics(args.bootstrap, dict(os.environ), args.wait, args.prefix))
     print(f"topics ready ({len(created)} created: {', '.join(created) or 'none'})")
     return 0

@@ -221,7 +221,8 @@ class LocalStack:
         return port
 
     def stop(self) -> None:
-        """SIGTERM every process, then SIGKILL what is left after 20 s."""
+        """SIGTERM every process, then SIGKILL what is left after 20 s; then delete the
+        stack's topics."""
         for proc in self._procs:
             if proc.process.poll() is None:
                 proc.process.send_signal(signal.SIGTERM)
@@ -232,3 +233,15 @@ class LocalStack:
             except subprocess.TimeoutExpired:
                 proc.process.kill()
         self._procs.clear()
+        self._delete_topics()
+
+    def _delete_topics(self) -> None:
+        """Best effort: a leftover set of topics only costs the local broker start time."""
+        env = {**os.environ, **infra_env()}
+        done = subprocess.run(
+            [sys.executable, "-m", "weft_platform.topics", "delete", "--prefix", self.prefix,
+             "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
+            env=env, capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            print(f"[weft_testkit] topics of {self.prefix} not deleted: {done.stderr[-300:]!r}")

@@ -1,0 +1,44 @@
+"""Topic administration on the real Kafka: a prefixed deployment's topics are created with
+their partition counts and deleted again, and nothing else is touched."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from weft_contracts import Topic
+from weft_platform.topics import delete_topics, ensure_topics
+
+
+async def _topics(bootstrap: str) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def test_a_prefixed_deployment_is_created_then_deleted_alone(
+    infra: dict[str, str],
+) -> None:
+    bootstrap = infra["WEFT_KAFKA_BOOTSTRAP"]
+    mine, neighbour = f"it{secrets.token_hex(4)}.", f"it{secrets.token_hex(4)}."
+    env = {"WEFT_TOPIC_PARTITIONS": "1"}
+    created = await ensure_topics(bootstrap, env, prefix=mine)
+    await ensure_topics(bootstrap, env, prefix=neighbour)
+    assert sorted(created) == sorted(mine + t.value for t in Topic)
+    assert await ensure_topics(bootstrap, env, prefix=mine) == [], "already there"
+
+    assert await delete_topics(bootstrap, mine) == sorted(created)
+    left = await _topics(bootstrap)
+    assert not any(name.startswith(mine) for name in left)
+    assert {neighbour + t.value for t in Topic} <= left, "another deployment's topics went too"
+    await delete_topics(bootstrap, neighbour)
+
+
+async def test_deleting_refuses_an_empty_prefix(infra: dict[str, str]) -> None:
+    """Never a deployment's own, unprefixed topics."""
+    with pytest.raises(ValueError, match="needs a prefix"):
+        await delete_topics(infra["WEFT_KAFKA_BOOTSTRAP"], "")
