@@ -17,6 +17,19 @@ from weft_platform.topics import delete_topics, ensure_topics
 
 
 @asynccontextmanager
+async def own_topics(infra: dict[str, str], partitions: int = 2) -> AsyncIterator[str]:
+    """A fresh topic prefix with every topic created (``partitions`` each); the topics are
+    deleted on exit, so the long-lived local broker does not pile them up."""
+    prefix = f"it{secrets.token_hex(4)}."
+    bootstrap = infra["WEFT_KAFKA_BOOTSTRAP"]
+    await ensure_topics(bootstrap, {"WEFT_TOPIC_PARTITIONS": str(partitions)}, prefix=prefix)
+    try:
+        yield prefix
+    finally:
+        await delete_topics(bootstrap, prefix)
+
+
+@asynccontextmanager
 async def service_runtime(
     infra: dict[str, str],
     name: str,
@@ -28,14 +41,16 @@ async def service_runtime(
 ) -> AsyncIterator[ServiceRuntime]:
     """A service's runtime on the real Kafka/PostgreSQL/Redis, closed on exit.
 
-    Without ``prefix`` it gets topics of its own (``partitions`` each); with one it joins
-    topics another part of the test created. ``start`` starts the broker (needed to
-    publish before any consumer is registered)."""
-    owned = prefix is None
+    Without ``prefix`` it gets topics of its own (``partitions`` each, deleted on exit);
+    with one it joins topics another part of the test created. ``start`` starts the broker
+    (needed to publish before any consumer is registered)."""
     if prefix is None:
-        prefix = f"it{secrets.token_hex(4)}."
-        partition_env = {"WEFT_TOPIC_PARTITIONS": str(partitions)}
-        await ensure_topics(infra["WEFT_KAFKA_BOOTSTRAP"], partition_env, prefix=prefix)
+        async with (
+            own_topics(infra, partitions) as own,
+            service_runtime(infra, name, prefix=own, start=start, **settings) as rt,
+        ):
+            yield rt
+        return
     rt = create_runtime(
         ServiceSettings(
             service_name=name,
@@ -55,8 +70,6 @@ async def service_runtime(
         await rt.broker.stop()
         await rt.redis.aclose()
         await rt.db.dispose()
-        if owned:  # the topics it created (a long-lived local broker would pile them up)
-            await delete_topics(infra["WEFT_KAFKA_BOOTSTRAP"], prefix)
 
 
 async def dead_letters(rt: ServiceRuntime, count: int) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from weft_contracts import (
 )
 from weft_platform.runtime import ServiceRuntime
 
-from tests.integration.kafka_helpers import dead_letters, service_runtime
+from tests.integration.kafka_helpers import dead_letters, own_topics, service_runtime
 
 
 @pytest.fixture
@@ -254,53 +254,57 @@ async def test_handled_offsets_are_committed_together_and_a_new_consumer_resumes
     """Issue 3: commits are coalesced (one request per interval, not per record), yet a
     consumer that takes over the group reads on after the last handled record; a record
     handled after the last commit is read again (at-least-once, absorbed by dedupe)."""
-    async with service_runtime(infra, "commit-a", start=True, commit_interval_ms=300) as first:
-        prefix = first.settings.topic_prefix
-        seen: list[str] = []
-        commits: list[dict[Any, int]] = []
+    # The second runtime joins the first one's topics after it closed: both use topics the
+    # test owns.
+    async with own_topics(infra) as prefix:
+        async with service_runtime(
+            infra, "commit-a", prefix=prefix, start=True, commit_interval_ms=300
+        ) as first:
+            seen: list[str] = []
+            commits: list[dict[Any, int]] = []
 
-        async def handler(event: Any) -> None:
-            seen.append(event.data.delta)
+            async def handler(event: Any) -> None:
+                seen.append(event.data.delta)
 
-        first.bus.consume(Topic.AGENT_EVENTS, "c", handler, dedupe=False)
-        await first.broker.start()
-        subscriber = next(iter(first.broker.subscribers))
-        for i in range(20):
-            await first.bus.publish(Topic.AGENT_EVENTS, _event(f"early-{i}"))
-        await _until(lambda: len(seen) == 20)
-        assert sorted(seen) == sorted(f"early-{i}" for i in range(20))
-        consumer = subscriber.consumer  # type: ignore[attr-defined]
-        real_commit = consumer.commit
+            first.bus.consume(Topic.AGENT_EVENTS, "c", handler, dedupe=False)
+            await first.broker.start()
+            subscriber = next(iter(first.broker.subscribers))
+            for i in range(20):
+                await first.bus.publish(Topic.AGENT_EVENTS, _event(f"early-{i}"))
+            await _until(lambda: len(seen) == 20)
+            assert sorted(seen) == sorted(f"early-{i}" for i in range(20))
+            consumer = subscriber.consumer  # type: ignore[attr-defined]
+            real_commit = consumer.commit
 
-        async def counted(offsets: Any = None) -> None:
-            commits.append(dict(offsets or {}))
-            await real_commit(offsets)
+            async def counted(offsets: Any = None) -> None:
+                commits.append(dict(offsets or {}))
+                await real_commit(offsets)
 
-        consumer.commit = counted
-        await asyncio.sleep(0.6)  # past the interval: the handled records are committed
-        for i in range(20):
-            await first.bus.publish(Topic.AGENT_EVENTS, _event(f"late-{i}"))
-        await _until(lambda: len(seen) == 40)
-        assert len(seen) == 40
-        await asyncio.sleep(0.6)
-        # Per record it would be 20 commits; per 300 ms interval a few.
-        assert 1 <= len(commits) < 10, f"one commit per interval, not per record: {commits}"
-        # A crash right after one more record: it is handled but never committed.
-        await first.bus.publish(Topic.AGENT_EVENTS, _event("uncommitted"))
-        await _until(lambda: "uncommitted" in seen)
-        for pending in first.bus._commits:  # what a crash loses: the commit not yet sent
-            pending._offsets.clear()
-    async with service_runtime(infra, "commit-b", prefix=prefix) as second:
-        again: list[str] = []
-        got = asyncio.Event()
+            consumer.commit = counted
+            await asyncio.sleep(0.6)  # past the interval: the handled records are committed
+            for i in range(20):
+                await first.bus.publish(Topic.AGENT_EVENTS, _event(f"late-{i}"))
+            await _until(lambda: len(seen) == 40)
+            assert len(seen) == 40
+            await asyncio.sleep(0.6)
+            # Per record it would be 20 commits; per 300 ms interval a few.
+            assert 1 <= len(commits) < 10, f"one commit per interval, not per record: {commits}"
+            # A crash right after one more record: it is handled but never committed.
+            await first.bus.publish(Topic.AGENT_EVENTS, _event("uncommitted"))
+            await _until(lambda: "uncommitted" in seen)
+            for pending in first.bus._commits:  # what a crash loses: the commit not yet sent
+                pending._offsets.clear()
+        async with service_runtime(infra, "commit-b", prefix=prefix) as second:
+            again: list[str] = []
+            got = asyncio.Event()
 
-        async def handler_b(event: Any) -> None:
-            again.append(event.data.delta)
-            if event.data.delta == "next":
-                got.set()
+            async def handler_b(event: Any) -> None:
+                again.append(event.data.delta)
+                if event.data.delta == "next":
+                    got.set()
 
-        second.bus.consume(Topic.AGENT_EVENTS, "c", handler_b, dedupe=False)
-        await second.broker.start()
-        await second.bus.publish(Topic.AGENT_EVENTS, _event("next"))
-        await asyncio.wait_for(got.wait(), 60)
-        assert again == ["uncommitted", "next"]  # one key, one partition: in order
+            second.bus.consume(Topic.AGENT_EVENTS, "c", handler_b, dedupe=False)
+            await second.broker.start()
+            await second.bus.publish(Topic.AGENT_EVENTS, _event("next"))
+            await asyncio.wait_for(got.wait(), 60)
+            assert again == ["uncommitted", "next"]  # one key, one partition: in order

@@ -328,10 +328,10 @@ async def test_the_scheduler_hands_its_submitters_state_to_the_step(redis: Redis
     assert StepStart(state.request_id, False, start.claim, stale).known_state() is None
 
 
-async def test_a_reserved_slot_runs_the_step_its_caller_claimed(redis: Redis) -> None:
-    """StepScheduler.reserve / start_claimed: the slot is taken without waiting (none when
-    all are busy), the step runs under the caller's claim and gives the slot back; a turn
-    submitted while its step runs here runs again after it."""
+def _blocking_scheduler(
+    redis: Redis, *, max_inflight: int
+) -> tuple[StepScheduler, asyncio.Queue[StepStart], asyncio.Event]:
+    """A scheduler whose steps report their start, then wait for the event."""
     leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
     started: asyncio.Queue[StepStart] = asyncio.Queue()
     release = asyncio.Event()
@@ -340,7 +340,14 @@ async def test_a_reserved_slot_runs_the_step_its_caller_claimed(redis: Redis) ->
         started.put_nowait(start)
         await release.wait()
 
-    scheduler = StepScheduler(leases, run_step, max_inflight=1, ttl_s=6)
+    return StepScheduler(leases, run_step, max_inflight=max_inflight, ttl_s=6), started, release
+
+
+async def test_a_reserved_slot_runs_the_step_its_caller_claimed(redis: Redis) -> None:
+    """StepScheduler.reserve / start_claimed: the slot is taken without waiting (none when
+    all are busy), the step runs under the caller's claim and gives the slot back; a turn
+    submitted while its step runs here runs again after it."""
+    scheduler, started, release = _blocking_scheduler(redis, max_inflight=1)
     state = await _waiting_turn(redis)
     rid = state.request_id
     lease = await scheduler.reserve(rid)
@@ -367,15 +374,7 @@ async def test_a_takeover_submitted_while_the_step_still_runs_here_stays_a_takeo
     """SPEC E-04: a crashed step gives its lease up before it leaves the scheduler, so the
     reaper's takeover can arrive while it is still here; the submission made once it left
     must still count as a takeover, or a crashing turn would never reach MAX_TAKEOVERS."""
-    leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
-    started: asyncio.Queue[StepStart] = asyncio.Queue()
-    release = asyncio.Event()
-
-    async def run_step(start: StepStart) -> None:
-        started.put_nowait(start)
-        await release.wait()
-
-    scheduler = StepScheduler(leases, run_step, max_inflight=2, ttl_s=6)
+    scheduler, started, release = _blocking_scheduler(redis, max_inflight=2)
     rid = (await _waiting_turn(redis)).request_id
     assert await scheduler.submit(rid)
     assert not (await asyncio.wait_for(started.get(), 5)).takeover

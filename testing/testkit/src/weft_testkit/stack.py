@@ -67,6 +67,29 @@ class _Proc:
     process: subprocess.Popen[bytes]
 
 
+def create_topics(prefix: str, partitions: int) -> None:
+    """Create every topic of the deployment named by ``prefix``."""
+    env = {**os.environ, **infra_env(), "WEFT_TOPIC_PARTITIONS": str(partitions)}
+    subprocess.run(
+        [sys.executable, "-m", "weft_platform.topics", "ensure", "--prefix", prefix,
+         "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
+        env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+
+
+def delete_topics(prefix: str) -> None:
+    """Delete them again, best effort: leftover topics only cost the local broker's start
+    time (each stack's prefix is its own, so a long-lived broker would pile them up)."""
+    env = {**os.environ, **infra_env()}
+    done = subprocess.run(
+        [sys.executable, "-m", "weft_platform.topics", "delete", "--prefix", prefix,
+         "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
+        env=env, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(f"[weft_testkit] topics of {prefix} not deleted: {done.stderr[-300:]!r}")
+
+
 class LocalStack:
     """A running stack; use as a context manager."""
 
@@ -122,12 +145,7 @@ class LocalStack:
         self._wait_ready()
 
     def _ensure_topics(self) -> None:
-        env = {**os.environ, **infra_env(), "WEFT_TOPIC_PARTITIONS": str(self.config.partitions)}
-        subprocess.run(
-            [sys.executable, "-m", "weft_platform.topics", "ensure", "--prefix", self.prefix,
-             "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        create_topics(self.prefix, self.config.partitions)
 
     def _migrate(self) -> None:
         env = {**os.environ, **infra_env()}
@@ -233,15 +251,4 @@ class LocalStack:
             except subprocess.TimeoutExpired:
                 proc.process.kill()
         self._procs.clear()
-        self._delete_topics()
-
-    def _delete_topics(self) -> None:
-        """Best effort: a leftover set of topics only costs the local broker start time."""
-        env = {**os.environ, **infra_env()}
-        done = subprocess.run(
-            [sys.executable, "-m", "weft_platform.topics", "delete", "--prefix", self.prefix,
-             "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
-            env=env, capture_output=True, timeout=120, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            print(f"[weft_testkit] topics of {self.prefix} not deleted: {done.stderr[-300:]!r}")
+        delete_topics(self.prefix)

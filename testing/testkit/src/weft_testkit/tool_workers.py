@@ -20,7 +20,7 @@ import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 
-from weft_testkit.stack import free_port, infra_env
+from weft_testkit.stack import create_topics, delete_topics, free_port, infra_env
 
 
 class ToolWorkerPool:
@@ -35,12 +35,7 @@ class ToolWorkerPool:
         self.extra_env = extra_env or {}
         self.procs: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **infra_env(), "WEFT_TOPIC_PARTITIONS": str(partitions)}
-        subprocess.run(
-            [sys.executable, "-m", "weft_platform.topics", "ensure", "--prefix", self.prefix,
-             "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        create_topics(self.prefix, partitions)
 
     def start(self, name: str) -> None:
         """Start worker ``name`` and wait for its /readyz."""
@@ -76,7 +71,7 @@ class ToolWorkerPool:
         process.wait(timeout=30)
 
     def stop(self) -> None:
-        """SIGTERM every worker, SIGKILL after 20 s."""
+        """SIGTERM every worker, SIGKILL after 20 s; then delete the pool's topics."""
         for _, process in self.procs.values():
             process.send_signal(signal.SIGTERM)
         for _, process in self.procs.values():
@@ -85,6 +80,7 @@ class ToolWorkerPool:
             except subprocess.TimeoutExpired:
                 process.kill()
         self.procs.clear()
+        delete_topics(self.prefix)
 
 
 class ToolCallClient:
