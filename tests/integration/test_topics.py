@@ -3,6 +3,7 @@ their partition counts and deleted again, and nothing else is touched."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 
 import pytest
@@ -32,8 +33,12 @@ async def test_a_prefixed_deployment_is_created_then_deleted_alone(
     assert await ensure_topics(bootstrap, env, prefix=mine) == [], "already there"
 
     assert await delete_topics(bootstrap, mine) == sorted(created)
-    left = await _topics(bootstrap)
-    assert not any(name.startswith(mine) for name in left)
+    async with asyncio.timeout(30):  # the broker deletes asynchronously
+        while True:
+            left = await _topics(bootstrap)
+            if not any(name.startswith(mine) for name in left):
+                break
+            await asyncio.sleep(0.2)
     assert {neighbour + t.value for t in Topic} <= left, "another deployment's topics went too"
     await delete_topics(bootstrap, neighbour)
 
