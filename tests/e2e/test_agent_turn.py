@@ -8,6 +8,8 @@ engine -> agent.events -> gateway projector -> Redis Stream -> SSE; memory persi
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from typing import Any
 
 import httpx
@@ -111,3 +113,57 @@ async def test_second_turn_sees_the_first_in_its_history(
 def _pos(entry_id: str) -> tuple[int, int]:
     ms, seq = entry_id.split("-")
     return int(ms), int(seq)
+
+
+STORED_ID = re.compile(r"\b(?:kb|doc|chk)_[0-9A-Z]{26}\b")
+UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
+
+
+async def test_the_model_never_sees_a_stored_id_yet_the_stream_names_them(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, knowledge_base: str
+) -> None:  # SPEC E-22, T-07
+    """Two turns that search, list and read documents by handle: no request to the model
+    holds a knowledge base, document or chunk id (nor any UUID but the session's own,
+    which the runtime context names), while the stream's references carry the real ids."""
+    await llm.post("/_script", json={"steps": [
+        {"match": "ALIASES", "tool_calls": [
+            {"name": "search_knowledge", "arguments": {"query": "refund annual plan"}},
+            {"name": "list_documents", "arguments": {}},
+        ]},
+        {"match": "ALIASES", "tool_calls": [
+            {"name": "read_document", "arguments": {"id": "d1"}},
+            {"name": "read_document", "arguments": {"id": "c1", "context": 1}},
+        ]},
+        {"match": "ALIASES", "content": "Annual plans are refunded within 30 days [c1]."},
+        {"match": "ALIASES", "tool_calls": [
+            {"name": "search_knowledge", "arguments": {"query": "data regions"}},
+        ]},
+        {"match": "ALIASES", "content": "Data stays in the listed regions [c2]."},
+    ]})  # fmt: skip
+    session_id = await _session(api)
+    body = {"query": "ALIASES: how are refunds handled?", "knowledge_base_ids": [knowledge_base]}
+    first = await _turn(api, stack, session_id, body)
+    await _wait_for_messages(api, session_id, 2)
+    second = await _turn(api, stack, session_id, {**body, "query": "ALIASES: and the data?"})
+
+    for events in (first, second):
+        assert events[-1].data["data"]["status"] == "completed", events[-1].data
+        results = [e.data["data"] for e in events if e.event == "tool_result"]
+        assert results and all(r["success"] for r in results), results
+    references = [
+        ref for e in first + second if e.event == "references"
+        for ref in e.data["data"]["references"]
+    ]  # fmt: skip
+    documents = (await api.get(f"/api/v1/knowledge-bases/{knowledge_base}/documents")).json()
+    real_ids = {knowledge_base, *(d["id"] for d in documents["items"])}
+    real_ids |= {ref["chunk_id"] for ref in references}
+    assert {ref["knowledge_base_id"] for ref in references} == {knowledge_base}
+    assert any(STORED_ID.fullmatch(ref["chunk_id"]) for ref in references), references
+
+    requests = await chat_requests(llm)
+    assert len(requests) == 5
+    sent = json.dumps(requests)
+    assert "d1" in sent and "c1" in sent  # the handles did reach the model
+    assert STORED_ID.findall(sent) == []
+    assert [real for real in real_ids if real in sent] == []
+    assert set(UUID.findall(sent)) <= {session_id}

@@ -199,6 +199,8 @@ async def test_kb_without_embeddings_falls_back_to_keyword_and_says_so(kit: Kit)
     )
     assert ok, body
     assert body["mode_fallbacks"][0]["to"] == "keyword"
+    assert body["mode_fallbacks"][0]["knowledge_base"].startswith("b")
+    assert plain not in json.dumps(body)  # SPEC E-22: the KB by its handle only
     assert "8am" in body["results"][0]["content"]
 
 

@@ -78,7 +78,9 @@ class SearchKnowledgeTool:
             "results": results,
         }
         if report.mode_fallbacks:
-            payload["mode_fallbacks"] = report.mode_fallbacks
+            payload["mode_fallbacks"] = [
+                await self._named_by_handle(call, fallback) for fallback in report.mode_fallbacks
+            ]
         if report.rerank_rejected:
             payload["rerank_rejected"] = True
             words = " ".join(sorted(terms(query))[:5])
@@ -87,6 +89,14 @@ class SearchKnowledgeTool:
                 f'e.g. "{words}".'
             )
         return payload, references
+
+    async def _named_by_handle(
+        self, call: ToolInvocation, fallback: dict[str, str]
+    ) -> dict[str, str]:
+        """A fallback as the model may read it: its knowledge base by handle (SPEC E-22)."""
+        named = {k: v for k, v in fallback.items() if k != "knowledge_base_id"}
+        kb = await self._scope.handle(call, "knowledge_base", fallback["knowledge_base_id"])
+        return {"knowledge_base": kb, **named}
 
 
 def _within_budget(payload: dict[str, Any], budget: int) -> str:
