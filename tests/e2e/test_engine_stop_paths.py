@@ -10,6 +10,7 @@ through the whole stack: gateway -> Kafka -> engine -> the scripted LLM over HTT
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -137,3 +138,39 @@ async def test_an_empty_answer_is_nudged_twice_without_using_a_round_then_falls_
     # No answer event during the retries: the answer events carry the fallback once.
     deltas = [e.data["data"]["delta"] for e in events if e.event == "final_answer"]
     assert "".join(deltas) == EMPTY_FALLBACK
+
+
+
+async def test_the_agents_llm_call_timeout_ends_a_silent_stream_and_it_is_retried(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-06 (the agent's llm_call_timeout overrides the 120 s default), E-07
+    await llm.post("/_script", json={"steps": [
+        {"match": "STALLS", "content": "never shown", "stall_after_chunks": 1},  # role only
+        {"match": "STALLS", "content": "Answered on the retry."},
+    ]})  # fmt: skip
+    agent = await _agent(api, llm_call_timeout_s=1)
+    # Under the 120 s default the turn would still be waiting when this gives up.
+    events = await asyncio.wait_for(_turn(api, stack, agent, "STALLS please"), 45)
+    complete = _complete(events)
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == "Answered on the retry."
+    assert len(await chat_requests(llm)) == 2
+    streamed = "".join(e.data["data"]["delta"] for e in events if e.event == "final_answer")
+    assert streamed == "Answered on the retry."
+
+
+async def test_a_stream_that_stalls_after_showing_text_fails_instead_of_repeating_it(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-06, E-07: a retry would stream the answer a second time
+    await llm.post("/_script", json={"steps": [
+        {"match": "HALFWAY", "content": "a first try that stops midway", "stall_after_chunks": 3},
+        {"match": "HALFWAY", "content": "never asked for"},
+    ]})  # fmt: skip
+    agent = await _agent(api, llm_call_timeout_s=1)
+    events = await asyncio.wait_for(_turn(api, stack, agent, "HALFWAY please"), 45)
+    assert _complete(events)["status"] == "failed"
+    [error] = [e.data["data"] for e in events if e.event == "error"]
+    assert error["code"] == "llm_error" and "1s" in error["message"], error
+    assert len(await chat_requests(llm)) == 1
+    streamed = "".join(e.data["data"]["delta"] for e in events if e.event == "final_answer")
+    assert streamed and "never asked for" not in streamed
