@@ -5,15 +5,20 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from httpx_sse import aconnect_sse
 from weft_contracts import (
+    AgentConfig,
     CancelRequested,
     CancelRequestedData,
+    ChatRequested,
+    ChatRequestedData,
     Envelope,
     SteerMessage,
     SteerMessageData,
@@ -24,13 +29,13 @@ from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 AGENT = "builtin-smart-reasoning"
 
 
-async def _publish(stack: LocalStack, message: Envelope) -> None:
+async def _publish(stack: LocalStack, message: Envelope, to: Topic = Topic.AGENT_CONTROL) -> None:
     producer = AIOKafkaProducer(
         bootstrap_servers=stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"]
     )
     await producer.start()
     try:
-        topic = stack.prefix + Topic.AGENT_CONTROL.value
+        topic = stack.prefix + to.value
         await producer.send_and_wait(topic, message.model_dump_json().encode(), key=message.key())
     finally:
         await producer.stop()
@@ -47,8 +52,10 @@ async def _run_with_control(
     trigger: str,
     control: Any,
     agent: str = AGENT,
+    publish: Callable[[Envelope], Awaitable[None]] | None = None,
 ) -> list[SseEvent]:
-    """Stream a turn; at the first ``trigger`` event publish ``control(event)``."""
+    """Stream a turn; at the first ``trigger`` event publish ``control(event)`` (on the
+    control topic unless ``publish`` says otherwise)."""
     session_id = await _session(api, agent)
     events: list[SseEvent] = []
     sent = False
@@ -62,7 +69,7 @@ async def _run_with_control(
             events.append(SseEvent(sse.id, sse.event, data, 0.0))
             if sse.event == trigger and not sent:
                 sent = True
-                await _publish(stack, control(data))
+                await (publish or partial(_publish, stack))(control(data))
             if sse.event == "complete":
                 break
     return events
@@ -175,6 +182,44 @@ async def test_a_second_message_waits_for_the_running_turn(
     replayed = [(m["role"], m.get("content")) for m in second_call["messages"]]
     assert ("user", "FIRST one") in replayed
     assert ("assistant", "first answer") in replayed
+
+
+async def test_the_engine_rejects_a_message_the_gateway_let_through_to_a_busy_session(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # double-texting "reject", decided by the engine (the gateway's 409 can race)
+    words = " ".join(f"w{i}" for i in range(20))
+    await llm.post("/_script", json={
+        "steps": [{"match": "BUSYFIRST", "content": words, "chunk_delay_ms": 100}],
+        "fallback": "demo",
+    })  # fmt: skip
+    rejected = f"req_{secrets.token_hex(8)}"
+
+    def second_message(event: dict[str, Any]) -> ChatRequested:
+        data = ChatRequestedData(
+            query="BUSYSECOND", user_id="dev", double_texting="reject",
+            agent=AgentConfig(agent_id=AGENT, model="scripted"),
+        )  # fmt: skip
+        return ChatRequested(**{**_ids(event), "request_id": rejected}, data=data)
+
+    async def publish_request(message: Envelope) -> None:
+        await _publish(stack, message, to=Topic.AGENT_REQUESTS)
+
+    first = await _run_with_control(
+        api, stack, "BUSYFIRST go", "final_answer", second_message, publish=publish_request
+    )
+    assert first[-1].data["data"]["status"] == "completed"
+    assert first[-1].data["data"]["final_answer"] == words, "the running turn was disturbed"
+    assert {e.data["request_id"] for e in first} == {first[0].data["request_id"]}
+
+    events = []
+    async for value in _records_of(stack, [Topic.AGENT_EVENTS], rejected):
+        events.append(value)
+        if value["type"] == "complete":
+            break
+    assert [e["type"] for e in events] == ["error", "complete"]
+    assert events[0]["data"]["code"] == "session_busy"
+    assert events[1]["data"]["status"] == "failed"
+    assert not any("BUSYSECOND" in json.dumps(r) for r in await chat_requests(llm))
 
 
 def _position(entry_id: str) -> tuple[int, int]:
@@ -406,30 +451,39 @@ async def _tool_traffic(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """When each call of the turn was dispatched and when its result was sent (envelope
     times on the tool topics), by call id."""
+    sent: dict[str, float] = {}
+    done: dict[str, float] = {}
     topics = [Topic.TOOL_CALLS, Topic.SANDBOX_CALLS, Topic.TOOL_RESULTS]
+    async for value in _records_of(stack, topics, request_id):
+        when = datetime.fromisoformat(value["time"]).timestamp()
+        side = done if value["type"] == "tool_call_completed" else sent
+        side[value["data"]["call_id"]] = when
+        if len(sent) >= count and len(done) >= count:
+            break
+    return sent, done
+
+
+async def _records_of(
+    stack: LocalStack, topics: list[Topic], request_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """The stack's records of one request on ``topics``, from the start; up to 30 s."""
     consumer = AIOKafkaConsumer(
         *(stack.prefix + t.value for t in topics),
         bootstrap_servers=stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"],
-        group_id=f"test-traffic-{secrets.token_hex(4)}",
+        group_id=f"test-records-{secrets.token_hex(4)}",
         auto_offset_reset="earliest",
     )
     await consumer.start()
-    sent: dict[str, float] = {}
-    done: dict[str, float] = {}
     try:
         async with asyncio.timeout(30):
-            while len(sent) < count or len(done) < count:
+            while True:
                 for records in (await consumer.getmany(timeout_ms=500)).values():
                     for record in records:
                         value = _json_or_none(record.value)  # other tests put garbage here
-                        if not isinstance(value, dict) or value.get("request_id") != request_id:
-                            continue
-                        when = datetime.fromisoformat(value["time"]).timestamp()
-                        side = done if value["type"] == "tool_call_completed" else sent
-                        side[value["data"]["call_id"]] = when
+                        if isinstance(value, dict) and value.get("request_id") == request_id:
+                            yield value
     finally:
         await consumer.stop()
-    return sent, done
 
 
 def _json_or_none(raw: bytes) -> Any:

@@ -140,7 +140,6 @@ async def test_an_empty_answer_is_nudged_twice_without_using_a_round_then_falls_
     assert "".join(deltas) == EMPTY_FALLBACK
 
 
-
 async def test_the_agents_llm_call_timeout_ends_a_silent_stream_and_it_is_retried(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # SPEC E-06 (the agent's llm_call_timeout overrides the 120 s default), E-07

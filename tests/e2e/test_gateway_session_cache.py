@@ -103,3 +103,25 @@ async def test_memory_down_cached_session_chats_uncached_is_503(
         api, f"/api/v1/sessions/{cached}/stream", api_key=stack.api_key, method="GET"
     )
     assert events[-1].event == "complete"  # an answer, or history_unavailable: never a hang
+
+
+async def test_a_turn_whose_history_memory_cannot_give_ends_with_history_unavailable(
+    api: httpx.AsyncClient, stack: LocalStack
+) -> None:
+    """SPEC E-04 with memory down: the engine cannot read the session's history, so the
+    turn ends at once with an explicit ``history_unavailable`` error and one ``complete``,
+    never an answer without the history and never a hang."""
+    session_id = await _session(api)
+    stack.kill("memory")
+    try:
+        events = await read_turn(
+            api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+            json_body={"query": "hello"}, timeout_s=60,
+        )  # fmt: skip
+    finally:
+        stack.start_again("memory")
+    types = [e.event for e in events]
+    assert types == ["turn_started", "error", "complete"], types
+    error = events[1].data["data"]
+    assert error["code"] == "history_unavailable" and "memory" in error["message"], error
+    assert events[-1].data["data"]["status"] == "failed"
