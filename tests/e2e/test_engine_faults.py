@@ -7,6 +7,7 @@ sessions share it), short lease and tool deadlines so the bounded times stay sho
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -32,6 +33,7 @@ from weft_testkit import (
 
 REPO = Path(__file__).resolve().parents[2]
 NO_TOOLS_AGENT = "e2e-no-tools"
+COALESCE_WINDOW_MS = 250
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,7 @@ def faults_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
             "WEFT_LEASE_TTL_S": "3",
             "WEFT_TOOL_DEADLINE_S": "4",
             "WEFT_MAX_CONCURRENT_TURNS": "100",  # the gateway's per-tenant limit (default 20)
+            "WEFT_DELTA_COALESCE_MS": str(COALESCE_WINDOW_MS),  # default 30
         },
     )
     with LocalStack(config) as running:
@@ -360,3 +363,24 @@ async def test_interrupt_stops_the_running_turn_then_runs_the_new_message(
     assert then[-1].data["data"]["status"] == "completed"
     assert then[-1].data["data"]["final_answer"] == "The second turn answered."
     assert then[0].data["request_id"] != first[0].data["request_id"]
+
+
+async def test_answer_deltas_are_coalesced_over_the_configured_window(
+    client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
+) -> None:  # issue 3 "deltas coalesced over a short window (first delta immediately)"
+    words = " ".join(f"w{i}" for i in range(40))
+    await script.post("/_script", json={
+        "steps": [{"match": "COALESCE", "content": words, "chunk_delay_ms": 50}],
+        "fallback": "demo",
+    })  # fmt: skip
+    events = await _turn(client, faults_stack, NO_TOOLS_AGENT, "COALESCE please")
+    assert events[-1].data["data"]["final_answer"] == words
+    answers = [e.data for e in events if e.event == "final_answer" and e.data["data"]["delta"]]
+    assert "".join(a["data"]["delta"] for a in answers) == words
+    assert len(answers[0]["data"]["delta"]) <= 12, "the first piece waits for nothing"
+    assert 3 <= len(answers) < 20, len(answers)
+    times = [_epoch(a["time"]) for a in answers]
+    # Every flush but the stream's last one closes a full window (the engine's
+    # WEFT_DELTA_COALESCE_MS, set on this stack; 50 ms chunks would pass a 30 ms one).
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)][:-1]
+    assert min(gaps) >= 0.95 * COALESCE_WINDOW_MS / 1000, gaps
