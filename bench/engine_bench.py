@@ -186,10 +186,13 @@ async def _round_split(
     bookkeeping up to the call and the request's way in; the double's own service time;
     after, the answer's way back, the stream's parsing and the write that dispatches the
     tools. The gap without the double's service time is the part a faster model could
-    not remove. Rounds the log does not place exactly once are left out."""
+    not remove. The double also stamps when the request entered its app (before routing
+    and the body) and when the response's last byte left it: the gap outside the double
+    is the engine's overhead with a model that takes no time at all, loopback included.
+    Rounds the log does not place exactly once are left out."""
     entries = (await llm.get("/_requests")).json()["requests"]
     calls = sorted(
-        (e["received_at"], e["answered_at"])
+        (e["received_at"], e["answered_at"], e["entered_at"], e["sent_at"])
         for e in entries
         if e["path"].endswith("/chat/completions") and e["answered_at"] is not None
     )
@@ -197,19 +200,27 @@ async def _round_split(
     service: list[float] = []
     after: list[float] = []
     without: list[float] = []
+    in_app: list[float] = []
+    outside: list[float] = []
     for start, end in windows:
-        inside = [(r, a) for r, a in calls if start <= r and a <= end]
-        if len(inside) == 1:
-            received, answered = inside[0]
-            before.append((received - start) * 1000)
-            service.append((answered - received) * 1000)
-            after.append((end - answered) * 1000)
-            without.append((end - start - (answered - received)) * 1000)
+        inside = [c for c in calls if start <= c[0] and c[1] <= end]
+        if len(inside) != 1:
+            continue
+        received, answered, entered, sent = inside[0]
+        before.append((received - start) * 1000)
+        service.append((answered - received) * 1000)
+        after.append((end - answered) * 1000)
+        without.append((end - start - (answered - received)) * 1000)
+        if entered is not None and sent is not None:
+            in_app.append((sent - entered) * 1000)
+            outside.append((end - start - (sent - entered)) * 1000)
     return {
         "tool_result_to_llm_request_received_ms": _summary(before),
         "scripted_llm_service_ms": _summary(service),
         "llm_answer_handed_over_to_tool_call_ms": _summary(after),
         "round_gap_without_scripted_llm_service_ms": _summary(without),
+        "scripted_llm_in_app_ms": _summary(in_app),
+        "round_gap_outside_scripted_llm_app_ms": _summary(outside),
     }
 
 

@@ -473,6 +473,20 @@ async def test_recorded_requests_carry_the_doubles_own_service_time(
     timed, invalid = (await control.get("/_requests")).json()["requests"]
     assert timed["answered_at"] - timed["received_at"] >= 0.12
     assert invalid["body"] is None and invalid["answered_at"] is None
+    # The whole exchange inside the app: from before routing to the last byte sent.
+    assert timed["entered_at"] <= timed["received_at"] <= timed["answered_at"]
+    assert timed["answered_at"] <= timed["sent_at"]
+
+
+async def test_the_last_byte_of_a_paced_stream_is_when_the_exchange_left_the_double(
+    control: httpx.AsyncClient, llm: openai.AsyncOpenAI
+) -> None:
+    """`answered_at` is when a paced stream started; `sent_at` when its last event left."""
+    await load(control, [{"content": "one two three four", "chunk_delay_ms": 40}])
+    stream = await llm.chat.completions.create(model="m", messages=user("paced"), stream=True)
+    chunks = [chunk async for chunk in stream]
+    [entry] = (await control.get("/_requests")).json()["requests"]
+    assert entry["sent_at"] - entry["answered_at"] >= 0.04 * (len(chunks) - 2)
 
 
 async def test_invalid_script_and_invalid_request_are_400(

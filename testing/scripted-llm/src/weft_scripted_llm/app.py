@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from weft_scripted_llm import control_routes, openai_routes
 from weft_scripted_llm.settings import Settings
 from weft_scripted_llm.state import ServerState
+from weft_scripted_llm.timing import ExchangeClock
 
 log = logging.getLogger("weft_scripted_llm")
 
@@ -37,4 +38,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.scripted_llm = state
     app.include_router(openai_routes.router)
     app.include_router(control_routes.router)
+    app.add_middleware(ExchangeClock)
     return app

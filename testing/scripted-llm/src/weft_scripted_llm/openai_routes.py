@@ -57,7 +57,10 @@ async def chat_completions(request: Request) -> Response:
         state.requests.record(request.url.path, None)
         return error_response(400, f"scripted LLM: invalid request: {exc}")
     key = conversation_key(request, raw)
-    entry = state.requests.record(request.url.path, raw, key)
+    entry = state.requests.record(
+        request.url.path, raw, key, entered_at=getattr(request.state, "entered_at", None)
+    )
+    request.state.recorded = entry  # ExchangeClock stamps its sent_at
     try:
         reply = state.policy.reply(chat, key)
     except ScriptExhaustedError as exc:

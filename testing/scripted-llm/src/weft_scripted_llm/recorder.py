@@ -21,6 +21,12 @@ class RecordedRequest:
     """Epoch seconds when the handler handed its response to the server (for a paced
     stream, when the stream started); None while it has not (or for a 400). Benchmarks
     take `answered_at - received_at` as the double's own service time."""
+    entered_at: float | None = None
+    """Epoch seconds when the request entered the app, before routing and the body
+    (`timing.ExchangeClock`); None when the app runs without it."""
+    sent_at: float | None = None
+    """Epoch seconds when the response's last byte was handed to the server: with
+    `entered_at`, all the time the exchange spent inside the double."""
 
     def answered(self) -> None:
         self.answered_at = time.time()
@@ -32,8 +38,15 @@ class RequestLog:
     def __init__(self) -> None:
         self._entries: deque[RecordedRequest] = deque(maxlen=MAX_RECORDED)
 
-    def record(self, path: str, body: Any, conversation_key: str | None = None) -> RecordedRequest:
-        entry = RecordedRequest(path, body, conversation_key, time.time())
+    def record(
+        self,
+        path: str,
+        body: Any,
+        conversation_key: str | None = None,
+        *,
+        entered_at: float | None = None,
+    ) -> RecordedRequest:
+        entry = RecordedRequest(path, body, conversation_key, time.time(), entered_at=entered_at)
         self._entries.append(entry)
         return entry
 
