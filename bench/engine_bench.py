@@ -180,7 +180,7 @@ async def overhead(
 
 async def _round_split(
     llm: httpx.AsyncClient, windows: list[tuple[float, float]]
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, float | None]]:
     """Each round's gap cut where the test double logged the round's LLM request (after
     reading its body) and where it handed its answer to its server: before, the engine's
     bookkeeping up to the call and the request's way in; the double's own service time;
@@ -234,7 +234,10 @@ def round_windows(events: list[tuple[str, dict[str, Any], float]]) -> list[tuple
     ]
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def _summary(values: list[float]) -> dict[str, float | None]:
+    """p50, p99 and count; the percentiles are None when nothing was measured."""
+    if not values:
+        return {"p50": None, "p99": None, "n": 0}
     return {"p50": _pct(values, 0.5), "p99": _pct(values, 0.99), "n": len(values)}
 
 
