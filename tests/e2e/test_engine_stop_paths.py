@@ -14,7 +14,13 @@ import asyncio
 from typing import Any
 
 import httpx
-from weft_engine.analyze import EMPTY_FALLBACK, NUDGE
+from weft_engine.analyze import (
+    CONTENT_FILTER_APOLOGY,
+    EMPTY_FALLBACK,
+    LENGTH_EXHAUSTED,
+    LENGTH_NUDGE,
+    NUDGE,
+)
 from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
 THINK = {
@@ -173,3 +179,68 @@ async def test_a_stream_that_stalls_after_showing_text_fails_instead_of_repeatin
     assert len(await chat_requests(llm)) == 1
     streamed = "".join(e.data["data"]["delta"] for e in events if e.event == "final_answer")
     assert streamed and "never asked for" not in streamed
+
+
+def _answer_events(events: list[SseEvent]) -> list[dict[str, Any]]:
+    return [e.data["data"] for e in events if e.event == "final_answer"]
+
+
+async def test_an_answer_cut_by_the_output_limit_is_delivered_marked_truncated(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-12 with a body
+    await llm.post("/_script", json={"steps": [
+        {"match": "CUTOFF", "content": "The refund window is thirty da", "finish_reason": "length"},
+    ]})  # fmt: skip
+    events = await _turn(api, stack, await _agent(api), "CUTOFF please")
+    complete = _complete(events)
+    assert complete["status"] == "completed" and complete["truncated"] is True
+    assert complete["final_answer"] == "The refund window is thirty da"
+    assert not complete["is_fallback"]
+    answers = _answer_events(events)
+    assert "".join(a["delta"] for a in answers) == complete["final_answer"]
+    assert answers[-1]["done"] and answers[-1]["truncated"], answers[-1]
+    assert len(await chat_requests(llm)) == 1, "a truncated body is not retried"
+
+
+async def test_a_cut_without_a_body_is_retried_with_the_length_nudge(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-12 without a body
+    await llm.post("/_script", json={"steps": [
+        {"match": "CUTEMPTY", "content": "", "finish_reason": "length"},
+        {"match": "CUTEMPTY", "content": "Briefly: thirty days."},
+    ]})  # fmt: skip
+    events = await _turn(api, stack, await _agent(api, max_iterations=1), "CUTEMPTY please")
+    complete = _complete(events)
+    assert complete["status"] == "completed" and not complete["truncated"]
+    assert complete["final_answer"] == "Briefly: thirty days."
+    first, retry = await chat_requests(llm)
+    assert LENGTH_NUDGE not in _last_user_text(first)
+    assert LENGTH_NUDGE in _last_user_text(retry)  # one round only: the retry used none
+
+
+async def test_three_cuts_in_a_row_stop_with_the_advice(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-12: 3 consecutive length rounds
+    await llm.post("/_script", json={
+        "steps": [{"match": "CUTTHRICE", "content": "", "finish_reason": "length"}] * 3,
+    })  # fmt: skip
+    events = await _turn(api, stack, await _agent(api), "CUTTHRICE please")
+    complete = _complete(events)
+    assert complete["status"] == "completed"
+    assert complete["final_answer"] == LENGTH_EXHAUSTED and complete["is_fallback"]
+    assert len(await chat_requests(llm)) == 3
+
+
+async def test_a_filtered_answer_is_replaced_by_the_apology_or_kept(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-09
+    await llm.post("/_script", json={"steps": [
+        {"match": "FILTERALL", "content": "", "finish_reason": "content_filter"},
+        {"match": "FILTERSOME", "content": "What I may say", "finish_reason": "content_filter"},
+    ]})  # fmt: skip
+    agent = await _agent(api)
+    empty = _complete(await _turn(api, stack, agent, "FILTERALL please"))
+    assert empty["final_answer"] == CONTENT_FILTER_APOLOGY and empty["is_fallback"]
+    kept = _complete(await _turn(api, stack, agent, "FILTERSOME please"))
+    assert kept["final_answer"] == "What I may say" and not kept["is_fallback"]
+    assert len(await chat_requests(llm)) == 2, "a filtered answer is final, never retried"
