@@ -16,6 +16,7 @@ BENCHES = [
     "agent_resolve.py",
     "vision_overhead.py",
     "tool_spans.py",
+    "batch_idle_latency.py",
 ]
 
 

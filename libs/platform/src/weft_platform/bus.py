@@ -22,14 +22,16 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
+from faststream.kafka.subscriber.usecase import BatchSubscriber
 from faststream.message import StreamMessage
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
@@ -68,6 +70,35 @@ class _Delivery:
     body: Any
     record: Any
     consumer: Any
+
+
+class PromptBatchSubscriber(BatchSubscriber):
+    """FastStream's Kafka batch subscriber without its idle sleep.
+
+    After a fetch that found nothing, FastStream 0.7 sleeps ``batch_timeout_ms`` before
+    the next ``getmany``, although ``getmany`` had already waited that long. A record that
+    arrives during the sleep waits for it: with the 100 ms default, the first event after
+    a quiet spell (a turn's first event, the first token after a model's think time) took
+    up to 98 ms to reach the gateway's projector (``bench/batch_idle_latency.py``).
+    Without the sleep, ``getmany``'s own wait is the poll: it returns as soon as a record
+    is fetched, and the loop does not spin when nothing comes.
+    """
+
+    __slots__ = ()
+
+    async def get_msg(self, consumer: AIOKafkaConsumer) -> tuple[ConsumerRecord[Any, Any], ...]:
+        fetched = await consumer.getmany(
+            timeout_ms=self.batch_timeout_ms, max_records=self.max_records
+        )
+        return tuple(chain.from_iterable(fetched.values()))
+
+
+def _prompt(subscriber: Any) -> None:
+    """Make a batch subscriber a :class:`PromptBatchSubscriber` (the broker builds the
+    subscriber itself; the subclass adds no state, only the one method)."""
+    if type(subscriber) is not BatchSubscriber:
+        raise TypeError(f"expected FastStream's BatchSubscriber, got {type(subscriber)!r}")
+    subscriber.__class__ = PromptBatchSubscriber
 
 
 async def _delivery(message: StreamMessage[Any]) -> _Delivery:
@@ -325,7 +356,7 @@ class EventBus:
             return True
 
         min_bytes, max_wait_ms = _fetch_linger(linger_ms)
-        self.broker.subscriber(
+        subscriber = self.broker.subscriber(
             self.topic_name(topic),
             batch=True,
             max_records=max_records,
@@ -336,7 +367,9 @@ class EventBus:
             ack_policy=AckPolicy.MANUAL,  # _Commits commits, _rewind hands a batch back
             auto_offset_reset="earliest",
             decoder=_delivery,
-        )(on_batch)
+        )
+        _prompt(subscriber)
+        subscriber(on_batch)
 
     async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> bool:
         """Whether the handler succeeded within ``consumer_attempts`` tries."""
