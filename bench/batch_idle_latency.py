@@ -23,7 +23,7 @@ import secrets
 import time
 from typing import Any
 
-from benchlib import machine, save
+from benchlib import machine, save, summary
 from faststream.kafka import KafkaBroker
 from weft_contracts import ThoughtData, ThoughtEvent, Topic
 from weft_platform.runtime import create_runtime
@@ -32,15 +32,6 @@ from weft_platform.topics import delete_topics, ensure_topics
 from weft_testkit import infra_env
 
 BATCH_TIMEOUT_MS = 100
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-
-    def pct(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
-
-    return {"p50": pct(0.5), "p90": pct(0.9), "max": round(ordered[-1], 1), "n": len(values)}
 
 
 async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
@@ -58,10 +49,13 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
     runtime = create_runtime(settings)
     stock = KafkaBroker(bootstrap)
     waited: dict[str, list[float]] = {"faststream_batch_subscriber": [], "weft_consume_batch": []}
+    joined = {name: asyncio.Event() for name in waited}
+    """Set once the consumer read a record: its group has joined and been assigned."""
 
     async def on_bus(events: list[Any]) -> None:
         now = time.time()
         waited["weft_consume_batch"] += [(now - e.time.timestamp()) * 1000 for e in events]
+        joined["weft_consume_batch"].set()
 
     @stock.subscriber(
         runtime.bus.topic_name(Topic.AGENT_EVENTS),
@@ -75,6 +69,7 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
         for body in bodies:
             sent = ThoughtEvent.model_validate(body).time.timestamp()
             waited["faststream_batch_subscriber"].append((now - sent) * 1000)
+        joined["faststream_batch_subscriber"].set()
 
     runtime.bus.consume_batch(Topic.AGENT_EVENTS, "bench-batch", on_bus, wait_ms=BATCH_TIMEOUT_MS)
     try:
@@ -88,10 +83,7 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
             await runtime.bus.publish(Topic.AGENT_EVENTS, event)
             if n == 0:  # both groups joined and read the first record: start measuring
                 async with asyncio.timeout(60):
-                    while True:
-                        if all(waited.values()):
-                            break
-                        await asyncio.sleep(0.05)
+                    await asyncio.gather(*(event.wait() for event in joined.values()))
                 for values in waited.values():
                     values.clear()
             await asyncio.sleep(random.uniform(*pause_s))
@@ -106,7 +98,10 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
         "records": records,
         "pause_s": list(pause_s),
         "batch_timeout_ms": BATCH_TIMEOUT_MS,
-        "wait_ms": {name: _summary(values) for name, values in waited.items()},
+        "wait_ms": {
+            name: {**summary(values, (0.5, 0.9)), "max": round(max(values), 1)}
+            for name, values in waited.items()
+        },
     }
 
 

@@ -24,6 +24,21 @@ def machine() -> dict[str, Any]:
     }
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile (0 < q <= 1) rounded to 0.1; None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def summary(values: list[float], quantiles: tuple[float, ...] = (0.5, 0.99)) -> dict[str, Any]:
+    """``{"p50": ..., "p99": ..., "n": ...}`` (one ``pNN`` per quantile); percentiles
+    are None when nothing was measured."""
+    result: dict[str, Any] = {f"p{round(q * 100)}": percentile(values, q) for q in quantiles}
+    return {**result, "n": len(values)}
+
+
 def save(name: str, result: dict[str, Any]) -> Path:
     """Print ``result`` and write it to ``bench/results/<name>.json``."""
     text = json.dumps(result, indent=2)

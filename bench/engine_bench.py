@@ -35,6 +35,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+from benchlib import percentile, summary
 from weft_testkit import LocalStack, StackConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,11 +55,6 @@ ROUNDS_SCRIPT = {
 }
 """The test double's script: 3 tool rounds of ``parallel`` ``thinking`` calls, then text."""
 LLM_CALLS_PER_TURN = 4  # 3 tool rounds + the answer
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
 def _epoch(iso: str) -> float:
@@ -172,15 +168,15 @@ async def overhead(
         "bench_client_cpu_ms_per_llm_round": round(
             (time.process_time() - own_before) * 1000 / llm_calls, 1
         ),
-        "tool_result_to_next_tool_call_ms": _summary(round_gaps),
+        "tool_result_to_next_tool_call_ms": summary(round_gaps),
         **await _round_split(llm, windows),
-        "first_answer_token_to_sse_client_ms": _summary(first_token),
+        "first_answer_token_to_sse_client_ms": summary(first_token),
     }
 
 
 async def _round_split(
     llm: httpx.AsyncClient, windows: list[tuple[float, float]]
-) -> dict[str, dict[str, float | None]]:
+) -> dict[str, dict[str, Any]]:
     """Each round's gap cut where the test double logged the round's LLM request (after
     reading its body) and where it handed its answer to its server: before, the engine's
     bookkeeping up to the call and the request's way in; the double's own service time;
@@ -191,11 +187,11 @@ async def _round_split(
     is the engine's overhead with a model that takes no time at all, loopback included.
     Rounds the log does not place exactly once are left out."""
     entries = (await llm.get("/_requests")).json()["requests"]
-    calls = sorted(
+    calls = [
         (e["received_at"], e["answered_at"], e["entered_at"], e["sent_at"])
         for e in entries
         if e["path"].endswith("/chat/completions") and e["answered_at"] is not None
-    )
+    ]
     before: list[float] = []
     service: list[float] = []
     after: list[float] = []
@@ -215,12 +211,12 @@ async def _round_split(
             in_app.append((sent - entered) * 1000)
             outside.append((end - start - (sent - entered)) * 1000)
     return {
-        "tool_result_to_llm_request_received_ms": _summary(before),
-        "scripted_llm_service_ms": _summary(service),
-        "llm_answer_handed_over_to_tool_call_ms": _summary(after),
-        "round_gap_without_scripted_llm_service_ms": _summary(without),
-        "scripted_llm_in_app_ms": _summary(in_app),
-        "round_gap_outside_scripted_llm_app_ms": _summary(outside),
+        "tool_result_to_llm_request_received_ms": summary(before),
+        "scripted_llm_service_ms": summary(service),
+        "llm_answer_handed_over_to_tool_call_ms": summary(after),
+        "round_gap_without_scripted_llm_service_ms": summary(without),
+        "scripted_llm_in_app_ms": summary(in_app),
+        "round_gap_outside_scripted_llm_app_ms": summary(outside),
     }
 
 
@@ -232,13 +228,6 @@ def round_windows(events: list[tuple[str, dict[str, Any], float]]) -> list[tuple
         for (kind, env, _), (next_kind, next_env, _) in itertools.pairwise(events)
         if kind == "tool_result" and next_kind == "tool_call"
     ]
-
-
-def _summary(values: list[float]) -> dict[str, float | None]:
-    """p50, p99 and count; the percentiles are None when nothing was measured."""
-    if not values:
-        return {"p50": None, "p99": None, "n": 0}
-    return {"p50": _pct(values, 0.5), "p99": _pct(values, 0.99), "n": len(values)}
 
 
 def _rss_mb(pids: list[int]) -> float:
@@ -300,7 +289,7 @@ async def throughput(
         "errors": sessions - len(ok),
         "wall_s": round(wall, 2),
         "turns_per_s": round(len(ok) / wall, 2),
-        "turn_latency_ms": {"p50": _pct(latencies, 0.5), "p99": _pct(latencies, 0.99)}
+        "turn_latency_ms": {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99)}
         if ok
         else {},
         "engine_rss_mb": {"start": round(samples[0], 1), "peak": round(max(samples), 1)},

@@ -22,7 +22,7 @@ from typing import Any
 
 import engine_bench as eb
 import httpx
-from benchlib import machine, save
+from benchlib import machine, save, summary
 from weft_testkit import LocalStack
 
 
@@ -75,7 +75,7 @@ async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any
         "turns": turns,
         "cpu_ms_per_llm_round": {k: round((end[k] - start[k]) * 1000 / rounds, 2) for k in end},
         "idle_cpu_ms_per_s": {k: round(v, 1) for k, v in idle.items()},
-        "tool_result_to_next_tool_call_ms": eb._summary(gaps),
+        "tool_result_to_next_tool_call_ms": summary(gaps),
     }
 
 

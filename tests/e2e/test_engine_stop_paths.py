@@ -53,6 +53,15 @@ def _last_user_text(request: dict[str, Any]) -> str:
     return str([m for m in request["messages"] if m["role"] == "user"][-1]["content"])
 
 
+def _answer_events(events: list[SseEvent]) -> list[dict[str, Any]]:
+    return [e.data["data"] for e in events if e.event == "final_answer"]
+
+
+def _streamed(events: list[SseEvent]) -> str:
+    """The answer as the client saw it stream."""
+    return "".join(a["delta"] for a in _answer_events(events))
+
+
 def _complete(events: list[SseEvent]) -> dict[str, Any]:
     assert [e.event for e in events].count("complete") == 1 and events[-1].event == "complete"
     data: dict[str, Any] = events[-1].data["data"]
@@ -142,8 +151,7 @@ async def test_an_empty_answer_is_nudged_twice_without_using_a_round_then_falls_
     assert all("EMPTYANS please" in text for text in asked)
     assert [text.count(NUDGE) for text in asked] == [0, 1, 2]
     # No answer event during the retries: the answer events carry the fallback once.
-    deltas = [e.data["data"]["delta"] for e in events if e.event == "final_answer"]
-    assert "".join(deltas) == EMPTY_FALLBACK
+    assert _streamed(events) == EMPTY_FALLBACK
 
 
 async def test_the_agents_llm_call_timeout_ends_a_silent_stream_and_it_is_retried(
@@ -160,8 +168,7 @@ async def test_the_agents_llm_call_timeout_ends_a_silent_stream_and_it_is_retrie
     assert complete["status"] == "completed"
     assert complete["final_answer"] == "Answered on the retry."
     assert len(await chat_requests(llm)) == 2
-    streamed = "".join(e.data["data"]["delta"] for e in events if e.event == "final_answer")
-    assert streamed == "Answered on the retry."
+    assert _streamed(events) == "Answered on the retry."
 
 
 async def test_a_stream_that_stalls_after_showing_text_fails_instead_of_repeating_it(
@@ -177,12 +184,8 @@ async def test_a_stream_that_stalls_after_showing_text_fails_instead_of_repeatin
     [error] = [e.data["data"] for e in events if e.event == "error"]
     assert error["code"] == "llm_error" and "1s" in error["message"], error
     assert len(await chat_requests(llm)) == 1
-    streamed = "".join(e.data["data"]["delta"] for e in events if e.event == "final_answer")
+    streamed = _streamed(events)
     assert streamed and "never asked for" not in streamed
-
-
-def _answer_events(events: list[SseEvent]) -> list[dict[str, Any]]:
-    return [e.data["data"] for e in events if e.event == "final_answer"]
 
 
 async def test_an_answer_cut_by_the_output_limit_is_delivered_marked_truncated(
@@ -196,9 +199,9 @@ async def test_an_answer_cut_by_the_output_limit_is_delivered_marked_truncated(
     assert complete["status"] == "completed" and complete["truncated"] is True
     assert complete["final_answer"] == "The refund window is thirty da"
     assert not complete["is_fallback"]
-    answers = _answer_events(events)
-    assert "".join(a["delta"] for a in answers) == complete["final_answer"]
-    assert answers[-1]["done"] and answers[-1]["truncated"], answers[-1]
+    assert _streamed(events) == complete["final_answer"]
+    last = _answer_events(events)[-1]
+    assert last["done"] and last["truncated"], last
     assert len(await chat_requests(llm)) == 1, "a truncated body is not retried"
 
 

@@ -133,7 +133,7 @@ class LocalStack:
         for name in ("scripted_llm", *SERVICES):
             count = self.config.replicas.get(name, 1)
             self.ports[name] = [free_port() for _ in range(count)]
-        self._ensure_topics()
+        create_topics(self.prefix, self.config.partitions)
         self._migrate()
         llm_port = self.ports["scripted_llm"][0]
         self._spawn(
@@ -143,9 +143,6 @@ class LocalStack:
             for port in self.ports[name]:
                 self._spawn(name, port, [])
         self._wait_ready()
-
-    def _ensure_topics(self) -> None:
-        create_topics(self.prefix, self.config.partitions)
 
     def _migrate(self) -> None:
         env = {**os.environ, **infra_env()}
