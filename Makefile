@@ -68,9 +68,9 @@ typecheck: ## mypy on libs, services, testing
 test-unit: ## Unit tests (no infrastructure needed)
 	@$(VENV)/pytest tests/unit -q
 
-test-integration: ## Integration + e2e tests against the real infra (runs infra-up first)
+test-integration: ## Integration, e2e and security tests against the real infra (runs infra-up first)
 	@$(LOCAL)/infra.sh up
-	@$(VENV)/pytest tests/integration tests/e2e -q
+	@$(VENV)/pytest tests/integration tests/e2e tests/security -q
 
 # Runs every step even after a failure (so one run shows all problems), then fails if any did.
 test: ## bootstrap, lint, typecheck, test-unit, infra-up, test-integration (what CI runs)

@@ -1,4 +1,5 @@
-"""A whole Weft stack (separate OS processes) on the real Kafka, PostgreSQL and Redis."""
+"""Fixtures of the e2e and security suites: a whole Weft stack (separate OS processes) on the
+real Kafka, PostgreSQL and Redis, isolated by a topic prefix; loaded by tests/conftest.py."""
 
 from __future__ import annotations
 

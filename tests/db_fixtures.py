@@ -1,5 +1,6 @@
-"""Fixtures shared by the integration tests: a migrated PostgreSQL and its engine/sessions,
-and the scripted LLM test double served over HTTP."""
+"""Fixtures of the integration and security suites: a migrated PostgreSQL and its
+engine/sessions, and the scripted LLM test double served over HTTP; loaded by
+tests/conftest.py."""
 
 from __future__ import annotations
 
