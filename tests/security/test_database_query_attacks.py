@@ -229,6 +229,11 @@ async def test_the_row_cap_cuts_the_result_and_says_so(  # SPEC T-11
     assert result["truncated"] == "only the first 3 rows are shown"
     ok, out = await _tool(engine, tenants.mine, "SELECT id FROM chunks", max_rows=3)
     assert ok and "truncated" not in json.loads(out)
+    # 2^24 rows: PostgreSQL itself stops after the cap, well inside the timeout.
+    huge = "SELECT a.id FROM " + ", ".join(f"chunks c{i}" for i in range(23)) + ", chunks a"
+    ok, out = await _tool(engine, tenants.mine, huge, max_rows=3, timeout_ms=3000)
+    assert ok, out
+    assert json.loads(out)["row_count"] == 3
 
 
 @pytest.mark.parametrize(

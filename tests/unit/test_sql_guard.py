@@ -138,3 +138,19 @@ def test_the_knowledge_scope_setting(
         user_id="u", agent_id="a", knowledge_base_ids=turn, key_knowledge_base_ids=key
     )
     assert knowledge_scope(context) == scope
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT title FROM documents -- a */ UNION SELECT key_hash FROM api_keys",
+        "SELECT title /* a /* b */ FROM documents -- c */",
+        "SELECT title FROM documents /* x */ -- /*",
+    ],
+)
+def test_no_comment_reaches_postgresql(sql: str) -> None:  # SPEC T-11
+    """PostgreSQL nests block comments and sqlglot may not agree on where one ends: the
+    SQL that runs is regenerated from the tree without any."""
+    out = scoped_sql(sql)
+    assert "/*" not in out and "*/" not in out and "--" not in out
+    assert "api_keys" not in out

@@ -136,7 +136,8 @@ class DataAnalysisTool(_DataDocuments):
         loaded = await self.load(call)
         if isinstance(loaded, ToolOutcome):
             return loaded
-        return await self._query(call.session_id, loaded[0], tree.sql(dialect="duckdb"))
+        sql = tree.sql(dialect="duckdb", comments=False)  # comments never reach DuckDB
+        return await self._query(call.session_id, loaded[0], sql)
 
     async def _query(self, session_id: str, table: str, sql: str) -> ToolOutcome:
         cur = self.workspace.session(session_id).connection.cursor()

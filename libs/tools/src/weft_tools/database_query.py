@@ -73,7 +73,7 @@ def scoped_sql(
         table.set("this", exp.to_identifier(name))
         if not table.alias:
             table.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
-    return tree.sql(dialect="postgres")
+    return tree.sql(dialect="postgres", comments=False)  # a comment never reaches PostgreSQL
 
 
 def knowledge_scope(context: ToolContext) -> str:
@@ -145,7 +145,10 @@ class DatabaseQueryTool:
             try:
                 await enter_reader_transaction(session, tenant_id, kb_scope, self._limits)
                 connection = await session.connection()
-                cursor = await connection.exec_driver_sql(sql)
+                # The driver reads whole results: the cap goes into the SQL, so PostgreSQL
+                # never sends more than one row past it.
+                capped = f"SELECT * FROM ({sql}) AS result LIMIT {self._limits.max_rows + 1}"
+                cursor = await connection.exec_driver_sql(capped)
                 columns = list(cursor.keys())
                 fetched = cursor.fetchmany(self._limits.max_rows + 1)
             finally:
