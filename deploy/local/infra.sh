@@ -260,8 +260,14 @@ BEGIN
     ELSE
         ALTER ROLE weft LOGIN CREATEDB PASSWORD 'weft';
     END IF;
+    -- database_query runs as this role (SET LOCAL ROLE); weft has no CREATEROLE, so the
+    -- role is made here and migration 0007 only grants it views (docs/operations.md).
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'weft_sql_reader') THEN
+        CREATE ROLE weft_sql_reader NOLOGIN NOINHERIT;
+    END IF;
 END
 $$;
+GRANT weft_sql_reader TO weft;
 SELECT 'CREATE DATABASE weft OWNER weft'
 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = 'weft')\gexec
 SQL

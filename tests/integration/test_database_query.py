@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_contracts import ToolContext
 from weft_storage.knowledge import KnowledgeStore
 from weft_tools import ToolInvocation, ToolRegistry
-from weft_tools.database_query import DatabaseQueryTool
+from weft_tools.database_query import DatabaseQueryTool, QueryLimits
 
 
 @pytest.fixture
@@ -27,7 +27,9 @@ async def tenants(engine: AsyncEngine) -> tuple[str, str]:
 
 async def _query(engine: AsyncEngine, tenant: str, sql: str) -> tuple[bool, str]:
     registry = ToolRegistry()
-    registry.register(DatabaseQueryTool(async_sessionmaker(engine), timeout_ms=2000))
+    registry.register(
+        DatabaseQueryTool(async_sessionmaker(engine), limits=QueryLimits(timeout_ms=2000))
+    )
     call = ToolInvocation(
         tenant_id=tenant,
         session_id="s",
@@ -106,7 +108,9 @@ async def test_slow_query_is_cut_by_the_statement_timeout(  # SPEC T-11, invaria
 ) -> None:
     mine, _ = tenants
     registry = ToolRegistry()
-    registry.register(DatabaseQueryTool(async_sessionmaker(engine), timeout_ms=200))
+    registry.register(
+        DatabaseQueryTool(async_sessionmaker(engine), limits=QueryLimits(timeout_ms=200))
+    )
     call = ToolInvocation(
         tenant_id=mine,
         session_id="s",

@@ -106,3 +106,15 @@ def test_observe_appends_protocol_messages_in_original_order() -> None:  # SPEC 
     assert tool_a == {"role": "tool", "tool_call_id": "c-a", "content": "A"}
     assert tool_b["content"].startswith("Error: boom") and ERROR_HINT in tool_b["content"]
     assert [c.success for c in after.steps[0].tool_calls] == [True, False]
+
+
+def test_dispatch_carries_the_api_keys_knowledge_restriction() -> None:  # SPEC A-09, T-11
+    state = _state()
+    agent = state.agent.model_copy(
+        update={"knowledge_base_ids": [], "key_knowledge_base_ids": ["kb2"]}
+    )
+    state = state.model_copy(update={"agent": agent})
+    pending, _ = plan_calls(state, [_call("q", "database_query", '{"sql": "SELECT 1"}')], 60)
+    _, messages = dispatch_messages(state.model_copy(update={"pending": pending}), ["q"])
+    assert messages[0].data.context.key_knowledge_base_ids == ["kb2"]
+    assert messages[0].data.context.knowledge_base_ids == []

@@ -47,6 +47,11 @@ class AgentConfig(BaseModel):
     llm_call_timeout_s: float = Field(default=120.0, gt=0, description="Stall timeout (E-06).")
     allowed_tools: list[str] = Field(default_factory=list, description="Effective tool list.")
     knowledge_base_ids: list[str] = Field(default_factory=list, description="Search scope.")
+    key_knowledge_base_ids: list[str] | None = Field(
+        default=None,
+        description="SPEC A-09: the caller's API key is limited to these knowledge bases "
+        "(None: not limited), carried to tools even when the agent searches none.",
+    )
     history_turns: int = Field(default=5, ge=0)
     tool_output_max_chars: int = Field(default=24000, ge=256, description="SPEC T-03.")
     context_window: int = Field(default=200_000, ge=1024, description="SPEC A-11, M-03.")

@@ -21,6 +21,11 @@ class ToolContext(Payload):
         default=None,
         description="SPEC E-26: knowledge tools of a shared agent read this tenant's KBs.",
     )
+    key_knowledge_base_ids: list[str] | None = Field(
+        default=None,
+        description="SPEC A-09, T-11: the caller's API key is limited to these knowledge bases "
+        "(None: not limited); what database_query reads when the turn names no base.",
+    )
 
 
 class ToolCallRequestedData(Payload):

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.models import Base
 
 from weft_tools.aliases import AliasBook
 from weft_tools.data_tools import DataAnalysisTool, DataSchemaTool, DatasetFile
-from weft_tools.database_query import DatabaseQueryTool
+from weft_tools.database_query import DatabaseQueryTool, QueryLimits
 from weft_tools.document_parsing import is_table
 from weft_tools.document_tools import ListDocumentsTool, ReadDocumentTool
 from weft_tools.duckdb_workspace import DuckDBWorkspace
@@ -49,6 +50,8 @@ class ToolDependencies:
     search_provider: SearchProvider | None = None
     """None: ``web_search`` answers that no provider is configured (a readable tool error)."""
     web_fetch_timeout_s: float = 180.0
+    sql_limits: QueryLimits = field(default_factory=QueryLimits)
+    """Row cap and statement timeout of ``database_query``."""
     workspace: DuckDBWorkspace = field(default_factory=DuckDBWorkspace)
     """The process's DuckDB databases of data_schema / data_analysis."""
 
@@ -67,7 +70,9 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     registry.register(ListDocumentsTool(deps.reader, scope))
     registry.register(ThinkingTool())
     registry.register(TodoWriteTool())
-    registry.register(DatabaseQueryTool(deps.sessions))
+    # Every table of the schema is a name no CTE may take (SPEC T-11).
+    reserved = frozenset(Base.metadata.tables)
+    registry.register(DatabaseQueryTool(deps.sessions, limits=deps.sql_limits, reserved=reserved))
     registry.register(DataSchemaTool(datasets, workspace))
     registry.register(DataAnalysisTool(datasets, workspace))
     registry.register(

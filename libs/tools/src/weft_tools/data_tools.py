@@ -13,16 +13,25 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import duckdb
+from sqlglot import exp
 
 from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tools.specs import DATA_ANALYSIS, DATA_SCHEMA
-from weft_tools.sql_guard import UnsafeQuery, parse_select, table_names
+from weft_tools.sql_guard import UnsafeQuery, function_name, parse_select, table_names
 from weft_tools.tabular import EmptyDataset, read_table
 
 DATASET_VIEW = "dataset"
-_READABLE = frozenset({DATASET_VIEW, "generate_series", "range", "unnest"})
+_READABLE = frozenset(
+    {DATASET_VIEW, "generate_series", "exploding_generate_series", "range", "unnest"}
+)
 """What the SQL may read: the view and row generators, never catalog or file functions."""
+_REFUSED_FUNCTIONS = frozenset(
+    {"getenv", "current_setting", "sleep", "pg_sleep", "glob", "sniff_csv", "query", "query_table"}
+)
+_REFUSED_PREFIXES = ("read_", "duckdb_", "pragma_", "parquet_", "iceberg_", "delta_", "sqlite_")
+"""Scalar functions that reach files, settings or the catalog; DuckDB's external access is
+off anyway, this answers the model before it tries."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,12 +130,14 @@ class DataAnalysisTool(_DataDocuments):
             other = table_names(tree) - _READABLE
             if other:
                 raise UnsafeQuery(f"only the table `dataset` can be read, not {sorted(other)}")
+            _check_functions(tree)
         except UnsafeQuery as exc:
             return ToolOutcome(success=False, error=f"data_analysis refused: {exc}")
         loaded = await self.load(call)
         if isinstance(loaded, ToolOutcome):
             return loaded
-        return await self._query(call.session_id, loaded[0], tree.sql(dialect="duckdb"))
+        sql = tree.sql(dialect="duckdb", comments=False)  # comments never reach DuckDB
+        return await self._query(call.session_id, loaded[0], sql)
 
     async def _query(self, session_id: str, table: str, sql: str) -> ToolOutcome:
         cur = self.workspace.session(session_id).connection.cursor()
@@ -167,6 +178,14 @@ class DataAnalysisTool(_DataDocuments):
         fetched = cur.fetchmany(self._max_rows + 1)
         rows = [[_jsonable(v) for v in r] for r in fetched[: self._max_rows]]
         return columns, rows, len(fetched) > self._max_rows
+
+
+def _check_functions(tree: exp.Expr) -> None:
+    for node in tree.walk():
+        if isinstance(node, exp.Func):
+            name = function_name(node)
+            if name in _REFUSED_FUNCTIONS or name.startswith(_REFUSED_PREFIXES):
+                raise UnsafeQuery(f"function {name} is not allowed")
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,7 +1,9 @@
 """The DuckDB side of ``data_schema`` / ``data_analysis`` (SPEC T-12).
 
 Each session gets one in-memory DuckDB database, created with external access disabled so
-the model's SQL cannot read files or URLs. A document is loaded once per session into a
+the model's SQL cannot read files or URLs (the documents come in as Python objects, which
+that setting allows), one thread, a memory limit, and its configuration locked, so no
+``SET``/``PRAGMA`` can undo any of it. A document is loaded once per session into a
 table; each ``data_analysis`` call opens its own DuckDB connection (a cursor) where the
 temporary view ``dataset`` points at that table, so the SQL never names a document id.
 Queries are parsed (one SELECT over ``dataset`` only), bounded in time (interrupted) and
@@ -37,11 +39,19 @@ class _SessionDb:
 class DuckDBWorkspace:
     """Per-session DuckDB databases holding the loaded documents."""
 
-    def __init__(self, *, idle_s: float = 600.0, max_load_rows: int = 500_000):
+    def __init__(
+        self, *, idle_s: float = 600.0, max_load_rows: int = 500_000, memory_limit: str = "256MB"
+    ):
         self._sessions: dict[str, _SessionDb] = {}
         self._lock = threading.Lock()
         self._idle_s = idle_s
         self._max_load_rows = max_load_rows
+        self._config: dict[str, str | bool | int] = {
+            "enable_external_access": False,
+            "threads": 1,
+            "memory_limit": memory_limit,
+            "lock_configuration": True,
+        }
 
     def session(self, session_id: str, request_id: str | None = None) -> _SessionDb:
         """The session's database, created on first use; ``request_id`` marks the turn."""
@@ -49,7 +59,7 @@ class DuckDBWorkspace:
             self._evict_idle()
             db = self._sessions.get(session_id)
             if db is None:
-                conn = duckdb.connect(":memory:", config={"enable_external_access": False})
+                conn = duckdb.connect(":memory:", config=dict(self._config))
                 db = self._sessions[session_id] = _SessionDb(connection=conn)
             db.used = time.monotonic()
             if request_id is not None:

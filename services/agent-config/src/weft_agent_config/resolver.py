@@ -226,6 +226,7 @@ class AgentResolver:
                 "knowledge_bases": kbs,
                 "retrieval_tenant_id": owner,
                 "shared": owner is not None,
+                "key_knowledge_base_ids": key_knowledge_base_ids,
             }
         )
 

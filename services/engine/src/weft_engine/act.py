@@ -108,6 +108,7 @@ def dispatch_messages(
         knowledge_base_ids=state.agent.knowledge_base_ids,
         max_output_chars=state.agent.tool_output_max_chars,
         retrieval_tenant_id=state.agent.retrieval_tenant_id,
+        key_knowledge_base_ids=state.agent.key_knowledge_base_ids,
     )
     updated: list[PendingCall] = []
     messages: list[ToolCallRequested] = []

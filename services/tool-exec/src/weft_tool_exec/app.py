@@ -14,6 +14,8 @@ from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
+from weft_tools.database_query import QueryLimits
+from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.embeddings import OpenAIEmbedder
 from weft_tools.ingestion import DocumentIngestor
 from weft_tools.ranking import HttpRerankModel
@@ -69,6 +71,10 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
         http=SafeHttpClient(policy=policy),
         search_provider=search,
         web_fetch_timeout_s=settings.web_fetch_timeout_s,
+        sql_limits=QueryLimits(
+            max_rows=settings.sql_query_max_rows, timeout_ms=settings.sql_query_timeout_ms
+        ),
+        workspace=DuckDBWorkspace(memory_limit=settings.duckdb_memory_limit),
     )
 
 

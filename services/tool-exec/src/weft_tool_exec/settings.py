@@ -37,6 +37,15 @@ class ToolExecSettings(ServiceSettings):
     )
     web_search_timeout_s: float = Field(default=15.0, gt=0, description="Per search request.")
     web_fetch_timeout_s: float = Field(default=180.0, gt=0, description="Page budget (E-17).")
+    sql_query_timeout_ms: int = Field(
+        default=5000, ge=100, le=60_000, description="database_query statement timeout (T-11)."
+    )
+    sql_query_max_rows: int = Field(
+        default=200, ge=1, le=10_000, description="Rows database_query returns at most."
+    )
+    duckdb_memory_limit: str = Field(
+        default="256MB", description="Memory of one session's DuckDB database (T-12)."
+    )
     web_fetch_allow_loopback: bool = Field(
         default=False, description="Tests only: lets web tools reach 127.0.0.1."
     )
