@@ -47,7 +47,10 @@ async def _in_body(request: Request) -> tuple[Location, str] | None:
     content_type = request.headers.get("content-type", "")
     if content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         form = await request.form()  # cached by FastAPI, files already spooled
-        fields = {name: value for name, value in form.multi_items() if isinstance(value, str)}
+        fields = {
+            name: value if isinstance(value, str) else {"filename": value.filename or ""}
+            for name, value in form.multi_items()
+        }
         return find_unstorable(fields, ("body",))
     if not await request.body():
         return None
