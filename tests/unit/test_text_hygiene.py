@@ -7,17 +7,29 @@ the real stack.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import Depends, FastAPI, Form
 from pydantic import BaseModel
-from weft_contracts import CompleteData, FinalAnswerData, StepToolCall, TurnStatus
+from weft_contracts import (
+    CompleteData,
+    FinalAnswerData,
+    StepToolCall,
+    ToolCallCompleted,
+    ToolCallRequested,
+    ToolCallRequestedData,
+    ToolContext,
+    TurnStatus,
+)
 from weft_contracts.text import clean_json, clean_text, find_unstorable
 from weft_contracts.tools import ToolCallCompletedData
 from weft_llm.openai_model import _absorb, _Accumulator
 from weft_platform.request_text import refuse_unstorable_text
+from weft_tool_exec.worker import ToolWorker
+from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 
 NUL_JSON = '"a\\u0000b"'
 SURROGATE_JSON = '"a\\ud800b"'
@@ -137,3 +149,39 @@ async def test_the_model_stream_is_cleaned_as_it_arrives() -> None:
     chunk = {"choices": [{"delta": {"content": "an\x00swer\ud800"}}]}
     await _absorb(chunk, acc, sink)  # type: ignore[arg-type]
     assert sink.content == ["answer\ufffd"] and acc.content == ["answer\ufffd"]
+
+
+class _PageWithNul:
+    spec = ToolSpec(name="page", description="d", parameters={"type": "object"})
+
+    async def run(self, call: ToolInvocation) -> ToolOutcome:
+        return ToolOutcome(success=True, output="<p>a\x00b\ud800</p>", data={"raw": "\x00"})
+
+
+class _CapturingBus:
+    def __init__(self) -> None:
+        self.published: list[bytes] = []
+
+    async def publish(self, topic: object, message: ToolCallCompleted) -> None:
+        self.published.append(message.model_dump_json().encode())
+
+
+async def test_a_tool_result_with_nul_is_published_cleaned() -> None:
+    """A page or document with a NUL byte: the worker's result is published (a failed
+    publish would be redelivered forever, then dead-lettered) and carries clean text."""
+    registry = ToolRegistry()
+    registry.register(_PageWithNul())
+    bus = _CapturingBus()
+    worker = ToolWorker(bus, registry, "w1", ledger=None)  # type: ignore[arg-type]
+    call = ToolCallRequested(
+        tenant_id="t", session_id="s", request_id="r",
+        data=ToolCallRequestedData(
+            call_id="c1", tool_name="page", round=0, arguments={},
+            deadline=datetime.now(UTC) + timedelta(seconds=30),
+            context=ToolContext(user_id="u", agent_id="a"),
+        ),
+    )  # fmt: skip
+    await worker.handle(call)  # type: ignore[arg-type]
+    [raw] = bus.published
+    result = ToolCallCompleted.model_validate_json(raw).data
+    assert result.output == "<p>ab\ufffd</p>" and result.data == {"raw": ""}
