@@ -79,6 +79,9 @@ async def test_a_chat_query_or_steer_with_unstorable_text_is_422_and_never_store
         f"/api/v1/sessions/{session_id}/steer", **_raw(f'{{"content": "x{escape}"}}')
     )
     _assert_refused(steer, ["body", "content"])
+    # A query parameter that reaches a database query (the messages cursor).
+    cursor = await api.get(f"/api/v1/sessions/{session_id}/messages", params={"before": "m\x00"})
+    _assert_refused(cursor, ["query", "before"])
     # The session still works, and its history holds only the turn that was accepted:
     # the refused queries never reached Kafka (memory stores a session's turns in order).
     complete = await _turn(api, stack, session_id, {"query": "A clean question"})
