@@ -3,6 +3,7 @@ turns stay out of history, a stopped turn keeps its partially streamed answer.""
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any
 
@@ -107,3 +108,37 @@ async def test_stopped_turn_keeps_partial_answer(
     await recorder.handle(cancelled)  # re-delivered after the deltas are gone
     assistant, _ = await _rows(sessions, ids["request_id"])
     assert assistant.content == "Refunds are possible within " and assistant.is_partial
+
+
+async def test_nul_and_lone_surrogates_from_a_model_or_tool_do_not_lose_the_turn(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:
+    """A model's answer, a tool's output or the model's tool arguments with NUL or a lone
+    surrogate: PostgreSQL text/jsonb cannot hold either and UTF-8 cannot encode a lone
+    surrogate, so the events are cleaned when built (NUL dropped, lone surrogates ->
+    U+FFFD), publish, decode and are stored whole. A NUL escape sent by some other
+    producer is cleaned when memory decodes it."""
+    recorder = MessageRecorder(sessions, redis)
+    ids = _ids()
+    started = _started(ids).model_dump()
+    started["data"]["query"] = "refund\x00 policy\ud800?"
+    wire = _complete(ids, TurnStatus.COMPLETED, "Thirty\x00 days\udfff.", 5).model_dump()
+    step = wire["data"]["steps"][0]
+    step["thought"] = "Let me\x00 check"
+    step["tool_calls"][0].update(arguments={"sql\x00": "select '\ud800'"}, output="page\x00 1")
+    for event in (TurnStartedEvent.model_validate(started), CompleteEvent.model_validate(wire)):
+        published = event.model_dump_json()  # what the bus sends; raised before cleaning
+        await recorder.handle(type(event).model_validate_json(published))
+    assistant, user = await _rows(sessions, ids["request_id"])
+    assert user.content == "refund policy\ufffd?"
+    assert assistant.content == "Thirty days\ufffd." and assistant.is_completed
+    stored = assistant.agent_steps[0]
+    assert stored["thought"] == "Let me check"
+    assert stored["tool_calls"][0]["arguments"] == {"sql": "select '\ufffd'"}
+    assert stored["tool_calls"][0]["output"] == "page 1"
+
+    foreign = json.loads(_complete(ids, TurnStatus.COMPLETED, "x", 6).model_dump_json())
+    foreign["data"]["final_answer"] = "Thirty\x00 one"  # json.dumps writes "\u0000"
+    await recorder.handle(CompleteEvent.model_validate_json(json.dumps(foreign)))
+    assistant, _ = await _rows(sessions, ids["request_id"])
+    assert assistant.content == "Thirty one"

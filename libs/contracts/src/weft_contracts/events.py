@@ -9,11 +9,12 @@ subscribers (memory, suggestions, platform services) need only this topic.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from weft_contracts.envelope import Envelope, Payload
+from weft_contracts.text import CleanJson, CleanText
 
 
 class TurnStatus(StrEnum):
@@ -27,7 +28,7 @@ class TurnStatus(StrEnum):
 class TurnStartedData(Payload):
     """The user's message as the engine accepted it."""
 
-    query: str
+    query: CleanText
     user_id: str
     agent_id: str
     mode: Literal["agent", "normal"] = "agent"
@@ -45,7 +46,7 @@ class ThoughtData(Payload):
     """A piece of the model's reasoning (``reasoning_content`` or ``<think>``; E-08)."""
 
     round: int = Field(ge=0)
-    delta: str
+    delta: CleanText
     done: bool = False
 
 
@@ -53,7 +54,7 @@ class FinalAnswerData(Payload):
     """A piece of the final answer; ``done`` marks the last piece (E-10, E-12)."""
 
     round: int = Field(ge=0)
-    delta: str
+    delta: CleanText
     done: bool = False
     truncated: bool = False
 
@@ -64,7 +65,7 @@ class ToolCallData(Payload):
     round: int = Field(ge=0)
     call_id: str
     tool_name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: CleanJson = Field(default_factory=dict)
     display_hint: str = ""
 
 
@@ -75,8 +76,8 @@ class ToolResultData(Payload):
     call_id: str
     tool_name: str
     success: bool
-    output: str = ""
-    error: str | None = None
+    output: CleanText = ""
+    error: CleanText | None = None
     display_type: str = "text"
     duration_ms: int = Field(default=0, ge=0)
 
@@ -88,8 +89,8 @@ class Reference(Payload):
     chunk_id: str
     document_id: str
     knowledge_base_id: str
-    title: str = ""
-    excerpt: str = ""
+    title: CleanText = ""
+    excerpt: CleanText = ""
 
 
 class ReferencesData(Payload):
@@ -103,10 +104,10 @@ class StepToolCall(Payload):
 
     call_id: str
     tool_name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: CleanJson = Field(default_factory=dict)
     success: bool = False
-    output: str = ""
-    error: str | None = None
+    output: CleanText = ""
+    error: CleanText | None = None
     duration_ms: int = Field(default=0, ge=0)
 
 
@@ -114,8 +115,8 @@ class AgentStep(Payload):
     """One round of the loop: what the model thought and which tools it called (E-04)."""
 
     round: int = Field(ge=0)
-    thought: str = ""
-    reasoning: str = ""
+    thought: CleanText = ""
+    reasoning: CleanText = ""
     tool_calls: list[StepToolCall] = Field(default_factory=list)
 
 
@@ -123,7 +124,7 @@ class CompleteData(Payload):
     """The single terminal event of a turn (E-04)."""
 
     status: TurnStatus
-    final_answer: str = ""
+    final_answer: CleanText = ""
     is_fallback: bool = False
     truncated: bool = False
     rounds: int = Field(default=0, ge=0)
@@ -135,7 +136,7 @@ class ErrorData(Payload):
     """A turn-level failure; always followed by ``complete`` with status ``failed``."""
 
     code: str
-    message: str
+    message: CleanText
     retryable: bool = False
 
 
@@ -154,7 +155,7 @@ class RecalledMemory(Payload):
     """One long-term memory fact given to the model."""
 
     id: str
-    content: str
+    content: CleanText
     score: float = 0.0
 
 
@@ -168,7 +169,7 @@ class ImagesDescribedData(Payload):
     """SPEC E-26: what the engine put in the query for a chat model without vision."""
 
     model: str | None = Field(description="The VLM that read the images; None: no VLM.")
-    descriptions: list[str] = Field(
+    descriptions: list[CleanText] = Field(
         description="One per image of the message, in order; empty when it could not be read."
     )
     note: str = Field(default="", description="Said to the model about unread images.")

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from weft_contracts.envelope import Envelope, Payload
+from weft_contracts.text import CleanJson, CleanText
 
 
 class ToolContext(Payload):
@@ -45,10 +46,10 @@ class ToolCallCompletedData(Payload):
     call_id: str
     tool_name: str
     success: bool
-    output: str = ""
-    error: str | None = None
+    output: CleanText = ""
+    error: CleanText | None = None
     display_type: str = "text"
-    data: dict[str, Any] = Field(default_factory=dict, description="Structured payload.")
+    data: CleanJson = Field(default_factory=dict, description="Structured payload.")
     duration_ms: int = Field(default=0, ge=0)
     worker: str = ""
 

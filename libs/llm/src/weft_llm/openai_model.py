@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import openai
 from openai import AsyncOpenAI
+from weft_contracts.text import clean_text
 
 from weft_llm.model import LLMCallError, LLMRequest, LLMResponse, StreamSink, ToolCallRequest, Usage
 
@@ -45,8 +46,8 @@ class _Accumulator:
         if delta.get("id"):
             slot["id"] = delta["id"]
         function = delta.get("function") or {}
-        slot["name"] += function.get("name") or ""
-        slot["arguments"] += function.get("arguments") or ""
+        slot["name"] += _text(function.get("name")) or ""
+        slot["arguments"] += _text(function.get("arguments")) or ""
 
     def result(self) -> LLMResponse:
         calls = [
@@ -176,11 +177,13 @@ async def _absorb(chunk: Any, acc: _Accumulator, sink: StreamSink) -> None:
         )
     for choice in chunk.get("choices") or []:
         delta = choice.get("delta") or {}
-        reasoning = delta.get("reasoning_content")
+        # A model may emit NUL or a lone surrogate (a JSON "\ud800" escape): neither can be
+        # stored or published, so the text is cleaned before anything keeps it.
+        reasoning = _text(delta.get("reasoning_content"))
         if reasoning:
             acc.reasoning.append(reasoning)
             await sink.on_reasoning(reasoning)
-        content = delta.get("content")
+        content = _text(delta.get("content"))
         if content:
             acc.content.append(content)
             await sink.on_content(content)
@@ -188,3 +191,7 @@ async def _absorb(chunk: Any, acc: _Accumulator, sink: StreamSink) -> None:
             acc.add_tool_delta(tool_delta)
         if choice.get("finish_reason"):
             acc.finish_reason = choice["finish_reason"]
+
+
+def _text(value: object) -> str | None:
+    return clean_text(value) if isinstance(value, str) else None

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import httpx
 import structlog
 import uvicorn
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from weft_platform.health import health_router
 from weft_platform.logs import configure_logging
+from weft_platform.request_text import refuse_unstorable_text
 from weft_platform.runtime import ServiceRuntime
 
 log = structlog.get_logger(__name__)
@@ -36,7 +37,8 @@ def create_service_app(
     on_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
 ) -> FastAPI:
-    """A FastAPI app with health routes, dependency errors mapped to 503, broker lifecycle."""
+    """A FastAPI app with health routes, dependency errors mapped to 503, broker lifecycle,
+    and request text that cannot be stored refused with 422 on every route."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -56,7 +58,7 @@ def create_service_app(
             await runtime.db.dispose()
             log.info("service_stopped")
 
-    app = FastAPI(title=title, lifespan=lifespan)
+    app = FastAPI(title=title, lifespan=lifespan, dependencies=[Depends(refuse_unstorable_text)])
     app.state.runtime = runtime
     app.include_router(health_router(runtime))
     for router in routers:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 
 from pypdf import PdfReader
+from weft_contracts.text import clean_text
 
 from weft_tools.tabular import EmptyDataset, read_table
 
@@ -28,7 +29,15 @@ def is_table(file_name: str) -> bool:
 
 
 def extract_text(file_name: str, content: bytes) -> str:
-    """The text of the file; raise UnsupportedDocument for other types or broken files."""
+    """The text of the file; raise UnsupportedDocument for other types or broken files.
+
+    NUL characters (binary junk in a text file, PDF extraction artefacts) are dropped:
+    PostgreSQL cannot store them, and a document is worth ingesting without them.
+    """
+    return clean_text(_extract(file_name, content))
+
+
+def _extract(file_name: str, content: bytes) -> str:
     lower = file_name.lower()
     if lower.endswith(TEXT_TYPES):
         return content.decode("utf-8-sig", errors="replace")

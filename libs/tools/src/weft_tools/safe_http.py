@@ -2,24 +2,28 @@
 
 Every hop (the first URL and each redirect) is resolved once; the request is refused when
 any resolved address is not globally routable (private, loopback, link-local - which covers
-cloud metadata at 169.254.169.254 -, CGNAT, multicast, reserved, IPv4-mapped forms of
-those). The connection then goes to the checked address itself (DNS pinning: the URL's host
-is replaced by the IP, ``Host`` and TLS SNI keep the name), so a second, rebinding DNS
-answer is never used. Loopback is allowed only through an explicit test setting.
+cloud metadata at 169.254.169.254 -, CGNAT, multicast, reserved), nor is an IPv6 address
+that carries such an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo: see
+:mod:`weft_tools.embedded_ipv4`). The connection then goes to the checked address itself
+(DNS pinning: the URL's host is replaced by the IP, ``Host`` and TLS SNI keep the name),
+so a second, rebinding DNS answer is never used. Loopback is allowed only through an
+explicit test setting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
+
+from weft_tools.embedded_ipv4 import UnknownEmbedding, embedded_ipv4, parse_address
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -54,13 +58,26 @@ class AddressPolicy:
 
     def check(self, address: str) -> None:
         """Raise :class:`BlockedAddress` unless ``address`` may be contacted."""
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        ip = parse_address(address)
+        if isinstance(ip, IPv6Address):
+            try:
+                carried = embedded_ipv4(ip)
+            except UnknownEmbedding as exc:
+                raise BlockedAddress(str(exc)) from None
+            if carried:
+                # The IPv6 prefix only says how the packet travels; where it lands is
+                # the IPv4 address, so that alone decides.
+                for inner in carried:
+                    self._check_one(inner, outer=ip)
+                return
+        self._check_one(ip, outer=None)
+
+    def _check_one(self, ip: IPv4Address | IPv6Address, *, outer: IPv6Address | None) -> None:
         if ip.is_loopback and self.allow_loopback:
             return
         if not ip.is_global or ip.is_multicast:
-            raise BlockedAddress(f"address {ip} is not a public address")
+            shown = f"{outer} (carrying {ip})" if outer is not None else str(ip)
+            raise BlockedAddress(f"address {shown} is not a public address")
 
 
 @dataclass(frozen=True, kw_only=True)

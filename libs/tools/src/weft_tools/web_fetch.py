@@ -4,7 +4,10 @@ HTML becomes Markdown (scripts and styles dropped), other text stays as is. Each
 a character window (``offset``/``limit``) out of a budget of 8000 characters shared by the
 call, with ``next_offset`` when more remains; the full text is saved as a ``web://``
 snapshot readable with ``read_file``. Each URL reports ``success``, ``failed`` (with a
-``retry`` code) or ``skipped``; one failure never fails the others.
+``retry`` code: ``blocked``, ``invalid_url``, ``timeout``, ``network``, ``later``, ``none``)
+or ``skipped`` (``retry: next_call``, past the first 8); whatever goes wrong with one URL
+(a refused address, a malformed URL, an unresolvable host, a broken page) fails only that
+URL.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 from typing import Any
 
 import httpx
+import structlog
 from bs4 import BeautifulSoup
 from markdownify import MarkdownConverter
 
@@ -20,6 +24,8 @@ from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tools.safe_http import BlockedAddress, FetchedPage, SafeHttpClient
 from weft_tools.specs import WEB_FETCH, WEB_FETCH_CHAR_BUDGET
 from weft_tools.web_snapshots import SnapshotStore
+
+log = structlog.get_logger(__name__)
 
 MAX_PAGES = 8
 
@@ -60,30 +66,45 @@ class WebFetchTool:
                 "url": item["url"],
                 "status": "skipped",
                 "reason": f"at most {MAX_PAGES} pages per call",
+                "retry": "next_call",
             }
             for item in items[MAX_PAGES:]
         ]
         ok = any(r["status"] == "success" for r in results)
+        output = dumps({"results": results})
         return ToolOutcome(
             success=ok,
-            output=dumps({"results": results}),
-            error=None if ok else "no page could be fetched",
+            output=output,
+            # The model reads only the error of a failed call: it carries each URL's status.
+            error=None if ok else f"no page could be fetched: {output}",
             display_type="web_fetch_results",
         )
 
     async def _one(self, call: ToolInvocation, item: dict[str, Any], share: int) -> dict[str, Any]:
         url = str(item["url"])
         try:
-            page = await self._client.get(url, self._timeout_s)
+            return await self._fetch(call, url, item, share)
         except BlockedAddress as exc:
-            return {"url": url, "status": "failed", "error": str(exc), "retry": "blocked"}
+            return _failed(url, str(exc), "blocked")
         except TimeoutError:
-            return {"url": url, "status": "failed", "error": "timed out", "retry": "timeout"}
+            return _failed(url, "timed out", "timeout")
         except httpx.HTTPError as exc:
-            return {"url": url, "status": "failed", "error": type(exc).__name__, "retry": "network"}
+            return _failed(url, type(exc).__name__, "network")
+        except OSError as exc:  # socket.gaierror: the host does not resolve
+            return _failed(url, f"{type(exc).__name__}: {exc}", "network")
+        except (ValueError, httpx.InvalidURL) as exc:  # bad port, bracket, IDNA label
+            return _failed(url, f"invalid URL: {exc}", "invalid_url")
+        except Exception as exc:  # one broken page never takes the others down
+            log.exception("web_fetch_page_failed", url=url)
+            return _failed(url, f"{type(exc).__name__}: {exc}", "later")
+
+    async def _fetch(
+        self, call: ToolInvocation, url: str, item: dict[str, Any], share: int
+    ) -> dict[str, Any]:
+        page = await self._client.get(url, self._timeout_s)
         if page.status >= 400:
             retry = "later" if page.status in (429, 502, 503, 504) else "none"
-            return {"url": url, "status": "failed", "error": f"HTTP {page.status}", "retry": retry}
+            return _failed(url, f"HTTP {page.status}", retry)
         text = page_text(page)
         path = await self._snapshots.save(call.tenant_id, call.session_id, url, text)
         offset = int(item.get("offset", 0))
@@ -100,3 +121,7 @@ class WebFetchTool:
         if offset + limit < len(text):
             result["next_offset"] = offset + limit
         return result
+
+
+def _failed(url: str, error: str, retry: str) -> dict[str, Any]:
+    return {"url": url, "status": "failed", "error": error, "retry": retry}

@@ -15,6 +15,7 @@ from typing import Any
 
 from json_repair import repair_json
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+from weft_contracts.text import clean_json
 from weft_llm import ToolCallRequest
 from weft_tools.specs import spec_by_name
 
@@ -40,7 +41,9 @@ def parse_arguments(raw: str) -> dict[str, Any]:
         value = repair_json(raw, return_objects=True)
     if not isinstance(value, dict):
         raise ArgumentsError(f"tool arguments must be a JSON object, got: {raw[:200]}")
-    return value
+    # "\u0000" or a lone "\ud800" escape in the model's JSON would reach tools and storage.
+    cleaned: dict[str, Any] = clean_json(value)
+    return cleaned
 
 
 def normalise_call_id(call: ToolCallRequest, state: TurnState, index: int) -> str:

@@ -30,8 +30,16 @@ def new_identity(model: str) -> CompletionIdentity:
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:
-    """One `data: {...}` server-sent event."""
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+    """One `data: {...}` server-sent event.
+
+    A script may carry a lone surrogate (to test what a client does with a model that emits
+    one): UTF-8 cannot encode it, so such a payload goes out with JSON's ``\\ud800`` escapes.
+    """
+    text = json.dumps(payload, ensure_ascii=False)
+    try:
+        return f"data: {text}\n\n".encode()
+    except UnicodeEncodeError:
+        return f"data: {json.dumps(payload)}\n\n".encode()
 
 
 def chunk(
