@@ -131,7 +131,7 @@ class Gateway:
     ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         images = check_images(body.images, self.settings)
-        session = await self.directory.lookup(who.tenant_id, session_id)
+        session = await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.agent_id)
         for kb_id in body.knowledge_base_ids or []:
             if not await self.knowledge.knowledge_base_exists(who.tenant_id, kb_id):
@@ -185,8 +185,9 @@ class Gateway:
     ) -> EventStreamResponse:
         """Rejoin the newest turn: after ``Last-Event-ID``, or from the turn's start.
 
-        The stream key contains the tenant, so finding it proves the session is the
-        caller's tenant's (invariant 5) without asking memory on every reconnect."""
+        The stream key contains the tenant but not the user: the session directory's
+        owner check (a Redis read on a hit) keeps another user of the tenant out."""
+        await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         start = last_event_id or await self.streams.latest_turn_start(who.tenant_id, session_id)
         if start is None or not await self.streams.exists(who.tenant_id, session_id):
             retention = self.settings.stream_retention_s
@@ -226,7 +227,7 @@ class Gateway:
         return ControlAccepted(request_id=request_id, status="steer_sent")
 
     async def _running_turn(self, who: Principal, session_id: str) -> str:
-        await self.directory.lookup(who.tenant_id, session_id)
+        await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         active: Any = await self.redis.get(active_turn_key(who.tenant_id, session_id))
         if not active:
             raise HTTPException(409, "this session has no running turn")
