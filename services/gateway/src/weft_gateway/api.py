@@ -23,12 +23,12 @@ from weft_contracts import (
     Topic,
 )
 from weft_platform.bus import EventBus
-from weft_storage.knowledge import KnowledgeStore
 
 from weft_gateway.auth import Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
 from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
+from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
@@ -118,7 +118,7 @@ class Gateway:
     directory: SessionDirectory
     agents: AgentConfigClient
     limits: TenantLimits
-    knowledge: KnowledgeStore
+    knowledge: KnowledgeScope
 
     async def start_turn(
         self,
@@ -133,9 +133,9 @@ class Gateway:
         images = check_images(body.images, self.settings)
         session = await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.agent_id)
-        for kb_id in body.knowledge_base_ids or []:
-            if not await self.knowledge.knowledge_base_exists(who.tenant_id, kb_id):
-                raise HTTPException(404, f"knowledge base {kb_id!r} not found")
+        # The request's own KB ids are the knowledge routes' business: one outside the
+        # key's list is 404 like a missing one. An agent's KBs are agent-config's (A-09).
+        await self.knowledge.require_all(who, body.knowledge_base_ids or [])
         agent = await self.agents.resolve(
             who.tenant_id,
             agent_id,
