@@ -93,6 +93,30 @@ async def test_kb_restricted_keys_reach_only_their_knowledge_bases(
     assert (await api.get(f"{KB}/{kb_b}/documents/{doc_b}")).status_code == 200
 
 
+# SPEC A-09
+async def test_an_empty_kb_list_never_widens_a_restricted_key_to_every_kb(
+    api: httpx.AsyncClient, api_keys: ApiKeys, llm: httpx.AsyncClient
+) -> None:
+    """Downstream an empty KB scope means every KB of the tenant: a restricted key's
+    explicit ``knowledge_base_ids: []`` (or a selected agent with no KB) is refused with
+    403, never resolved to []. The demo model searches the knowledge base for the query."""
+    kb_a, _ = await _kb_with_document(api, "empty-a")
+    await _kb_with_document(api, "empty-b")
+    key = await api_keys.client(user="scoped-empty", knowledge_base_ids=[kb_a])
+    session = (await key.http.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
+    url = f"/api/v1/agent-chat/{session}"
+    empty = await key.http.post(url, json={"query": "PERIWINKLE?", "knowledge_base_ids": []})
+    assert empty.status_code == 403, empty.text
+    assert "knowledge base" in empty.json()["detail"]
+    # The same turn on KB A is served, and finds only KB A's document.
+    events = await read_turn(
+        key.http, url, api_key=key.key,
+        json_body={"query": "which notes hold PERIWINKLE?", "knowledge_base_ids": [kb_a]},
+    )  # fmt: skip
+    results = [e.data["data"]["output"] for e in events if e.event == "tool_result"]
+    assert results and "empty-a notes" in results[0] and "empty-b" not in results[0], results
+
+
 async def _turn(client: KeyedClient, session_id: str, query: str) -> list[Any]:
     events = await read_turn(
         client.http, f"/api/v1/agent-chat/{session_id}", api_key=client.key,
