@@ -10,11 +10,30 @@ import secrets
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_gateway.auth import ApiKeyAuth
 from weft_testkit import LocalStack, read_turn
 
 from tests.stack_fixtures import ApiKeys
 
 AGENT = "builtin-smart-reasoning"
+
+
+async def register_key(
+    database_url: str,
+    tenant_id: str,
+    key: str,
+    knowledge_base_ids: list[str] | None = None,
+    user_id: str = "user-b",
+) -> None:
+    """Store an API key the way the gateway does (SHA-256 only) in the real PostgreSQL
+    (other suites import it; within a test the ``api_keys`` fixture is shorter)."""
+    engine = create_async_engine(database_url)
+    try:
+        auth = ApiKeyAuth(async_sessionmaker(engine))
+        await auth.register(tenant_id, user_id, key, "test", knowledge_base_ids)
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture
