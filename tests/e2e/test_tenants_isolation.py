@@ -120,10 +120,10 @@ async def test_kb_restricted_key(
     assert scope_all.status_code == 403, scope_all.text
     denied = await c.post(url, json={"query": "q", "knowledge_base_ids": [other_kb]})
     assert denied.status_code == 404 and other_kb in denied.json()["detail"]
-    selected = await c.post(
-        "/api/v1/agents",
-        json={"name": "sel", "kb_selection_mode": "selected", "knowledge_base_ids": [other_kb]},
-    )
+    definition = {"name": "sel", "kb_selection_mode": "selected", "knowledge_base_ids": [other_kb]}
+    refused = await c.post("/api/v1/agents", json=definition)
+    assert refused.status_code == 404 and other_kb in refused.json()["detail"]
+    selected = await api.post("/api/v1/agents", json=definition)  # the unrestricted key's
     assert selected.status_code == 201, selected.text
     by_agent = await c.post(url, json={"query": "q", "agent_id": selected.json()["id"]})
     assert by_agent.status_code == 403

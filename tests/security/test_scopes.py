@@ -54,6 +54,9 @@ async def test_kb_restricted_keys_reach_only_their_knowledge_bases(
     restricted = [
         await api_keys.client(user=f"scoped-{n}", knowledge_base_ids=[kb_a]) for n in (1, 2)
     ]
+    agent = await api.post("/api/v1/agents", json={"name": "scope-a agent"})
+    assert agent.status_code == 201, agent.text
+    agent_id = agent.json()["id"]
     before = await _tenant_kbs(api)
     missing_kb, missing_doc = f"kb_{secrets.token_hex(8)}", f"doc_{secrets.token_hex(8)}"
     files = {"file": ("notes.md", b"# stolen\nPERIWINKLE", "text/markdown")}
@@ -81,6 +84,11 @@ async def test_kb_restricted_keys_reach_only_their_knowledge_bases(
             )
         created = await c.post(KB, json={"name": "escape hatch"})
         assert created.status_code == 403 and "cannot create" in created.json()["detail"]
+        agent = {"name": "b", "kb_selection_mode": "selected", "knowledge_base_ids": [kb_b]}
+        for method, url in (("POST", "/api/v1/agents"), ("PUT", f"/api/v1/agents/{agent_id}")):
+            resp = await c.request(method, url, json=agent)
+            assert resp.status_code == 404, (method, url, resp.text)
+            assert resp.json()["detail"] == f"knowledge base {kb_b!r} not found"
         session = (await c.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
         chat = await c.post(
             f"/api/v1/agent-chat/{session}", json={"query": "q", "knowledge_base_ids": [kb_b]}
@@ -90,6 +98,7 @@ async def test_kb_restricted_keys_reach_only_their_knowledge_bases(
         own = await c.get(f"{KB}/{kb_a}/documents/{doc_a}")
         assert own.status_code == 200 and own.json()["knowledge_base_id"] == kb_a
     assert await _tenant_kbs(api) == before  # no KB created, no document added to B or A
+    assert (await api.get(f"/api/v1/agents/{agent_id}")).json()["name"] == "scope-a agent"
     assert (await api.get(f"{KB}/{kb_b}/documents/{doc_b}")).status_code == 200
 
 

@@ -117,7 +117,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         title="Weft gateway",
         routers=[
             public_router(gateway, auth),
-            agents_router(agents, auth),
+            agents_router(agents, auth, kb_scope),
             shared_agents_router(agents, auth),
             knowledge_router(
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope

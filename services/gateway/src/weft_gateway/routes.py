@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from weft_gateway.api import ChatBody, ControlAccepted, Gateway, SteerBody
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.clients import ServiceClient
+from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.sse_response import EventStreamResponse
 
 FormatQuery = Annotated[
@@ -160,7 +161,7 @@ def _chat_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
         return await gw.steer(who, session_id, body)
 
 
-def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
+def agents_router(agents: ServiceClient, auth: ApiKeyAuth, knowledge: KnowledgeScope) -> APIRouter:
     """``/api/v1/agents...``: proxied to agent-config with the caller's tenant (A-09)."""
     router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
     Who = Annotated[Principal, Depends(auth)]
@@ -168,6 +169,14 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
 
     def scope(who: Principal) -> dict[str, str]:
         return {"tenant_id": who.tenant_id, "user_id": who.user_id}
+
+    async def check_kbs(who: Principal, body: dict[str, Any]) -> None:
+        # A KB-restricted key may only name its own KBs in an agent it writes: another
+        # KB is the 404 of a missing one, as on the knowledge routes. agent-config checks
+        # the rest (the ids are the tenant's, their capabilities).
+        kb_ids = body.get("knowledge_base_ids")
+        if who.knowledge_base_ids is not None and isinstance(kb_ids, list):
+            await knowledge.require_all(who, [str(kb) for kb in kb_ids])
 
     @router.get("/tools")
     async def tool_catalog(who: Who) -> Any:
@@ -210,6 +219,7 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
 
     @router.post("", status_code=201)
     async def create_agent(who: Who, body: AgentBody) -> Any:
+        await check_kbs(who, body)
         return await agents.call("POST", "/internal/agents", params=scope(who), json=body)
 
     @router.get("/{agent_id}")
@@ -218,6 +228,7 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
 
     @router.put("/{agent_id}")
     async def update_agent(who: Who, agent_id: Id, body: AgentBody) -> Any:
+        await check_kbs(who, body)
         path = f"/internal/agents/{agent_id}"
         return await agents.call("PUT", path, params=scope(who), json=body)
 
