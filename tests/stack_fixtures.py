@@ -4,11 +4,16 @@ real Kafka, PostgreSQL and Redis, isolated by a topic prefix; loaded by tests/co
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_gateway.auth import ApiKeyAuth
 from weft_testkit import LocalStack, StackConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,3 +56,49 @@ async def knowledge_base(api: httpx.AsyncClient) -> str:
         added = await api.post(f"/api/v1/knowledge-bases/{kb_id}/documents", json=body)
         assert added.status_code == 201, added.text
     return kb_id
+
+
+@dataclass(frozen=True)
+class KeyedClient:
+    """A client of the public API authenticated with its own key (``key`` is what
+    ``read_turn`` needs)."""
+
+    key: str
+    http: httpx.AsyncClient
+
+
+@dataclass(frozen=True)
+class ApiKeys:
+    """Registers API keys on the stack's database, the gateway's own way (SHA-256 only)."""
+
+    stack: LocalStack
+    auth: ApiKeyAuth
+    clients: AsyncExitStack
+
+    async def client(
+        self,
+        *,
+        tenant: str | None = None,
+        user: str = "dev",
+        knowledge_base_ids: list[str] | None = None,
+    ) -> KeyedClient:
+        """A new key of ``tenant`` (default: the stack's) and ``user``, limited to
+        ``knowledge_base_ids`` when given (SPEC A-09), and a client using it."""
+        key = f"key-{secrets.token_hex(16)}"
+        await self.auth.register(
+            tenant or self.stack.tenant, user, key, "test key", knowledge_base_ids
+        )
+        headers = {"Authorization": f"Bearer {key}"}
+        http = httpx.AsyncClient(base_url=self.stack.gateway_url, headers=headers, timeout=60)
+        return KeyedClient(key, await self.clients.enter_async_context(http))
+
+
+@pytest.fixture
+async def api_keys(stack: LocalStack, infra: dict[str, str]) -> AsyncIterator[ApiKeys]:
+    """Issues keys of any tenant, user and KB list on the stack; clients closed after the test."""
+    engine = create_async_engine(infra["WEFT_DATABASE_URL"])
+    try:
+        async with AsyncExitStack() as clients:
+            yield ApiKeys(stack, ApiKeyAuth(async_sessionmaker(engine)), clients)
+    finally:
+        await engine.dispose()

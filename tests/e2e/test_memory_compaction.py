@@ -59,7 +59,8 @@ async def test_stopped_turn_is_stored_with_its_partial_answer(
     async with httpx.AsyncClient(base_url=stack.url("memory"), timeout=30) as memory:
         row = (
             await memory.get(
-                f"/internal/sessions/{session_id}/messages", params={"tenant_id": stack.tenant}
+                f"/internal/sessions/{session_id}/messages",
+                params={"tenant_id": stack.tenant, "user_id": "dev"},
             )
         ).json()[-1]
     assert row["is_partial"] is True

@@ -7,50 +7,39 @@ API and gets 404 (or 403) every time; B's lists never show A's rows.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-from weft_gateway.auth import hash_key
-from weft_storage.models import ApiKey
+from weft_gateway.auth import ApiKeyAuth
 from weft_testkit import LocalStack, read_turn
+
+from tests.stack_fixtures import ApiKeys
 
 AGENT = "builtin-smart-reasoning"
 
 
 async def register_key(
-    database_url: str, tenant_id: str, key: str, knowledge_base_ids: list[str] | None = None
+    database_url: str,
+    tenant_id: str,
+    key: str,
+    knowledge_base_ids: list[str] | None = None,
+    user_id: str = "user-b",
 ) -> None:
-    """Store an API key the way the gateway does (SHA-256 only) in the real PostgreSQL."""
+    """Store an API key the way the gateway does (SHA-256 only) in the real PostgreSQL
+    (other suites import it; within a test the ``api_keys`` fixture is shorter)."""
     engine = create_async_engine(database_url)
     try:
-        async with async_sessionmaker(engine).begin() as s:
-            await s.execute(
-                insert(ApiKey).values(
-                    id=secrets.token_hex(8),
-                    tenant_id=tenant_id,
-                    user_id="user-b",
-                    key_hash=hash_key(key),
-                    name="test",
-                    knowledge_base_ids=knowledge_base_ids,
-                )
-            )
+        auth = ApiKeyAuth(async_sessionmaker(engine))
+        await auth.register(tenant_id, user_id, key, "test", knowledge_base_ids)
     finally:
         await engine.dispose()
 
 
 @pytest.fixture
-async def other_tenant(
-    stack: LocalStack, infra: dict[str, str]
-) -> AsyncIterator[httpx.AsyncClient]:
+async def other_tenant(api_keys: ApiKeys) -> httpx.AsyncClient:
     """A client of a second tenant on the same stack."""
-    key = f"key-{secrets.token_hex(16)}"
-    await register_key(infra["WEFT_DATABASE_URL"], f"tenant-b-{secrets.token_hex(4)}", key)
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=60) as c:
-        yield c
+    return (await api_keys.client(tenant=f"tenant-b-{secrets.token_hex(4)}", user="user-b")).http
 
 
 async def test_other_tenant_sees_nothing_of_ours(
@@ -117,32 +106,31 @@ async def test_other_tenant_sees_nothing_of_ours(
 
 
 async def test_kb_restricted_key(
-    api: httpx.AsyncClient, stack: LocalStack, infra: dict[str, str], knowledge_base: str
+    api: httpx.AsyncClient, api_keys: ApiKeys, knowledge_base: str
 ) -> None:
     """SPEC A-09: an agent whose scope is all KBs -> 403 with a restricted key; a
-    selected scope or an explicit request list is checked base by base."""
+    selected scope is checked base by base (403); a KB of the request outside the key is
+    the 404 of a missing one, as on the knowledge routes (tests/security/test_scopes.py)."""
     other_kb = (await api.post("/api/v1/knowledge-bases", json={"name": "other"})).json()["id"]
-    key = f"key-{secrets.token_hex(16)}"
-    await register_key(infra["WEFT_DATABASE_URL"], stack.tenant, key, [knowledge_base])
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=60) as c:
-        session_id = (await c.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
-        url = f"/api/v1/agent-chat/{session_id}"
-        scope_all = await c.post(url, json={"query": "q"})
-        assert scope_all.status_code == 403, scope_all.text
-        denied = await c.post(url, json={"query": "q", "knowledge_base_ids": [other_kb]})
-        assert denied.status_code == 403 and other_kb in denied.json()["detail"]
-        selected = await c.post(
-            "/api/v1/agents",
-            json={"name": "sel", "kb_selection_mode": "selected", "knowledge_base_ids": [other_kb]},
-        )
-        assert selected.status_code == 201, selected.text
-        by_agent = await c.post(url, json={"query": "q", "agent_id": selected.json()["id"]})
-        assert by_agent.status_code == 403
-        events = await read_turn(
-            c,
-            url,
-            api_key=key,
-            json_body={"query": "refund annual plan?", "knowledge_base_ids": [knowledge_base]},
-        )
-        assert events[-1].event == "complete"
+    restricted = await api_keys.client(user="user-b", knowledge_base_ids=[knowledge_base])
+    c, key = restricted.http, restricted.key
+    session_id = (await c.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
+    url = f"/api/v1/agent-chat/{session_id}"
+    scope_all = await c.post(url, json={"query": "q"})
+    assert scope_all.status_code == 403, scope_all.text
+    denied = await c.post(url, json={"query": "q", "knowledge_base_ids": [other_kb]})
+    assert denied.status_code == 404 and other_kb in denied.json()["detail"]
+    definition = {"name": "sel", "kb_selection_mode": "selected", "knowledge_base_ids": [other_kb]}
+    refused = await c.post("/api/v1/agents", json=definition)
+    assert refused.status_code == 404 and other_kb in refused.json()["detail"]
+    selected = await api.post("/api/v1/agents", json=definition)  # the unrestricted key's
+    assert selected.status_code == 201, selected.text
+    by_agent = await c.post(url, json={"query": "q", "agent_id": selected.json()["id"]})
+    assert by_agent.status_code == 403
+    events = await read_turn(
+        c,
+        url,
+        api_key=key,
+        json_body={"query": "refund annual plan?", "knowledge_base_ids": [knowledge_base]},
+    )
+    assert events[-1].event == "complete"

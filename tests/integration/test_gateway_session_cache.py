@@ -47,11 +47,11 @@ async def test_a_lookup_is_answered_from_redis_after_the_first(
     session = await _new_session(memory)
     tenant, sid = session["tenant_id"], session["id"]
     directory = _directory(redis, memory)
-    first = await directory.lookup(tenant, sid)
+    first = await directory.lookup(tenant, sid, user_id="u1")
     assert (first.tenant_id, first.user_id, first.agent_id) == (tenant, "u1", "ag-1")
     assert 0 < await redis.ttl(session_key(tenant, sid)) <= 60
-    await memory.update_session(tenant, sid, {"agent_id": "ag-behind-the-back"})
-    assert (await directory.lookup(tenant, sid)).agent_id == "ag-1"
+    await memory.update_session(tenant, "u1", sid, {"agent_id": "ag-behind-the-back"})
+    assert (await directory.lookup(tenant, sid, user_id="u1")).agent_id == "ag-1"
 
 
 async def test_updates_through_the_gateway_replace_the_facts(
@@ -60,9 +60,13 @@ async def test_updates_through_the_gateway_replace_the_facts(
     session = await _new_session(memory)
     directory = _directory(redis, memory)
     await directory.remember(session)
-    changed = await memory.update_session(session["tenant_id"], session["id"], {"agent_id": "b"})
+    changed = await memory.update_session(
+        session["tenant_id"], "u1", session["id"], {"agent_id": "b"}
+    )
     await directory.updated(changed)
-    assert (await directory.lookup(session["tenant_id"], session["id"])).agent_id == "b"
+    assert (
+        await directory.lookup(session["tenant_id"], session["id"], user_id="u1")
+    ).agent_id == "b"
 
 
 async def test_a_deleted_session_is_404_and_a_late_fill_cannot_bring_it_back(
@@ -74,13 +78,13 @@ async def test_a_deleted_session_is_404_and_a_late_fill_cannot_bring_it_back(
     session = await _new_session(memory)
     tenant, sid = session["tenant_id"], session["id"]
     replica_a, replica_b = _directory(redis, memory), _directory(redis, memory)
-    await replica_b.lookup(tenant, sid)
-    await memory.delete_session(tenant, sid)
+    await replica_b.lookup(tenant, sid, user_id="u1")
+    await memory.delete_session(tenant, "u1", sid)
     await replica_a.deleted(tenant, sid)
     await _directory(redis, memory).remember(session)  # the racing replica's stale fill
     assert await redis.get(session_key(tenant, sid)) == TOMBSTONE
     with pytest.raises(HTTPException) as gone:
-        await replica_b.lookup(tenant, sid)
+        await replica_b.lookup(tenant, sid, user_id="u1")
     assert gone.value.status_code == 404
 
 
@@ -90,10 +94,31 @@ async def test_another_tenants_session_id_is_404_even_when_cached(
     """Invariant 5: the cache key holds the tenant; a filled entry never answers another."""
     session = await _new_session(memory)
     directory = _directory(redis, memory)
-    await directory.lookup(session["tenant_id"], session["id"])
+    await directory.lookup(session["tenant_id"], session["id"], user_id="u1")
     with pytest.raises(HTTPException) as foreign:
-        await directory.lookup(f"t-{secrets.token_hex(4)}", session["id"])
+        await directory.lookup(f"t-{secrets.token_hex(4)}", session["id"], user_id="u1")
     assert foreign.value.status_code == 404
+
+
+async def test_another_users_lookup_is_404_on_a_miss_and_on_a_hit(
+    redis: Redis, memory: MemoryClient
+) -> None:
+    """A session belongs to its user: on a miss memory's own check answers 404 (and fills
+    nothing), and once the owner's lookup has filled the tenant-wide entry, the hit is
+    still 404 for another user of the same tenant."""
+    session = await _new_session(memory)
+    tenant, sid = session["tenant_id"], session["id"]
+    directory = _directory(redis, memory)
+    with pytest.raises(HTTPException) as miss:
+        await directory.lookup(tenant, sid, user_id="u2")
+    assert miss.value.status_code == 404
+    assert await redis.get(session_key(tenant, sid)) is None
+    assert (await directory.lookup(tenant, sid, user_id="u1")).user_id == "u1"
+    assert await redis.get(session_key(tenant, sid)) is not None
+    with pytest.raises(HTTPException) as hit:
+        await directory.lookup(tenant, sid, user_id="u2")
+    assert hit.value.status_code == 404
+    assert hit.value.detail == miss.value.detail
 
 
 async def test_a_memory_that_does_not_answer_gives_503_within_the_lookup_timeout(
@@ -113,7 +138,7 @@ async def test_a_memory_that_does_not_answer_gives_503_within_the_lookup_timeout
     try:
         with pytest.raises(HTTPException) as down:
             # The guard is far below the client's 30 s: only the lookup timeout can end it.
-            lookup = directory.lookup("t-down", f"ses_{secrets.token_hex(6)}")
+            lookup = directory.lookup("t-down", f"ses_{secrets.token_hex(6)}", user_id="u1")
             await asyncio.wait_for(lookup, timeout=20)
     finally:
         await memory.aclose()

@@ -152,7 +152,8 @@ async def test_deleting_messages_invalidates_the_checkpoints_that_cover_them(
 
     # Delete turn 5 (by its user message): S2 on turn 6 summarises it and must go.
     deleted = await client.delete(
-        f"{messages}/{user_of[turns[5]['request_id']]}", params={"tenant_id": tenant}
+        f"{messages}/{user_of[turns[5]['request_id']]}",
+        params={"tenant_id": tenant, "user_id": "u"},
     )
     assert deleted.status_code == 204
     body = await _history(client, tenant, sid)
@@ -163,7 +164,7 @@ async def test_deleting_messages_invalidates_the_checkpoints_that_cover_them(
 
     # Rollback from turn 8: later rows go, the older checkpoint S1 stays valid.
     rolled = await client.delete(
-        messages, params={"tenant_id": tenant, "from": turns[8]["turn_id"]}
+        messages, params={"tenant_id": tenant, "user_id": "u", "from": turns[8]["turn_id"]}
     )
     assert rolled.status_code == 204
     body = await _history(client, tenant, sid)
@@ -172,7 +173,9 @@ async def test_deleting_messages_invalidates_the_checkpoints_that_cover_them(
 
     # Delete turn 1: S1 covers it; no valid checkpoint is left, history starts at turn 0.
     assert (
-        await client.delete(f"{messages}/{turns[1]['turn_id']}", params={"tenant_id": tenant})
+        await client.delete(
+            f"{messages}/{turns[1]['turn_id']}", params={"tenant_id": tenant, "user_id": "u"}
+        )
     ).status_code == 204
     body = await _history(client, tenant, sid)
     assert body["summary"] is None and body["checkpoint_turn_id"] is None
@@ -181,8 +184,8 @@ async def test_deleting_messages_invalidates_the_checkpoints_that_cover_them(
     ]
 
     for url, params in (
-        (f"{messages}/nope", {"tenant_id": tenant}),
-        (messages, {"tenant_id": tenant, "from": "nope"}),
-        (f"{messages}/{turns[0]['turn_id']}", {"tenant_id": "other"}),
+        (f"{messages}/nope", {"tenant_id": tenant, "user_id": "u"}),
+        (messages, {"tenant_id": tenant, "user_id": "u", "from": "nope"}),
+        (f"{messages}/{turns[0]['turn_id']}", {"tenant_id": "other", "user_id": "u"}),
     ):
         assert (await client.delete(url, params=params)).status_code == 404

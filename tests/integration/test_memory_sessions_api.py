@@ -1,5 +1,6 @@
 """Internal session routes of memory on the real PostgreSQL: list, patch, soft delete, clear,
-cursor pagination; another tenant's session is 404 (invariant 5)."""
+cursor pagination; another tenant's session is 404 (invariant 5), and so is another user's
+of the same tenant."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def _tenant() -> str:
     return f"t-{secrets.token_hex(4)}"
 
 
+def _as(tenant: str, user: str = "u1") -> dict[str, str]:
+    """Query parameters naming the caller of a route by session id."""
+    return {"tenant_id": tenant, "user_id": user}
+
+
 async def _session(c: httpx.AsyncClient, tenant: str, user: str = "u1", title: str = "") -> str:
     resp = await c.post(
         "/internal/sessions", json={"tenant_id": tenant, "user_id": user, "title": title}
@@ -61,25 +67,23 @@ async def test_patch_session_and_other_tenant_is_404(client: httpx.AsyncClient) 
     tenant = _tenant()
     sid = await _session(client, tenant, title="old")
     resp = await client.patch(
-        f"/internal/sessions/{sid}", params={"tenant_id": tenant}, json={"title": "new"}
+        f"/internal/sessions/{sid}", params=_as(tenant), json={"title": "new"}
     )
     assert resp.status_code == 200
     assert resp.json()["title"] == "new" and resp.json()["agent_id"] is None
     resp = await client.patch(
-        f"/internal/sessions/{sid}", params={"tenant_id": tenant}, json={"agent_id": "ag1"}
+        f"/internal/sessions/{sid}", params=_as(tenant), json={"agent_id": "ag1"}
     )
     assert resp.json()["title"] == "new" and resp.json()["agent_id"] == "ag1"
     for method in ("PATCH", "DELETE"):
         foreign = await client.request(
-            method, f"/internal/sessions/{sid}", params={"tenant_id": _tenant()}, json={}
+            method, f"/internal/sessions/{sid}", params=_as(_tenant()), json={}
         )
         assert foreign.status_code == 404
-    foreign = await client.delete(
-        f"/internal/sessions/{sid}/messages", params={"tenant_id": _tenant()}
-    )
+    foreign = await client.delete(f"/internal/sessions/{sid}/messages", params=_as(_tenant()))
     assert foreign.status_code == 404
     bad = await client.patch(
-        f"/internal/sessions/{sid}", params={"tenant_id": tenant}, json={"title": "x" * 501}
+        f"/internal/sessions/{sid}", params=_as(tenant), json={"title": "x" * 501}
     )
     assert bad.status_code == 422
 
@@ -87,13 +91,13 @@ async def test_patch_session_and_other_tenant_is_404(client: httpx.AsyncClient) 
 async def test_soft_delete_hides_the_session(client: httpx.AsyncClient) -> None:
     tenant = _tenant()
     sid = await _session(client, tenant)
-    resp = await client.delete(f"/internal/sessions/{sid}", params={"tenant_id": tenant})
+    resp = await client.delete(f"/internal/sessions/{sid}", params=_as(tenant))
     assert resp.status_code == 204
-    gone = await client.get(f"/internal/sessions/{sid}", params={"tenant_id": tenant})
+    gone = await client.get(f"/internal/sessions/{sid}", params=_as(tenant))
     assert gone.status_code == 404
     listed = await client.get("/internal/sessions", params={"tenant_id": tenant})
     assert listed.json() == []
-    again = await client.delete(f"/internal/sessions/{sid}", params={"tenant_id": tenant})
+    again = await client.delete(f"/internal/sessions/{sid}", params=_as(tenant))
     assert again.status_code == 404
 
 
@@ -120,15 +124,15 @@ async def test_messages_cursor_pagination(client: httpx.AsyncClient) -> None:
     sid = await _session(client, tenant)
     ids = await _add_messages(client, tenant, sid, 7)
     url = f"/internal/sessions/{sid}/messages"
-    newest = await client.get(url, params={"tenant_id": tenant, "limit": 3})
+    newest = await client.get(url, params=_as(tenant) | {"limit": 3})
     assert [m["id"] for m in newest.json()] == ids[4:]
-    older = await client.get(url, params={"tenant_id": tenant, "limit": 3, "before": ids[4]})
+    older = await client.get(url, params=_as(tenant) | {"limit": 3, "before": ids[4]})
     assert [m["id"] for m in older.json()] == ids[1:4]
-    oldest = await client.get(url, params={"tenant_id": tenant, "limit": 3, "before": ids[1]})
+    oldest = await client.get(url, params=_as(tenant) | {"limit": 3, "before": ids[1]})
     assert [m["id"] for m in oldest.json()] == ids[:1]
-    unknown = await client.get(url, params={"tenant_id": tenant, "before": "nope"})
+    unknown = await client.get(url, params=_as(tenant) | {"before": "nope"})
     assert unknown.status_code == 404
-    foreign = await client.get(url, params={"tenant_id": _tenant()})
+    foreign = await client.get(url, params=_as(_tenant()))
     assert foreign.status_code == 404
 
 
@@ -136,9 +140,37 @@ async def test_clear_messages(client: httpx.AsyncClient) -> None:
     tenant = _tenant()
     sid = await _session(client, tenant)
     await _add_messages(client, tenant, sid, 3)
-    resp = await client.delete(f"/internal/sessions/{sid}/messages", params={"tenant_id": tenant})
+    resp = await client.delete(f"/internal/sessions/{sid}/messages", params=_as(tenant))
     assert resp.status_code == 204
-    left = await client.get(f"/internal/sessions/{sid}/messages", params={"tenant_id": tenant})
+    left = await client.get(f"/internal/sessions/{sid}/messages", params=_as(tenant))
     assert left.json() == []
-    still = await client.get(f"/internal/sessions/{sid}", params={"tenant_id": tenant})
+    still = await client.get(f"/internal/sessions/{sid}", params=_as(tenant))
     assert still.status_code == 200
+
+
+async def test_another_users_session_is_404_on_every_route(client: httpx.AsyncClient) -> None:
+    """A session belongs to its user: every route by session id answers another user of the
+    same tenant the 404 of a missing session, changes nothing, and the user is required."""
+    tenant = _tenant()
+    sid = await _session(client, tenant, "u1", "mine")
+    ids = await _add_messages(client, tenant, sid, 2)
+    base = f"/internal/sessions/{sid}"
+    attempts = [
+        ("GET", base, None, {}),
+        ("PATCH", base, {"title": "stolen"}, {}),
+        ("DELETE", base, None, {}),
+        ("GET", f"{base}/messages", None, {}),
+        ("DELETE", f"{base}/messages", None, {}),
+        ("DELETE", f"{base}/messages", None, {"from": ids[0]}),
+        ("DELETE", f"{base}/messages/{ids[1]}", None, {}),
+    ]
+    for method, url, body, extra in attempts:
+        other = await client.request(method, url, params=_as(tenant, "u2") | extra, json=body)
+        assert other.status_code == 404, (method, url, other.text)
+        assert other.json()["detail"] == f"session {sid!r} not found"
+        anonymous = await client.request(method, url, params={"tenant_id": tenant}, json=body)
+        assert anonymous.status_code == 422, (method, url, anonymous.text)
+    mine = await client.get(base, params=_as(tenant))
+    assert mine.status_code == 200 and mine.json()["title"] == "mine"
+    kept = await client.get(f"{base}/messages", params=_as(tenant))
+    assert [m["id"] for m in kept.json()] == ids

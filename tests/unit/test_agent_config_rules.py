@@ -269,6 +269,11 @@ def test_knowledge_scope_with_restricted_key() -> None:
         knowledge_scope(selected, None, ["kb1"])
     assert knowledge_scope(_agent(kb_selection_mode="none"), ["kb1"], ["kb2"]) == []
     assert knowledge_scope(everything, None, None) == []
+    # Empty means every KB of the tenant downstream: never for a restricted key.
+    for agent, requested in ((everything, []), (_agent(kb_selection_mode="selected"), None)):
+        with pytest.raises(KnowledgeScopeDenied, match="empty knowledge base list"):
+            knowledge_scope(agent, requested, ["kb1"])
+    assert knowledge_scope(everything, [], None) == []  # an unrestricted key: every KB
 
 
 def test_create_normalizes_and_refuses_hidden() -> None:  # SPEC

@@ -97,6 +97,16 @@ class DocumentReader:
             doc = await s.scalar(stmt)
         return _info(doc) if doc else None
 
+    async def knowledge_base_of(self, tenant_id: str, doc_id: str) -> str | None:
+        """The knowledge base holding document ``doc_id`` of the tenant, None when the
+        tenant has no such document (scope checks of routes addressed by document id)."""
+        stmt = select(Document.knowledge_base_id).where(
+            Document.tenant_id == tenant_id, Document.id == doc_id
+        )
+        async with self._sessions() as s:
+            kb_id: str | None = await s.scalar(stmt)
+        return kb_id
+
     async def chunks(
         self, tenant_id: str, doc_id: str, *, start: int = 0, limit: int | None = None
     ) -> list[ChunkRow]:

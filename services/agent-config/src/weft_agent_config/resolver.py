@@ -58,21 +58,29 @@ def knowledge_scope(
 ) -> list[str]:
     """The knowledge bases a turn searches, checked against a KB-restricted key (A-09):
     the request's explicit list wins; else the agent's scope, where ``all`` with a
-    restricted key is refused and ``selected`` is checked base by base."""
+    restricted key is refused and ``selected`` is checked base by base. Downstream an
+    empty scope means every knowledge base of the tenant, so a restricted key never gets
+    one: an explicit ``[]`` or a selected agent without KBs is refused too."""
     if agent.kb_selection_mode == "none":
         return []
     if requested is not None:
-        _check_subset(requested, key_kbs)
-        return requested
-    if agent.kb_selection_mode == "selected":
-        _check_subset(agent.knowledge_base_ids, key_kbs)
-        return agent.knowledge_base_ids
-    if key_kbs is not None:
+        scope = requested
+    elif agent.kb_selection_mode == "selected":
+        scope = agent.knowledge_base_ids
+    elif key_kbs is not None:
         raise KnowledgeScopeDenied(
             "this API key is limited to some knowledge bases; an agent whose scope is all "
             "knowledge bases needs knowledge_base_ids in the request"
         )
-    return []
+    else:
+        return []
+    _check_subset(scope, key_kbs)
+    if key_kbs is not None and not scope:
+        raise KnowledgeScopeDenied(
+            "this API key is limited to some knowledge bases; an empty knowledge base list "
+            "would mean all of them: name the knowledge bases to use"
+        )
+    return scope
 
 
 def _check_subset(kb_ids: list[str], key_kbs: list[str] | None) -> None:

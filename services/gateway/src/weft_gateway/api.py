@@ -23,12 +23,12 @@ from weft_contracts import (
     Topic,
 )
 from weft_platform.bus import EventBus
-from weft_storage.knowledge import KnowledgeStore
 
 from weft_gateway.auth import Principal
 from weft_gateway.clients import AgentConfigClient, MemoryClient
 from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
+from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
@@ -118,7 +118,7 @@ class Gateway:
     directory: SessionDirectory
     agents: AgentConfigClient
     limits: TenantLimits
-    knowledge: KnowledgeStore
+    knowledge: KnowledgeScope
 
     async def start_turn(
         self,
@@ -131,11 +131,11 @@ class Gateway:
     ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         images = check_images(body.images, self.settings)
-        session = await self.directory.lookup(who.tenant_id, session_id)
+        session = await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.agent_id)
-        for kb_id in body.knowledge_base_ids or []:
-            if not await self.knowledge.knowledge_base_exists(who.tenant_id, kb_id):
-                raise HTTPException(404, f"knowledge base {kb_id!r} not found")
+        # The request's own KB ids are the knowledge routes' business: one outside the
+        # key's list is 404 like a missing one. An agent's KBs are agent-config's (A-09).
+        await self.knowledge.require_all(who, body.knowledge_base_ids or [])
         agent = await self.agents.resolve(
             who.tenant_id,
             agent_id,
@@ -185,8 +185,9 @@ class Gateway:
     ) -> EventStreamResponse:
         """Rejoin the newest turn: after ``Last-Event-ID``, or from the turn's start.
 
-        The stream key contains the tenant, so finding it proves the session is the
-        caller's tenant's (invariant 5) without asking memory on every reconnect."""
+        The stream key contains the tenant but not the user: the session directory's
+        owner check (a Redis read on a hit) keeps another user of the tenant out."""
+        await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         start = last_event_id or await self.streams.latest_turn_start(who.tenant_id, session_id)
         if start is None or not await self.streams.exists(who.tenant_id, session_id):
             retention = self.settings.stream_retention_s
@@ -226,7 +227,7 @@ class Gateway:
         return ControlAccepted(request_id=request_id, status="steer_sent")
 
     async def _running_turn(self, who: Principal, session_id: str) -> str:
-        await self.directory.lookup(who.tenant_id, session_id)
+        await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         active: Any = await self.redis.get(active_turn_key(who.tenant_id, session_id))
         if not active:
             raise HTTPException(409, "this session has no running turn")

@@ -17,6 +17,7 @@ from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.clients import AgentConfigClient, MemoryClient
 from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
+from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import BodySizeLimit, TenantLimits
 from weft_gateway.projector import StreamProjector
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
@@ -88,6 +89,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         turn_ttl_s=s.turn_slot_ttl_s,
     )
     knowledge = KnowledgeStore(runtime.sessions)
+    documents = DocumentReader(runtime.sessions)
+    kb_scope = KnowledgeScope(knowledge, documents)
     fanout = StreamFanout(redis)
     auth = ApiKeyAuth(runtime.sessions, limits, cache_s=s.auth_cache_s)
     gateway = Gateway(
@@ -100,7 +103,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         directory=directory,
         agents=agents,
         limits=limits,
-        knowledge=knowledge,
+        knowledge=kb_scope,
     )
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)
@@ -114,13 +117,10 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         title="Weft gateway",
         routers=[
             public_router(gateway, auth),
-            agents_router(agents, auth),
+            agents_router(agents, auth, kb_scope),
             shared_agents_router(agents, auth),
             knowledge_router(
-                knowledge,
-                auth,
-                IngestionQueue(runtime.sessions),
-                DocumentReader(runtime.sessions),
+                knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope
             ),
         ],
         on_startup=[register_dev_key],

@@ -62,7 +62,8 @@ class ServiceClient:
 
 
 class MemoryClient(ServiceClient):
-    """Sessions and messages, owned by memory."""
+    """Sessions and messages, owned by memory. Every call by session id names the caller
+    (tenant and user): memory answers 404 for another user's session."""
 
     async def create_session(
         self, tenant_id: str, user_id: str, title: str, agent_id: str | None
@@ -71,55 +72,63 @@ class MemoryClient(ServiceClient):
         return await self.call("POST", "/internal/sessions", json=body)
 
     async def get_session(
-        self, tenant_id: str, session_id: str, *, timeout_s: float | None = None
+        self, tenant_id: str, user_id: str, session_id: str, *, timeout_s: float | None = None
     ) -> Any:
-        """One session of the tenant; ``timeout_s`` overrides the client's timeout (the
+        """One session of the caller; ``timeout_s`` overrides the client's timeout (the
         chat path's ownership lookup fails fast instead of holding the request)."""
         timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else httpx.Timeout(timeout_s)
         return await self.call(
             "GET",
             f"/internal/sessions/{session_id}",
-            params={"tenant_id": tenant_id},
+            params=_caller(tenant_id, user_id),
             timeout=timeout,
         )
 
     async def list_sessions(self, tenant_id: str, user_id: str, limit: int, offset: int) -> Any:
-        params = {"tenant_id": tenant_id, "user_id": user_id, "limit": limit, "offset": offset}
+        params = _caller(tenant_id, user_id) | {"limit": limit, "offset": offset}
         return await self.call("GET", "/internal/sessions", params=params)
 
-    async def update_session(self, tenant_id: str, session_id: str, changes: dict[str, Any]) -> Any:
+    async def update_session(
+        self, tenant_id: str, user_id: str, session_id: str, changes: dict[str, Any]
+    ) -> Any:
         return await self.call(
             "PATCH",
             f"/internal/sessions/{session_id}",
-            params={"tenant_id": tenant_id},
+            params=_caller(tenant_id, user_id),
             json=changes,
         )
 
-    async def delete_session(self, tenant_id: str, session_id: str) -> None:
+    async def delete_session(self, tenant_id: str, user_id: str, session_id: str) -> None:
         await self.call(
-            "DELETE", f"/internal/sessions/{session_id}", params={"tenant_id": tenant_id}
+            "DELETE", f"/internal/sessions/{session_id}", params=_caller(tenant_id, user_id)
         )
 
     async def delete_messages(
-        self, tenant_id: str, session_id: str, from_message: str | None = None
+        self, tenant_id: str, user_id: str, session_id: str, from_message: str | None = None
     ) -> None:
-        params = {"tenant_id": tenant_id} | ({"from": from_message} if from_message else {})
+        params = _caller(tenant_id, user_id) | ({"from": from_message} if from_message else {})
         await self.call("DELETE", f"/internal/sessions/{session_id}/messages", params=params)
 
-    async def delete_message(self, tenant_id: str, session_id: str, message_id: str) -> None:
+    async def delete_message(
+        self, tenant_id: str, user_id: str, session_id: str, message_id: str
+    ) -> None:
         await self.call(
             "DELETE",
             f"/internal/sessions/{session_id}/messages/{message_id}",
-            params={"tenant_id": tenant_id},
+            params=_caller(tenant_id, user_id),
         )
 
     async def list_messages(
-        self, tenant_id: str, session_id: str, limit: int, before: str | None = None
+        self, tenant_id: str, user_id: str, session_id: str, limit: int, before: str | None = None
     ) -> Any:
-        params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
+        params: dict[str, Any] = _caller(tenant_id, user_id) | {"limit": limit}
         if before:
             params["before"] = before
         return await self.call("GET", f"/internal/sessions/{session_id}/messages", params=params)
+
+
+def _caller(tenant_id: str, user_id: str) -> dict[str, Any]:
+    return {"tenant_id": tenant_id, "user_id": user_id}
 
 
 class AgentConfigClient(ServiceClient):

@@ -1,4 +1,6 @@
-"""Knowledge-base routes of the public API (``/api/v1/knowledge-bases``)."""
+"""Knowledge-base routes of the public API (``/api/v1``): every one requires an API key, is
+scoped to its tenant, and is behind the knowledge scope guard (``knowledge_scope``): a
+knowledge base or document outside a KB-restricted key's list is 404 (SPEC A-09)."""
 
 from dataclasses import asdict
 from typing import Annotated, Any
@@ -10,6 +12,13 @@ from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
 
 from weft_gateway.auth import ApiKeyAuth, Principal
+from weft_gateway.knowledge_scope import (
+    KnowledgeScope,
+    document_not_found,
+    refuse_restricted_create,
+    seal,
+    visible_to,
+)
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".xlsx", ".pdf")
 
@@ -30,25 +39,30 @@ class DocumentCreate(BaseModel):
 
 
 def knowledge_router(
-    store: KnowledgeStore, auth: ApiKeyAuth, queue: IngestionQueue, catalog: DocumentReader
+    store: KnowledgeStore,
+    auth: ApiKeyAuth,
+    queue: IngestionQueue,
+    catalog: DocumentReader,
+    scope: KnowledgeScope,
 ) -> APIRouter:
-    """Routes under ``/api/v1``; every one requires an API key and is scoped to its tenant."""
-    router = APIRouter(prefix="/api/v1", tags=["knowledge"])
+    """Routes under ``/api/v1``. The scope guard has already checked every ``{kb_id}`` and
+    ``{doc_id}`` of a path when a handler runs; handlers check what their body names."""
+    guard = scope.guard(auth)
+    router = APIRouter(prefix="/api/v1", tags=["knowledge"], dependencies=[Depends(guard)])
     Who = Annotated[Principal, Depends(auth)]
 
     @router.post("/knowledge-bases", status_code=201)
     async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, str]:
+        refuse_restricted_create(who)
         kb_id = await store.create_knowledge_base(who.tenant_id, body.name, body.description)
         return {"id": kb_id, "name": body.name}
 
     @router.get("/knowledge-bases")
     async def list_kbs(who: Who) -> list[dict[str, str]]:
-        return await store.list_knowledge_bases(who.tenant_id)
+        return visible_to(who, await store.list_knowledge_bases(who.tenant_id))
 
     @router.post("/knowledge-bases/{kb_id}/documents", status_code=201)
     async def add_document(who: Who, kb_id: str, body: DocumentCreate) -> dict[str, Any]:
-        if not await store.knowledge_base_exists(who.tenant_id, kb_id):
-            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
         doc_id, chunks = await store.add_document(
             who.tenant_id, kb_id, body.title, body.content, body.file_name
         )
@@ -62,8 +76,6 @@ def knowledge_router(
         title: str = Form(default="", max_length=500),
     ) -> dict[str, Any]:
         """Queue a file; tool-exec workers parse, chunk and embed it asynchronously."""
-        if not await store.knowledge_base_exists(who.tenant_id, kb_id):
-            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
         name = file.filename or "upload"
         if not name.lower().endswith(SUPPORTED_SUFFIXES):
             raise HTTPException(415, f"unsupported file type {name!r}; use {SUPPORTED_SUFFIXES}")
@@ -81,8 +93,6 @@ def knowledge_router(
         who: Who, kb_id: str, page: int = 1, page_size: int = 20
     ) -> dict[str, Any]:
         """Documents with their ingestion status and progress."""
-        if not await store.knowledge_base_exists(who.tenant_id, kb_id):
-            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
         size = max(1, min(page_size, 100))
         total, docs = await catalog.list_documents(
             who.tenant_id, [kb_id], page=max(1, page), size=size
@@ -94,7 +104,7 @@ def knowledge_router(
         """One document's status (pending, processing, ready, failed) and progress."""
         info = await catalog.document(who.tenant_id, [kb_id], doc_id)
         if info is None:
-            raise HTTPException(404, f"document {doc_id!r} not found")
+            raise document_not_found(doc_id)
         return asdict(info)
 
-    return router
+    return seal(router, guard)

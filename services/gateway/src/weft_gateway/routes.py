@@ -1,6 +1,9 @@
 """The public API (``/api/v1``) except knowledge bases: sessions, messages, chat over SSE,
 stop and steer, and agents (proxied to agent-config). Every route needs an API key and is
-scoped to its tenant; a resource of another tenant is 404, never visible (invariant 5)."""
+scoped to its tenant; a resource of another tenant is 404, never visible (invariant 5).
+A session belongs to its user: every route by session id is 404 for another user of the
+same tenant, checked by memory (which filters by tenant and user) and, for chat, stream,
+stop and steer, by the session directory's owner check."""
 
 # No ``from __future__ import annotations``: FastAPI must see the route annotations
 # (local aliases such as ``Who``) as objects, not strings.
@@ -13,6 +16,7 @@ from pydantic import BaseModel, Field
 from weft_gateway.api import ChatBody, ControlAccepted, Gateway, SteerBody
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.clients import ServiceClient
+from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.sse_response import EventStreamResponse
 
 FormatQuery = Annotated[
@@ -77,20 +81,20 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
 
     @router.get("/sessions/{session_id}", tags=["sessions"])
     async def get_session(who: Who, session_id: Id) -> Any:
-        session = await gw.memory.get_session(who.tenant_id, session_id)
+        session = await gw.memory.get_session(who.tenant_id, who.user_id, session_id)
         await gw.directory.remember(session)
         return session
 
     @router.patch("/sessions/{session_id}", tags=["sessions"])
     async def update_session(who: Who, session_id: Id, body: SessionUpdate) -> Any:
         changes = body.model_dump(exclude_unset=True)
-        session = await gw.memory.update_session(who.tenant_id, session_id, changes)
+        session = await gw.memory.update_session(who.tenant_id, who.user_id, session_id, changes)
         await gw.directory.updated(session)
         return session
 
     @router.delete("/sessions/{session_id}", status_code=204, tags=["sessions"])
     async def delete_session(who: Who, session_id: Id) -> Response:
-        await gw.memory.delete_session(who.tenant_id, session_id)
+        await gw.memory.delete_session(who.tenant_id, who.user_id, session_id)
         await gw.directory.deleted(who.tenant_id, session_id)
         return Response(status_code=204)
 
@@ -101,7 +105,7 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
         limit: int = Query(default=50, ge=1, le=200),
         before: str | None = Query(default=None, max_length=64, description="Message id cursor."),
     ) -> Any:
-        return await gw.memory.list_messages(who.tenant_id, session_id, limit, before)
+        return await gw.memory.list_messages(who.tenant_id, who.user_id, session_id, limit, before)
 
     @router.delete("/sessions/{session_id}/messages", status_code=204, tags=["sessions"])
     async def delete_messages(
@@ -112,7 +116,7 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
             description="Rollback: delete this message's turn and every later message.",
         ),
     ) -> Response:  # fmt: skip
-        await gw.memory.delete_messages(who.tenant_id, session_id, from_message)
+        await gw.memory.delete_messages(who.tenant_id, who.user_id, session_id, from_message)
         return Response(status_code=204)
 
     @router.delete(
@@ -120,7 +124,7 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
     )
     async def delete_message(who: Who, session_id: Id, message_id: Id) -> Response:
         """Delete one turn (this message and the other half of its turn)."""
-        await gw.memory.delete_message(who.tenant_id, session_id, message_id)
+        await gw.memory.delete_message(who.tenant_id, who.user_id, session_id, message_id)
         return Response(status_code=204)
 
 
@@ -157,7 +161,7 @@ def _chat_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
         return await gw.steer(who, session_id, body)
 
 
-def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
+def agents_router(agents: ServiceClient, auth: ApiKeyAuth, knowledge: KnowledgeScope) -> APIRouter:
     """``/api/v1/agents...``: proxied to agent-config with the caller's tenant (A-09)."""
     router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
     Who = Annotated[Principal, Depends(auth)]
@@ -165,6 +169,14 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
 
     def scope(who: Principal) -> dict[str, str]:
         return {"tenant_id": who.tenant_id, "user_id": who.user_id}
+
+    async def check_kbs(who: Principal, body: dict[str, Any]) -> None:
+        # A KB-restricted key may only name its own KBs in an agent it writes: another
+        # KB is the 404 of a missing one, as on the knowledge routes. agent-config checks
+        # the rest (the ids are the tenant's, their capabilities).
+        kb_ids = body.get("knowledge_base_ids")
+        if who.knowledge_base_ids is not None and isinstance(kb_ids, list):
+            await knowledge.require_all(who, [str(kb) for kb in kb_ids])
 
     @router.get("/tools")
     async def tool_catalog(who: Who) -> Any:
@@ -207,6 +219,7 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
 
     @router.post("", status_code=201)
     async def create_agent(who: Who, body: AgentBody) -> Any:
+        await check_kbs(who, body)
         return await agents.call("POST", "/internal/agents", params=scope(who), json=body)
 
     @router.get("/{agent_id}")
@@ -215,6 +228,7 @@ def agents_router(agents: ServiceClient, auth: ApiKeyAuth) -> APIRouter:
 
     @router.put("/{agent_id}")
     async def update_agent(who: Who, agent_id: Id, body: AgentBody) -> Any:
+        await check_kbs(who, body)
         path = f"/internal/agents/{agent_id}"
         return await agents.call("PUT", path, params=scope(who), json=body)
 

@@ -16,7 +16,9 @@ kept in Redis, shared by every gateway replica:
   ``ttl_s`` seconds.
 
 The key holds the tenant (invariant 5): another tenant's lookup of the same id misses the
-entry and gets memory's 404. When Redis fails, lookups go to memory, as before.
+entry and gets memory's 404. The entry holds the owner: another user of the same tenant
+gets the same 404 from a hit as from memory. When Redis fails, lookups go to memory, as
+before.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class SessionFacts:
 
 
 def not_found(session_id: str) -> HTTPException:
-    """The 404 memory gives for a missing (or another tenant's) session."""
+    """The 404 memory gives for a missing (or another tenant's or user's) session."""
     return HTTPException(404, f"session {session_id!r} not found")
 
 
@@ -70,10 +72,19 @@ class SessionDirectory:
         self._ttl_s = ttl_s
         self._lookup_timeout_s = lookup_timeout_s
 
-    async def lookup(self, tenant_id: str, session_id: str) -> SessionFacts:
-        """The facts of the caller's session; 404 when it does not exist for this tenant
-        (or was deleted through a gateway), 503 with Retry-After when memory must be asked
-        and does not answer within ``lookup_timeout_s``."""
+    async def lookup(self, tenant_id: str, session_id: str, *, user_id: str) -> SessionFacts:
+        """The facts of the caller's session; 404 when it does not exist for this tenant,
+        belongs to another user of the tenant, or was deleted through a gateway; 503 with
+        Retry-After when memory must be asked and does not answer within
+        ``lookup_timeout_s``."""
+        facts = await self._facts(tenant_id, session_id, user_id)
+        # A cached entry is shared by every user of the tenant: the owner is checked on
+        # every lookup, hit or miss, never only when memory is asked.
+        if facts.user_id != user_id:
+            raise not_found(session_id)
+        return facts
+
+    async def _facts(self, tenant_id: str, session_id: str, user_id: str) -> SessionFacts:
         key = session_key(tenant_id, session_id)
         cached = await self._get(key)
         if cached == TOMBSTONE:
@@ -81,7 +92,7 @@ class SessionDirectory:
         if cached is not None:
             return SessionFacts(**json.loads(cached))
         session = await self._memory.get_session(
-            tenant_id, session_id, timeout_s=self._lookup_timeout_s
+            tenant_id, user_id, session_id, timeout_s=self._lookup_timeout_s
         )
         facts = SessionFacts.of(session)
         await self._set(key, facts, only_if_absent=True)

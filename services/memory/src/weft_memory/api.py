@@ -1,6 +1,9 @@
 """Internal HTTP API of memory (called by the gateway and the engine, never by browsers).
 
 Every route is scoped by ``tenant_id``: another tenant's session answers 404 (invariant 5).
+The routes a user's request reaches (get, change, delete, messages) are scoped by
+``user_id`` too, a required parameter: another user's session of the same tenant answers
+the same 404, exactly as lists hide it.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
-from sqlalchemy import delete, select, tuple_, update
+from sqlalchemy import ColumnElement, delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_storage.models import ChatSession, Message
@@ -70,18 +73,35 @@ class MessageOut(BaseModel):
     created_at: datetime
 
 
-async def get_owned(s: AsyncSession, tenant_id: str, session_id: str) -> ChatSession:
-    """The live session ``session_id`` of ``tenant_id``, or 404."""
+async def get_owned(
+    s: AsyncSession, tenant_id: str, session_id: str, *, user_id: str
+) -> ChatSession:
+    """The live session ``session_id`` of this user of ``tenant_id``, or 404 (another
+    user's session is not told apart from a missing one)."""
+    return await _live(
+        s, session_id, ChatSession.tenant_id == tenant_id, ChatSession.user_id == user_id
+    )
+
+
+async def get_in_tenant(s: AsyncSession, tenant_id: str, session_id: str) -> ChatSession:
+    """The live session ``session_id`` of ``tenant_id``, whoever owns it, or 404: only for
+    service-to-service routes acting for a turn the gateway already authorised (the
+    engine's history and context checkpoints)."""
+    return await _live(s, session_id, ChatSession.tenant_id == tenant_id)
+
+
+async def _live(s: AsyncSession, session_id: str, *scope: ColumnElement[bool]) -> ChatSession:
     row = await s.scalar(
         select(ChatSession).where(
-            ChatSession.id == session_id,
-            ChatSession.tenant_id == tenant_id,
-            ChatSession.deleted_at.is_(None),
+            ChatSession.id == session_id, ChatSession.deleted_at.is_(None), *scope
         )
     )
     if row is None:
         raise HTTPException(404, f"session {session_id!r} not found")
     return row
+
+
+UserQuery = Query(min_length=1, description="The caller; another user's session is 404.")
 
 
 def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
@@ -94,7 +114,7 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         async with sessions.begin() as s:
             s.add(row)
         async with sessions() as s:
-            return await get_owned(s, body.tenant_id, row.id)
+            return await get_owned(s, body.tenant_id, row.id, user_id=body.user_id)
 
     @router.get("/sessions", response_model=list[SessionOut])
     async def list_sessions(
@@ -113,16 +133,21 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
             return list((await s.scalars(stmt.limit(limit).offset(offset))).all())
 
     @router.get("/sessions/{session_id}", response_model=SessionOut)
-    async def get_session(session_id: str, tenant_id: str = Query(min_length=1)) -> ChatSession:
+    async def get_session(
+        session_id: str, tenant_id: str = Query(min_length=1), user_id: str = UserQuery
+    ) -> ChatSession:
         async with sessions() as s:
-            return await get_owned(s, tenant_id, session_id)
+            return await get_owned(s, tenant_id, session_id, user_id=user_id)
 
     @router.patch("/sessions/{session_id}", response_model=SessionOut)
     async def patch_session(
-        session_id: str, body: SessionPatch, tenant_id: str = Query(min_length=1)
+        session_id: str,
+        body: SessionPatch,
+        tenant_id: str = Query(min_length=1),
+        user_id: str = UserQuery,
     ) -> ChatSession:
         async with sessions.begin() as s:
-            row = await get_owned(s, tenant_id, session_id)
+            row = await get_owned(s, tenant_id, session_id, user_id=user_id)
             for name, value in body.model_dump(exclude_unset=True).items():
                 if name == "title" and value is None:
                     continue  # title is NOT NULL: an explicit null leaves it unchanged
@@ -131,9 +156,11 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         return row
 
     @router.delete("/sessions/{session_id}", status_code=204)
-    async def delete_session(session_id: str, tenant_id: str = Query(min_length=1)) -> Response:
+    async def delete_session(
+        session_id: str, tenant_id: str = Query(min_length=1), user_id: str = UserQuery
+    ) -> Response:
         async with sessions.begin() as s:
-            row = await get_owned(s, tenant_id, session_id)
+            row = await get_owned(s, tenant_id, session_id, user_id=user_id)
             row.deleted_at = datetime.now(UTC)
         return Response(status_code=204)
 
@@ -141,6 +168,7 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
     async def clear_messages(
         session_id: str,
         tenant_id: str = Query(min_length=1),
+        user_id: str = UserQuery,
         from_: str | None = Query(
             default=None, alias="from", min_length=1,
             description="Rollback: delete this message's turn and everything after it.",
@@ -148,7 +176,7 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
     ) -> Response:  # fmt: skip
         """Delete every message, or truncate the session from a turn on (SPEC M-07)."""
         async with sessions.begin() as s:
-            await get_owned(s, tenant_id, session_id)
+            await get_owned(s, tenant_id, session_id, user_id=user_id)
             if from_ is None:
                 await s.execute(
                     delete(Message).where(
@@ -162,12 +190,15 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
 
     @router.delete("/sessions/{session_id}/messages/{message_id}", status_code=204)
     async def delete_message(
-        session_id: str, message_id: str, tenant_id: str = Query(min_length=1)
+        session_id: str,
+        message_id: str,
+        tenant_id: str = Query(min_length=1),
+        user_id: str = UserQuery,
     ) -> Response:
         """Delete one turn (the message and the other half of its turn); checkpoints that
         summarise it are invalidated (SPEC M-07)."""
         async with sessions.begin() as s:
-            await get_owned(s, tenant_id, session_id)
+            await get_owned(s, tenant_id, session_id, user_id=user_id)
             await _or_404(delete_turn(s, tenant_id, session_id, message_id))
             await _touch(s, session_id)
         return Response(status_code=204)
@@ -176,12 +207,13 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
     async def list_messages(
         session_id: str,
         tenant_id: str = Query(min_length=1),
+        user_id: str = UserQuery,
         limit: int = Query(default=50, ge=1, le=200),
         before: str | None = Query(default=None, min_length=1),
     ) -> list[Message]:
         """The ``limit`` messages just older than ``before`` (or the newest), oldest first."""
         async with sessions() as s:
-            await get_owned(s, tenant_id, session_id)
+            await get_owned(s, tenant_id, session_id, user_id=user_id)
             stmt = select(Message).where(
                 Message.session_id == session_id, Message.tenant_id == tenant_id
             )

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.tokens import clamp_scale
 from weft_storage.models import Message
 
-from weft_memory.api import get_owned
+from weft_memory.api import get_in_tenant
 from weft_memory.history import History, HistoryLoader, HistoryQuery
 from weft_memory.turn_ends import wait_turn_end
 
@@ -110,7 +110,7 @@ def history_router(
         """Without ``token_budget``: the last ``max_turns`` (default 5) turns, as before.
         With it (agent mode, SPEC M-08): as many contiguous recent turns as fit."""
         async with sessions() as s:
-            await get_owned(s, tenant_id, session_id)
+            await get_in_tenant(s, tenant_id, session_id)
         stored = None
         if after is not None:
             stored = await wait_turn_end(sessions, redis, tenant_id, after, wait_s)
@@ -131,7 +131,7 @@ def history_router(
         """Store a checkpoint and/or a token scale on the assistant message ``turn_id`` (or
         the assistant message of request ``turn_id``); 404 when none matches (SPEC M-07)."""
         async with sessions.begin() as s:
-            await get_owned(s, tenant_id, session_id)
+            await get_in_tenant(s, tenant_id, session_id)
             row = await _assistant_of(s, tenant_id, session_id, turn_id)
             if body.summary is not None:
                 row.context_checkpoint = {

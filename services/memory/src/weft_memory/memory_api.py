@@ -94,7 +94,7 @@ def memory_router(
         if extractor is None:
             raise HTTPException(503, "memory extraction has no model configured")
         async with sessions() as s:
-            await get_owned(s, body.tenant_id, body.session_id)
+            await get_owned(s, body.tenant_id, body.session_id, user_id=body.user_id)
         try:
             result = await extractor.extract_turn(
                 body.tenant_id, body.user_id, body.session_id, body.request_id
