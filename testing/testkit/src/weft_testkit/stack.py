@@ -40,11 +40,21 @@ def infra_env() -> dict[str, str]:
     }
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports this process already gave to a server: the kernel may offer a closed port again."""
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now and not handed out before by this process
+    (two services of one stack once got the same port, and the readiness probe of one was
+    answered by the other)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass(kw_only=True)
