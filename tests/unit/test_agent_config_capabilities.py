@@ -106,9 +106,7 @@ def test_an_unknown_model_gets_nothing_reasoning_related_the_turn_did_not_send()
 
 def test_a_row_without_levels_leaves_them_unknown(tmp_path: Path) -> None:  # SPEC A-05
     table = tmp_path / "models.yaml"
-    table.write_text(
-        "models:\n  - match: plain\n    reasoning_efforts: []\n  - match: '*'\n"
-    )
+    table.write_text("models:\n  - match: plain\n    reasoning_efforts: []\n  - match: '*'\n")
     models = ModelCapabilities.load(table)
     assert models.reasoning_levels("plain") == ()
     assert models.reasoning_levels("anything") is None
