@@ -47,6 +47,7 @@ from weft_contracts.events import (
     TurnStartedData,
     TurnStartedEvent,
     TurnStatus,
+    assistant_message_id,
 )
 from weft_contracts.tools import (
     ToolCallCompleted,
@@ -110,6 +111,7 @@ __all__ = [
     "TurnStartedEvent",
     "TurnStatus",
     "UnsupportedSchemaVersion",
+    "assistant_message_id",
     "new_event_id",
     "read_json",
 ]

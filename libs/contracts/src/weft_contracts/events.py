@@ -24,6 +24,13 @@ class TurnStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+def assistant_message_id(turn_started_id: str) -> str:
+    """The id of a turn's assistant message, known from its ``turn_started`` event: memory
+    stores the user message under that event's id and the assistant message under the
+    same id with an ``a`` appended (it sorts right after the user message)."""
+    return turn_started_id + "a"
+
+
 class TurnStartedData(Payload):
     """The user's message as the engine accepted it."""
 
