@@ -21,6 +21,7 @@ from weft_engine.analyze import (
     LENGTH_NUDGE,
     NUDGE,
 )
+from weft_engine.finalize import MODEL_UNAVAILABLE
 from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
 THINK = {
@@ -127,7 +128,8 @@ async def test_a_model_failing_three_times_ends_the_turn_with_llm_error(
     events = await _turn(api, stack, await _agent(api), "FAILHARD please")
     assert len(await chat_requests(llm)) == 3, "two retries, not more"
     [error] = [e.data["data"] for e in events if e.event == "error"]
-    assert error["code"] == "llm_error" and "503" in error["message"]
+    assert error == {"code": "llm_error", "retryable": True, "message": MODEL_UNAVAILABLE}
+    assert "overloaded" not in str(error), "the provider's own text stays in logs and spans"
     assert _complete(events)["status"] == "failed"
 
 
