@@ -65,7 +65,8 @@ lint: ## ruff check + ruff format --check
 typecheck: ## mypy on libs, services, testing
 	@$(VENV)/mypy libs services testing
 
-test-unit: ## Unit tests (no infrastructure needed)
+test-unit: ## Unit tests (no infrastructure needed; installs helm first if missing, for the chart tests)
+	@$(LOCAL)/ensure-helm.sh
 	@$(VENV)/pytest tests/unit -q
 
 test-integration: ## Integration, e2e and security tests against the real infra (runs infra-up first)

@@ -125,12 +125,8 @@ if [[ ! -f "$WEFT_CACHE/kafka-$WEFT_KAFKA_VERSION/.weft-complete" ]]; then
     did+=("Kafka $WEFT_KAFKA_VERSION jars")
 fi
 
-# ------------------------------------------------------------- helm (manifest tests) ----
-# The Helm chart is rendered and validated offline by tests/unit/test_deploy_manifests.py.
-if [[ ! -x "${WEFT_CACHE}/bin/helm" ]] && ! command -v helm >/dev/null 2>&1; then
-    "$WEFT_REPO/deploy/tools/install-helm.sh" >/dev/null
-    did+=("helm")
-fi
+# helm is not installed here: only the chart tests need it, and `make test-unit` installs it
+# when missing (deploy/local/ensure-helm.sh); `make up` and `make demo` never use it.
 
 if ((${#did[@]})); then
     summary="$(printf '%s; ' "${did[@]}")"

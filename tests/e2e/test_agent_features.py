@@ -116,9 +116,30 @@ async def test_incompatible_knowledge_bases_are_refused(
     assert resp.status_code == 400 and knowledge_base in resp.json()["detail"]
 
     session = (await api.post("/api/v1/sessions", json={})).json()["id"]
-    body = {"query": "q", "agent_id": "builtin-wiki-researcher",
-            "knowledge_base_ids": [knowledge_base]}  # fmt: skip
+    wiki_agent = await _agent(api, **wiki)
+    body = {"query": "q", "agent_id": wiki_agent, "knowledge_base_ids": [knowledge_base]}
     resp = await api.post(f"/api/v1/agent-chat/{session}", json=body)
     assert resp.status_code == 400, resp.text
     detail = resp.json()["detail"]
     assert knowledge_base in detail and "lacks the capability wiki" in detail
+
+
+async def test_builtins_whose_tools_do_not_exist_are_not_offered(
+    api: httpx.AsyncClient,
+) -> None:
+    """SPEC A-03: the wiki and skill built-ins need tools no worker runs yet. They are not
+    listed, show why by id, and a session or a chat with them is a 422 with that reason
+    instead of a turn that cannot use its tools."""
+    listed = {a["id"]: a for a in (await api.get("/api/v1/agents")).json()}
+    assert "builtin-wiki-researcher" not in listed
+    assert listed["builtin-data-analyst"]["available"] is True
+    session = (await api.post("/api/v1/sessions", json={})).json()["id"]
+    for agent_id in ("builtin-wiki-researcher", "builtin-wiki-fixer", "builtin-skill-installer"):
+        view = (await api.get(f"/api/v1/agents/{agent_id}")).json()
+        assert view["available"] is False and "does not run yet" in view["unavailable_reason"]
+        resp = await api.post("/api/v1/sessions", json={"agent_id": agent_id})
+        assert resp.status_code == 422 and "not available" in resp.json()["detail"], resp.text
+        body = {"query": "q", "agent_id": agent_id}
+        resp = await api.post(f"/api/v1/agent-chat/{session}", json=body)
+        assert resp.status_code == 422, resp.text
+        assert f"agent {agent_id!r} is not available" in resp.json()["detail"]

@@ -29,6 +29,7 @@ async def test_agent_crud_copy_and_rules(api: httpx.AsyncClient) -> None:
     assert agent_id in listed and "builtin-smart-reasoning" in listed
     assert "builtin-wiki-fixer" not in listed  # hidden built-in ...
     assert (await api.get("/api/v1/agents/builtin-wiki-fixer")).status_code == 200  # ... loadable
+    assert listed["builtin-smart-reasoning"]["available"] is True
 
     updated = await api.put(
         f"/api/v1/agents/{agent_id}",

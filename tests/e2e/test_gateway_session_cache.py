@@ -56,13 +56,19 @@ async def test_chat_after_delete_is_404_at_once(api: httpx.AsyncClient) -> None:
 
 
 async def test_an_update_changes_the_agent_the_next_chat_uses(api: httpx.AsyncClient) -> None:
-    """PATCH replaces the cached facts: the next chat resolves the new agent (here an
-    unknown one, so agent-config's 404 proves which agent was asked for)."""
+    """PATCH replaces the cached facts: the next chat resolves the new agent (an agent
+    deleted after the PATCH, so agent-config's 404 proves which agent was asked for)."""
     session_id = await _session(api)
-    patched = await api.patch(f"/api/v1/sessions/{session_id}", json={"agent_id": "agt_gone"})
+    agent = await api.post(
+        "/api/v1/agents", json={"name": "soon gone", "kb_selection_mode": "none"}
+    )
+    assert agent.status_code == 201, agent.text
+    agent_id = agent.json()["id"]
+    patched = await api.patch(f"/api/v1/sessions/{session_id}", json={"agent_id": agent_id})
     assert patched.status_code == 200, patched.text
+    assert (await api.delete(f"/api/v1/agents/{agent_id}")).status_code == 204
     status, body, _ = await _chat_status(api, session_id)
-    assert status == 404 and "agt_gone" in body
+    assert status == 404 and agent_id in body
 
 
 async def test_another_tenant_cannot_chat_on_a_cached_session(

@@ -245,6 +245,17 @@ async def _next_control(consumer: AIOKafkaConsumer, session_id: str) -> dict[str
                         return message
 
 
+async def _assistant_message(client: httpx.AsyncClient, session_id: str) -> dict[str, Any]:
+    """The turn's assistant message, once memory (fed from Kafka) has stored it."""
+    async with asyncio.timeout(30):
+        while True:
+            messages = (await client.get(f"/api/v1/sessions/{session_id}/messages")).json()
+            found = [m for m in messages if m["role"] == "assistant"]
+            if found:
+                return dict(found[0])
+            await asyncio.sleep(0.2)
+
+
 async def test_weknora_format(gw: list[httpx.AsyncClient], llm: httpx.AsyncClient) -> None:
     await _script(llm, [{"content": "Short answer."}])
     session_id = await _session(gw[0])
@@ -260,6 +271,13 @@ async def test_weknora_format(gw: list[httpx.AsyncClient], llm: httpx.AsyncClien
                 break
     kinds = [e["response_type"] for e in events]
     assert "answer" in kinds and kinds[-1] == "complete" and events[-1]["done"]
+    query = events[0]  # the reference stream opens with agent_query
+    assert (query["response_type"], query["done"], query["session_id"]) == (
+        "agent_query", True, session_id,
+    )  # fmt: skip
+    assistant = await _assistant_message(gw[0], session_id)
+    assert query["assistant_message_id"] == assistant["id"]
+    assert query["data"]["assistant_message_id"] == assistant["id"]
     assert len({e["id"] for e in events}) == 1 and events[0]["id"].startswith("req_")
     answer = "".join(e["content"] for e in events if e["response_type"] == "answer")
     assert answer.strip() == "Short answer."

@@ -105,6 +105,33 @@ async def test_other_tenant_sees_nothing_of_ours(
     assert (await api.get(f"/api/v1/sessions/{session_id}/messages")).status_code == 200
 
 
+async def test_a_session_cannot_be_bound_to_another_tenants_or_an_unknown_agent(
+    api: httpx.AsyncClient, other_tenant: httpx.AsyncClient
+) -> None:
+    """Invariant 5, SPEC A-09: creating or re-pointing a session at an agent the tenant
+    cannot use is a 404 naming the agent, checked with agent-config at once (not a 201
+    whose first chat then fails); the caller's own and built-in agents still bind."""
+    ours = await api.post("/api/v1/agents", json={"name": "private", "kb_selection_mode": "none"})
+    assert ours.status_code == 201, ours.text
+    agent_id = ours.json()["id"]
+    b = other_tenant
+    for bad in (agent_id, "agent-that-does-not-exist", "tools", "shared"):
+        resp = await b.post("/api/v1/sessions", json={"agent_id": bad})
+        assert resp.status_code == 404, (bad, resp.text)
+        assert f"agent {bad!r} not found" == resp.json()["detail"]
+    own = await b.post("/api/v1/sessions", json={"agent_id": AGENT})
+    assert own.status_code == 201, own.text
+    session_id = own.json()["id"]
+    resp = await b.patch(f"/api/v1/sessions/{session_id}", json={"agent_id": agent_id})
+    assert resp.status_code == 404 and agent_id in resp.json()["detail"], resp.text
+    assert (await b.get(f"/api/v1/sessions/{session_id}")).json()["agent_id"] == AGENT
+    mine = await b.post("/api/v1/agents", json={"name": "b's", "kb_selection_mode": "none"})
+    resp = await b.patch(f"/api/v1/sessions/{session_id}", json={"agent_id": mine.json()["id"]})
+    assert resp.status_code == 200 and resp.json()["agent_id"] == mine.json()["id"], resp.text
+    titled = await b.patch(f"/api/v1/sessions/{session_id}", json={"title": "still fine"})
+    assert titled.status_code == 200, titled.text
+
+
 async def test_kb_restricted_key(
     api: httpx.AsyncClient, api_keys: ApiKeys, knowledge_base: str
 ) -> None:

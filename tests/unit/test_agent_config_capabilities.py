@@ -4,6 +4,8 @@ sharing rules (A-10)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from weft_agent_config.definition import (
     AgentDefinition,
@@ -52,7 +54,7 @@ def test_model_table_levels() -> None:  # SPEC A-05
     )  # fmt: skip
     assert MODELS.reasoning_levels("gpt-4o-mini") == ()
     assert MODELS.reasoning_levels("o3-mini") == ("auto", "low", "medium", "high")
-    assert MODELS.reasoning_levels("some-other-model") == ("auto", "low", "medium", "high")
+    assert MODELS.reasoning_levels("some-other-model") is None  # the catch-all row: unknown
 
 
 def test_effort_is_clamped_to_the_model() -> None:  # SPEC A-05
@@ -84,6 +86,30 @@ def test_a_closing_synthesis_runs_with_thinking_off_as_far_as_the_model_allows()
         models=MODELS,
     )  # fmt: skip
     assert (config.reasoning_effort, config.synthesis_reasoning_effort) == ("high", "low")
+
+
+def test_an_unknown_model_gets_nothing_reasoning_related_the_turn_did_not_send() -> None:
+    """SPEC E-21, A-05: the table's catch-all row does not claim that every model reasons;
+    a model it does not name keeps the turn's own effort, and its closing synthesis adds
+    no effort when the turn sends none."""
+    for agent in (_agent(), _agent(thinking=None)):
+        config = runtime_config(
+            "a", agent, default_model="acme-chat-7", knowledge_base_ids=[], models=MODELS
+        )
+        assert (config.reasoning_effort, config.synthesis_reasoning_effort) == (None, None)
+    config = runtime_config(
+        "a", _agent(reasoning_effort="max"), default_model="acme-chat-7", knowledge_base_ids=[],
+        models=MODELS,
+    )  # fmt: skip
+    assert (config.reasoning_effort, config.synthesis_reasoning_effort) == ("max", "off")
+
+
+def test_a_row_without_levels_leaves_them_unknown(tmp_path: Path) -> None:  # SPEC A-05
+    table = tmp_path / "models.yaml"
+    table.write_text("models:\n  - match: plain\n    reasoning_efforts: []\n  - match: '*'\n")
+    models = ModelCapabilities.load(table)
+    assert models.reasoning_levels("plain") == ()
+    assert models.reasoning_levels("anything") is None
 
 
 def test_runtime_config_resolves_effort_with_request_override() -> None:  # SPEC A-05

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from fastapi import HTTPException
 from weft_agent_config.app import AgentService
@@ -13,14 +15,18 @@ from weft_agent_config.definition import (
     normalize_max_iterations,
 )
 from weft_agent_config.resolver import (
+    AgentResolver,
+    AgentUnavailable,
     KnowledgeScopeDenied,
     TurnOverrides,
     knowledge_scope,
     runtime_config,
 )
+from weft_agent_config.store import AgentStore
 from weft_agent_config.tool_policy import (
     UnknownTool,
     catalog_json,
+    missing_tools,
     normalize_allowed_tools,
     runtime_tools,
 )
@@ -242,6 +248,7 @@ def test_builtin_agents_with_i18n_names_and_hidden_ones() -> None:
     }
     assert "builtin-wiki-fixer" not in builtins.listed()
     assert "builtin-skill-installer" not in builtins.listed()
+    assert "builtin-smart-reasoning" in builtins.listed()
     for agent in builtins.agents.values():
         assert isinstance(agent.name, dict)
         assert {"default", "zh-CN", "zh-TW", "ja-JP", "ko-KR"} <= set(agent.name)
@@ -287,3 +294,23 @@ def test_create_normalizes_and_refuses_hidden() -> None:  # SPEC A-04, A-06
     assert err.value.status_code == 422
     with pytest.raises(HTTPException):
         svc.validate({"name": "  "}, apply_preset=True)
+
+
+async def test_builtins_whose_tools_do_not_exist_are_unavailable() -> None:
+    """SPEC A-03: the wiki and skill built-ins need tools no worker runs yet; they are not
+    listed, carry the reason, and resolving them is refused instead of starting a turn
+    that cannot use its tools."""
+    builtins = BuiltinAgents.load()
+    assert set(builtins.unavailable) == {
+        "builtin-wiki-researcher", "builtin-wiki-fixer", "builtin-skill-installer",
+    }  # fmt: skip
+    assert "wiki_search" in builtins.unavailable["builtin-wiki-researcher"]
+    assert "shell" in builtins.unavailable["builtin-skill-installer"]
+    assert "read_document" not in builtins.unavailable["builtin-wiki-researcher"]
+    assert not set(builtins.unavailable) & set(builtins.listed())
+    assert missing_tools(["search_knowledge", "web_search", "knowledge_search"]) == []
+    resolver = AgentResolver(cast(AgentStore, None), builtins, "weft-scripted")
+    with pytest.raises(AgentUnavailable, match="wiki_read_page"):
+        await resolver.find("t", "builtin-wiki-researcher")
+    found = await resolver.find("t", "builtin-data-analyst")
+    assert found.definition.allowed_tools == ["data_schema", "data_analysis"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from weft_context.compaction import CompactionSettings, Compactor
+from weft_context.compaction.compactor import _safe_cut
 from weft_context.compaction.fileops import parse_file_ops
 from weft_context.compaction.summarizer import SPLIT_TURN_PROMPT
 from weft_context.summary import summary_message, summary_text
@@ -240,3 +241,30 @@ async def test_cancellation_is_not_retried() -> None:
     with pytest.raises(asyncio.CancelledError):
         await Compactor(model, _settings(), EST).compact(messages, ids)
     assert len(model.requests) == 1
+
+
+def _calls(n: int) -> dict[str, Any]:
+    calls = [{"id": f"k{i}", "type": "function", "function": {"name": "x", "arguments": "{}"}}
+             for i in range(n)]  # fmt: skip
+    return {"role": "assistant", "content": "", "tool_calls": calls}
+
+
+def _result(i: int) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"k{i}", "content": "r"}
+
+
+def test_the_cut_never_separates_tool_results_from_their_call() -> None:
+    """SPEC M-03: the kept tail never starts on a tool result (it moves forward past the
+    results of the call before it), and is never empty (when nothing is left, it moves
+    back to the call whose results end the turn, so the pair stays whole)."""
+    user = {"role": "user", "content": "q"}
+    answer = {"role": "assistant", "content": "a"}
+    body = [user, _calls(2), _result(0), _result(1), answer]
+    assert _safe_cut(body, 2) == 4 and _safe_cut(body, 3) == 4  # forward past the results
+    assert _safe_cut(body, 1) == 1 and _safe_cut(body, 0) == 0  # a call or user: kept as is
+    open_turn = [user, _calls(2), _result(0), _result(1)]
+    assert _safe_cut(open_turn, 2) == 1  # forward hits the end: back to the call
+    assert _safe_cut(open_turn, 4) == 1  # nothing fitted: the call and its results stay
+    assert _safe_cut([user, answer], 2) == 1  # never an empty tail
+    assert _safe_cut([], 0) == 0
+    assert _safe_cut([_result(0), _result(1)], 1) == 0  # orphans: everything kept

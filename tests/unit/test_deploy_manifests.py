@@ -749,3 +749,61 @@ def test_helm_refuses_incomplete_values(helm: str) -> None:
         "keda.toolExec.kafkaVersion=1.0.0",
     )
     assert old_protocol.returncode != 0 and "2.1.0" in old_protocol.stderr
+
+
+# ---- who installs helm ---------------------------------------------------------------------
+
+
+def _dry_run(target: str) -> list[str]:
+    result = subprocess.run(
+        ["make", "-n", target], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_only_the_chart_tests_path_installs_helm() -> None:
+    """Building helm (`go install`) took ~2.5 of a fresh `make demo`'s 3.6 minutes though
+    the demo never renders the chart: bootstrap (run by up/demo) does not install it;
+    `make test-unit`, which `make test` runs, ensures it before the chart tests."""
+    bootstrap = (REPO / "deploy" / "local" / "bootstrap.sh").read_text().splitlines()
+    code = [line for line in bootstrap if not line.lstrip().startswith("#")]
+    assert not [line for line in code if "helm" in line], "bootstrap.sh installs helm"
+    unit = _dry_run("test-unit")
+    ensure = unit.index("deploy/local/ensure-helm.sh")
+    assert ensure < next(i for i, line in enumerate(unit) if "pytest tests/unit" in line)
+    for target in ("demo", "up"):
+        assert not [line for line in _dry_run(target) if "helm" in line], target
+
+
+def _ensure_helm(tmp_path: Path, path: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run ensure-helm.sh against a copy of the scripts whose install-helm.sh only leaves
+    a marker (the real one builds helm for minutes)."""
+    local = tmp_path / "repo" / "deploy" / "local"
+    tools = tmp_path / "repo" / "deploy" / "tools"
+    local.mkdir(parents=True)
+    tools.mkdir(parents=True)
+    shutil.copy(REPO / "deploy" / "local" / "lib.sh", local / "lib.sh")
+    marker = tmp_path / "installed"
+    installer = tools / "install-helm.sh"
+    installer.write_text(f"#!/usr/bin/env bash\ntouch {marker}\n")
+    installer.chmod(0o755)
+    env = {**os.environ, "PATH": path, "WEFT_REPO": str(tmp_path / "repo"),
+           "WEFT_CACHE": str(tmp_path / "cache")}  # fmt: skip
+    script = REPO / "deploy" / "local" / "ensure-helm.sh"
+    result = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    return result, marker
+
+
+def test_ensure_helm_installs_only_when_helm_is_missing(tmp_path: Path) -> None:
+    without_helm = os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "helm").exists()
+    )
+    result, marker = _ensure_helm(tmp_path / "missing", without_helm)
+    assert result.returncode == 0 and marker.exists(), result.stderr
+    fake = tmp_path / "bin" / "helm"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho v3.22.0\n")
+    fake.chmod(0o755)
+    result, marker = _ensure_helm(tmp_path / "present", f"{fake.parent}{os.pathsep}{without_helm}")
+    assert result.returncode == 0 and result.stdout == "" and not marker.exists(), result.stdout

@@ -6,6 +6,7 @@ from weft_engine.analyze import (
     CONTENT_FILTER_APOLOGY,
     EMPTY_FALLBACK,
     LENGTH_EXHAUSTED,
+    LENGTH_NUDGE,
     NUDGE,
     Counters,
     analyze,
@@ -48,6 +49,21 @@ def test_truncation_without_body_retries_and_three_in_a_row_stop() -> None:  # S
     third, c = analyze(_r("", "max_output_tokens"), c, steered=False)
     assert isinstance(first, Retry) and isinstance(second, Retry)
     assert third == Answer(LENGTH_EXHAUSTED, is_fallback=True)
+
+
+def test_a_cut_body_with_tool_calls_is_neither_delivered_nor_dispatched() -> None:
+    """SPEC E-12: only a body *without* tools is delivered as a truncated answer; cut tool
+    calls are never run (their arguments are incomplete, T-16), so the round is retried
+    like one without a body; the third cut in a row stops with the last body, which the
+    client already saw streamed (not a fallback: it must not be sent a second time), and
+    drops the calls."""
+    c = Counters()
+    first, c = analyze(_r("Let me search for", "length", tools=1), c, steered=False)
+    second, c = analyze(_r("Let me search for", "max_tokens", tools=2), c, steered=False)
+    assert first == Retry(LENGTH_NUDGE) and second == Retry(LENGTH_NUDGE)
+    third, c = analyze(_r("Let me search for", "length", tools=1), c, steered=False)
+    assert third == Answer("Let me search for", truncated=True, is_fallback=False)
+    assert c.length_rounds == 3
 
 
 def test_a_normal_round_resets_the_length_count() -> None:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any, cast
+
+from weft_contracts import AgentConfig
 from weft_engine.coalesce import DeltaCoalescer
+from weft_engine.emitter import EventEmitter
 from weft_engine.sanitize import sanitize_messages
-from weft_engine.thinksplit import ThinkSplitter
+from weft_engine.state import TurnState
+from weft_engine.think import ThinkSettings, think
+from weft_engine.thinksplit import ThinkSplitter, ThoughtJoiner
+from weft_llm import LLMRequest, LLMResponse, StreamSink
 
 
 def test_think_blocks_split_across_chunks_go_to_thoughts() -> None:  # SPEC E-08
@@ -50,3 +58,61 @@ def test_sanitize_merges_same_role_and_drops_orphan_tool_results() -> None:  # S
     assert [m["role"] for m in cleaned] == ["system", "user", "assistant", "tool"]
     assert cleaned[1]["content"] == "a\n\nb"
     assert cleaned[3]["content"] == "kept"
+
+
+class _RecordingEmitter:
+    """The two emitter methods ``think`` uses, recording the events' data."""
+
+    def __init__(self) -> None:
+        self.data: list[Any] = []
+
+    async def emit(self, event_type: Any, ids: dict[str, Any], data: Any, **_: Any) -> None:
+        self.data.append(data)
+
+    async def mark_streaming(self, request_id: str, streaming: bool) -> None:
+        return None
+
+
+class _ReasonThenThink:
+    """A model that streams reasoning_content, then content holding a <think> block."""
+
+    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
+        reasoning = ["I should check", " the policy."]
+        content = ["<think>Refunds are", " in section 4.</think>", "Within 30 days."]
+        for piece in reasoning:
+            await sink.on_reasoning(piece)
+        for piece in content:
+            await sink.on_content(piece)
+        return LLMResponse(
+            content="".join(content), reasoning="".join(reasoning), tool_calls=[],
+            finish_reason="stop",
+        )  # fmt: skip
+
+
+async def test_reasoning_and_think_blocks_are_separated_alike_in_events_and_step() -> None:
+    """SPEC E-08: reasoning_content and a <think> block are two thoughts; a blank line
+    separates them in the streamed thought events and in the stored reasoning alike."""
+    state = TurnState(
+        tenant_id="t", session_id="s", request_id="r", user_id="u",
+        agent=AgentConfig(agent_id="a", model="m"), messages=[{"role": "user", "content": "q"}],
+        started_at=time.time(),
+    )  # fmt: skip
+    emitter = _RecordingEmitter()
+    response = await think(
+        state, _ReasonThenThink(), cast(EventEmitter, emitter), [],
+        ThinkSettings(coalesce_window_s=0.0), reasoning_effort=None,
+    )  # fmt: skip
+    joined = "I should check the policy.\n\nRefunds are in section 4."
+    assert response.reasoning == joined
+    assert response.content == "Within 30 days."
+    streamed = [d for d in emitter.data if type(d).__name__ == "ThoughtData"]
+    assert "".join(d.delta for d in streamed) == joined
+
+
+def test_thought_joiner_separates_only_where_the_origin_changes() -> None:  # SPEC E-08
+    joiner = ThoughtJoiner()
+    parts = [joiner.add("think", "a"), joiner.add("think", "b"), joiner.add("reasoning", "")]
+    parts += [joiner.add("reasoning", "c"), joiner.add("think", "d")]
+    assert parts == ["a", "b", "", "\n\nc", "\n\nd"]
+    assert joiner.text == "ab\n\nc\n\nd"
+    assert ThoughtJoiner().add("reasoning", "first") == "first"  # nothing before: no gap

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import HTTPException
-from weft_contracts import AgentConfig, AgentMode
+from weft_contracts import AgentConfig, AgentMode, assistant_message_id
 from weft_gateway.api import (
     AGENT_REQUIRED,
     ChatBody,
@@ -30,7 +30,10 @@ def _agent(mode: AgentMode) -> AgentConfig:
 
 
 def _envelope(event_type: str, data: dict[str, object]) -> dict[str, object]:
-    return {"type": event_type, "request_id": "req_1", "session_id": "s1", "data": data}
+    return {
+        "id": "evt_1", "type": event_type, "request_id": "req_1", "session_id": "s1",
+        "data": data,
+    }  # fmt: skip
 
 
 # SPEC C-02
@@ -107,7 +110,20 @@ def test_weknora_projection() -> None:
         str(weknora_event("4-0", _envelope("complete", {"status": "completed"})).data)
     )  # type: ignore[union-attr]
     assert done["response_type"] == "complete" and done["done"] is True
-    assert weknora_event("0-1", _envelope("turn_started", {})) is None
+    assert weknora_event("0-2", _envelope("context_compacted", {})) is None
+
+
+def test_weknora_stream_opens_with_agent_query() -> None:
+    """The reference stream starts with ``agent_query``: done, no content, the session and
+    the assistant message id (memory's id for the turn's answer), and not the native
+    turn_started payload (query, user, agent)."""
+    started = _envelope("turn_started", {"query": "q", "user_id": "u", "agent_id": "a"})
+    body = json.loads(str(weknora_event("0-1", started).data))  # type: ignore[union-attr]
+    assert body == {
+        "id": "req_1", "session_id": "s1", "response_type": "agent_query", "content": "",
+        "done": True, "assistant_message_id": "evt_1a",
+        "data": {"session_id": "s1", "assistant_message_id": assistant_message_id("evt_1")},
+    }  # fmt: skip
 
 
 def test_weknora_synthetic_failure() -> None:
@@ -176,8 +192,8 @@ def test_frame_is_encoded_once_and_shared() -> None:  # SPEC C-05
     weknora = frame(entry, "weknora")
     assert weknora is not None and weknora.startswith(b"id: 7-0\r\nevent: message\r\n")
     assert frame(entry, "weknora") is weknora
-    assert frame(StreamEntry(entry_id="8-0", type="turn_started", request_id="r",
-                             event_json=json.dumps(_envelope("turn_started", {}))),
+    assert frame(StreamEntry(entry_id="8-0", type="context_compacted", request_id="r",
+                             event_json=json.dumps(_envelope("context_compacted", {}))),
                  "weknora") is None  # fmt: skip
 
 

@@ -51,6 +51,37 @@ def test_uncastable_values_are_left_for_the_validator() -> None:  # SPEC T-02
     assert cast_arguments({"flag": "maybe", "n": "1.5"}, SCHEMA) == {"flag": "maybe", "n": "1.5"}
 
 
+def test_array_items_are_cast_one_by_one() -> None:  # SPEC T-02
+    cast = cast_arguments({"ids": ["1", " 2 ", 3.0, "x"]}, SCHEMA)
+    assert cast == {"ids": [1, 2, 3, "x"]}  # "x" is left for the validator to name
+    assert cast_arguments({"ids": '["4", 5]'}, SCHEMA) == {"ids": [4, 5]}  # JSON text, then items
+
+
+def test_surrounding_whitespace_does_not_block_a_cast() -> None:  # SPEC T-02
+    cast = cast_arguments({"flag": " TRUE\n", "n": "\t7 ", "x": " 0.5", "ids": " [1]"}, SCHEMA)
+    assert cast == {"flag": True, "n": 7, "x": 0.5, "ids": [1]}
+    assert cast_arguments({"text": "  kept as is  "}, SCHEMA) == {"text": "  kept as is  "}
+
+
+def test_nullable_type_lists_cast_to_their_non_null_type() -> None:  # SPEC T-02
+    schema = {"type": "object", "properties": {
+        "n": {"type": ["integer", "null"]}, "flag": {"type": ["null", "boolean"]},
+        "anything": {"type": ["null"]},
+    }}  # fmt: skip
+    cast = cast_arguments({"n": "5", "flag": "off", "anything": "1"}, schema)
+    assert cast == {"n": 5, "flag": False, "anything": "1"}
+    assert cast_arguments({"n": None}, schema) == {"n": None}
+
+
+def test_integral_floats_become_integers_and_other_numbers_stay() -> None:  # SPEC T-02
+    cast = cast_arguments({"n": 3.0, "x": 3.0, "flag": 1}, SCHEMA)
+    assert cast == {"n": 3, "x": 3.0, "flag": 1}
+    assert type(cast["n"]) is int
+    assert cast_arguments({"n": "4.0"}, SCHEMA) == {"n": 4}
+    assert cast_arguments({"n": 2.5}, SCHEMA) == {"n": 2.5}  # the validator reports it
+    assert cast_arguments({"n": 7}, SCHEMA) == {"n": 7}
+
+
 class Recorder:
     spec = ToolSpec(name="rec", description="d", parameters=SCHEMA, max_output_chars=300)
 

@@ -7,6 +7,7 @@ import json
 import pytest
 from weft_contracts import ToolContext
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec, truncate_output
+from weft_tools.registry import TRUNCATION_MARKER
 
 
 class EchoTool:
@@ -76,6 +77,17 @@ def test_truncation_keeps_70_percent_head_and_30_percent_tail() -> None:  # SPEC
     assert head.strip() == "H" * 700
     assert tail.endswith("T" * 300)
     assert "5000 characters omitted" in out
+
+
+def test_truncation_shares_are_exact_and_counted_in_characters() -> None:  # SPEC T-03
+    """70 % head, 30 % tail, the rest named by the marker; a text at the limit is kept."""
+    text = "".join(chr(0x4E00 + i) for i in range(100))  # CJK: one rune, three UTF-8 bytes
+    assert truncate_output(text, 100) == text
+    out = truncate_output(text, 10)
+    assert out == text[:7] + TRUNCATION_MARKER.format(omitted=90) + text[-3:]
+    assert truncate_output(text, 99) == (
+        text[:69] + TRUNCATION_MARKER.format(omitted=1) + text[-30:]
+    )
 
 
 async def test_registry_truncates_to_the_per_call_limit() -> None:  # SPEC T-03 override

@@ -25,6 +25,7 @@ from weft_contracts.events import (
     CompleteEvent,
     ContextCompactedData,
     ContextCompactedEvent,
+    ErrorCode,
     ErrorData,
     ErrorEvent,
     FinalAnswerData,
@@ -47,6 +48,7 @@ from weft_contracts.events import (
     TurnStartedData,
     TurnStartedEvent,
     TurnStatus,
+    assistant_message_id,
 )
 from weft_contracts.tools import (
     ToolCallCompleted,
@@ -77,6 +79,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetterData",
     "Envelope",
+    "ErrorCode",
     "ErrorData",
     "ErrorEvent",
     "FinalAnswerData",
@@ -110,6 +113,7 @@ __all__ = [
     "TurnStartedEvent",
     "TurnStatus",
     "UnsupportedSchemaVersion",
+    "assistant_message_id",
     "new_event_id",
     "read_json",
 ]

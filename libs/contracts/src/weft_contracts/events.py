@@ -25,6 +25,13 @@ class TurnStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+def assistant_message_id(turn_started_id: str) -> str:
+    """The id of a turn's assistant message, known from its ``turn_started`` event: memory
+    stores the user message under that event's id and the assistant message under the
+    same id with an ``a`` appended (it sorts right after the user message)."""
+    return turn_started_id + "a"
+
+
 class TurnStartedData(Payload):
     """The user's message as the engine accepted it."""
 
@@ -132,12 +139,38 @@ class CompleteData(Payload):
     duration_ms: int = Field(default=0, ge=0)
 
 
+class ErrorCode(StrEnum):
+    """The ``code`` of an ``error`` event: stable, for clients to branch on. The message
+    beside it is written for people and never carries a provider's or a service's own
+    error text (that stays in logs and traces)."""
+
+    LLM_ERROR = "llm_error"
+    """The model failed after its retries and no tool result allowed a rescue answer."""
+    HISTORY_UNAVAILABLE = "history_unavailable"
+    """The conversation's history could not be loaded (memory unreachable)."""
+    SESSION_BUSY = "session_busy"
+    """Another turn of the session is running and the request asked not to wait."""
+    ENGINE_REPLICA_LOST = "engine_replica_lost"
+    """The engine replica streaming the answer died; a half-streamed answer is not replayed."""
+    ENGINE_ERROR = "engine_error"
+    """The turn failed on every engine replica that took it over."""
+    STREAM_IDLE_TIMEOUT = "stream_idle_timeout"
+    """The gateway saw no event of the turn for its idle timeout."""
+    STREAM_UNAVAILABLE = "stream_unavailable"
+    """The gateway's event stream store (Redis) is unavailable."""
+
+
 class ErrorData(Payload):
     """A turn-level failure; always followed by ``complete`` with status ``failed``."""
 
-    code: str
-    message: CleanText
-    retryable: bool = False
+    code: str = Field(
+        description="One of llm_error, history_unavailable, session_busy, "
+        "engine_replica_lost, engine_error, stream_idle_timeout, stream_unavailable "
+        "(weft_contracts.ErrorCode); a later version may add codes, so treat an unknown "
+        "one as a generic failure."
+    )
+    message: CleanText = Field(description="For people; never the upstream error text.")
+    retryable: bool = Field(default=False, description="Sending the message again may work.")
 
 
 class ContextCompactedData(Payload):

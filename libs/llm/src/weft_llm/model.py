@@ -71,9 +71,19 @@ class ChatModel(Protocol):
 
 
 class LLMCallError(Exception):
-    """The model call failed; ``transient`` says whether retrying may help (SPEC E-07)."""
+    """The model call failed; ``transient`` says whether retrying may help (SPEC E-07),
+    ``status`` is the provider's HTTP status, ``stalled_s`` the stall timeout that cut a
+    call without output (SPEC E-06)."""
 
-    def __init__(self, message: str, *, transient: bool, status: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool,
+        status: int | None = None,
+        stalled_s: float | None = None,
+    ):
         super().__init__(message)
         self.transient = transient
         self.status = status
+        self.stalled_s = stalled_s

@@ -106,7 +106,9 @@ class OpenAIChatModel:
                 await _absorb(chunk, acc, sink)
         except TimeoutError as exc:
             raise LLMCallError(
-                f"no output from the model for {request.stall_timeout_s:.0f}s", transient=True
+                f"no output from the model for {request.stall_timeout_s:.0f}s",
+                transient=True,
+                stalled_s=request.stall_timeout_s,
             ) from exc
         except openai.APIStatusError as exc:
             raise LLMCallError(

@@ -35,7 +35,10 @@ def cast_value(value: Any, schema: dict[str, Any]) -> Any:
         return cast_arguments(value, schema)
     if not isinstance(value, str):
         return _widen(value, kind)
-    return _cast_string(value.strip(), kind, fallback=value)
+    cast = _cast_string(value.strip(), kind, fallback=value)
+    if kind in ("array", "object") and cast is not value:
+        return cast_value(cast, schema)  # JSON text: its items are cast like a list's
+    return cast
 
 
 def _widen(value: Any, kind: Any) -> Any:

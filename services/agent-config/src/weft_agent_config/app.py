@@ -31,6 +31,7 @@ from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.resolver import (
     AgentNotFound,
     AgentResolver,
+    AgentUnavailable,
     InvalidAgent,
     InvalidRequest,
     KnowledgeScopeDenied,
@@ -111,7 +112,7 @@ def resolve_router(resolver: AgentResolver) -> APIRouter:
             raise HTTPException(403, str(exc)) from None
         except (IncompatibleKnowledgeBase, InvalidRequest) as exc:
             raise HTTPException(400, str(exc)) from None
-        except InvalidAgent as exc:
+        except (InvalidAgent, AgentUnavailable) as exc:
             raise HTTPException(422, str(exc)) from None
         except ValueError as exc:  # a stored row that no longer validates
             detail = f"agent {body.agent_id!r} has an invalid stored configuration: {exc}"
@@ -179,13 +180,18 @@ class AgentService:
         return agent.model_copy(update=updates)
 
     def view_builtin(self, agent_id: str, agent: AgentDefinition) -> dict[str, Any]:
-        """A built-in agent as the API shows it."""
-        return _view(agent_id, agent, self.model, builtin=True)
+        """A built-in agent as the API shows it, with whether it can run here."""
+        view = _view(agent_id, agent, self.model, builtin=True)
+        reason = self.builtins.unavailable.get(agent_id)
+        view.update(available=reason is None, unavailable_reason=reason)
+        return view
 
     def view(self, stored: StoredAgent) -> dict[str, Any]:
         """A custom agent as the API shows it (defaults applied, A-04)."""
         view = _view(stored.id, stored.definition, self.model, builtin=False)
         view.update(
+            available=True,
+            unavailable_reason=None,
             created_by=stored.created_by,
             created_at=stored.created_at.isoformat() if stored.created_at else None,
             updated_at=stored.updated_at.isoformat() if stored.updated_at else None,

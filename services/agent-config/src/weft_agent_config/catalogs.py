@@ -3,7 +3,7 @@ with the service."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -11,6 +11,7 @@ import yaml
 from weft_contracts import AgentMode
 
 from weft_agent_config.definition import AgentDefinition
+from weft_agent_config.tool_policy import missing_tools
 
 PRESET_FIELDS = ("temperature", "max_iterations", "allowed_tools", "web_search_enabled")
 """Fields a preset prefills when the creator left them unset."""
@@ -26,6 +27,9 @@ class BuiltinAgents:
 
     agents: dict[str, AgentDefinition]
     reserved: frozenset[str]
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Built-ins that cannot run here, with the reason: their tools do not exist yet. They
+    are not listed, show ``available: false`` by id, and a chat with them is refused."""
 
     @classmethod
     def load(cls) -> BuiltinAgents:
@@ -35,7 +39,12 @@ class BuiltinAgents:
             a["id"]: AgentDefinition.model_validate({k: v for k, v in a.items() if k != "id"})
             for a in raw["agents"]
         }
-        return cls(agents, frozenset(raw.get("reserved_ids", [])))
+        unavailable = {
+            agent_id: "it needs tools this deployment does not run yet: " + ", ".join(missing)
+            for agent_id, agent in agents.items()
+            if (missing := missing_tools(agent.allowed_tools))
+        }
+        return cls(agents, frozenset(raw.get("reserved_ids", [])), unavailable)
 
     def is_builtin_id(self, agent_id: str) -> bool:
         """Built-in or reserved: tenants can never create, edit or delete these ids."""
@@ -44,8 +53,8 @@ class BuiltinAgents:
         )
 
     def listed(self) -> dict[str, AgentDefinition]:
-        """Built-ins shown in the UI list (hidden ones load by id only)."""
-        return {k: v for k, v in self.agents.items() if not v.hidden}
+        """Built-ins shown in the UI list (hidden or unavailable ones load by id only)."""
+        return {k: v for k, v in self.agents.items() if not v.hidden and k not in self.unavailable}
 
 
 @dataclass(frozen=True)

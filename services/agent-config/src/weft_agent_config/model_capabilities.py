@@ -20,7 +20,9 @@ class ModelEntry:
     """One row of the table: a model-name pattern and what those models can do."""
 
     match: str
-    reasoning_efforts: tuple[str, ...]
+    reasoning_efforts: tuple[str, ...] | None
+    """None: the row does not say (levels unknown, efforts pass unadjusted); empty: the
+    model does not reason."""
     vision: bool = False
 
 
@@ -40,8 +42,10 @@ class ModelCapabilities:
             raw = yaml.safe_load(text.read_text())
         entries = []
         for entry in raw["models"]:
-            levels = tuple(entry.get("reasoning_efforts") or ())
-            unknown = set(levels) - {*EFFORT_ORDER, "auto"}
+            levels: tuple[str, ...] | None = None  # the row does not say: unknown
+            if "reasoning_efforts" in entry:
+                levels = tuple(entry["reasoning_efforts"] or ())
+            unknown = set(levels or ()) - {*EFFORT_ORDER, "auto"}
             if unknown:
                 raise ValueError(f"model {entry['match']!r}: unknown levels {sorted(unknown)}")
             vision = entry.get("vision", False)
@@ -54,7 +58,8 @@ class ModelCapabilities:
         return next((e for e in self.entries if fnmatchcase(model, e.match)), None)
 
     def reasoning_levels(self, model: str) -> tuple[str, ...] | None:
-        """The levels ``model`` accepts; None when no entry matches (no adjustment)."""
+        """The levels ``model`` accepts; None when they are unknown (no entry matches, or
+        the matching row leaves them out): no adjustment, nothing added."""
         entry = self._entry(model)
         return entry.reasoning_efforts if entry else None
 

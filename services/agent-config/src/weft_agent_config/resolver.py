@@ -41,6 +41,10 @@ class InvalidAgent(ValueError):
     """A stored agent cannot be turned into a valid configuration."""
 
 
+class AgentUnavailable(ValueError):
+    """A built-in whose tools do not exist yet: it cannot run a turn."""
+
+
 class SharedAgentDisabled(PermissionError):
     """The caller's tenant switched this shared agent off (SPEC A-10)."""
 
@@ -190,6 +194,8 @@ class AgentResolver:
     async def find(self, tenant_id: str, agent_id: str) -> FoundAgent:
         """A built-in, the tenant's own agent, or an enabled agent shared with it."""
         if agent_id in self._builtins.agents:
+            if reason := self._builtins.unavailable.get(agent_id):
+                raise AgentUnavailable(f"agent {agent_id!r} is not available: {reason}")
             return FoundAgent(definition=self._builtins.agents[agent_id])
         stored = await self._store.get(tenant_id, agent_id)
         if stored is not None:

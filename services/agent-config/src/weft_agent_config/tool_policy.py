@@ -58,6 +58,13 @@ def normalize_allowed_tools(names: list[str] | None) -> list[str]:
     return _dedupe(n for n in mapped if n not in MANAGED_ELSEWHERE)
 
 
+def missing_tools(allowed: list[str] | None) -> list[str]:
+    """The tools of ``allowed`` that no worker runs yet: names of the reference engine
+    (wiki, sandbox, skill tools) that ``allowed_tools`` accepts but the catalog lacks."""
+    runnable = {entry.name for entry in tool_catalog()} | MANAGED_ELSEWHERE
+    return [name for name in normalize_allowed_tools(allowed) if name not in runnable]
+
+
 def runtime_tools(
     allowed: list[str] | None,
     *,

@@ -69,5 +69,8 @@ def _length(response: LLMResponse, content: str, c: Counters) -> tuple[StepOutco
     if content and not response.tool_calls:
         return Answer(content, truncated=True), c
     if rounds >= MAX_LENGTH_ROUNDS:
-        return Answer(content or LENGTH_EXHAUSTED, truncated=bool(content), is_fallback=True), c
+        # A body was streamed as it came: only the fixed text is sent as a fallback.
+        return Answer(
+            content or LENGTH_EXHAUSTED, truncated=bool(content), is_fallback=not content
+        ), c
     return Retry(LENGTH_NUDGE), c

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -11,16 +12,19 @@ from weft_contracts import (
     AgentStep,
     ChatRequested,
     CompleteData,
+    ErrorCode,
     ErrorData,
     ErrorEvent,
     FinalAnswerData,
     FinalAnswerEvent,
     TurnStatus,
 )
+from weft_llm import LLMCallError
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import TurnLeases
 from weft_engine.outcomes import Answer
+from weft_engine.overflow import is_context_overflow
 from weft_engine.sessions import SessionGate
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
@@ -29,6 +33,46 @@ log = structlog.get_logger(__name__)
 
 StartQueued = Callable[[ChatRequested, str], Awaitable[None]]
 """Starts a queued request as the session's next turn, after the turn named."""
+
+MODEL_BUSY = "The model is rate-limiting requests. Try again in a moment."
+MODEL_UNAVAILABLE = "The model is unavailable right now. Try again in a moment."
+MODEL_STALLED = "The model sent no output for {seconds:.0f}s. Try again in a moment."
+MODEL_CONTEXT_FULL = (
+    "The conversation no longer fits the model's context window. Start a new session or "
+    "delete older messages."
+)
+MODEL_REFUSED = "The model could not process this request."
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnFailure:
+    """Why a turn ends with an ``error`` event: what the client reads, and what only the
+    logs and the turn's span keep."""
+
+    code: ErrorCode
+    message: str
+    """For people: fixed text, never an upstream error's own words."""
+    retryable: bool = False
+    detail: str = ""
+    """The cause as the failing part reported it (provider body, HTTP status, exception)."""
+
+
+def llm_failure(exc: LLMCallError) -> TurnFailure:
+    """A model call that failed for good: a stable code and a clean message by cause; the
+    provider's text (it can hold request ids, keys' prefixes, internal hosts) goes to
+    ``detail`` only."""
+    if exc.status == 429:
+        message, retryable = MODEL_BUSY, True
+    elif exc.stalled_s is not None:  # our own timeout, not the provider's words
+        message, retryable = MODEL_STALLED.format(seconds=exc.stalled_s), True
+    elif exc.transient:  # 5xx, overloaded, unreachable, no output in time
+        message, retryable = MODEL_UNAVAILABLE, True
+    elif is_context_overflow(exc):
+        message, retryable = MODEL_CONTEXT_FULL, False
+    else:
+        message, retryable = MODEL_REFUSED, False
+    return TurnFailure(code=ErrorCode.LLM_ERROR, message=message, retryable=retryable,
+                       detail=str(exc))  # fmt: skip
 
 
 class Finisher:
@@ -71,10 +115,17 @@ class Finisher:
             ),
         )
 
-    async def fail(self, state: TurnState, code: str, message: str) -> None:
-        """The turn ends with an explicit error, then ``complete`` (status failed)."""
-        log.warning("turn_failed", code=code, error=message, request_id=state.request_id)
-        await self._emitter.emit(ErrorEvent, state.ids(), ErrorData(code=code, message=message))
+    async def fail(self, state: TurnState, failure: TurnFailure) -> None:
+        """The turn ends with an explicit error, then ``complete`` (status failed). The
+        client gets the code and the clean message; the detail stays in logs and spans."""
+        log.warning(
+            "turn_failed", code=failure.code.value, error=failure.message,
+            detail=failure.detail, request_id=state.request_id,
+        )  # fmt: skip
+        data = ErrorData(
+            code=failure.code.value, message=failure.message, retryable=failure.retryable
+        )
+        await self._emitter.emit(ErrorEvent, state.ids(), data)
         await self._complete(
             state,
             CompleteData(
@@ -83,6 +134,7 @@ class Finisher:
                 rounds=len(state.steps),
                 duration_ms=_elapsed_ms(state.started_at),
             ),
+            failure=failure,
         )
 
     async def cancelled(self, state: TurnState) -> None:
@@ -97,9 +149,12 @@ class Finisher:
             ),
         )
 
-    async def _complete(self, state: TurnState, data: CompleteData) -> None:
+    async def _complete(
+        self, state: TurnState, data: CompleteData, failure: TurnFailure | None = None
+    ) -> None:
         if await self._emitter.complete(state.ids(), data):
-            self._tracer.end_turn(state, data.status.value)
+            error = (failure.code.value, failure.detail or failure.message) if failure else None
+            self._tracer.end_turn(state, data.status.value, error=error)
         await self.forget(state)
 
     async def forget(self, state: TurnState) -> None:

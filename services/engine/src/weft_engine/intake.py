@@ -15,6 +15,7 @@ from weft_contracts import (
     CancelRequested,
     ChatRequested,
     CompleteData,
+    ErrorCode,
     ErrorData,
     ErrorEvent,
     SteerMessage,
@@ -26,7 +27,7 @@ from weft_contracts import (
 
 from weft_engine.context import ContextManager, HistoryUnavailable
 from weft_engine.emitter import EventEmitter
-from weft_engine.finalize import Finisher
+from weft_engine.finalize import Finisher, TurnFailure
 from weft_engine.keys import cancel_key
 from weft_engine.parked_images import ParkedImages
 from weft_engine.reporting import ResultReporter
@@ -38,6 +39,10 @@ from weft_engine.vision import route_images
 log = structlog.get_logger(__name__)
 
 SESSION_BUSY = "this session already runs a turn (double_texting=reject)"
+HISTORY_UNAVAILABLE = (
+    "The conversation's history could not be loaded (the memory service is unavailable). "
+    "Try again in a moment."
+)
 
 
 class TurnIntake:
@@ -119,7 +124,11 @@ class TurnIntake:
                 data.images, previous=previous,
             )  # fmt: skip
         except HistoryUnavailable as exc:
-            await self._finisher.fail(state, "history_unavailable", str(exc))
+            failure = TurnFailure(
+                code=ErrorCode.HISTORY_UNAVAILABLE, message=HISTORY_UNAVAILABLE,
+                retryable=True, detail=str(exc),
+            )  # fmt: skip
+            await self._finisher.fail(state, failure)
             return
         unread = [] if route_images(data.agent, data.images) == "direct" else data.images
         messages, unread = await self._images.park(request.request_id, messages, unread)
@@ -184,7 +193,7 @@ class TurnIntake:
     async def _reject(self, request: ChatRequested) -> None:
         ids = _ids(request)
         await self._emitter.emit(
-            ErrorEvent, ids, ErrorData(code="session_busy", message=SESSION_BUSY)
+            ErrorEvent, ids, ErrorData(code=ErrorCode.SESSION_BUSY.value, message=SESSION_BUSY)
         )
         await self._emitter.complete(ids, CompleteData(status=TurnStatus.FAILED))
 

@@ -19,6 +19,7 @@ from weft_contracts import (
     AgentMode,
     AgentStep,
     Envelope,
+    ErrorCode,
     ToolCallCompletedData,
     ToolCallData,
     ToolCallEvent,
@@ -33,7 +34,13 @@ from weft_engine.act import dispatch_groups, dispatch_messages, plan_calls
 from weft_engine.analyze import Counters, analyze
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
-from weft_engine.finalize import Finisher, closing_request, final_step
+from weft_engine.finalize import (
+    Finisher,
+    TurnFailure,
+    closing_request,
+    final_step,
+    llm_failure,
+)
 from weft_engine.keys import cancel_key
 from weft_engine.leases import DeadlineUpdate, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
@@ -57,6 +64,7 @@ MAX_ITERATIONS_REASON = "You have reached the maximum number of reasoning steps.
 LLM_FAILED_REASON = "The model failed repeatedly."
 CANCEL_REASON = "The user stopped the task."
 REPLICA_LOST = "The engine replica running this turn stopped while answering; please ask again."
+EVERY_REPLICA_FAILED = "The turn failed on every engine replica that took it over."
 MAX_TAKEOVERS = 3
 MAX_STEER_OVERRUNS = 1
 
@@ -144,10 +152,12 @@ class TurnLoop:
         """After a crash: a half-streamed answer cannot be replayed without duplicates."""
         takeovers = int(await self._redis.incr(f"weft:turn:{state.request_id}:takeovers"))
         if await self._emitter.streaming(state.request_id):
-            await self._finisher.fail(state, "engine_replica_lost", REPLICA_LOST)
+            failure = TurnFailure(code=ErrorCode.ENGINE_REPLICA_LOST, message=REPLICA_LOST)
+            await self._finisher.fail(state, failure)
             return True
         if takeovers > MAX_TAKEOVERS:
-            await self._finisher.fail(state, "engine_error", "the turn failed on every replica")
+            lost = TurnFailure(code=ErrorCode.ENGINE_ERROR, message=EVERY_REPLICA_FAILED)
+            await self._finisher.fail(state, lost)
             return True
         return False
 
@@ -186,7 +196,7 @@ class TurnLoop:
                 if state.has_tool_results():
                     await self._synthesize(state, LLM_FAILED_REASON)
                 else:
-                    await self._finisher.fail(state, "llm_error", str(exc))
+                    await self._finisher.fail(state, llm_failure(exc))
                 return
             state = self._tracer.add_usage(state, response.usage)
             next_state = await self._handle(state, response)
@@ -214,7 +224,8 @@ class TurnLoop:
                 await self._finisher.answer(done, outcome)
                 return None
             case Fail():
-                await self._finisher.fail(state, outcome.code, outcome.message)
+                failure = TurnFailure(code=outcome.code, message=outcome.message)
+                await self._finisher.fail(state, failure)
                 return None
             case Retry():
                 nudge = {"role": "user", "content": outcome.nudge}
@@ -311,7 +322,7 @@ class TurnLoop:
         try:
             response = await self._call_model(closing, closing=True, thinking=thinking)
         except LLMCallError as exc:
-            await self._finisher.fail(state, "llm_error", str(exc))
+            await self._finisher.fail(state, llm_failure(exc))
             return
         state = self._tracer.add_usage(state, response.usage)
         text = response.content.strip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from weft_contracts import ErrorCode
 from weft_llm import ToolCallRequest
 
 
@@ -42,7 +43,7 @@ class Intermediate:
 class Fail:
     """Break: the turn ends with an error."""
 
-    code: str
+    code: ErrorCode
     message: str
 
 

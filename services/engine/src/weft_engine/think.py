@@ -20,7 +20,7 @@ from weft_engine.coalesce import DeltaCoalescer
 from weft_engine.emitter import EventEmitter
 from weft_engine.sanitize import sanitize_messages
 from weft_engine.state import TurnState
-from weft_engine.thinksplit import ThinkSplitter
+from weft_engine.thinksplit import ThinkSplitter, ThoughtJoiner
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +42,7 @@ class _EventSink:
         self._round = state.round
         self._request_id = state.request_id
         self._split = ThinkSplitter()
+        self._thoughts = ThoughtJoiner()
         self._coalescer = DeltaCoalescer(self._emit, window_s)
         self.emitted = False
 
@@ -57,13 +58,13 @@ class _EventSink:
             await self._emitter.emit(FinalAnswerEvent, self._ids, data, wait=False)
 
     async def on_reasoning(self, delta: str) -> None:
-        await self._coalescer.add("thought", delta)
+        await self._coalescer.add("thought", self._thoughts.add("reasoning", delta))
 
     async def on_content(self, delta: str) -> None:
         await self._route(self._split.feed(delta))
 
     async def _route(self, split: Any) -> None:
-        await self._coalescer.add("thought", split.thought)
+        await self._coalescer.add("thought", self._thoughts.add("think", split.thought))
         await self._coalescer.add("answer", split.content)
 
     async def close(self) -> None:
@@ -111,14 +112,18 @@ async def think(
 
 
 def _without_think_blocks(response: LLMResponse) -> LLMResponse:
-    """The response's content with ``<think>`` blocks moved to its reasoning."""
+    """The response's content with ``<think>`` blocks moved to its reasoning, joined as
+    the thought events streamed them (models send reasoning_content before content)."""
     if "<think>" not in response.content:
         return response
     splitter = ThinkSplitter()
     first, last = splitter.feed(response.content), splitter.flush()
+    thoughts = ThoughtJoiner()
+    thoughts.add("reasoning", response.reasoning)
+    thoughts.add("think", first.thought + last.thought)
     return LLMResponse(
         content=first.content + last.content,
-        reasoning=response.reasoning + first.thought + last.thought,
+        reasoning=thoughts.text,
         tool_calls=response.tool_calls,
         finish_reason=response.finish_reason,
         usage=response.usage,

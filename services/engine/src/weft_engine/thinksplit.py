@@ -8,8 +8,11 @@ holds back a possible partial tag until the next chunk tells what it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 OPEN, CLOSE = "<think>", "</think>"
+THOUGHT_SEPARATOR = "\n\n"
+"""Between thought parts of different origin (``reasoning_content``, ``<think>`` blocks)."""
 
 
 @dataclass
@@ -58,6 +61,27 @@ class ThinkSplitter:
             out.thought += text
         else:
             out.content += text
+
+
+class ThoughtJoiner:
+    """The thought text of one completion, from its two origins: the ``reasoning_content``
+    stream and the ``<think>`` blocks of the content. A blank line goes where the origin
+    changes, so the two never run together into one sentence. The streamed thought events
+    and the stored step both join through this, so they read the same."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._origin: str | None = None
+
+    def add(self, origin: Literal["reasoning", "think"], delta: str) -> str:
+        """``delta`` as it extends the text (with the separator when the origin changes)."""
+        if not delta:
+            return ""
+        if self.text and origin != self._origin:
+            delta = THOUGHT_SEPARATOR + delta
+        self._origin = origin
+        self.text += delta
+        return delta
 
 
 def _partial_tag_suffix(text: str, tag: str) -> int:

@@ -176,8 +176,12 @@ class TurnTracer:
         self._write(state, f"agent.tool.{result.tool_name}", parent, own, started, attributes,
                     status)  # fmt: skip
 
-    def end_turn(self, state: TurnState, status: str) -> None:
-        """The open round span and ``agent.execute`` (once, by whoever completes the turn)."""
+    def end_turn(
+        self, state: TurnState, status: str, *, error: tuple[str, str] | None = None
+    ) -> None:
+        """The open round span and ``agent.execute`` (once, by whoever completes the turn);
+        ``error``: the failed turn's code and its detail (the cause as reported, which the
+        client does not see)."""
         if self._tracer is None:
             return
         current = state.trace or TurnTrace()
@@ -195,10 +199,14 @@ class TurnTracer:
             "gen_ai.usage.output_tokens": current.output_tokens,
         }
         code = StatusCode.OK if status == "completed" else StatusCode.ERROR
+        description = None
+        if error is not None:
+            attributes["weft.error.code"] = error[0]
+            attributes["weft.error.detail"] = description = error[1][:OUTPUT_PREVIEW_RUNES]
         self._write(
             state, "agent.execute", parent[1] if parent else None,
             _derived_id(state.request_id, "execute", 8), state.started_at, attributes,
-            Status(code),
+            Status(code, description),
         )  # fmt: skip
 
     def _write_round(self, state: TurnState, current: TurnTrace) -> None:

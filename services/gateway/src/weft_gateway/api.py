@@ -17,6 +17,7 @@ from weft_contracts import (
     CancelRequestedData,
     ChatRequested,
     ChatRequestedData,
+    ErrorCode,
     ReasoningEffort,
     SteerMessage,
     SteerMessageData,
@@ -278,9 +279,10 @@ class Gateway:
             outcome = Outcome(End.UNAVAILABLE, follow.after, follow.request_id)
         if outcome.end is End.IDLE:
             timeout = follow.idle_timeout_s
-            code, message = "stream_idle_timeout", f"no event for {timeout:.0f}s"
+            code, message = ErrorCode.STREAM_IDLE_TIMEOUT, f"no event for {timeout:.0f}s"
         elif outcome.end is End.UNAVAILABLE:
-            code, message = "stream_unavailable", "the event stream store is unavailable; retry"
+            code = ErrorCode.STREAM_UNAVAILABLE
+            message = "the event stream store is unavailable; retry"
         else:
             return b""  # complete, or a client that resumes with Last-Event-ID
         events = synthetic_failure(
@@ -288,7 +290,7 @@ class Gateway:
             session_id=follow.session_id,
             request_id=outcome.request_id or "unknown",
             position=outcome.position,
-            code=code,
+            code=code.value,
             message=message,
             fmt=follow.fmt,
         )

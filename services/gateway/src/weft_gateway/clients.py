@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from fastapi import HTTPException
@@ -158,6 +159,24 @@ class AgentConfigClient(ServiceClient):
         # can be upgraded first.
         config = await self.call("POST", "/internal/resolve", json=body)
         return AgentConfig.model_validate(config, extra="ignore")
+
+    async def require_agent(self, tenant_id: str, agent_id: str) -> None:
+        """404 naming the agent unless the tenant may chat with it (a built-in, its own or
+        one shared with it), 422 with the reason for a built-in that cannot run here: a
+        session bound to such an agent would only fail at its first chat."""
+        path = f"/internal/agents/{quote(agent_id, safe='')}"
+        missing = HTTPException(404, f"agent {agent_id!r} not found")
+        try:
+            view = await self.call("GET", path, params={"tenant_id": tenant_id})
+        except HTTPException as exc:
+            if exc.status_code == 404:
+                raise missing from None
+            raise
+        if not isinstance(view, dict) or view.get("id") != agent_id:  # e.g. GET .../tools
+            raise missing
+        if view.get("available") is False:
+            reason = view.get("unavailable_reason")
+            raise HTTPException(422, f"agent {agent_id!r} is not available: {reason}")
 
 
 def _detail(resp: httpx.Response) -> Any:

@@ -65,6 +65,8 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
 
     @router.post("/sessions", status_code=201, tags=["sessions"])
     async def create_session(who: Who, body: SessionCreate) -> Any:
+        if body.agent_id:
+            await gw.agents.require_agent(who.tenant_id, body.agent_id)
         session = await gw.memory.create_session(
             who.tenant_id, who.user_id, body.title, body.agent_id
         )
@@ -88,6 +90,8 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
     @router.patch("/sessions/{session_id}", tags=["sessions"])
     async def update_session(who: Who, session_id: Id, body: SessionUpdate) -> Any:
         changes = body.model_dump(exclude_unset=True)
+        if body.agent_id:
+            await gw.agents.require_agent(who.tenant_id, body.agent_id)
         session = await gw.memory.update_session(who.tenant_id, who.user_id, session_id, changes)
         await gw.directory.updated(session)
         return session

@@ -11,13 +11,21 @@ import json
 from typing import Any, Literal
 
 from sse_starlette import ServerSentEvent
-from weft_contracts import CompleteData, CompleteEvent, ErrorData, ErrorEvent, TurnStatus
+from weft_contracts import (
+    CompleteData,
+    CompleteEvent,
+    ErrorData,
+    ErrorEvent,
+    TurnStatus,
+    assistant_message_id,
+)
 
 from weft_gateway.streams import StreamEntry
 
 StreamFormat = Literal["native", "weknora"]
 
 _WEKNORA_TYPES = {
+    "turn_started": "agent_query",
     "thought": "thinking",
     "tool_call": "tool_call",
     "tool_result": "tool_result",
@@ -84,6 +92,8 @@ def weknora_event(position: str, envelope: dict[str, Any]) -> ServerSentEvent | 
     if response_type is None:
         return None
     data: dict[str, Any] = envelope.get("data", {})
+    if envelope["type"] == "turn_started":
+        data = _agent_query_data(envelope)
     body: dict[str, Any] = {
         "id": envelope["request_id"],
         "session_id": envelope["session_id"],
@@ -94,7 +104,19 @@ def weknora_event(position: str, envelope: dict[str, Any]) -> ServerSentEvent | 
     }
     if envelope["type"] == "references":
         body["knowledge_references"] = data.get("references", [])
+    if envelope["type"] == "turn_started":
+        body["assistant_message_id"] = data["assistant_message_id"]
     return ServerSentEvent(data=json.dumps(body), event="message", id=position)
+
+
+def _agent_query_data(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The reference's ``agent_query`` (the query was received, the turn starts): the
+    session and the assistant message the turn is writing, nothing more; the native
+    ``turn_started`` keeps the rest."""
+    return {
+        "session_id": envelope["session_id"],
+        "assistant_message_id": assistant_message_id(envelope["id"]),
+    }
 
 
 def _weknora_content(event_type: str, data: dict[str, Any]) -> str:
@@ -110,6 +132,6 @@ def _weknora_content(event_type: str, data: dict[str, Any]) -> str:
 
 
 def _weknora_done(event_type: str, data: dict[str, Any]) -> bool:
-    if event_type in ("complete", "error"):
+    if event_type in ("turn_started", "complete", "error"):
         return True
     return bool(data.get("done", event_type in ("tool_call", "tool_result", "references")))

@@ -36,6 +36,7 @@ from weft_contracts import (
     ReferencesEvent,
     TurnStartedEvent,
     TurnStatus,
+    assistant_message_id,
 )
 from weft_storage.models import ChatSession, Message
 
@@ -111,7 +112,7 @@ class MessageRecorder:
             # The assistant row sorts right after its user row, even at equal timestamps.
             assistant = {
                 **base,
-                "id": event.id + "a",
+                "id": assistant_message_id(event.id),
                 "role": "assistant",
                 "content": "",
                 "status": "running",

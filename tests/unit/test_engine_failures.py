@@ -1,0 +1,104 @@
+"""How a failing turn reads to the client (SPEC E-07, E-20 unrecoverable LLM failure): a
+stable code and a clean message in the ``error`` event; the provider's own text only in
+logs and the turn's span."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+from unittest.mock import AsyncMock
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from weft_contracts import AgentConfig, ErrorCode, ErrorData
+from weft_engine.emitter import EventEmitter
+from weft_engine.finalize import (
+    MODEL_BUSY,
+    MODEL_CONTEXT_FULL,
+    MODEL_REFUSED,
+    MODEL_UNAVAILABLE,
+    Finisher,
+    llm_failure,
+)
+from weft_engine.leases import TurnLeases
+from weft_engine.sessions import SessionGate
+from weft_engine.state import TurnState, TurnStore
+from weft_engine.tracing import TurnTracer, build_provider
+from weft_llm import LLMCallError
+
+UPSTREAM = (
+    "model returned HTTP 503: Error code: 503 - {'error': {'message': 'overloaded', "
+    "'host': 'gpu-pool-7.internal', 'request_id': 'req_abc123'}}"
+)
+
+
+def test_a_provider_failure_gets_a_stable_code_and_a_clean_message() -> None:
+    failure = llm_failure(LLMCallError(UPSTREAM, transient=True, status=503))
+    assert (failure.code, failure.message, failure.retryable) == (
+        ErrorCode.LLM_ERROR, MODEL_UNAVAILABLE, True,
+    )  # fmt: skip
+    assert "gpu-pool-7.internal" in failure.detail and "HTTP 503" in failure.detail
+
+
+def test_the_message_follows_the_cause_never_its_text() -> None:
+    cases = [
+        (LLMCallError("Error code: 429 - slow down", transient=True, status=429), MODEL_BUSY),
+        (LLMCallError("no output from the model for 120s", transient=True, stalled_s=120),
+         "The model sent no output for 120s. Try again in a moment."),
+        (LLMCallError("model unreachable: ConnectError", transient=True), MODEL_UNAVAILABLE),
+        (
+            LLMCallError("Error code: 400 - maximum context length exceeded", transient=False,
+                         status=400),
+            MODEL_CONTEXT_FULL,
+        ),
+        (LLMCallError("Error code: 401 - bad key sk-12", transient=False, status=401),
+         MODEL_REFUSED),
+    ]  # fmt: skip
+    for exc, message in cases:
+        failure = llm_failure(exc)
+        assert failure.code is ErrorCode.LLM_ERROR and failure.message == message, exc
+        assert "Error code" not in failure.message and str(exc) in failure.detail
+    assert llm_failure(cases[-1][0]).retryable is False
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.errors: list[ErrorData] = []
+
+    async def emit(self, event_type: Any, ids: dict[str, Any], data: Any, **_: Any) -> None:
+        if isinstance(data, ErrorData):
+            self.errors.append(data)
+
+    async def complete(self, ids: dict[str, Any], data: Any) -> bool:
+        return True
+
+    async def clear_streaming(self, request_id: str) -> None:
+        return None
+
+
+async def test_the_error_event_is_clean_and_the_span_keeps_the_detail() -> None:
+    emitter = _Emitter()
+    exporter = InMemorySpanExporter()
+    provider = build_provider(exporter, instance_id="engine-test")
+    sessions = AsyncMock()
+    sessions.hand_over.return_value = None
+    finisher = Finisher(
+        emitter=cast(EventEmitter, emitter), store=cast(TurnStore, AsyncMock()),
+        leases=cast(TurnLeases, AsyncMock()), sessions=cast(SessionGate, sessions),
+        tracer=TurnTracer(provider),
+    )  # fmt: skip
+    state = TurnState(
+        tenant_id="t", session_id="s", request_id="req-1", user_id="u",
+        agent=AgentConfig(agent_id="a", model="m"), messages=[], started_at=time.time(),
+    )  # fmt: skip
+    await finisher.fail(state, llm_failure(LLMCallError(UPSTREAM, transient=True, status=503)))
+
+    [error] = emitter.errors
+    assert error.model_dump() == {
+        "code": "llm_error", "message": MODEL_UNAVAILABLE, "retryable": True,
+    }  # fmt: skip
+    provider.force_flush()
+    [execute] = [s for s in exporter.get_finished_spans() if s.name == "agent.execute"]
+    assert execute.attributes is not None
+    assert execute.attributes["weft.error.code"] == "llm_error"
+    assert "gpu-pool-7.internal" in str(execute.attributes["weft.error.detail"])
+    assert "gpu-pool-7.internal" in str(execute.status.description)
