@@ -54,6 +54,7 @@ from weft_contracts.tools import (
     ToolCallRequested,
     ToolCallRequestedData,
     ToolContext,
+    tool_not_allowed,
 )
 from weft_contracts.topics import TOPIC_MODELS, Topic
 
@@ -112,4 +113,5 @@ __all__ = [
     "UnsupportedSchemaVersion",
     "new_event_id",
     "read_json",
+    "tool_not_allowed",
 ]
