@@ -11,7 +11,7 @@ import httpx
 import pytest
 from weft_testkit import LocalStack, StackConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
