@@ -380,7 +380,11 @@ async def test_database_query_sql_is_masked_in_events_but_runs_with_real_values(
         ],
         "fallback": "demo",
     })  # fmt: skip
-    session_id = await _session(api)
+    agent = await api.post("/api/v1/agents", json={
+        "name": "sql", "allowed_tools": ["database_query"], "kb_selection_mode": "none",
+    })  # fmt: skip
+    assert agent.status_code == 201, agent.text
+    session_id = await _session(api, agent.json()["id"])
     events = await read_turn(
         api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
         json_body={"query": "MASKSQL how many?"},
@@ -406,9 +410,11 @@ async def test_a_round_overlaps_read_only_calls_and_waits_at_a_barrier_in_order(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # SPEC E-15
     """Calls [thinking, bad search, shell_exec, thinking] run as groups [[1, 2], [3], [4]]:
-    the barrier is dispatched once both read-only calls answered, the last call once the
-    barrier answered; the failing search does not cancel its sibling; the model reads the
-    results in the calls' order."""
+    the failing search does not cancel its sibling; shell_exec, a barrier, is outside the
+    agent's tools (no write tool is offered to any agent yet), so it is refused without
+    being dispatched (SPEC A-08) and the last call leaves once the read-only group before
+    the barrier answered; the model reads the results in the calls' order. Groups around
+    a barrier that runs: tests/unit/test_engine_steps.py."""
     calls = [
         _thought(1),
         {"name": "search_knowledge", "arguments": {"limit": 3}, "id": "call_search"},
@@ -440,9 +446,11 @@ async def test_a_round_overlaps_read_only_calls_and_waits_at_a_barrier_in_order(
     tool_ids = [m["tool_call_id"] for m in read_back if m["role"] == "tool"]
     assert tool_ids == [c["id"] for c in calls]
 
-    sent, done = await _tool_traffic(stack, events[0].data["request_id"], len(calls))
-    assert sent["call_shell"] >= max(done["call_think1"], done["call_search"])
-    assert sent["call_think2"] >= done["call_shell"]
+    assert "its tools: search_knowledge, thinking" in results["call_shell"]["error"]
+
+    sent, done = await _tool_traffic(stack, events[0].data["request_id"], len(calls) - 1)
+    assert "call_shell" not in sent and "call_shell" not in done
+    assert sent["call_think2"] >= max(done["call_think1"], done["call_search"])
     assert sent["call_search"] < done["call_think1"], "read-only calls should overlap"
 
 

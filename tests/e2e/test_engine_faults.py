@@ -33,6 +33,8 @@ from weft_testkit import (
 
 REPO = Path(__file__).resolve().parents[2]
 NO_TOOLS_AGENT = "e2e-no-tools"
+WEB_AGENT = "e2e-web"
+"""Offered web_fetch (its web switch on), whose long deadline the stop tests rely on."""
 COALESCE_WINDOW_MS = 250
 
 
@@ -51,15 +53,18 @@ def faults_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
         },
     )
     with LocalStack(config) as running:
-        asyncio.run(_create_no_tools_agent(running.tenant))
+        asyncio.run(_create_agents(running.tenant))
         yield running
 
 
-async def _create_no_tools_agent(tenant: str) -> None:
+async def _create_agents(tenant: str) -> None:
     engine = create_async_engine(infra_env()["WEFT_DATABASE_URL"])
     async with async_sessionmaker(engine).begin() as s:
         config = {"allowed_tools": [], "max_iterations": 3, "mode": "smart-reasoning"}
         s.add(Agent(tenant_id=tenant, id=NO_TOOLS_AGENT, name="no tools", config=config))
+        web = {"allowed_tools": ["search_knowledge"], "web_search_enabled": True,
+               "max_iterations": 10, "mode": "smart-reasoning"}  # fmt: skip
+        s.add(Agent(tenant_id=tenant, id=WEB_AGENT, name="web", config=web))
     await engine.dispose()
 
 
@@ -267,7 +272,7 @@ async def test_a_tool_worker_that_never_answers_times_out_and_the_turn_goes_on(
 # No tool worker runs in these tests (tool-exec is killed), so the call never answers; its
 # deadline is web_fetch's own (SPEC E-17), far beyond the tests' 90 s bound: a turn that
 # waited for it instead of ending at the stop fails the test.
-FETCH = {"name": "web_fetch", "arguments": {"urls": ["https://example.com/slow"]}}
+FETCH = {"name": "web_fetch", "arguments": {"items": [{"url": "https://example.com/slow"}]}}
 FETCH_DEADLINE_S = TOOL_TIMEOUTS_S["web_fetch"]
 
 
@@ -296,7 +301,7 @@ async def test_a_stop_while_tools_run_ends_the_turn_without_waiting_for_them(
         "steps": [{"match": "STOPTOOLS", "tool_calls": [FETCH]}], "fallback": "demo",
     })  # fmt: skip
     events = await asyncio.wait_for(_watch(
-        client, faults_stack, "builtin-smart-reasoning", "STOPTOOLS go",
+        client, faults_stack, WEB_AGENT, "STOPTOOLS go",
         _first("tool_call"), _stop_the_turn(client),
     ), 90)  # fmt: skip
     _assert_clean_stream(events)
@@ -319,7 +324,7 @@ async def test_a_stop_after_a_tool_round_answers_from_what_was_gathered(
         "fallback": "demo",
     })  # fmt: skip
     events = await asyncio.wait_for(_watch(
-        client, faults_stack, "builtin-smart-reasoning", "RESCUE go",
+        client, faults_stack, WEB_AGENT, "RESCUE go",
         lambda event, data: event == "tool_call" and data["data"]["round"] == 1,
         _stop_the_turn(client),
     ), 90)  # fmt: skip
@@ -352,7 +357,7 @@ async def test_interrupt_stops_the_running_turn_then_runs_the_new_message(
         )))  # fmt: skip
 
     first = await asyncio.wait_for(_watch(
-        client, faults_stack, "builtin-smart-reasoning", "FIRSTTURN go",
+        client, faults_stack, WEB_AGENT, "FIRSTTURN go",
         _first("tool_call"), interrupt,
     ), 90)  # fmt: skip
     _assert_clean_stream(first)

@@ -24,9 +24,12 @@ async def test_suggestions_answer_not_available_yet(stack: LocalStack) -> None:
     assert "not available yet" in resp.json()["detail"]
 
 
-async def test_sandbox_tool_call_gets_a_readable_not_available_result(
+async def test_sandbox_tool_call_gets_a_readable_refusal(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
-) -> None:
+) -> None:  # SPEC A-08
+    """No agent is offered a sandbox tool yet, so the engine refuses shell_exec with a
+    result the model reads. The sandbox placeholder's own "not available yet" answer to a
+    permitted call: tests/security/test_tool_reach.py."""
     script = {"steps": [
         {"match": "run ls", "tool_calls": [{"name": "shell_exec", "arguments": {"command": "ls"}}]},
         {"match": "run ls", "content": "The sandbox is not available, sorry."},
@@ -41,9 +44,9 @@ async def test_sandbox_tool_call_gets_a_readable_not_available_result(
     )  # fmt: skip
     result = next(e for e in events if e.event == "tool_result").data["data"]
     assert result["tool_name"] == "shell_exec" and not result["success"]
-    assert "not available yet" in result["error"]
+    assert "is not available to this agent" in result["error"]
     complete = events[-1].data["data"]
     assert complete["status"] == "completed"
     assert complete["final_answer"] == "The sandbox is not available, sorry."
     tool_message = (await chat_requests(llm))[-1]["messages"][-1]
-    assert tool_message["role"] == "tool" and "not available yet" in tool_message["content"]
+    assert tool_message["role"] == "tool" and "not available" in tool_message["content"]

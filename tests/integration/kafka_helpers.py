@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from weft_contracts import Topic
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
@@ -98,3 +98,76 @@ async def read_topic(
     finally:
         await consumer.stop()
     return found
+
+
+async def records_until(
+    bootstrap: str, topics: list[str], enough: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The JSON-object records of ``topics`` (full names) from the start, once ``enough``
+    of them are there (fails after 30 s). Records that are not JSON objects are skipped: a
+    shared stack's topics also carry the garbage of the bad-input tests."""
+    consumer = AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        group_id=f"read-{secrets.token_hex(4)}",
+    )
+    await consumer.start()
+    found: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout(30):
+            while not enough(found):
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    found.extend(_objects(records))
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def records_so_far(bootstrap: str, topics: list[str]) -> list[dict[str, Any]]:
+    """Every JSON-object record already on ``topics`` (full names): read up to the end
+    offsets the topics have when called. What was written before the call is all there,
+    so a test can assert that something was never written without waiting for it."""
+    partitions = await _partitions(bootstrap, topics)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    found: list[dict[str, Any]] = []
+    try:
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        async with asyncio.timeout(30):
+            for partition in partitions:
+                while await consumer.position(partition) < ends[partition]:
+                    batch = await consumer.getmany(partition, timeout_ms=500)
+                    found.extend(_objects(batch.get(partition, [])))
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def _partitions(bootstrap: str, topics: list[str]) -> list[TopicPartition]:
+    """Every partition of ``topics``: a consumer only knows the metadata of topics it
+    subscribed to, the producer fetches it on request."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        return [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in sorted(await producer.partitions_for(topic))
+        ]
+    finally:
+        await producer.stop()
+
+
+def _objects(records: Iterable[ConsumerRecord[Any, Any]]) -> list[dict[str, Any]]:
+    decoded = []
+    for record in records:
+        try:
+            value = json.loads(record.value)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            decoded.append(value)
+    return decoded

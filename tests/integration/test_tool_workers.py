@@ -123,7 +123,7 @@ def _write_call() -> ToolCallRequested:
         data=ToolCallRequestedData(
             call_id=f"call_{secrets.token_hex(4)}", tool_name="send_email", arguments={},
             round=0, deadline=datetime.now(UTC) + timedelta(seconds=30),
-            context=ToolContext(user_id="u", agent_id="a"),
+            context=ToolContext(user_id="u", agent_id="a", allowed_tools=["send_email"]),
         ),
     )  # fmt: skip
 

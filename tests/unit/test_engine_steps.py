@@ -24,7 +24,9 @@ def _state() -> TurnState:
         session_id="s",
         request_id="r",
         user_id="u",
-        agent=AgentConfig(agent_id="a", model="m", knowledge_base_ids=["kb1"]),
+        agent=AgentConfig(
+            agent_id="a", model="m", knowledge_base_ids=["kb1"], allowed_tools=["search_knowledge"]
+        ),
         messages=[{"role": "user", "content": "q"}],
         started_at=time.time(),
     )

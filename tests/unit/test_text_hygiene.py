@@ -178,7 +178,7 @@ async def test_a_tool_result_with_nul_is_published_cleaned() -> None:
         data=ToolCallRequestedData(
             call_id="c1", tool_name="page", round=0, arguments={},
             deadline=datetime.now(UTC) + timedelta(seconds=30),
-            context=ToolContext(user_id="u", agent_id="a"),
+            context=ToolContext(user_id="u", agent_id="a", allowed_tools=["page"]),
         ),
     )  # fmt: skip
     await worker.handle(call)  # type: ignore[arg-type]

@@ -63,11 +63,12 @@ async def test_invalid_arguments_are_a_readable_error_and_the_tool_does_not_run(
     assert tool.calls == 0
 
 
-async def test_unknown_tool_names_the_known_ones() -> None:
+async def test_unknown_tool_does_not_name_the_registry() -> None:  # SPEC A-08
+    """Listing the registry would show a hijacked model every tool it may not use."""
     registry = ToolRegistry()
     registry.register(EchoTool("echo"))
     outcome = await registry.execute("nope", _call({"text": "x"}))
-    assert not outcome.success and "echo" in (outcome.error or "")
+    assert not outcome.success and outcome.error == "unknown tool 'nope'"
 
 
 def test_truncation_keeps_70_percent_head_and_30_percent_tail() -> None:  # SPEC T-03

@@ -56,6 +56,7 @@ from weft_contracts.tools import (
     ToolCallRequested,
     ToolCallRequestedData,
     ToolContext,
+    tool_not_allowed,
 )
 from weft_contracts.topics import TOPIC_MODELS, Topic
 
@@ -116,4 +117,5 @@ __all__ = [
     "assistant_message_id",
     "new_event_id",
     "read_json",
+    "tool_not_allowed",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,33 @@ class ToolContext(Payload):
         description="SPEC A-09, T-11: the caller's API key is limited to these knowledge bases "
         "(None: not limited); what database_query reads when the turn names no base.",
     )
+    allowed_tools: list[str] | None = Field(
+        default=None,
+        description=(
+            "The turn's effective tool set (SPEC A-08), the tools the model was offered; "
+            "workers run no other. Absent (a call from an engine that predates the field): "
+            "workers run nothing."
+        ),
+    )
+
+    def permits(self, tool_name: str) -> bool:
+        """Whether the turn may run ``tool_name``; fail closed when the set is absent."""
+        return self.allowed_tools is not None and tool_name in self.allowed_tools
+
+
+SHOWN_NAME_CHARS = 64
+"""How much of a refused tool's name the error repeats (the model chose it: bound it)."""
+
+
+def tool_not_allowed(tool_name: str, allowed: Collection[str] | None) -> str:
+    """The error a call outside the turn's tool set reads: it names only the tools this
+    agent may use, never the registry's other tools nor any id (SPEC E-22)."""
+    name = repr(tool_name[:SHOWN_NAME_CHARS])
+    if allowed is None:
+        return f"tool {name} refused: the call does not say which tools this agent may use"
+    if not allowed:
+        return f"tool {name} is not available: this agent has no tools"
+    return f"tool {name} is not available to this agent; its tools: {', '.join(sorted(allowed))}"
 
 
 class ToolCallRequestedData(Payload):

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 from jsonschema import Draft202012Validator
 from weft_contracts import ToolContext
+from weft_contracts.tools import SHOWN_NAME_CHARS
 
 from weft_tools.capabilities import NO_REQUIREMENT, ToolRequirement
 from weft_tools.casting import cast_arguments
@@ -136,9 +137,8 @@ class ToolRegistry:
     async def execute(self, name: str, call: ToolInvocation) -> ToolOutcome:
         """Cast and validate the arguments, run the tool, truncate its output (T-02, T-03)."""
         tool = self._tools.get(name)
-        if tool is None:
-            known = ", ".join(self.names())
-            return ToolOutcome(success=False, error=f"unknown tool {name!r}; known: {known}")
+        if tool is None:  # naming the registry's tools would show a caller what it may not use
+            return ToolOutcome(success=False, error=f"unknown tool {name[:SHOWN_NAME_CHARS]!r}")
         arguments = cast_arguments(call.arguments, tool.spec.parameters)
         errors = sorted(self._validators[name].iter_errors(arguments), key=str)
         if errors:

@@ -10,6 +10,7 @@ exactly the specs advertised.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 from weft_tools.capabilities import DOCUMENT_READER, RETRIEVAL
@@ -306,8 +307,15 @@ def spec_by_name(name: str) -> ToolSpec | None:
     return next((s for s in BUILTIN_SPECS if s.name == name), None)
 
 
-def definitions_for(allowed: list[str]) -> list[dict[str, object]]:
+def offered_tools(allowed: Iterable[str]) -> list[str]:
+    """The turn's effective tool set: the allowed names that are built-ins, sorted. The
+    model is offered exactly these, and the engine and the workers run no other tool
+    (SPEC A-08: ``allowed`` is the agent's list after the runtime registration rules)."""
+    wanted = set(allowed)
+    return sorted(s.name for s in BUILTIN_SPECS if s.name in wanted)
+
+
+def definitions_for(allowed: Iterable[str]) -> list[dict[str, object]]:
     """OpenAI tool definitions of the allowed built-ins, sorted by name (SPEC T-01)."""
-    return [
-        s.definition() for s in sorted(BUILTIN_SPECS, key=lambda s: s.name) if s.name in allowed
-    ]
+    specs = {s.name: s for s in BUILTIN_SPECS}
+    return [specs[name].definition() for name in offered_tools(allowed)]

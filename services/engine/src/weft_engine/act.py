@@ -3,6 +3,8 @@
 SPEC E-15: calls run in parallel, but only read-only tools overlap; any other tool is a
 barrier that runs alone, after what came before it. SPEC E-16: call ids normalised,
 arguments parsed, repaired once when broken, else an error result the model reads.
+SPEC A-08: a call of a tool outside the turn's tool set is such an error result too, and
+is never published.
 SPEC E-17: each call carries a deadline the engine enforces even if no worker answers.
 """
 
@@ -14,10 +16,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from json_repair import repair_json
-from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+from weft_contracts import (
+    ToolCallRequested,
+    ToolCallRequestedData,
+    ToolContext,
+    tool_not_allowed,
+)
 from weft_contracts.text import clean_json
 from weft_llm import ToolCallRequest
-from weft_tools.specs import spec_by_name
+from weft_tools.specs import offered_tools, spec_by_name
 
 from weft_engine.state import PendingCall, TurnState
 
@@ -60,7 +67,10 @@ def is_read_only(tool_name: str) -> bool:
 def plan_calls(
     state: TurnState, calls: list[ToolCallRequest], default_timeout_s: float
 ) -> tuple[list[PendingCall], dict[str, str]]:
-    """Pending calls in the model's order and the argument errors known before dispatch."""
+    """Pending calls in the model's order and the errors known before dispatch: a tool
+    outside the turn's tool set (SPEC A-08; such a call never leaves the engine, whatever
+    the model was talked into) or arguments that are not an object (SPEC E-16)."""
+    offered = offered_tools(state.agent.allowed_tools)
     pending: list[PendingCall] = []
     errors: dict[str, str] = {}
     for index, call in enumerate(calls):
@@ -70,6 +80,8 @@ def plan_calls(
         except ValueError as exc:
             errors[call_id] = f"{exc}\n{ERROR_HINT}"
             arguments = {}
+        if call.name not in offered:
+            errors[call_id] = tool_not_allowed(call.name, offered)
         timeout = TOOL_TIMEOUTS_S.get(call.name, default_timeout_s)
         pending.append(
             PendingCall(
@@ -112,6 +124,7 @@ def dispatch_messages(
         max_output_chars=state.agent.tool_output_max_chars,
         retrieval_tenant_id=state.agent.retrieval_tenant_id,
         key_knowledge_base_ids=state.agent.key_knowledge_base_ids,
+        allowed_tools=offered_tools(state.agent.allowed_tools),  # the workers check it too
     )
     updated: list[PendingCall] = []
     messages: list[ToolCallRequested] = []

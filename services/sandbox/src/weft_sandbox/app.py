@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import structlog
 from fastapi import FastAPI
-from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, Topic
+from weft_contracts import (
+    ToolCallCompleted,
+    ToolCallCompletedData,
+    ToolCallRequested,
+    Topic,
+    tool_not_allowed,
+)
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.bus import EventBus
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
+
+log = structlog.get_logger(__name__)
 
 CONSUMER_GROUP = "weft-sandbox"
 NOT_AVAILABLE = (
@@ -24,14 +33,22 @@ class SandboxSettings(ServiceSettings):
 
 
 class SandboxUnavailable:
-    """Answers each sandbox call with a failed result the model can read."""
+    """Answers each sandbox call with a failed result the model can read; a call outside
+    its context's tool set gets a refusal instead (fail closed when the set is absent)."""
 
     def __init__(self, bus: EventBus, worker: str):
         self._bus = bus
         self._worker = worker
 
     async def handle(self, call: ToolCallRequested) -> None:
-        """Publish the "not available yet" result of ``call``."""
+        """Publish the "not available yet" result of ``call``, or its refusal when the
+        tool is outside the call's tool set (the check the real sandbox keeps)."""
+        name = call.data.tool_name
+        if call.data.context.permits(name):
+            error = NOT_AVAILABLE.format(tool=name)
+        else:
+            error = tool_not_allowed(name, call.data.context.allowed_tools)
+            log.warning("tool_not_allowed", call_id=call.data.call_id, request_id=call.request_id)
         await self._bus.publish(
             Topic.TOOL_RESULTS,
             ToolCallCompleted(
@@ -43,7 +60,7 @@ class SandboxUnavailable:
                     call_id=call.data.call_id,
                     tool_name=call.data.tool_name,
                     success=False,
-                    error=NOT_AVAILABLE.format(tool=call.data.tool_name),
+                    error=error,
                     worker=self._worker,
                 ),
             ),

@@ -7,7 +7,14 @@ import time
 from datetime import UTC, datetime
 
 import structlog
-from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, Topic
+from weft_contracts import (
+    ToolCallCompleted,
+    ToolCallCompletedData,
+    ToolCallRequested,
+    Topic,
+    tool_not_allowed,
+)
+from weft_contracts.tools import SHOWN_NAME_CHARS
 from weft_platform.bus import EventBus
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 
@@ -31,8 +38,24 @@ def invocation_tenant(call: ToolCallRequested, spec: ToolSpec | None) -> str:
     return owner if owner and needs_kb else call.tenant_id
 
 
+def refusal(call: ToolCallRequested) -> ToolOutcome:
+    """The failed result of a call outside its turn's tool set: the engine refuses such
+    calls itself, so one reaching a worker was forged or sent by an engine that predates
+    the tool set (which then permits nothing: fail closed)."""
+    log.warning(
+        "tool_not_allowed",
+        tool=call.data.tool_name[:SHOWN_NAME_CHARS],
+        call_id=call.data.call_id,
+        request_id=call.request_id,
+        tool_set_absent=call.data.context.allowed_tools is None,
+    )
+    allowed = call.data.context.allowed_tools
+    return ToolOutcome(success=False, error=tool_not_allowed(call.data.tool_name, allowed))
+
+
 class ToolWorker:
-    """Executes calls through the registry; every call ends in a published result.
+    """Executes calls through the registry; every call ends in a published result. A call
+    of a tool outside its context's tool set is answered with a refusal, never run.
 
     A tool that fails or overruns its deadline produces a failed result the model can
     read (STYLE principle 4, "final but reported"); only a failure to publish is raised,
@@ -58,6 +81,11 @@ class ToolWorker:
         """Run ``call`` (or report it) and publish its result."""
         started = time.monotonic()
         started_ns = time.time_ns()  # span start (SPEC E-23)
+        if not call.data.context.permits(call.data.tool_name):
+            outcome = refusal(call)
+            self._tracer.call_done(call, outcome, started_ns)
+            await self._publish(call, outcome, started)
+            return
         spec = self._registry.spec(call.data.tool_name)
         is_write = spec is not None and not spec.read_only
         claim = await self._ledger.claim(call.data.call_id, self._worker) if is_write else Claim.RUN

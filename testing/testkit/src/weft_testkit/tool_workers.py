@@ -155,7 +155,7 @@ class ToolCallClient:
                 data=ToolCallRequestedData(
                     call_id=call_id, tool_name=tool, arguments=arguments, round=0,
                     deadline=datetime.now(UTC) + timedelta(seconds=deadline_s),
-                    context=ToolContext(user_id="u", agent_id="a"),
+                    context=ToolContext(user_id="u", agent_id="a", allowed_tools=[tool]),
                 ),
             )  # fmt: skip
             topic = f"{self.prefix}weft.tool.calls.v1"
