@@ -274,6 +274,17 @@ SQL
         tail_log "$PG_LOG"
         die "postgres: could not create role/database weft"
     fi
+    # Per database, as the superuser: database_query's reader role may not call set_config,
+    # with which SQL that got past the parse checks could change its tenant setting or switch
+    # back to weft (docs/security.md). weft keeps it: the tool sets its settings as weft.
+    if ! as_pg "$PG_BIN/psql" -X -q -h "$PG_SOCK" -p "$WEFT_PG_PORT" -d weft \
+        -v ON_ERROR_STOP=1 >>"$PG_LOG" 2>&1 <<'SQL'; then
+REVOKE EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) TO weft;
+SQL
+        tail_log "$PG_LOG"
+        die "postgres: could not revoke set_config from PUBLIC in database weft"
+    fi
 }
 
 pg_running_pid() {

@@ -191,6 +191,22 @@ async def test_the_reader_role_without_settings_sees_nothing(  # SPEC T-11
     assert count == 0
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT set_config('weft.tenant_id', 'someone-else', true)",
+        "SELECT set_config('role', 'weft', true)",
+    ],
+)
+async def test_the_reader_role_cannot_call_set_config(  # SPEC T-11, invariant 5
+    engine: AsyncEngine, tenants: Tenants, sql: str
+) -> None:
+    """No parse checks: the reader can neither move its tenant setting nor switch back to
+    the services' role (deploy/local/infra.sh revokes set_config from PUBLIC)."""
+    with pytest.raises(DBAPIError, match=r"permission denied for function set_config"):
+        await _as_reader(engine, tenants.mine, sql)
+
+
 async def test_setting_another_tenant_is_refused_by_the_tool(  # SPEC T-11
     engine: AsyncEngine, tenants: Tenants
 ) -> None:
