@@ -82,22 +82,8 @@ async def read_topic(
 ) -> list[dict[str, Any]]:
     """The records of ``topic`` in ``rt``'s deployment from the start, decoded, once
     ``enough`` of them are there (fails after 30 s)."""
-    consumer = AIOKafkaConsumer(
-        rt.bus.topic_name(topic),
-        bootstrap_servers=rt.settings.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        group_id=f"read-{secrets.token_hex(4)}",
-    )
-    await consumer.start()
-    found: list[dict[str, Any]] = []
-    try:
-        async with asyncio.timeout(30):
-            while not enough(found):
-                for records in (await consumer.getmany(timeout_ms=500)).values():
-                    found.extend(json.loads(r.value) for r in records)
-    finally:
-        await consumer.stop()
-    return found
+    topics = [rt.bus.topic_name(topic)]
+    return await records_until(rt.settings.kafka_bootstrap, topics, enough)
 
 
 async def records_until(

@@ -155,6 +155,7 @@ async def test_another_user_of_the_tenant_gets_404_on_every_session_route(
                   "kb_selection_mode": "none", "memory_enabled": False}  # fmt: skip
     steps: list[dict[str, Any]] = [
         {"match": "MARIGOLD", "content": "Noted, MARIGOLD."},
+        {"match": "PEONY", "content": "Noted, PEONY."},
         {"match": "RECALL", "tool_calls": [
             {"name": "search_conversations", "arguments": {"query": "MARIGOLD launch code"}},
         ]},
@@ -195,7 +196,11 @@ async def test_another_user_of_the_tenant_gets_404_on_every_session_route(
     assert session_id not in {s["id"] for s in (await u2.http.get("/api/v1/sessions")).json()}
 
     # search_conversations in user 2's own turn finds nothing of user 1 (SPEC T-17).
+    # User 2's own earlier turn is stored first, so the search has something of theirs to
+    # find (the running turn's own message may not be stored yet when the tool runs).
     theirs = (await u2.http.post("/api/v1/sessions", json={"agent_id": agent_id})).json()["id"]
+    await _turn(u2, theirs, "The PEONY launch code is 9001.")
+    await _stored_turn(u2.http, theirs)
     events = await _turn(u2, theirs, "RECALL the launch code")
     results = [e.data["data"] for e in events if e.event == "tool_result"]
     assert [r["tool_name"] for r in results] == ["search_conversations"], results
