@@ -155,6 +155,15 @@ async def test_a_steer_on_the_last_round_gets_one_overrun_round(
     assert "maximum number of reasoning steps" not in json.dumps(last["messages"])
 
 
+async def _model_asked(llm: httpx.AsyncClient, text: str) -> None:
+    """Wait until the scripted model has received a request that contains ``text``."""
+    async with asyncio.timeout(30):
+        while True:
+            if any(text in json.dumps(r) for r in await chat_requests(llm)):
+                return
+            await asyncio.sleep(0.05)
+
+
 async def test_a_second_message_waits_for_the_running_turn(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # double-texting "enqueue" (the default)
@@ -168,7 +177,7 @@ async def test_a_second_message_waits_for_the_running_turn(
     first = asyncio.create_task(
         read_turn(api, url, api_key=stack.api_key, json_body={"query": "FIRST one"})
     )
-    await asyncio.sleep(0.3)  # let the first request reach the engine first
+    await _model_asked(llm, "FIRST one")  # the first turn runs before the second is sent
     second = await read_turn(api, url, api_key=stack.api_key, json_body={"query": "SECOND one"})
     first_events = await first
     assert first_events[-1].data["data"]["final_answer"] == "first answer"

@@ -71,6 +71,11 @@ async def _history(
     return dict(resp.json())
 
 
+async def _blocked_clients(redis: Redis) -> int:
+    """Redis clients blocked in a command such as the history route's BLMOVE."""
+    return int((await redis.info("clients"))["blocked_clients"])
+
+
 async def test_history_waits_for_the_end_of_the_turn_it_is_told_about(
     sessions: async_sessionmaker[AsyncSession], redis: Redis, memory: httpx.AsyncClient
 ) -> None:
@@ -81,8 +86,13 @@ async def test_history_waits_for_the_end_of_the_turn_it_is_told_about(
     # Without ``after`` the history is built at once: the running turn is not in it.
     assert (await _history(memory, first, None))["messages"] == []
 
+    blocked = await _blocked_clients(redis)
     asking = asyncio.create_task(_history(memory, first, first["request_id"]))
-    await asyncio.sleep(0.3)
+    async with asyncio.timeout(10):  # the request is waiting on the turn-end signal
+        while True:
+            if await _blocked_clients(redis) > blocked or asking.done():
+                break
+            await asyncio.sleep(0.02)
     assert not asking.done(), "history answered before the previous turn's end was stored"
     await recorder.handle(_complete(first, "first answer"))
     body = await asyncio.wait_for(asking, WAIT_S)
