@@ -64,16 +64,12 @@ async def _publish_raw(rt: ServiceRuntime, records: Sequence[bytes], key: bytes)
         await producer.stop()
 
 
-async def _stream_seqs(rt: ServiceRuntime, tenant: str, count: int) -> list[int]:
-    key = stream_key(tenant, "s1")
-    async with asyncio.timeout(30):
-        while True:
-            entries: Any = await rt.redis.xrange(key)
-            if len(entries) >= count:
-                await asyncio.sleep(0.5)  # a duplicate would land right behind
-                entries = await rt.redis.xrange(key)
-                return [int(fields[b"seq"]) for _, fields in entries]
-            await asyncio.sleep(0.1)
+async def _stream_seqs(rt: ServiceRuntime, tenant: str, handled: asyncio.Event) -> list[int]:
+    """The session stream's seqs once the handler says it has written what it was given
+    (a duplicate would have been written by then)."""
+    await asyncio.wait_for(handled.wait(), 30)
+    entries: Any = await rt.redis.xrange(stream_key(tenant, "s1"))
+    return [int(fields[b"seq"]) for _, fields in entries]
 
 
 async def test_garbage_in_a_batch_is_dead_lettered_and_the_rest_projected_in_order(
@@ -89,15 +85,18 @@ async def test_garbage_in_a_batch_is_dead_lettered_and_the_rest_projected_in_ord
         SessionStreams(runtime.redis, max_len=1000, retention_s=120), limits
     )
     batch_sizes: list[int] = []
+    all_handled = asyncio.Event()
 
     async def handle(batch: list[Any]) -> None:
         batch_sizes.append(len(batch))
         await projector.handle_batch(batch)
+        if sum(batch_sizes) >= 5:
+            all_handled.set()
 
     runtime.bus.consume_batch(Topic.AGENT_EVENTS, "projector", handle)
     await runtime.broker.start()
 
-    assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
+    assert await _stream_seqs(runtime, tenant, all_handled) == [1, 2, 3, 4, 5]
     assert sum(batch_sizes) == 5 and len(batch_sizes) < 5  # batched, each event once
     [letter] = await dead_letters(runtime, 1)
     assert letter["data"]["reason"].startswith("undecodable:")
@@ -114,23 +113,22 @@ async def test_batch_handed_back_after_the_redis_write_is_not_duplicated(
     await _publish_raw(runtime, [e.model_dump_json().encode() for e in events], key=b"s1")
     projector = StreamProjector(SessionStreams(runtime.redis, max_len=1000, retention_s=120))
     calls: list[list[str]] = []
-    redelivered = asyncio.Event()
+    first_written, redelivered = asyncio.Event(), asyncio.Event()
 
     async def crash_after_first_write(batch: list[Any]) -> None:
         calls.append([e.id for e in batch])
-        if len(calls) == 2:
-            redelivered.set()
         await projector.handle_batch(batch)
         if len(calls) == 1:
+            first_written.set()
             raise ConnectionError("lost before the commit")
+        redelivered.set()  # the redelivered batch is written (or found already written)
 
     runtime.bus.consume_batch(Topic.AGENT_EVENTS, "projector", crash_after_first_write)
     await runtime.broker.start()
 
-    assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
-    await asyncio.wait_for(redelivered.wait(), 30)
+    assert await _stream_seqs(runtime, tenant, first_written) == [1, 2, 3, 4, 5]
+    assert await _stream_seqs(runtime, tenant, redelivered) == [1, 2, 3, 4, 5]
     assert calls[1][0] == calls[0][0]  # Kafka delivered the uncommitted batch again
-    assert await _stream_seqs(runtime, tenant, 5) == [1, 2, 3, 4, 5]
 
 
 async def test_append_many_is_one_round_trip_and_survives_a_script_flush(
