@@ -17,7 +17,6 @@ import httpx
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from redis.asyncio import Redis
-from weft_context import MemoryClient
 from weft_contracts import (
     AgentConfig,
     CancelRequested,
@@ -29,6 +28,7 @@ from weft_contracts import (
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
+from weft_engine.history_client import HistoryClient
 from weft_engine.leases import StepClaim, TurnLeases
 from weft_engine.loop import MAX_TAKEOVERS, TurnLoop
 from weft_engine.reporting import ResultReporter
@@ -110,7 +110,7 @@ def _loop(
     emitter = EventEmitter(runtime.bus, redis, ttl_s=60)
     leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
     context = context_type(
-        memory=MemoryClient(base_url="http://127.0.0.1:9"), model=model, emitter=emitter,
+        memory=HistoryClient(base_url="http://127.0.0.1:9"), model=model, emitter=emitter,
         estimator=CachedTokenEstimator(),
     )  # fmt: skip
     finisher = Finisher(

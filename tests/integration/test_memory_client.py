@@ -1,4 +1,4 @@
-"""weft_context.MemoryClient (the engine's client) against the real memory routes on the real
+"""The engine's HistoryClient against the real memory routes on the real
 PostgreSQL: history -> compaction -> checkpoint -> reload from it; scale; recall/extract."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_context.compaction import CompactionSettings, Compactor
-from weft_context.memory_client import MemoryClient
 from weft_context.tokens import TokenEstimator
+from weft_engine.compaction import CompactionSettings, Compactor
+from weft_engine.history_client import HistoryClient
 from weft_llm import LLMRequest, LLMResponse, StreamSink
 from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
@@ -38,7 +38,7 @@ class Model:
 
 
 @pytest.fixture
-async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[MemoryClient]:
+async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[HistoryClient]:
     memory = LongTermMemory(sessions)
     app = FastAPI()
     app.include_router(session_router(sessions))
@@ -46,7 +46,7 @@ async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[Me
     app.include_router(
         memory_router(sessions, memory, MemoryExtractor(sessions, Model(), "m", memory))
     )
-    c = MemoryClient("http://memory", transport=httpx.ASGITransport(app=app))
+    c = HistoryClient("http://memory", transport=httpx.ASGITransport(app=app))
     yield c
     await c.aclose()
 
@@ -72,7 +72,7 @@ async def _seed(sessions: async_sessionmaker[AsyncSession], turns: int) -> tuple
 
 
 async def test_engine_flow_through_the_client(
-    client: MemoryClient, sessions: async_sessionmaker[AsyncSession]
+    client: HistoryClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     tenant, sid = await _seed(sessions, 6)
     settings = CompactionSettings(model="m", context_window=24_000, completion_budget=512)

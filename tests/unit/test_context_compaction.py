@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from weft_context.compaction import CompactionSettings, Compactor
-from weft_context.compaction.compactor import _safe_cut
-from weft_context.compaction.fileops import parse_file_ops
-from weft_context.compaction.summarizer import SPLIT_TURN_PROMPT
 from weft_context.summary import summary_message, summary_text
 from weft_context.tokens import TokenEstimator
+from weft_engine.compaction import CompactionSettings, Compactor
+from weft_engine.compaction.compactor import _safe_cut
+from weft_engine.compaction.fileops import parse_file_ops
+from weft_engine.compaction.summarizer import SPLIT_TURN_PROMPT
 from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
 
 
