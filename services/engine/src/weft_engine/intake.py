@@ -218,6 +218,7 @@ class TurnIntake:
                 await asyncio.sleep(0.5)
             finally:
                 with contextlib.suppress(Exception):
+                    # redis-py leaves PubSub.aclose unannotated
                     await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
 
 
