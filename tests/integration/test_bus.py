@@ -251,7 +251,7 @@ async def _until(condition: Callable[[], bool]) -> None:
 async def test_handled_offsets_are_committed_together_and_a_new_consumer_resumes_after_them(
     infra: dict[str, str],
 ) -> None:
-    """Issue 3: commits are coalesced (one request per interval, not per record), yet a
+    """Commits are coalesced (one request per interval, not per record), yet a
     consumer that takes over the group reads on after the last handled record; a record
     handled after the last commit is read again (at-least-once, absorbed by dedupe)."""
     # The second runtime joins the first one's topics after it closed: both use topics the

@@ -1,4 +1,4 @@
-"""A turn's data-URI images parked beside its state, on the real Redis (SPEC E-26, issue 3).
+"""A turn's data-URI images parked beside its state, on the real Redis (SPEC E-26).
 
 The whole path (intake parks, the model request gets the data, the keys go with the
 turn) is tests/e2e/test_vision.py::test_data_uri_images_stay_out_of_the_turn_state.

@@ -1,4 +1,4 @@
-"""The bus's batch consumers poll without FastStream's idle sleep (issue 3: the first event
+"""The bus's batch consumers poll without FastStream's idle sleep (the first event
 after a quiet spell reached the gateway's projector up to 100 ms late). The latency itself
 is measured by ``bench/batch_idle_latency.py``; these tests pin the behaviour."""
 
