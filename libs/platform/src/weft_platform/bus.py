@@ -78,8 +78,9 @@ class PromptBatchSubscriber(BatchSubscriber):
     After a fetch that found nothing, FastStream 0.7 sleeps ``batch_timeout_ms`` before
     the next ``getmany``, although ``getmany`` had already waited that long. A record that
     arrives during the sleep waits for it: with the 100 ms default, the first event after
-    a quiet spell (a turn's first event, the first token after a model's think time) took
-    up to 98 ms to reach the gateway's projector (``bench/batch_idle_latency.py``).
+    a quiet spell (a turn's first event, the first token after a model's think time) would
+    reach the gateway's projector up to that much late (``bench/batch_idle_latency.py``
+    measures it).
     Without the sleep, ``getmany``'s own wait is the poll: it returns as soon as a record
     is fetched, and the loop does not spin when nothing comes.
     """
