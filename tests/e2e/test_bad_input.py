@@ -1,5 +1,5 @@
 """Bad input gets a clear 4xx and loses nothing; garbage on Kafka is dead-lettered and the
-consumers keep going (issue 2, "Bad input")."""
+consumers keep going."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Engine fault tests with separate OS processes on the real Kafka and Redis (issue 3).
+"""Engine fault tests with separate OS processes on the real Kafka and Redis.
 
 One stack for the module: three engine replicas, every topic on ONE partition (so all
 sessions share it), short lease and tool deadlines so the bounded times stay short.
@@ -295,7 +295,7 @@ def _stop_the_turn(client: httpx.AsyncClient) -> Act:
 
 async def test_a_stop_while_tools_run_ends_the_turn_without_waiting_for_them(
     client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
-) -> None:  # SPEC E-20 cancel, E-04; issue 3 "a stop while tools run"
+) -> None:  # SPEC E-20 cancel, E-04 (a stop while tools run)
     faults_stack.kill("tool_exec")
     await script.post("/_script", json={
         "steps": [{"match": "STOPTOOLS", "tool_calls": [FETCH]}], "fallback": "demo",
@@ -339,7 +339,7 @@ async def test_a_stop_after_a_tool_round_answers_from_what_was_gathered(
 
 async def test_interrupt_stops_the_running_turn_then_runs_the_new_message(
     client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
-) -> None:  # issue 3 double-texting "interrupt"
+) -> None:  # double-texting "interrupt"
     faults_stack.kill("tool_exec")
     await script.post("/_script", json={
         "steps": [
@@ -372,7 +372,7 @@ async def test_interrupt_stops_the_running_turn_then_runs_the_new_message(
 
 async def test_answer_deltas_are_coalesced_over_the_configured_window(
     client: httpx.AsyncClient, faults_stack: LocalStack, script: httpx.AsyncClient
-) -> None:  # issue 3 "deltas coalesced over a short window (first delta immediately)"
+) -> None:  # "deltas coalesced over a short window (first delta immediately)"
     words = " ".join(f"w{i}" for i in range(40))
     await script.post("/_script", json={
         "steps": [{"match": "COALESCE", "content": words, "chunk_delay_ms": 50}],

@@ -1,5 +1,5 @@
 """File upload through the gateway, ingested asynchronously by tool-exec, then searchable
-by an agent turn (issue 4: ingestion API through the gateway, progress reported)."""
+by an agent turn (ingestion API through the gateway, progress reported)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def _handbook(paragraphs: int) -> bytes:
 async def test_an_agent_turn_completes_while_a_large_upload_is_ingesting(
     api: httpx.AsyncClient, stack: LocalStack
 ) -> None:
-    """Issue 4: ingestion runs asynchronously and an agent query during it does not block.
+    """Ingestion runs asynchronously and an agent query during it does not block.
 
     The assertion is on ordering: the turn has completed (with the fact found) while the
     document is still being embedded, and the document finishes afterwards.

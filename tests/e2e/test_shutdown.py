@@ -1,4 +1,4 @@
-"""Graceful shutdown on SIGTERM (issue 2, item 4): a service stops its consumers, closes its
+"""Graceful shutdown on SIGTERM: a service stops its consumers, closes its
 connections and exits; the records it had not committed go back to Kafka."""
 
 from __future__ import annotations

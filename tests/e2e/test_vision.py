@@ -137,7 +137,7 @@ async def _parked_turn(redis: Redis, session_id: str) -> tuple[str, str]:
 async def test_data_uri_images_stay_out_of_the_turn_state(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, redis: Redis
 ) -> None:
-    """SPEC E-26, issue 3: a data-URI image is parked beside the turn's state, which every
+    """SPEC E-26: a data-URI image is parked beside the turn's state, which every
     step loads and saves, and put back into each model request; both go with the turn."""
     script = {"steps": [{"delay_ms": 3000, "content": "A green pixel."}]}
     assert (await llm.post("/_script", json=script)).status_code == 200

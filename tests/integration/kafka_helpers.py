@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from faststream.kafka import TestKafkaBroker
 from weft_contracts import Topic
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
@@ -68,6 +69,33 @@ async def service_runtime(
     finally:
         await rt.bus.flush_commits()
         await rt.broker.stop()
+        await rt.redis.aclose()
+        await rt.db.dispose()
+
+
+@asynccontextmanager
+async def in_memory_runtime(
+    infra: dict[str, str], name: str, **settings: Any
+) -> AsyncIterator[ServiceRuntime]:
+    """A service's runtime whose broker is FastStream's in-memory one (``TestKafkaBroker``):
+    a publish hands the record to the matching subscribers in-process; Redis (dedupe) and
+    PostgreSQL are the real ones. Subscribers registered before ``rt.broker.start()`` get
+    what is published after it, as on the real broker."""
+    rt = create_runtime(
+        ServiceSettings(
+            service_name=name,
+            kafka_bootstrap="127.0.0.1:1",  # never dialled: the test broker replaces it
+            redis_url=infra["WEFT_REDIS_URL"],
+            database_url=infra["WEFT_DATABASE_URL"],
+            topic_prefix=f"mem{secrets.token_hex(4)}.",
+            **settings,
+        )
+    )
+    try:
+        # connect_only: the test starts the broker itself once its subscribers are there.
+        async with TestKafkaBroker(rt.broker, connect_only=True):
+            yield rt
+    finally:
         await rt.redis.aclose()
         await rt.db.dispose()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from weft_agent_config.app import AgentService
+from weft_agent_config.agent_service import AgentService
 from weft_agent_config.catalogs import BuiltinAgents, TypePresets
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.sharing import SharingStore

@@ -1,4 +1,11 @@
-"""EventBus on the real Kafka: publish/consume, retry then dead-letter, de-duplication."""
+"""The EventBus contract as one suite, run twice: against FastStream's in-memory broker
+(``TestKafkaBroker``) and against the real Kafka (the ``kafka`` marker). Both halves assert
+the same: publish/consume, retry then dead-letter, id-based dedupe, a later version's
+records read or dead-lettered as such, type-header filters, batches in record order.
+
+Real Kafka only, each saying why: the broadcast (positions at the latest offset and
+several processes are properties of a real broker's partitions) and the coalesced commits
+(offsets exist only on a real broker)."""
 
 from __future__ import annotations
 
@@ -18,15 +25,56 @@ from weft_contracts import (
 )
 from weft_platform.runtime import ServiceRuntime
 
-from tests.integration.kafka_helpers import dead_letters, own_topics, service_runtime
+from tests.integration.kafka_helpers import in_memory_runtime, own_topics, service_runtime
+
+RETRIES = {"consumer_attempts": 3, "consumer_retry_backoff_s": 0.01}
+
+
+@pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
+async def runtime(
+    request: pytest.FixtureRequest, infra: dict[str, str]
+) -> AsyncIterator[ServiceRuntime]:
+    """A service runtime on the in-memory broker, then on the real Kafka (own topics)."""
+    if request.param == "kafka":
+        async with service_runtime(infra, "bus-test", **RETRIES) as rt:
+            yield rt
+    else:
+        async with in_memory_runtime(infra, "bus-test", **RETRIES) as rt:
+            yield rt
 
 
 @pytest.fixture
-async def runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
-    async with service_runtime(
-        infra, "bus-test", consumer_attempts=3, consumer_retry_backoff_s=0.01
-    ) as rt:
+async def kafka_runtime(infra: dict[str, str]) -> AsyncIterator[ServiceRuntime]:
+    """A service runtime on the real Kafka only, for the real-broker cases."""
+    async with service_runtime(infra, "bus-test", **RETRIES) as rt:
         yield rt
+
+
+class DeadLetters:
+    """The dead letters of a runtime's deployment, read through its own broker (a
+    subscriber of the DLQ topic), so both halves of the suite read them the same way.
+    Create it before the broker starts."""
+
+    def __init__(self, runtime: ServiceRuntime):
+        self.letters: list[dict[str, Any]] = []
+        self._arrived = asyncio.Event()
+        runtime.broker.subscriber(
+            runtime.bus.topic_name(Topic.DLQ),
+            group_id=runtime.settings.topic_prefix + "dlq-reader",
+            auto_offset_reset="earliest",
+        )(self._on_letter)
+
+    async def _on_letter(self, letter: dict[str, Any]) -> None:
+        self.letters.append(letter)
+        self._arrived.set()
+
+    async def first(self, count: int) -> list[dict[str, Any]]:
+        """The letters once there are ``count`` of them (fails after 30 s)."""
+        async with asyncio.timeout(30):
+            while len(self.letters) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return list(self.letters)
 
 
 def _event(delta: str) -> ThoughtEvent:
@@ -47,13 +95,14 @@ async def test_failing_handler_is_retried_then_dead_lettered_and_next_message_fl
         handled.set()
 
     runtime.bus.consume(Topic.AGENT_EVENTS, "g", handler)
+    dead = DeadLetters(runtime)
     await runtime.broker.start()
     await runtime.bus.publish(Topic.AGENT_EVENTS, _event("poison"))
     await runtime.bus.publish(Topic.AGENT_EVENTS, _event("fine"))
     await asyncio.wait_for(handled.wait(), 30)
 
     assert attempts == {"poison": 3, "fine": 1}
-    [letter] = await dead_letters(runtime, 1)
+    [letter] = await dead.first(1)
     assert letter["data"]["reason"] == "handler_failed: cannot process poison"
     assert letter["data"]["error_type"] == "RuntimeError"
     assert letter["tenant_id"] == "t" and letter["data"]["consumer_group"].endswith("g")
@@ -108,6 +157,7 @@ async def test_a_later_versions_records_are_read_or_dead_lettered_as_such(
         runtime.bus.consume_batch(Topic.AGENT_EVENTS, "g", handle_batch)
     else:
         runtime.bus.consume(Topic.AGENT_EVENTS, "g", handle)
+    dead = DeadLetters(runtime)
     await runtime.broker.start()
     name = runtime.bus.topic_name(Topic.AGENT_EVENTS)
     for body in (
@@ -119,7 +169,7 @@ async def test_a_later_versions_records_are_read_or_dead_lettered_as_such(
     await asyncio.wait_for(done.wait(), 30)
 
     assert handled == ["added", "last"]
-    [letter] = await dead_letters(runtime, 1)
+    [letter] = await dead.first(1)
     assert letter["data"]["reason"] == (
         "unsupported_schema_version: message schema_version 2; this reader knows up to 1"
     )
@@ -187,11 +237,38 @@ async def test_consume_batch_with_types_skips_other_records_by_header(
     assert tuple(seen) == expected
 
 
+async def test_a_batch_handler_gets_the_records_in_record_order(runtime: ServiceRuntime) -> None:
+    """One key, one partition: the batches, joined, are the records in the order they were
+    published, none larger than ``max_records`` (the real broker hands a fetch as one batch,
+    the in-memory one each record as it is published)."""
+    seen: list[str] = []
+    sizes: list[int] = []
+    done = asyncio.Event()
+
+    async def handler(events: list[Any]) -> None:
+        sizes.append(len(events))
+        seen.extend(event.data.delta for event in events)
+        if seen[-1:] == ["9"]:
+            done.set()
+
+    runtime.bus.consume_batch(Topic.AGENT_EVENTS, "g", handler, max_records=4)
+    await runtime.broker.start()
+    for i in range(10):
+        await runtime.bus.publish(Topic.AGENT_EVENTS, _event(str(i)))
+    await asyncio.wait_for(done.wait(), 30)
+    assert seen == [str(i) for i in range(10)]
+    assert max(sizes) <= 4
+
+
+@pytest.mark.kafka
 async def test_broadcast_reaches_every_process_from_the_latest_offset(
-    infra: dict[str, str], runtime: ServiceRuntime
+    infra: dict[str, str], kafka_runtime: ServiceRuntime
 ) -> None:
     """tool-exec's turn-end cleanup: every process hears every ``complete``, nothing
-    published before it started, and a handler failure does not stop it."""
+    published before it started, and a handler failure does not stop it. Real Kafka only:
+    "from the latest offset" and "every process" are about a real broker's partitions and
+    separate consumers; the in-memory broker has neither offsets nor processes."""
+    runtime = kafka_runtime
     prefix = runtime.settings.topic_prefix
     async with (
         service_runtime(infra, "bus-publisher", prefix=prefix, start=True) as publisher,
@@ -248,12 +325,14 @@ async def _until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.kafka
 async def test_handled_offsets_are_committed_together_and_a_new_consumer_resumes_after_them(
     infra: dict[str, str],
 ) -> None:
-    """Issue 3: commits are coalesced (one request per interval, not per record), yet a
+    """Commits are coalesced (one request per interval, not per record), yet a
     consumer that takes over the group reads on after the last handled record; a record
-    handled after the last commit is read again (at-least-once, absorbed by dedupe)."""
+    handled after the last commit is read again (at-least-once, absorbed by dedupe). Real
+    Kafka only: committed offsets and a group's takeover exist only on a real broker."""
     # The second runtime joins the first one's topics after it closed: both use topics the
     # test owns.
     async with own_topics(infra) as prefix:

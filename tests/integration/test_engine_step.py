@@ -1,7 +1,7 @@
 """One step of a turn on the real Redis and Kafka, the model being the scripted LLM test
 double over HTTP: a steer message that waits when the tools' results come back joins the
 next LLM call; when none waits, the step does not poll the inbox before thinking (SPEC
-E-13, issue 3). A step starts from the state its submitter holds when nobody wrote the
+E-13). A step starts from the state its submitter holds when nobody wrote the
 turn since, and reloads it otherwise; a redelivered tool result still starts the step a
 crash left unrun; a step that keeps crashing ends its turn with one ``complete``."""
 
@@ -17,7 +17,6 @@ import httpx
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from redis.asyncio import Redis
-from weft_context import MemoryClient
 from weft_contracts import (
     AgentConfig,
     CancelRequested,
@@ -29,6 +28,7 @@ from weft_contracts import (
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
+from weft_engine.history_client import HistoryClient
 from weft_engine.leases import StepClaim, TurnLeases
 from weft_engine.loop import MAX_TAKEOVERS, TurnLoop
 from weft_engine.reporting import ResultReporter
@@ -110,7 +110,7 @@ def _loop(
     emitter = EventEmitter(runtime.bus, redis, ttl_s=60)
     leases = TurnLeases(redis, owner="r1", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
     context = context_type(
-        memory=MemoryClient(base_url="http://127.0.0.1:9"), model=model, emitter=emitter,
+        memory=HistoryClient(base_url="http://127.0.0.1:9"), model=model, emitter=emitter,
         estimator=CachedTokenEstimator(),
     )  # fmt: skip
     finisher = Finisher(
@@ -177,7 +177,7 @@ async def test_a_steer_waiting_when_results_arrive_joins_the_next_llm_call(
 async def test_without_a_waiting_steer_the_step_thinks_without_polling(
     redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
 ) -> None:
-    """Issue 3: the step's claim already saw no stop flag and an empty inbox."""
+    """The step's claim already saw no stop flag and an empty inbox."""
     inbox = _CountingInbox(redis, 60)
     state = await _waiting_turn(redis)
     await _run_step(_loop(redis, runtime, model, inbox), state.request_id)
@@ -190,7 +190,7 @@ async def test_without_a_waiting_steer_the_step_thinks_without_polling(
 async def test_a_step_starts_from_the_submitters_state_without_loading_it(
     redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
 ) -> None:
-    """Issue 3: the claim read the version the submitter holds, so the state is current."""
+    """The claim read the version the submitter holds, so the state is current."""
     store = _CountingStore(redis, 60)
     state = await _waiting_turn(redis)
     loop = _loop(redis, runtime, model, _CountingInbox(redis, 60), store)
@@ -269,7 +269,7 @@ async def test_claiming_a_step_drops_the_tool_deadline_and_reads_the_turn(redis:
 async def test_recording_the_last_result_claims_the_step_in_the_same_write(
     redis: Redis, runtime: ServiceRuntime
 ) -> None:
-    """Issue 3: the write that records a round's last result also reserves the
+    """The write that records a round's last result also reserves the
     ``tool_result`` event's seq and takes the step's lease (deadline dropped, stop flag and
     steer inbox read); another replica's lease is left alone, the result still recorded."""
     namespace = f"t{secrets.token_hex(4)}."

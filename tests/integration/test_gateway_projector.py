@@ -134,7 +134,7 @@ async def test_batch_handed_back_after_the_redis_write_is_not_duplicated(
 async def test_append_many_is_one_round_trip_and_survives_a_script_flush(
     runtime: ServiceRuntime,
 ) -> None:
-    """A batch is one pipeline of EVALSHA (no SCRIPT EXISTS before it, issue 3); when Redis
+    """A batch is one pipeline of EVALSHA (no SCRIPT EXISTS before it); when Redis
     lost its scripts the batch loads the script and is written once, without duplicates."""
     streams = SessionStreams(runtime.redis, max_len=1000, retention_s=600)
     tenant = f"t-{secrets.token_hex(4)}"

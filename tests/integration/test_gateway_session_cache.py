@@ -14,33 +14,33 @@ import pytest
 from fastapi import FastAPI, HTTPException
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
-from weft_gateway.clients import MemoryClient
+from weft_gateway.clients import SessionsClient
 from weft_gateway.session_cache import TOMBSTONE, SessionDirectory, session_key
 from weft_memory.api import session_router
 
 
 @pytest.fixture
-async def memory(engine: AsyncEngine) -> AsyncIterator[MemoryClient]:
-    """A MemoryClient talking to memory's real session routes (in-process, real PG)."""
+async def memory(engine: AsyncEngine) -> AsyncIterator[SessionsClient]:
+    """A SessionsClient talking to memory's real session routes (in-process, real PG)."""
     app = FastAPI()
     app.include_router(session_router(async_sessionmaker(engine, expire_on_commit=False)))
-    client = MemoryClient("http://memory", "memory", transport=httpx.ASGITransport(app=app))
+    client = SessionsClient("http://memory", "memory", transport=httpx.ASGITransport(app=app))
     yield client
     await client.aclose()
 
 
-def _directory(redis: Redis, memory: MemoryClient, ttl_s: int = 60) -> SessionDirectory:
+def _directory(redis: Redis, memory: SessionsClient, ttl_s: int = 60) -> SessionDirectory:
     return SessionDirectory(redis, memory, ttl_s=ttl_s, lookup_timeout_s=2.0)
 
 
-async def _new_session(memory: MemoryClient, agent_id: str | None = "ag-1") -> dict[str, Any]:
+async def _new_session(memory: SessionsClient, agent_id: str | None = "ag-1") -> dict[str, Any]:
     tenant = f"t-{secrets.token_hex(4)}"
     session: dict[str, Any] = await memory.create_session(tenant, "u1", "cache test", agent_id)
     return session
 
 
 async def test_a_lookup_is_answered_from_redis_after_the_first(
-    redis: Redis, memory: MemoryClient
+    redis: Redis, memory: SessionsClient
 ) -> None:
     """Chat does not ask memory per message: once filled, the facts come from Redis (so a
     change made behind the gateway's back is seen only after the TTL)."""
@@ -55,7 +55,7 @@ async def test_a_lookup_is_answered_from_redis_after_the_first(
 
 
 async def test_updates_through_the_gateway_replace_the_facts(
-    redis: Redis, memory: MemoryClient
+    redis: Redis, memory: SessionsClient
 ) -> None:
     session = await _new_session(memory)
     directory = _directory(redis, memory)
@@ -70,7 +70,7 @@ async def test_updates_through_the_gateway_replace_the_facts(
 
 
 async def test_a_deleted_session_is_404_and_a_late_fill_cannot_bring_it_back(
-    redis: Redis, memory: MemoryClient
+    redis: Redis, memory: SessionsClient
 ) -> None:
     """Deleted through one gateway replica, the session is 404 on another at once; a lookup
     on a third that read memory just before the delete must not make it chat-able again:
@@ -89,7 +89,7 @@ async def test_a_deleted_session_is_404_and_a_late_fill_cannot_bring_it_back(
 
 
 async def test_another_tenants_session_id_is_404_even_when_cached(
-    redis: Redis, memory: MemoryClient
+    redis: Redis, memory: SessionsClient
 ) -> None:
     """Invariant 5: the cache key holds the tenant; a filled entry never answers another."""
     session = await _new_session(memory)
@@ -101,7 +101,7 @@ async def test_another_tenants_session_id_is_404_even_when_cached(
 
 
 async def test_another_users_lookup_is_404_on_a_miss_and_on_a_hit(
-    redis: Redis, memory: MemoryClient
+    redis: Redis, memory: SessionsClient
 ) -> None:
     """A session belongs to its user: on a miss memory's own check answers 404 (and fills
     nothing), and once the owner's lookup has filled the tenant-wide entry, the hit is
@@ -133,7 +133,7 @@ async def test_a_memory_that_does_not_answer_gives_503_within_the_lookup_timeout
 
     server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    memory = MemoryClient(f"http://127.0.0.1:{port}", "memory", timeout_s=30.0)
+    memory = SessionsClient(f"http://127.0.0.1:{port}", "memory", timeout_s=30.0)
     directory = SessionDirectory(redis, memory, ttl_s=60, lookup_timeout_s=0.3)
     try:
         with pytest.raises(HTTPException) as down:

@@ -1,4 +1,4 @@
-"""/readyz is 200 only when Kafka, PostgreSQL and Redis all answer (issue 2, item 4)."""
+"""/readyz is 200 only when Kafka, PostgreSQL and Redis all answer."""
 
 from __future__ import annotations
 

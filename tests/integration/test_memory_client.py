@@ -1,4 +1,4 @@
-"""weft_context.MemoryClient (the engine's client) against the real memory routes on the real
+"""The engine's HistoryClient against the real memory routes on the real
 PostgreSQL: history -> compaction -> checkpoint -> reload from it; scale; recall/extract."""
 
 from __future__ import annotations
@@ -12,41 +12,38 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_context.compaction import CompactionSettings, Compactor
-from weft_context.memory_client import MemoryClient
 from weft_context.tokens import TokenEstimator
-from weft_llm import LLMRequest, LLMResponse, StreamSink
+from weft_engine.compaction import CompactionSettings, Compactor
+from weft_engine.history_client import HistoryClient
 from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.history_api import history_router
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
 from weft_storage.models import ChatSession, Message
+from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 
-class Model:
-    """Answers summaries and extractions (in-process ChatModel double)."""
+def _model() -> FunctionModel:
+    """Answers summaries and extractions."""
 
-    def __init__(self) -> None:
-        self.requests: list[LLMRequest] = []
+    def reply(call: ModelCall) -> Reply:
+        summary = "<transcript>" in call.last_message["content"]
+        return answer("SUMMARY" if summary else '["The user likes long answers."]')
 
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        self.requests.append(request)
-        prompt = request.messages[-1]["content"]
-        content = "SUMMARY" if "<transcript>" in prompt else '["The user likes long answers."]'
-        return LLMResponse(content=content, reasoning="", tool_calls=[], finish_reason="stop")
+    return FunctionModel(reply=reply)
 
 
 @pytest.fixture
-async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[MemoryClient]:
+async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[HistoryClient]:
     memory = LongTermMemory(sessions)
     app = FastAPI()
     app.include_router(session_router(sessions))
     app.include_router(history_router(sessions))
     app.include_router(
-        memory_router(sessions, memory, MemoryExtractor(sessions, Model(), "m", memory))
+        memory_router(sessions, memory, MemoryExtractor(sessions, _model(), "m", memory))
     )
-    c = MemoryClient("http://memory", transport=httpx.ASGITransport(app=app))
+    c = HistoryClient("http://memory", transport=httpx.ASGITransport(app=app))
     yield c
     await c.aclose()
 
@@ -72,7 +69,7 @@ async def _seed(sessions: async_sessionmaker[AsyncSession], turns: int) -> tuple
 
 
 async def test_engine_flow_through_the_client(
-    client: MemoryClient, sessions: async_sessionmaker[AsyncSession]
+    client: HistoryClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     tenant, sid = await _seed(sessions, 6)
     settings = CompactionSettings(model="m", context_window=24_000, completion_budget=512)
@@ -81,7 +78,7 @@ async def test_engine_flow_through_the_client(
     messages, turn_ids = history.with_prefix(
         [{"role": "system", "content": "sys"}], [{"role": "user", "content": "now?"}]
     )
-    result = await Compactor(Model(), settings, TokenEstimator()).compact(messages, turn_ids)
+    result = await Compactor(_model(), settings, TokenEstimator()).compact(messages, turn_ids)
     assert result.compacted and result.checkpoint is not None
     assert await client.store_checkpoint(tenant, sid, result)
     assert await client.store_token_scale(tenant, sid, f"{sid}-r5", 0.9)

@@ -23,7 +23,7 @@ from weft_contracts import (
     TurnStartedEvent,
     TurnStatus,
 )
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import LLMCallError, LLMRequest
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.extraction_queue import ExtractionQueue
 from weft_memory.extraction_worker import ExtractionWorker, WorkerSettings
@@ -31,33 +31,33 @@ from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
 from weft_memory.recorder import MessageRecorder
 from weft_storage.models_memory import Memory, MemoryExtraction
-
-
-class KeyedFactsModel:
-    """In-process ChatModel double: answers the extraction prompt by a marker the exchange
-    contains (rows left by other tests get ``[]``)."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, list[str | Exception]] = {}
-        self.requests: list[LLMRequest] = []
-
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        exchange = str(request.messages[-1]["content"])
-        for marker, queue in self.answers.items():
-            if marker in exchange:
-                self.requests.append(request)
-                answer = queue.pop(0) if queue else "[]"
-                if isinstance(answer, Exception):
-                    raise answer
-                return LLMResponse(
-                    content=answer, reasoning="", tool_calls=[], finish_reason="stop"
-                )
-        return LLMResponse(content="[]", reasoning="", tool_calls=[], finish_reason="stop")
+from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 
 @pytest.fixture
-def model() -> KeyedFactsModel:
-    return KeyedFactsModel()
+def answers() -> dict[str, list[Reply]]:
+    """What the extraction model answers, queued by a marker the exchange contains."""
+    return {}
+
+
+@pytest.fixture
+def model(answers: dict[str, list[Reply]]) -> FunctionModel:
+    """Answers the extraction prompt from the queue of the marker its exchange contains;
+    rows left by other tests (no marker of this test) get ``[]``."""
+
+    def reply(call: ModelCall) -> Reply:
+        exchange = str(call.last_message["content"])
+        for marker, queue in answers.items():
+            if marker in exchange:
+                return queue.pop(0) if queue else answer("[]")
+        return answer("[]")
+
+    return FunctionModel(reply=reply)
+
+
+def _asked(model: FunctionModel, marker: str) -> list[LLMRequest]:
+    """The model's requests about this test's turns."""
+    return [r for r in model.requests if marker in str(r.messages[-1]["content"])]
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def queue(sessions: async_sessionmaker[AsyncSession]) -> ExtractionQueue:
 
 @pytest.fixture
 def worker(
-    sessions: async_sessionmaker[AsyncSession], model: KeyedFactsModel, queue: ExtractionQueue
+    sessions: async_sessionmaker[AsyncSession], model: FunctionModel, queue: ExtractionQueue
 ) -> ExtractionWorker:
     extractor = MemoryExtractor(sessions, model, "m", LongTermMemory(sessions))
     return ExtractionWorker(
@@ -119,13 +119,17 @@ async def _facts(sessions: async_sessionmaker[AsyncSession], tenant: str) -> lis
 async def test_completed_turn_yields_scoped_facts_once_despite_redelivery(
     sessions: async_sessionmaker[AsyncSession],
     redis: Redis,
-    model: KeyedFactsModel,
+    model: FunctionModel,
+    answers: dict[str, list[Reply]],
     worker: ExtractionWorker,
 ) -> None:
     marker = f"M{secrets.token_hex(4)}"
     turn = _turn(marker, memory=True)
     ids = turn["ids"]
-    model.answers[marker] = ['["The user deploys on Kubernetes."]', '["Something else."]']
+    answers[marker] = [
+        answer('["The user deploys on Kubernetes."]'),
+        answer('["Something else."]'),
+    ]
     woken: list[bool] = []
     recorder = MessageRecorder(sessions, redis, on_extraction_due=lambda: woken.append(True))
     await recorder.handle(turn["started"])
@@ -133,7 +137,7 @@ async def test_completed_turn_yields_scoped_facts_once_despite_redelivery(
     assert row is not None and row.status == "waiting"  # the turn is still running
     await recorder.handle(_complete(ids))
     assert woken == [True]  # the consumer only queued it: no model call on the consume path
-    assert model.requests == []
+    assert _asked(model, marker) == []
     await _drain(worker)
     facts = await _facts(sessions, ids["tenant_id"])
     assert [(f.user_id, f.content) for f in facts] == [("alice", "The user deploys on Kubernetes.")]
@@ -143,7 +147,7 @@ async def test_completed_turn_yields_scoped_facts_once_despite_redelivery(
     await recorder.handle(turn["started"])
     await recorder.handle(_complete(ids))
     await _drain(worker)
-    assert len(model.requests) == 1
+    assert len(_asked(model, marker)) == 1
     assert len(await _facts(sessions, ids["tenant_id"])) == 1
     row = await _row(sessions, ids["request_id"])
     assert row is not None and (row.status, row.facts, row.attempts) == ("done", 1, 1)
@@ -152,13 +156,14 @@ async def test_completed_turn_yields_scoped_facts_once_despite_redelivery(
 async def test_memory_disabled_or_unfinished_turn_extracts_nothing(
     sessions: async_sessionmaker[AsyncSession],
     redis: Redis,
-    model: KeyedFactsModel,
+    model: FunctionModel,
+    answers: dict[str, list[Reply]],
     worker: ExtractionWorker,
 ) -> None:
     recorder = MessageRecorder(sessions, redis)
     marker = f"M{secrets.token_hex(4)}"
     off = _turn(marker, memory=False)
-    model.answers[marker] = ['["The user deploys on Kubernetes."]']
+    answers[marker] = [answer('["The user deploys on Kubernetes."]')]
     await recorder.handle(off["started"])
     await recorder.handle(_complete(off["ids"]))
     cancelled = _turn(marker, memory=True)
@@ -168,7 +173,7 @@ async def test_memory_disabled_or_unfinished_turn_extracts_nothing(
     assert await _row(sessions, off["ids"]["request_id"]) is None  # SPEC M-10: no write
     skipped = await _row(sessions, cancelled["ids"]["request_id"])
     assert skipped is not None and skipped.status == "skipped"
-    assert model.requests == []
+    assert _asked(model, marker) == []
     for turn in (off, cancelled):
         assert await _facts(sessions, turn["ids"]["tenant_id"]) == []
 
@@ -176,14 +181,15 @@ async def test_memory_disabled_or_unfinished_turn_extracts_nothing(
 async def test_model_failure_is_retried_then_reported_not_raised(
     sessions: async_sessionmaker[AsyncSession],
     redis: Redis,
-    model: KeyedFactsModel,
+    model: FunctionModel,
+    answers: dict[str, list[Reply]],
     worker: ExtractionWorker,
     queue: ExtractionQueue,
 ) -> None:
     marker = f"M{secrets.token_hex(4)}"
     turn = _turn(marker, memory=True)
     ids = turn["ids"]
-    model.answers[marker] = [LLMCallError("provider down", transient=True)] * 2
+    answers[marker] = [LLMCallError("provider down", transient=True)] * 2
     recorder = MessageRecorder(sessions, redis)
     await recorder.handle(turn["started"])
     await recorder.handle(_complete(ids))
@@ -191,7 +197,7 @@ async def test_model_failure_is_retried_then_reported_not_raised(
     row = await _row(sessions, ids["request_id"])
     assert row is not None and row.status == "failed" and row.attempts == 2
     assert row.error is not None and "provider down" in row.error
-    assert len(model.requests) == 2 and await _facts(sessions, ids["tenant_id"]) == []
+    assert len(_asked(model, marker)) == 2 and await _facts(sessions, ids["tenant_id"]) == []
 
     app = FastAPI()
     app.include_router(memory_router(sessions, LongTermMemory(sessions), None, queue))
@@ -209,12 +215,12 @@ async def test_model_failure_is_retried_then_reported_not_raised(
 async def test_running_worker_is_woken_by_the_recorder(
     sessions: async_sessionmaker[AsyncSession],
     redis: Redis,
-    model: KeyedFactsModel,
+    answers: dict[str, list[Reply]],
     worker: ExtractionWorker,
 ) -> None:
     marker = f"M{secrets.token_hex(4)}"
     turn = _turn(marker, memory=True, user="bob")
-    model.answers[marker] = ['["The user deploys on Kubernetes."]']
+    answers[marker] = [answer('["The user deploys on Kubernetes."]')]
     recorder = MessageRecorder(sessions, redis, on_extraction_due=worker.wake)
     await worker.start()  # polls every 30 s: only the wake-up can make this quick
     try:

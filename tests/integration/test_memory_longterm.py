@@ -13,38 +13,30 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import ToolContext
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import LLMCallError
 from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.longterm import LongTermMemory, parse_facts
 from weft_memory.memory_api import memory_router
 from weft_storage.models import Message
+from weft_testkit.function_model import FunctionModel, Reply, answer, queued
 from weft_tools.memory_tools import MemoryServiceClient, memory_tools
 from weft_tools.registry import ToolInvocation
 
 
-class FactsModel:
-    """In-process ChatModel double answering the extraction prompt from a queue."""
-
-    def __init__(self, answers: list[str | Exception]):
-        self.answers = answers
-        self.requests: list[LLMRequest] = []
-
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        self.requests.append(request)
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return LLMResponse(content=answer, reasoning="", tool_calls=[], finish_reason="stop")
+@pytest.fixture
+def answers() -> list[Reply]:
+    """What the extraction model answers, in order; each test queues its own."""
+    return []
 
 
 @pytest.fixture
-def model() -> FactsModel:
-    return FactsModel([])
+def model(answers: list[Reply]) -> FunctionModel:
+    return queued(answers)
 
 
 @pytest.fixture
-async def app(sessions: async_sessionmaker[AsyncSession], model: FactsModel) -> FastAPI:
+async def app(sessions: async_sessionmaker[AsyncSession], model: FunctionModel) -> FastAPI:
     memory = LongTermMemory(sessions)
     extractor = MemoryExtractor(sessions, model, "m", memory)
     app = FastAPI()
@@ -85,20 +77,23 @@ async def _turn(
 
 
 async def test_extraction_writes_scoped_facts_and_search_recalls_them(
-    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession], model: FactsModel
+    client: httpx.AsyncClient,
+    sessions: async_sessionmaker[AsyncSession],
+    model: FunctionModel,
+    answers: list[Reply],
 ) -> None:
     tenant, other = f"t-{secrets.token_hex(4)}", f"t-{secrets.token_hex(4)}"
     sid, rid = await _turn(
         client, sessions, tenant, "alice", "I only write Python, and I work on Project Falcon.",
         "Noted: Python for Project Falcon.",
     )  # fmt: skip
-    model.answers += ['["The user writes Python only.", "The user works on Project Falcon."]']
+    answers.append(answer('["The user writes Python only.", "The user works on Project Falcon."]'))
     body = {"tenant_id": tenant, "user_id": "alice", "session_id": sid, "request_id": rid}
     resp = await client.post("/internal/memories/extract", json=body)
     assert resp.status_code == 200 and len(resp.json()["memory_ids"]) == 2
     assert "Project Falcon" in model.requests[0].messages[1]["content"]
     # Re-running the extraction on the same turn stores nothing twice.
-    model.answers += ['["The user works on Project Falcon."]']
+    answers.append(answer('["The user works on Project Falcon."]'))
     again = await client.post("/internal/memories/extract", json=body)
     assert again.json()["memory_ids"][0] in resp.json()["memory_ids"]
 
@@ -124,14 +119,16 @@ async def test_extraction_writes_scoped_facts_and_search_recalls_them(
 
 
 async def test_incomplete_turn_or_model_failure_writes_nothing(
-    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession], model: FactsModel
+    client: httpx.AsyncClient,
+    sessions: async_sessionmaker[AsyncSession],
+    answers: list[Reply],
 ) -> None:
     tenant = f"t-{secrets.token_hex(4)}"
     sid, rid = await _turn(client, sessions, tenant, "u", "I like tea", "ok", completed=False)
     body = {"tenant_id": tenant, "user_id": "u", "session_id": sid, "request_id": rid}
     assert (await client.post("/internal/memories/extract", json=body)).status_code == 404
     sid, rid = await _turn(client, sessions, tenant, "u", "I like tea", "ok")
-    model.answers += [LLMCallError("down", transient=True)]
+    answers.append(LLMCallError("down", transient=True))
     body = {"tenant_id": tenant, "user_id": "u", "session_id": sid, "request_id": rid}
     resp = await client.post("/internal/memories/extract", json=body)
     assert resp.status_code == 502 and "down" in resp.json()["detail"]  # reported, not a 500

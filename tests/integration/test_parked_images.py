@@ -1,4 +1,4 @@
-"""A turn's data-URI images parked beside its state, on the real Redis (SPEC E-26, issue 3).
+"""A turn's data-URI images parked beside its state, on the real Redis (SPEC E-26).
 
 The whole path (intake parks, the model request gets the data, the keys go with the
 turn) is tests/e2e/test_vision.py::test_data_uri_images_stay_out_of_the_turn_state.
@@ -15,7 +15,8 @@ from weft_context.images import multimodal_content
 from weft_engine.keys import images_key
 from weft_engine.parked_images import REF_SCHEME, ImageResolvingModel, ParkedImages
 from weft_engine.vision import discard
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import LLMCallError, LLMRequest
+from weft_testkit.function_model import answer, replies
 
 PNG = "data:image/png;base64," + "iVBORw0KGgo" * 40
 JPEG = "data:image/jpeg;base64," + "/9j/4AAQSkZJRg" * 40
@@ -24,17 +25,6 @@ URL = "https://images.example.com/receipt.png"
 
 def _urls(message: dict[str, Any]) -> list[str]:
     return [p["image_url"]["url"] for p in message["content"] if p["type"] == "image_url"]
-
-
-class _Recorder:
-    """A model that keeps the request it was sent."""
-
-    def __init__(self) -> None:
-        self.requests: list[LLMRequest] = []
-
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        self.requests.append(request)
-        return LLMResponse(content="ok", reasoning="", tool_calls=[], finish_reason="stop")
 
 
 async def test_data_uris_leave_the_messages_and_come_back(redis: Redis) -> None:
@@ -58,7 +48,7 @@ async def test_data_uris_leave_the_messages_and_come_back(redis: Redis) -> None:
     plain = [text]
     assert await images.resolve(plain) is plain, "no reference: no round trip, same list"
 
-    model = _Recorder()
+    model = replies(answer("ok"))
     request = LLMRequest(model="m", messages=messages)
     await ImageResolvingModel(model, images).stream(request, discard)
     assert model.requests[0].messages == [history, text, current]

@@ -65,7 +65,7 @@ async def test_stale_writer_loses(redis: Redis) -> None:
 
 async def test_a_tool_deadline_is_written_only_with_the_state(redis: Redis) -> None:
     """SPEC E-17: the deadline that wakes a turn whose tools never answer travels in the
-    state's compare-and-set (issue 3: one round trip); a stale writer changes neither."""
+    state's compare-and-set (one round trip); a stale writer changes neither."""
     store = TurnStore(redis, ttl_s=60)
     leases = TurnLeases(redis, owner="a", namespace=f"t{secrets.token_hex(4)}.", ttl_s=6)
     base = await store.save(_state())
@@ -125,7 +125,7 @@ async def _flush_waits_for_the_acks(
 
 async def test_queued_events_keep_seq_order_and_flush_waits_for_their_acks(
     redis: Redis,
-) -> None:  # invariant 1; issue 3 (acks overlap the next step)
+) -> None:  # invariant 1 (acks overlap the next step)
     bus = _QueueingBus()
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
     ids = {**_state().ids(), "traceparent": None}
@@ -138,7 +138,7 @@ async def test_queued_events_keep_seq_order_and_flush_waits_for_their_acks(
 
 async def test_events_queued_together_take_consecutive_seqs_in_one_round_trip(
     redis: Redis,
-) -> None:  # invariant 1; issue 3 (a round's tool_call events share one produce request)
+) -> None:  # invariant 1 (a round's tool_call events share one produce request)
     bus = _QueueingBus()
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
     ids = {**_state().ids(), "traceparent": None}
@@ -153,7 +153,7 @@ async def test_events_queued_together_take_consecutive_seqs_in_one_round_trip(
 
 
 async def test_a_state_write_reserves_seqs_on_the_emitters_counter(redis: Redis) -> None:
-    """Issue 3: a round's tool_call events take their seqs in the state's own write; the
+    """A round's tool_call events take their seqs in the state's own write; the
     counter is the emitter's, so the turn's events stay numbered in order; a stale write
     reserves nothing."""
     store = TurnStore(redis, ttl_s=60)

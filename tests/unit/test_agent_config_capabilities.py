@@ -1,4 +1,4 @@
-"""agent-config rules added with issue 6's second half, without infrastructure: reasoning
+"""agent-config rules, without infrastructure: reasoning
 effort against the model table (SPEC A-05), the KB capability guard (A-07) and the
 sharing rules (A-10)."""
 

@@ -6,7 +6,7 @@ from typing import cast
 
 import pytest
 from fastapi import HTTPException
-from weft_agent_config.app import AgentService
+from weft_agent_config.agent_service import AgentService
 from weft_agent_config.catalogs import BuiltinAgents, TypePresets
 from weft_agent_config.definition import (
     AgentDefinition,

@@ -1,6 +1,10 @@
-"""The bus's batch consumers poll without FastStream's idle sleep (issue 3: the first event
-after a quiet spell reached the gateway's projector up to 100 ms late). The latency itself
-is measured by ``bench/batch_idle_latency.py``; these tests pin the behaviour."""
+"""The batch subscriber's poll, without a broker: ``consume_batch`` registers a
+PromptBatchSubscriber, whose fetch neither sleeps after an empty ``getmany`` (the first
+event after a quiet spell would reach the gateway's projector up to 100 ms late) nor
+reorders a fetch. The latency itself is measured by ``bench/batch_idle_latency.py``. What a
+batch handler receives (records in order, filters, dead letters) is the bus contract suite
+in tests/integration/test_bus.py, run on the in-memory broker and on the real Kafka; the
+poll tested here exists only with a real consumer, so it is pinned with a stand-in one."""
 
 from __future__ import annotations
 

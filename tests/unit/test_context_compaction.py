@@ -1,4 +1,4 @@
-"""Compactor with a scripted in-process ChatModel double (SPEC M-03 .. M-07)."""
+"""Compactor with the test kit's in-process FunctionModel (SPEC M-03 .. M-07)."""
 
 from __future__ import annotations
 
@@ -7,30 +7,29 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from weft_context.compaction import CompactionSettings, Compactor
-from weft_context.compaction.compactor import _safe_cut
-from weft_context.compaction.fileops import parse_file_ops
-from weft_context.compaction.summarizer import SPLIT_TURN_PROMPT
 from weft_context.summary import summary_message, summary_text
 from weft_context.tokens import TokenEstimator
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_engine.compaction import CompactionSettings, Compactor
+from weft_engine.compaction.compactor import _safe_cut
+from weft_engine.compaction.fileops import parse_file_ops
+from weft_engine.compaction.summarizer import SPLIT_TURN_PROMPT
+from weft_llm import LLMCallError
+from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 
-class ScriptedModel:
-    """Answers each summary request from a script: a string, or an exception to raise."""
+def _summarizer(script: Callable[[int], str | BaseException] | None = None) -> FunctionModel:
+    """Answers the n-th summary request (n from 1) with ``script(n)``, a text or an exception
+    to raise, by default ``SUMMARY-n``; the reasoning it streams is progress, never part of
+    the summary."""
 
-    def __init__(self, script: Callable[[int, LLMRequest], str | BaseException] | None = None):
-        self.requests: list[LLMRequest] = []
-        self._script = script or (lambda n, _r: f"SUMMARY-{n}")
+    def reply(call: ModelCall) -> Reply:
+        n = call.index + 1
+        chosen = script(n) if script else f"SUMMARY-{n}"
+        if isinstance(chosen, BaseException):
+            return chosen
+        return answer(chosen, reasoning="thinking about it")
 
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        self.requests.append(request)
-        answer = self._script(len(self.requests), request)
-        if isinstance(answer, BaseException):
-            raise answer
-        await sink.on_reasoning("thinking about it")  # progress, never in the summary
-        await sink.on_content(answer)
-        return LLMResponse(content=answer, reasoning="x", tool_calls=[], finish_reason="stop")
+    return FunctionModel(reply=reply)
 
 
 SYSTEM = {"role": "system", "content": "You are helpful."}
@@ -98,7 +97,7 @@ def test_settings_follow_the_reference() -> None:
 
 
 async def test_under_threshold_nothing_happens() -> None:
-    model = ScriptedModel()
+    model = _summarizer()
     messages, ids = _conversation([_turn("a")], [{"role": "user", "content": "hi"}])
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
     assert not result.compacted and result.messages == messages and model.requests == []
@@ -107,7 +106,7 @@ async def test_under_threshold_nothing_happens() -> None:
 async def test_older_turns_summarised_and_checkpoint_on_last_covered_turn() -> None:
     # SPEC M-03/M-04/M-07: summary between system and the kept tail; checkpoint on the
     # assistant message of the last stored turn it covers.
-    model = ScriptedModel()
+    model = _summarizer()
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     current = [{"role": "user", "content": "new question"}]
     messages, ids = _conversation(stored, current)
@@ -130,7 +129,7 @@ async def test_older_turns_summarised_and_checkpoint_on_last_covered_turn() -> N
 
 async def test_sixty_tool_rounds_turn_is_split_without_separating_calls() -> None:
     # SPEC M-03: a turn of 60 tool rounds split inside; its first half summarised apart.
-    model = ScriptedModel()
+    model = _summarizer()
     current = _turn("big", rounds=60, words=450)[:-1]  # the current turn, still running
     messages, ids = _conversation([_turn("old", rounds=1)], current)
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
@@ -150,7 +149,7 @@ async def test_sixty_tool_rounds_turn_is_split_without_separating_calls() -> Non
 
 async def test_summary_of_current_turn_only_has_no_checkpoint() -> None:
     # SPEC M-07: no checkpoint when the summary covers only the current turn.
-    model = ScriptedModel()
+    model = _summarizer()
     current = _turn("big", rounds=60, words=450)[:-1]
     messages, ids = _conversation([], current)
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
@@ -159,7 +158,7 @@ async def test_summary_of_current_turn_only_has_no_checkpoint() -> None:
 
 async def test_previous_summary_merged_and_file_paths_carried() -> None:
     # SPEC M-04/M-05: merge the previous summary; read/written paths carried forward.
-    model = ScriptedModel()
+    model = _summarizer()
     previous = "EARLIER\n\n<read-files>\n/workspace/early.txt\n</read-files>"
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}], summary=previous)
@@ -176,7 +175,7 @@ async def test_previous_summary_merged_and_file_paths_carried() -> None:
 
 async def test_two_failed_attempts_give_a_degraded_archive_with_checkpoint() -> None:
     # SPEC M-04: 2 attempts; failure -> degraded archive, checkpoint still written (M-07).
-    model = ScriptedModel(lambda n, r: LLMCallError("stalled", transient=True))
+    model = _summarizer(lambda n: LLMCallError("stalled", transient=True))
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
@@ -188,7 +187,7 @@ async def test_two_failed_attempts_give_a_degraded_archive_with_checkpoint() -> 
 
 
 async def test_second_attempt_can_succeed() -> None:
-    model = ScriptedModel(lambda n, r: LLMCallError("x", transient=True) if n == 1 else "OK")
+    model = _summarizer(lambda n: LLMCallError("x", transient=True) if n == 1 else "OK")
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
@@ -197,7 +196,7 @@ async def test_second_attempt_can_succeed() -> None:
 
 async def test_summary_input_cap_omits_oldest() -> None:
     # SPEC M-05: the summarised part is capped to one request with 10 % margin.
-    model = ScriptedModel()
+    model = _summarizer()
     settings = _settings(context_window=30_000, keep_recent_tokens=2_000)
     stored = [_turn(str(i), words=1500) for i in range(30)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
@@ -210,7 +209,7 @@ async def test_summary_input_cap_omits_oldest() -> None:
 
 async def test_huge_tool_results_truncated_when_still_over_budget() -> None:
     # SPEC M-06: still over budget after summarising -> tool results truncated.
-    model = ScriptedModel()
+    model = _summarizer()
     settings = _settings(context_window=40_000, keep_recent_tokens=60_000)
     current = _turn("t", rounds=1, words=30_000)[:-1]
     messages, ids = _conversation([_turn("old", words=2000)], current)
@@ -222,7 +221,7 @@ async def test_huge_tool_results_truncated_when_still_over_budget() -> None:
 
 async def test_gain_below_five_percent_gives_up_but_keeps_checkpoint() -> None:
     # SPEC M-06/M-07: < 5 % gained -> request unchanged, checkpoint still reported.
-    model = ScriptedModel(lambda n, r: "S " * 3000)
+    model = _summarizer(lambda n: "S " * 3000)
     settings = _settings(context_window=40_000, keep_recent_tokens=60_000)
     current = [{"role": "user", "content": "word " * 30_000}]
     messages, ids = _conversation([_turn("old", words=100)], current)
@@ -235,7 +234,7 @@ async def test_gain_below_five_percent_gives_up_but_keeps_checkpoint() -> None:
 async def test_cancellation_is_not_retried() -> None:
     import asyncio
 
-    model = ScriptedModel(lambda n, r: asyncio.CancelledError())
+    model = _summarizer(lambda n: asyncio.CancelledError())
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     with pytest.raises(asyncio.CancelledError):

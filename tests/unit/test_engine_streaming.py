@@ -12,7 +12,7 @@ from weft_engine.sanitize import sanitize_messages
 from weft_engine.state import TurnState
 from weft_engine.think import ThinkSettings, think
 from weft_engine.thinksplit import ThinkSplitter, ThoughtJoiner
-from weft_llm import LLMRequest, LLMResponse, StreamSink
+from weft_testkit.function_model import answer, replies
 
 
 def test_think_blocks_split_across_chunks_go_to_thoughts() -> None:  # SPEC E-08
@@ -73,22 +73,6 @@ class _RecordingEmitter:
         return None
 
 
-class _ReasonThenThink:
-    """A model that streams reasoning_content, then content holding a <think> block."""
-
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        reasoning = ["I should check", " the policy."]
-        content = ["<think>Refunds are", " in section 4.</think>", "Within 30 days."]
-        for piece in reasoning:
-            await sink.on_reasoning(piece)
-        for piece in content:
-            await sink.on_content(piece)
-        return LLMResponse(
-            content="".join(content), reasoning="".join(reasoning), tool_calls=[],
-            finish_reason="stop",
-        )  # fmt: skip
-
-
 async def test_reasoning_and_think_blocks_are_separated_alike_in_events_and_step() -> None:
     """SPEC E-08: reasoning_content and a <think> block are two thoughts; a blank line
     separates them in the streamed thought events and in the stored reasoning alike."""
@@ -98,8 +82,16 @@ async def test_reasoning_and_think_blocks_are_separated_alike_in_events_and_step
         started_at=time.time(),
     )  # fmt: skip
     emitter = _RecordingEmitter()
+    # reasoning_content, then content holding a <think> block that the chunks cut apart
+    model = replies(
+        answer(
+            "<think>Refunds are in section 4.</think>Within 30 days.",
+            reasoning="I should check the policy.",
+        ),
+        chunk_chars=5,
+    )
     response = await think(
-        state, _ReasonThenThink(), cast(EventEmitter, emitter), [],
+        state, model, cast(EventEmitter, emitter), [],
         ThinkSettings(coalesce_window_s=0.0), reasoning_effort=None,
     )  # fmt: skip
     joined = "I should check the policy.\n\nRefunds are in section 4."

@@ -1,4 +1,4 @@
-"""CachedTokenEstimator (issue 3): the same counts as the estimator, without re-tokenising
+"""CachedTokenEstimator: the same counts as the estimator, without re-tokenising
 a text counted before, within a bounded memory."""
 
 from __future__ import annotations

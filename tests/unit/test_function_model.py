@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 from weft_llm import LLMCallError, LLMRequest, LLMResponse
-from weft_testkit.function_model import FunctionModel, ModelCall, answer, replies, tool_calls
+from weft_testkit.function_model import (
+    FunctionModel,
+    ModelCall,
+    Reply,
+    answer,
+    queued,
+    replies,
+    tool_calls,
+)
 
 
 class _Sink:
@@ -60,3 +68,17 @@ async def test_asking_more_than_scripted_fails_clearly() -> None:
     await model.stream(_request("a"), _Sink())
     with pytest.raises(AssertionError, match="asked 2 times, scripted for 1"):
         await model.stream(_request("b"), _Sink())
+
+
+async def test_a_queued_model_answers_from_a_list_the_test_fills_later() -> None:
+    pending: list[Reply] = []
+    model = queued(pending)
+    pending += [answer("first"), LLMCallError("down", transient=True)]
+    assert (await model.stream(_request("a"), _Sink())).content == "first"
+    with pytest.raises(LLMCallError):
+        await model.stream(_request("b"), _Sink())
+    assert pending == [] and len(model.requests) == 2
+    with pytest.raises(AssertionError, match="asked 3 times, nothing queued"):
+        await model.stream(_request("c"), _Sink())
+    pending.append(answer("late"))
+    assert (await model.stream(_request("d"), _Sink())).content == "late"

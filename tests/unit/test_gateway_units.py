@@ -275,7 +275,7 @@ async def test_buffered_sink_sends_what_piled_up_as_one_message_then_the_trailer
 
 
 def test_openapi_documents_the_sse_routes_as_event_streams() -> None:
-    """/openapi.json is published (issue 6) and names text/event-stream for the chat and
+    """/openapi.json is published and names text/event-stream for the chat and
     stream routes; building it must not fail on the SSE response class."""
     from weft_gateway.app import create_app
 

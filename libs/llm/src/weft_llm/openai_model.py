@@ -5,8 +5,8 @@ and the model name.
 
 The request goes through the client's ``post`` with the chunks kept as plain dicts: the
 typed ``chat.completions.create`` walks every message and tool definition through its
-TypedDict transform and builds a model object per chunk, which cost the engine more CPU
-per round than the rest of the loop together (issue 3, engine round overhead).
+TypedDict transform and builds a model object per chunk, which costs the engine more CPU
+per round than the rest of the loop together.
 
 The HTTP transport is the ``openai`` package's own aiohttp client by default
 (``openai.DefaultAioHttpClient``, the package's ``aiohttp`` extra): the client's request

@@ -8,7 +8,7 @@ is retried ``consumer_attempts`` times, then dead-lettered; the consumer itself 
 stops. A record's offset is committed only after its handler returned, so a crash hands
 the record back to Kafka. Commits are coalesced (``commit_interval_ms``): one commit
 request per consumer and interval instead of one per record, since a commit is a broker
-round trip that every consumer group paid for every event (issue 3). A crash or a
+round trip that every consumer group would pay for every event. A crash or a
 rebalance therefore hands back up to one interval of handled records, which the id-based
 dedupe (or an idempotent handler) absorbs.
 :meth:`EventBus.consume_batch` is the same contract for a whole fetch at a time: one
@@ -78,8 +78,9 @@ class PromptBatchSubscriber(BatchSubscriber):
     After a fetch that found nothing, FastStream 0.7 sleeps ``batch_timeout_ms`` before
     the next ``getmany``, although ``getmany`` had already waited that long. A record that
     arrives during the sleep waits for it: with the 100 ms default, the first event after
-    a quiet spell (a turn's first event, the first token after a model's think time) took
-    up to 98 ms to reach the gateway's projector (``bench/batch_idle_latency.py``).
+    a quiet spell (a turn's first event, the first token after a model's think time) would
+    reach the gateway's projector up to that much late (``bench/batch_idle_latency.py``
+    measures it).
     Without the sleep, ``getmany``'s own wait is the poll: it returns as soon as a record
     is fetched, and the loop does not spin when nothing comes.
     """
@@ -104,7 +105,7 @@ def _prompt(subscriber: Any) -> None:
 async def _delivery(message: StreamMessage[Any]) -> _Delivery:
     """Decoder that hands the handler the record itself. A ``KafkaMessage`` context
     parameter would do the same, but FastStream resolves context parameters in a worker
-    thread, one thread hop per consumed record in every service (issue 3)."""
+    thread, one thread hop per consumed record in every service."""
     return _Delivery(message.body, message.raw_message, getattr(message, "consumer", None))
 
 

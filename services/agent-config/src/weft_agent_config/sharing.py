@@ -159,7 +159,7 @@ class SharingStore:
 
     async def shared_agents(self, tenant_id: str) -> list[tuple[SharedAgentRef, Agent]]:
         """:meth:`shared_with` together with each owner's live agent row, in one query
-        (listing them used to load every agent with a query of its own). Shares of an
+        (not a query per agent). Shares of an
         agent its owner deleted are left out."""
         stmt = (
             _visible_shares(tenant_id)

@@ -3,11 +3,12 @@ agent with an organisation, and the recipients' read-only view and switch."""
 
 # No ``from __future__ import annotations``: FastAPI must see the route annotations.
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 
+from weft_agent_config.agent_service import AgentService
 from weft_agent_config.definition import AgentDefinition, display_name
 from weft_agent_config.sharing import (
     NotShareable,
@@ -20,9 +21,6 @@ from weft_agent_config.sharing import (
 )
 from weft_agent_config.store import StoredAgent
 from weft_agent_config.tool_policy import normalize_allowed_tools
-
-if TYPE_CHECKING:
-    from weft_agent_config.app import AgentService
 
 CAPABILITY_FIELDS = (
     "mode", "agent_type", "web_search_enabled", "sandbox_enabled", "memory_enabled",
@@ -77,7 +75,7 @@ def capability_view(ref: SharedAgentRef, agent: AgentDefinition) -> dict[str, An
 class SharingService:
     """Sharing rules over the agent store and the sharing store."""
 
-    def __init__(self, agents: "AgentService", store: SharingStore):
+    def __init__(self, agents: AgentService, store: SharingStore):
         self.agents = agents
         self.store = store
 

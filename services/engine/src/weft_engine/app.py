@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
-from weft_context import MemoryClient
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
@@ -15,6 +14,7 @@ from weft_platform.tasks import cancel_and_wait
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
+from weft_engine.history_client import HistoryClient
 from weft_engine.intake import TurnIntake
 from weft_engine.leases import TurnLeases
 from weft_engine.loop import TurnLoop
@@ -56,7 +56,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     tracer = TurnTracer(provider)
     reporter = ResultReporter(store, emitter, tracer)
     context = ContextManager(
-        memory=MemoryClient(base_url=s.memory_url), model=model, emitter=emitter,
+        memory=HistoryClient(base_url=s.memory_url), model=model, emitter=emitter,
         estimator=CachedTokenEstimator(),
     )  # fmt: skip
     finisher = Finisher(

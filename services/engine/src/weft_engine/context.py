@@ -4,7 +4,7 @@
   stored-turn id of each history message travels in ``TurnState.turn_ids`` so that a
   compaction can write its checkpoint on the right stored turn (M-07).
 - Before every LLM call the messages are compacted when they exceed window - reserve
-  (M-03..M-06) with ``weft_context.Compactor``; a provider context overflow forces it
+  (M-03..M-06) with ``weft_engine.compaction.Compactor``; a provider context overflow forces it
   (E-25). Success emits ``context_compacted``.
 - Agents with memory enabled recall long-term facts at the start of a turn (M-10) and
   announce them with ``memory_recalled``.
@@ -16,13 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from weft_context import (
-    CompactionSettings,
-    Compactor,
-    MemoryClient,
-    MemoryUnavailable,
-    TokenEstimator,
-)
+from weft_context import TokenEstimator
 from weft_contracts import (
     AgentConfig,
     ContextCompactedEvent,
@@ -32,7 +26,9 @@ from weft_contracts import (
 )
 from weft_llm import ChatModel
 
+from weft_engine.compaction import CompactionSettings, Compactor
 from weft_engine.emitter import EventEmitter
+from weft_engine.history_client import HistoryClient, MemoryUnavailable
 from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
 from weft_engine.vision import append_text
@@ -50,7 +46,7 @@ class ContextManager:
     def __init__(
         self,
         *,
-        memory: MemoryClient,
+        memory: HistoryClient,
         model: ChatModel,
         emitter: EventEmitter,
         estimator: TokenEstimator,

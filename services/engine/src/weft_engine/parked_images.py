@@ -1,7 +1,7 @@
-"""A turn's data-URI images, parked in Redis beside its state (SPEC E-26, issue 3).
+"""A turn's data-URI images, parked in Redis beside its state (SPEC E-26).
 
-An image sent as a data URI (up to 384 KiB decoded, about 512,000 characters) used to
-ride in the turn's state, which every step loads and saves: four of them moved 2 MB
+An image sent as a data URI (up to 384 KiB decoded, about 512,000 characters) kept in the
+turn's state, which every step loads and saves, would move 2 MB for four of them
 through Redis and pydantic at each step of the turn. At the turn's start, every data URI
 in its messages (the user's images, and those memory replays from history for a vision
 model) and in ``images_to_describe`` is stored once in the hash
@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, StreamSink
 
 from weft_engine.keys import images_key
@@ -86,7 +87,8 @@ class ParkedImages:
     ) -> tuple[list[dict[str, Any]], list[str]]:
         """``messages`` and ``images`` with every data URI replaced by a reference, the
         data stored (one round trip, none without a data URI)."""
-        parked: dict[str, str] = {}
+        # typed as redis-py's hash mapping (its key type is invariant): digest -> data URI
+        parked: dict[FieldT, EncodableT] = {}
 
         def park_one(url: str) -> str:
             if not url.startswith("data:"):
@@ -100,7 +102,7 @@ class ParkedImages:
         if parked:
             key = images_key(request_id)
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.hset(key, mapping=parked)  # type: ignore[arg-type]
+                pipe.hset(key, mapping=parked)
                 pipe.expire(key, self._ttl)
                 await pipe.execute()
         return new_messages, new_images

@@ -2,8 +2,9 @@
 
 System prompt sections in the reference's order: the base (explicit body, else the pure
 or the RAG template), runtime conventions, sources, tools, output, memory, citation
-protocol. Skills are added by the sandbox issue. Per-turn facts (date, session) go into
-the user message's ``runtime_context`` and are never persisted.
+protocol (no skills section: the sandbox that would run skills is a placeholder).
+Per-turn facts (date, session) go into the user message's ``runtime_context`` and are
+never persisted.
 """
 
 from __future__ import annotations

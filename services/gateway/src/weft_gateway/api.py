@@ -26,7 +26,7 @@ from weft_contracts import (
 from weft_platform.bus import EventBus
 
 from weft_gateway.auth import Principal
-from weft_gateway.clients import AgentConfigClient, MemoryClient
+from weft_gateway.clients import AgentConfigClient, SessionsClient
 from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.knowledge_scope import KnowledgeScope
@@ -115,7 +115,7 @@ class Gateway:
     redis: Redis
     streams: SessionStreams
     fanout: StreamFanout
-    memory: MemoryClient
+    memory: SessionsClient
     directory: SessionDirectory
     agents: AgentConfigClient
     limits: TenantLimits

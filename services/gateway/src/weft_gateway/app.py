@@ -14,7 +14,7 @@ from weft_storage.knowledge_ingest import IngestionQueue
 
 from weft_gateway.api import Gateway
 from weft_gateway.auth import ApiKeyAuth
-from weft_gateway.clients import AgentConfigClient, MemoryClient
+from weft_gateway.clients import AgentConfigClient, SessionsClient
 from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
@@ -75,7 +75,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     )
     redis = Redis(connection_pool=pool)
     streams = SessionStreams(redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s)
-    memory = MemoryClient(s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections)
+    memory = SessionsClient(
+        s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections
+    )
     agents = AgentConfigClient(
         s.agent_config_url, "agent-config", s.internal_timeout_s, s.internal_max_connections
     )

@@ -62,7 +62,7 @@ class ServiceClient:
         await self._http.aclose()
 
 
-class MemoryClient(ServiceClient):
+class SessionsClient(ServiceClient):
     """Sessions and messages, owned by memory. Every call by session id names the caller
     (tenant and user): memory answers 404 for another user's session."""
 

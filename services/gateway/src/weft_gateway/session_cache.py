@@ -32,7 +32,7 @@ from fastapi import HTTPException
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from weft_gateway.clients import MemoryClient
+from weft_gateway.clients import SessionsClient
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +66,9 @@ def not_found(session_id: str) -> HTTPException:
 class SessionDirectory:
     """Session ownership facts: Redis first, memory on a miss."""
 
-    def __init__(self, redis: Redis, memory: MemoryClient, *, ttl_s: int, lookup_timeout_s: float):
+    def __init__(
+        self, redis: Redis, memory: SessionsClient, *, ttl_s: int, lookup_timeout_s: float
+    ):
         self._redis = redis
         self._memory = memory
         self._ttl_s = ttl_s

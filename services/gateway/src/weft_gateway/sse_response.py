@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from weft_gateway.fanout import Sink
 
@@ -166,10 +166,11 @@ class EventStreamResponse(Response):
             for task in (writer, listener):
                 task.cancel()
             await asyncio.gather(writer, listener, return_exceptions=True)
-        if not writer.cancelled() and writer.exception() is not None:
-            raise writer.exception()  # type: ignore[misc]
+        failure = None if writer.cancelled() else writer.exception()
+        if failure is not None:
+            raise failure
 
-    async def _write(self, scope: Scope, send: Send, start: object) -> None:
+    async def _write(self, scope: Scope, send: Send, start: Message) -> None:
         try:
             await self._send(send, start)
             direct = transport_sink(scope, self.buffer_bytes)
@@ -194,9 +195,9 @@ class EventStreamResponse(Response):
         finally:
             pumping.cancel()
 
-    async def _send(self, send: Send, message: object) -> None:
+    async def _send(self, send: Send, message: Message) -> None:
         self.sending_since = time.monotonic()
-        await send(message)  # type: ignore[arg-type]
+        await send(message)
         self.sending_since = 0.0
 
 

@@ -87,7 +87,7 @@ class SessionStreams:
 
     async def _append_pipelined(self, events: Sequence[Any]) -> list[bool]:
         # EVALSHA itself, not the registered script on the pipeline: redis-py then sends
-        # SCRIPT EXISTS before every pipeline, a second round trip per batch (issue 3).
+        # SCRIPT EXISTS before every pipeline, a second round trip per batch.
         async with self._redis.pipeline(transaction=False) as pipe:
             for event in events:
                 key = stream_key(event.tenant_id, event.session_id)

@@ -58,5 +58,7 @@ async def wait_turn_end(
         return False
     key = turn_end_key(request_id)
     # Rotating the list onto itself waits for it without taking the element away, so
-    # any number of requests can wait for the same turn.
-    return await redis.blmove(key, key, timeout_s, "LEFT", "LEFT") is not None  # type: ignore[arg-type]
+    # any number of requests can wait for the same turn. redis-py types the timeout as int,
+    # but the server (6.0+) takes a decimal one, which sub-second waits need.
+    moved = await redis.blmove(key, key, timeout_s, "LEFT", "LEFT")  # type: ignore[arg-type]
+    return moved is not None

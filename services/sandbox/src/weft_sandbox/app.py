@@ -1,4 +1,5 @@
-"""App factory of the sandbox service (placeholder until its issue builds it)."""
+"""App factory of the sandbox service (a placeholder: every sandbox call gets a
+failed result the model can read, or a refusal outside the call's tool set)."""
 
 from __future__ import annotations
 

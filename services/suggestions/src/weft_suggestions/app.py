@@ -1,4 +1,5 @@
-"""App factory of the suggestions service (placeholder until its issue builds it)."""
+"""App factory of the suggestions service (a placeholder: it answers that suggested
+questions are not available)."""
 
 from __future__ import annotations
 

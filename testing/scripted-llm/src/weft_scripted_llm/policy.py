@@ -211,7 +211,7 @@ class RoundsPolicy:
 
 def _call_id(request: ChatCompletionRequest) -> str:
     """The same conversation always gets the same call ids. Pydantic's own serialiser: the
-    benchmarks' zero-latency model shares the engine's CPUs (issue 3)."""
+    benchmarks' zero-latency model shares the engine's CPUs."""
     messages = request.model_dump_json(include={"messages"})
     return "call_demo_" + hashlib.sha256(messages.encode()).hexdigest()[:16]
 

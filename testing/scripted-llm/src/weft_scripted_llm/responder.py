@@ -44,7 +44,7 @@ def _stream(
 ) -> Response:
     """The SSE stream. Without pacing or stall it is one body, as a provider flushes the
     tokens it already has: the client still decodes every event, but neither side pays a
-    write, a read and a task per event (the engine's round overhead, issue 3, runs this
+    write, a read and a task per event (benchmarks of the engine's round overhead run this
     test double on the same CPUs)."""
     chunks = reply_chunks(
         new_identity(chat.model or TEST_DOUBLE_MODEL),

@@ -4,7 +4,7 @@ A pure ASGI middleware, the app's only one (inside Starlette's error handler, ar
 routing): ``entered_at`` is stamped before FastAPI routes the request or reads its
 body, ``sent_at`` once the response's last body message was handed to the server.
 Benchmarks subtract ``sent_at - entered_at`` from a round to tell the engine's time from
-the time spent inside the double (issue 3's "zero-latency model").
+the time spent inside the double (a "zero-latency model").
 """
 
 from __future__ import annotations

@@ -87,6 +87,7 @@ def _handler(state: FakeSearchState) -> type[BaseHTTPRequestHandler]:
                 self._results(query, int(params.get("count", "5")))
 
         def _results(self, query: str, count: int) -> None:
+            # self.server is typed as socketserver.BaseServer; it is our HTTPServer here
             base = f"http://127.0.0.1:{self.server.server_port}"  # type: ignore[attr-defined]
             results = [
                 {"title": f"{query} result {n}", "url": f"{base}/page/{n}",

@@ -85,6 +85,19 @@ def replies(*script: Reply, chunk_chars: int = 8) -> FunctionModel:
     return FunctionModel(reply=next_reply, chunk_chars=chunk_chars)
 
 
+def queued(pending: list[Reply], *, chunk_chars: int = 8) -> FunctionModel:
+    """A model that answers each request with the head of ``pending`` (taken off it). The
+    list is the test's own: a fixture can build the model into an app and each test script
+    it afterwards. Asked with ``pending`` empty, it fails the test with a clear message."""
+
+    def next_reply(call: ModelCall) -> Reply:
+        if not pending:
+            raise AssertionError(f"the model was asked {call.index + 1} times, nothing queued")
+        return pending.pop(0)
+
+    return FunctionModel(reply=next_reply, chunk_chars=chunk_chars)
+
+
 def answer(
     content: str,
     *,

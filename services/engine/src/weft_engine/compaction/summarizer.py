@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from weft_context.tokens import TokenEstimator, message_text
 from weft_llm import ChatModel, LLMCallError, LLMRequest
 
-from weft_context.compaction.settings import CompactionSettings
-from weft_context.tokens import TokenEstimator, message_text
+from weft_engine.compaction.settings import CompactionSettings
 
 log = logging.getLogger(__name__)
 

@@ -16,19 +16,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from weft_context.summary import summary_message, summary_text
+from weft_context.tokens import TokenEstimator
 from weft_contracts import ContextCompactedData
 from weft_llm import ChatModel
 
-from weft_context.compaction.fileops import (
+from weft_engine.compaction.fileops import (
     extract_file_ops,
     parse_file_ops,
     strip_file_ops,
 )
-from weft_context.compaction.settings import MIN_GAIN, CompactionSettings
-from weft_context.compaction.summarizer import SPLIT_TURN_PROMPT, Summarizer, SummaryOutcome
-from weft_context.compaction.truncation import truncate_tool_results
-from weft_context.summary import summary_message, summary_text
-from weft_context.tokens import TokenEstimator
+from weft_engine.compaction.settings import MIN_GAIN, CompactionSettings
+from weft_engine.compaction.summarizer import SPLIT_TURN_PROMPT, Summarizer, SummaryOutcome
+from weft_engine.compaction.truncation import truncate_tool_results
 
 SPLIT_OPEN = "<current_turn_summary>"
 SPLIT_CLOSE = "</current_turn_summary>"

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from weft_context.compaction import Checkpoint, CompactionResult
+from weft_engine.compaction import Checkpoint, CompactionResult
 
 
 class MemoryUnavailable(Exception):
@@ -49,8 +49,11 @@ class Recalled:
 
 
 @dataclass
-class MemoryClient:
-    """Calls ``/internal`` routes of memory; 404 on a session means "no history"."""
+class HistoryClient:
+    """The engine's client of memory's ``/internal`` routes: the turn's history and its
+    checkpoints, plus long-term memory recall and extraction; 404 on a session means "no
+    history". (The gateway's ``SessionsClient`` is the other client of memory: sessions
+    and messages for the public API.)"""
 
     base_url: str
     timeout_s: float = 10.0
