@@ -23,7 +23,7 @@ from weft_contracts import (
     TurnStartedEvent,
     TurnStatus,
 )
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import LLMRequest, LLMResponse, StreamSink, TransientLLMError
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.extraction_queue import ExtractionQueue
 from weft_memory.extraction_worker import ExtractionWorker, WorkerSettings
@@ -183,7 +183,7 @@ async def test_model_failure_is_retried_then_reported_not_raised(
     marker = f"M{secrets.token_hex(4)}"
     turn = _turn(marker, memory=True)
     ids = turn["ids"]
-    model.answers[marker] = [LLMCallError("provider down", transient=True)] * 2
+    model.answers[marker] = [TransientLLMError("provider down")] * 2
     recorder = MessageRecorder(sessions, redis)
     await recorder.handle(turn["started"])
     await recorder.handle(_complete(ids))

@@ -13,7 +13,7 @@ from weft_context.compaction.fileops import parse_file_ops
 from weft_context.compaction.summarizer import SPLIT_TURN_PROMPT
 from weft_context.summary import summary_message, summary_text
 from weft_context.tokens import TokenEstimator
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import LLMRequest, LLMResponse, StreamSink, TransientLLMError
 
 
 class ScriptedModel:
@@ -176,7 +176,7 @@ async def test_previous_summary_merged_and_file_paths_carried() -> None:
 
 async def test_two_failed_attempts_give_a_degraded_archive_with_checkpoint() -> None:
     # SPEC M-04: 2 attempts; failure -> degraded archive, checkpoint still written (M-07).
-    model = ScriptedModel(lambda n, r: LLMCallError("stalled", transient=True))
+    model = ScriptedModel(lambda n, r: TransientLLMError("stalled"))
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
@@ -188,7 +188,7 @@ async def test_two_failed_attempts_give_a_degraded_archive_with_checkpoint() -> 
 
 
 async def test_second_attempt_can_succeed() -> None:
-    model = ScriptedModel(lambda n, r: LLMCallError("x", transient=True) if n == 1 else "OK")
+    model = ScriptedModel(lambda n, r: TransientLLMError("x") if n == 1 else "OK")
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     result = await Compactor(model, _settings(), EST).compact(messages, ids)

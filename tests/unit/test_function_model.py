@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from weft_llm import LLMCallError, LLMRequest, LLMResponse
+from weft_llm import LLMCallError, LLMRequest, LLMResponse, TransientLLMError
 from weft_testkit.function_model import FunctionModel, ModelCall, answer, replies, tool_calls
 
 
@@ -36,7 +36,7 @@ async def test_a_reply_streams_in_pieces_and_is_returned_whole() -> None:
 async def test_the_function_sees_each_call_and_may_raise() -> None:
     def reply(call: ModelCall) -> LLMResponse | BaseException:
         if call.index == 0:
-            return LLMCallError("overloaded", transient=True)
+            return TransientLLMError("overloaded")
         return answer(f"echo {call.last_message['content']}")
 
     model = FunctionModel(reply=reply)

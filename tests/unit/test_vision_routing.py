@@ -20,7 +20,7 @@ from weft_engine.state import TurnState
 from weft_engine.vision import ImageDescriber, content_text, route_images
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.settings import GatewaySettings
-from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import LLMCallError, LLMRequest, LLMResponse, StreamSink, TransientLLMError
 from weft_memory.replay import replay_turn
 
 URL = "https://img.example.com/a.png"
@@ -70,10 +70,10 @@ class _Model:
         self.requests.append(request)
         url = request.messages[-1]["content"][1]["image_url"]["url"]
         if "broken" in url:
-            raise LLMCallError("bad image", transient=False, status=400)
+            raise LLMCallError("bad image", status=400)
         if self.transient_failures:
             self.transient_failures -= 1
-            raise LLMCallError("overloaded", transient=True, status=503)
+            raise TransientLLMError("overloaded", status=503)
         return LLMResponse(
             content=f"  picture of {url[-5:]} ", reasoning="", tool_calls=[], finish_reason="stop"
         )

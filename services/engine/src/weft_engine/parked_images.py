@@ -120,7 +120,7 @@ class ParkedImages:
         for (request_id, digests), values in zip(by_turn.items(), replies[::2], strict=True):
             for digest, value in zip(digests, values, strict=True):
                 if value is None:
-                    raise LLMCallError("an image of this turn is no longer stored", transient=False)
+                    raise LLMCallError("an image of this turn is no longer stored")
                 url = value.decode() if isinstance(value, bytes) else value
                 found[_ref(request_id, digest)] = url
         return [_map_images(m, lambda url: found.get(url, url)) for m in messages]

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import structlog
 from weft_context.images import content_text, descriptions_block, multimodal_content
 from weft_contracts import AgentConfig, ImagesDescribedData, ImagesDescribedEvent
-from weft_llm import ChatModel, LLMCallError, LLMRequest
+from weft_llm import ChatModel, LLMCallError, LLMRequest, TransientLLMError
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.state import TurnState
@@ -125,7 +125,7 @@ class ImageDescriber:
                 return response.content.strip()
             except LLMCallError as exc:  # final but reported: the turn goes on (STYLE 4)
                 log.warning("image_description_failed", model=agent.vlm_model, error=str(exc))
-                if not exc.transient or pause is None:
+                if not isinstance(exc, TransientLLMError) or pause is None:
                     return ""
             await asyncio.sleep(pause)  # cancellable: a stop ends the wait at once
         return ""

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from weft_llm import LLMRequest, LLMResponse, StreamSink, ToolCallRequest, Usage
+from weft_llm import FinishReason, LLMRequest, LLMResponse, StreamSink, ToolCallRequest, Usage
 
 Reply = LLMResponse | BaseException
 """What the function decides: a response to stream, or an error to raise (for example an
@@ -89,7 +89,7 @@ def answer(
     content: str,
     *,
     reasoning: str = "",
-    finish_reason: str = "stop",
+    finish_reason: FinishReason = "stop",
     usage: Usage | None = None,
 ) -> LLMResponse:
     """A response without tool calls."""
@@ -103,7 +103,7 @@ def tool_calls(
     *calls: tuple[str, dict[str, Any] | str],
     content: str = "",
     reasoning: str = "",
-    finish_reason: str = "tool_calls",
+    finish_reason: FinishReason = "tool_calls",
     ids: Sequence[str] | None = None,
 ) -> LLMResponse:
     """A response calling ``(tool name, arguments)`` pairs; arguments given as a string are
