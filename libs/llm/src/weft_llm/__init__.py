@@ -1,5 +1,18 @@
 """The LLM behind a small protocol (STYLE principle 6) and its OpenAI-compatible client."""
 
+from weft_llm.messages import (
+    AssistantMessage,
+    ChatMessage,
+    ContentPart,
+    FunctionCall,
+    ImagePart,
+    ImageURL,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from weft_llm.model import (
     FINISH_REASONS,
     ChatModel,
@@ -9,6 +22,7 @@ from weft_llm.model import (
     LLMRequest,
     LLMResponse,
     ModelStalledError,
+    RequestMessages,
     StreamSink,
     ToolCallRequest,
     TransientLLMError,
@@ -19,18 +33,30 @@ from weft_llm.openai_model import OpenAIChatModel, wire_reasoning_effort
 
 __all__ = [
     "FINISH_REASONS",
+    "AssistantMessage",
+    "ChatMessage",
     "ChatModel",
+    "ContentPart",
     "ContextOverflowError",
     "FinishReason",
+    "FunctionCall",
+    "ImagePart",
+    "ImageURL",
     "LLMCallError",
     "LLMRequest",
     "LLMResponse",
     "ModelStalledError",
     "OpenAIChatModel",
+    "RequestMessages",
     "StreamSink",
+    "SystemMessage",
+    "TextPart",
+    "ToolCall",
     "ToolCallRequest",
+    "ToolMessage",
     "TransientLLMError",
     "Usage",
+    "UserMessage",
     "finish_reason",
     "wire_reasoning_effort",
 ]

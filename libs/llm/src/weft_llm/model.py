@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args
+
+from weft_llm.messages import ChatMessage
+
+RequestMessages = Sequence[ChatMessage] | Sequence[dict[str, Any]]
+"""A request's messages: typed where built for the call; plain dicts where they come from a
+turn's stored state, which keeps the wire form as it was loaded and built."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -11,7 +18,7 @@ class LLMRequest:
     """One chat completion request in OpenAI message format."""
 
     model: str
-    messages: list[dict[str, Any]]
+    messages: RequestMessages
     tools: list[dict[str, Any]] = field(default_factory=list)
     temperature: float = 0.7
     max_completion_tokens: int = 4096

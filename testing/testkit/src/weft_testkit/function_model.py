@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ class ModelCall:
     request: LLMRequest
 
     @property
-    def last_message(self) -> dict[str, Any]:
+    def last_message(self) -> Mapping[str, Any]:
         """The request's last message (the user's question, a nudge, a tool result)."""
         return self.request.messages[-1] if self.request.messages else {}
 
