@@ -5,8 +5,8 @@ client posts as JSON, with no conversion per round); these TypedDicts only let t
 checker hold every builder to the shapes a provider accepts.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: on Python 3.11 a TypedDict only sees
+# NotRequired in evaluated annotations (``__optional_keys__``).
 from typing import Literal, NotRequired, TypedDict
 
 
