@@ -23,7 +23,7 @@ from weft_contracts import (
     TurnStartedEvent,
     TurnStatus,
 )
-from weft_llm import LLMCallError, LLMRequest
+from weft_llm import LLMRequest, TransientLLMError
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.extraction_queue import ExtractionQueue
 from weft_memory.extraction_worker import ExtractionWorker, WorkerSettings
@@ -189,7 +189,7 @@ async def test_model_failure_is_retried_then_reported_not_raised(
     marker = f"M{secrets.token_hex(4)}"
     turn = _turn(marker, memory=True)
     ids = turn["ids"]
-    answers[marker] = [LLMCallError("provider down", transient=True)] * 2
+    answers[marker] = [TransientLLMError("provider down")] * 2
     recorder = MessageRecorder(sessions, redis)
     await recorder.handle(turn["started"])
     await recorder.handle(_complete(ids))

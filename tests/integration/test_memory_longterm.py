@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import ToolContext
-from weft_llm import LLMCallError
+from weft_llm import TransientLLMError
 from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.longterm import LongTermMemory, parse_facts
@@ -128,7 +128,7 @@ async def test_incomplete_turn_or_model_failure_writes_nothing(
     body = {"tenant_id": tenant, "user_id": "u", "session_id": sid, "request_id": rid}
     assert (await client.post("/internal/memories/extract", json=body)).status_code == 404
     sid, rid = await _turn(client, sessions, tenant, "u", "I like tea", "ok")
-    answers.append(LLMCallError("down", transient=True))
+    answers.append(TransientLLMError("down"))
     body = {"tenant_id": tenant, "user_id": "u", "session_id": sid, "request_id": rid}
     resp = await client.post("/internal/memories/extract", json=body)
     assert resp.status_code == 502 and "down" in resp.json()["detail"]  # reported, not a 500

@@ -15,7 +15,7 @@ from weft_context.images import multimodal_content
 from weft_engine.keys import images_key
 from weft_engine.parked_images import REF_SCHEME, ImageResolvingModel, ParkedImages
 from weft_engine.vision import discard
-from weft_llm import LLMCallError, LLMRequest
+from weft_llm import LLMCallError, LLMRequest, TransientLLMError
 from weft_testkit.function_model import answer, replies
 
 PNG = "data:image/png;base64," + "iVBORw0KGgo" * 40
@@ -70,4 +70,4 @@ async def test_an_expired_image_is_a_clear_model_error(redis: Redis) -> None:
     await redis.delete(images_key(rid))
     with pytest.raises(LLMCallError, match="no longer stored") as raised:
         await images.resolve(messages)
-    assert raised.value.transient is False
+    assert not isinstance(raised.value, TransientLLMError)

@@ -13,7 +13,7 @@ from weft_engine.compaction import CompactionSettings, Compactor
 from weft_engine.compaction.compactor import _safe_cut
 from weft_engine.compaction.fileops import parse_file_ops
 from weft_engine.compaction.summarizer import SPLIT_TURN_PROMPT
-from weft_llm import LLMCallError
+from weft_llm import TransientLLMError
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 
@@ -175,7 +175,7 @@ async def test_previous_summary_merged_and_file_paths_carried() -> None:
 
 async def test_two_failed_attempts_give_a_degraded_archive_with_checkpoint() -> None:
     # SPEC M-04: 2 attempts; failure -> degraded archive, checkpoint still written (M-07).
-    model = _summarizer(lambda n: LLMCallError("stalled", transient=True))
+    model = _summarizer(lambda n: TransientLLMError("stalled"))
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
@@ -187,7 +187,7 @@ async def test_two_failed_attempts_give_a_degraded_archive_with_checkpoint() -> 
 
 
 async def test_second_attempt_can_succeed() -> None:
-    model = _summarizer(lambda n: LLMCallError("x", transient=True) if n == 1 else "OK")
+    model = _summarizer(lambda n: TransientLLMError("x") if n == 1 else "OK")
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     result = await Compactor(model, _settings(), EST).compact(messages, ids)

@@ -23,7 +23,7 @@ from weft_engine.leases import TurnLeases
 from weft_engine.sessions import SessionGate
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer, build_provider
-from weft_llm import LLMCallError
+from weft_llm import ContextOverflowError, LLMCallError, ModelStalledError, TransientLLMError
 
 UPSTREAM = (
     "model returned HTTP 503: Error code: 503 - {'error': {'message': 'overloaded', "
@@ -32,7 +32,7 @@ UPSTREAM = (
 
 
 def test_a_provider_failure_gets_a_stable_code_and_a_clean_message() -> None:
-    failure = llm_failure(LLMCallError(UPSTREAM, transient=True, status=503))
+    failure = llm_failure(TransientLLMError(UPSTREAM, status=503))
     assert (failure.code, failure.message, failure.retryable) == (
         ErrorCode.LLM_ERROR, MODEL_UNAVAILABLE, True,
     )  # fmt: skip
@@ -41,16 +41,16 @@ def test_a_provider_failure_gets_a_stable_code_and_a_clean_message() -> None:
 
 def test_the_message_follows_the_cause_never_its_text() -> None:
     cases = [
-        (LLMCallError("Error code: 429 - slow down", transient=True, status=429), MODEL_BUSY),
-        (LLMCallError("no output from the model for 120s", transient=True, stalled_s=120),
+        (TransientLLMError("Error code: 429 - slow down", status=429), MODEL_BUSY),
+        (ModelStalledError("no output from the model for 120s", stalled_s=120),
          "The model sent no output for 120s. Try again in a moment."),
-        (LLMCallError("model unreachable: ConnectError", transient=True), MODEL_UNAVAILABLE),
+        (TransientLLMError("model unreachable: ConnectError"), MODEL_UNAVAILABLE),
         (
-            LLMCallError("Error code: 400 - maximum context length exceeded", transient=False,
-                         status=400),
+            ContextOverflowError("Error code: 400 - maximum context length exceeded",
+                                 status=400),
             MODEL_CONTEXT_FULL,
         ),
-        (LLMCallError("Error code: 401 - bad key sk-12", transient=False, status=401),
+        (LLMCallError("Error code: 401 - bad key sk-12", status=401),
          MODEL_REFUSED),
     ]  # fmt: skip
     for exc, message in cases:
@@ -90,7 +90,7 @@ async def test_the_error_event_is_clean_and_the_span_keeps_the_detail() -> None:
         tenant_id="t", session_id="s", request_id="req-1", user_id="u",
         agent=AgentConfig(agent_id="a", model="m"), messages=[], started_at=time.time(),
     )  # fmt: skip
-    await finisher.fail(state, llm_failure(LLMCallError(UPSTREAM, transient=True, status=503)))
+    await finisher.fail(state, llm_failure(TransientLLMError(UPSTREAM, status=503)))
 
     [error] = emitter.errors
     assert error.model_dump() == {

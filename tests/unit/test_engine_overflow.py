@@ -5,7 +5,7 @@ from __future__ import annotations
 from weft_contracts import AgentConfig
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
 from weft_engine.state import TurnState
-from weft_llm import LLMCallError
+from weft_llm import ContextOverflowError, LLMCallError, TransientLLMError
 
 from tests.unit.turn_states import with_history
 
@@ -14,14 +14,11 @@ def _state(history_turns: int) -> TurnState:
     return with_history(AgentConfig(agent_id="a", model="m"), history_turns, "now?")
 
 
-def test_only_a_400_naming_the_context_is_an_overflow() -> None:
-    assert is_context_overflow(
-        LLMCallError("This model's maximum context length is 8192", transient=False, status=400)
-    )
-    assert not is_context_overflow(LLMCallError("bad request", transient=False, status=400))
-    assert not is_context_overflow(
-        LLMCallError("context_length_exceeded", transient=True, status=500)
-    )
+def test_only_the_overflow_type_is_an_overflow() -> None:
+    # SPEC E-25: the model client classifies the provider's answer once (test_llm_errors)
+    assert is_context_overflow(ContextOverflowError("maximum context length", status=400))
+    assert not is_context_overflow(LLMCallError("bad request", status=400))
+    assert not is_context_overflow(TransientLLMError("context_length_exceeded", status=500))
 
 
 def test_shedding_keeps_system_current_turn_and_whole_recent_turns() -> None:

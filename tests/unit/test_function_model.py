@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from weft_llm import LLMCallError, LLMRequest, LLMResponse
+from weft_llm import LLMCallError, LLMRequest, LLMResponse, TransientLLMError
 from weft_testkit.function_model import (
     FunctionModel,
     ModelCall,
@@ -44,7 +44,7 @@ async def test_a_reply_streams_in_pieces_and_is_returned_whole() -> None:
 async def test_the_function_sees_each_call_and_may_raise() -> None:
     def reply(call: ModelCall) -> LLMResponse | BaseException:
         if call.index == 0:
-            return LLMCallError("overloaded", transient=True)
+            return TransientLLMError("overloaded")
         return answer(f"echo {call.last_message['content']}")
 
     model = FunctionModel(reply=reply)
@@ -73,7 +73,7 @@ async def test_asking_more_than_scripted_fails_clearly() -> None:
 async def test_a_queued_model_answers_from_a_list_the_test_fills_later() -> None:
     pending: list[Reply] = []
     model = queued(pending)
-    pending += [answer("first"), LLMCallError("down", transient=True)]
+    pending += [answer("first"), TransientLLMError("down")]
     assert (await model.stream(_request("a"), _Sink())).content == "first"
     with pytest.raises(LLMCallError):
         await model.stream(_request("b"), _Sink())

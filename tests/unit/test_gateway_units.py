@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import HTTPException
-from weft_contracts import AgentConfig, AgentMode, assistant_message_id
+from weft_contracts import AgentConfig, AgentMode, ErrorCode, assistant_message_id
 from weft_gateway.api import (
     AGENT_REQUIRED,
     ChatBody,
@@ -81,7 +81,7 @@ def test_synthetic_failure_is_error_then_failed_complete() -> None:  # invariant
         session_id="s",
         request_id="req_1",
         position="9-0",
-        code="stream_idle_timeout",
+        code=ErrorCode.STREAM_IDLE_TIMEOUT,
         message="silent",
     )
     assert [e.event for e in events] == ["error", "complete"]
@@ -128,7 +128,8 @@ def test_weknora_stream_opens_with_agent_query() -> None:
 
 def test_weknora_synthetic_failure() -> None:
     events = synthetic_failure(
-        tenant_id="t", session_id="s", request_id="r", position="1-0", code="c", message="m",
+        tenant_id="t", session_id="s", request_id="r", position="1-0", message="m",
+        code=ErrorCode.STREAM_UNAVAILABLE,
         fmt="weknora",
     )  # fmt: skip
     kinds = [json.loads(str(e.data))["response_type"] for e in events]

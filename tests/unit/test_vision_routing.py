@@ -20,7 +20,7 @@ from weft_engine.state import TurnState
 from weft_engine.vision import ImageDescriber, content_text, route_images
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.settings import GatewaySettings
-from weft_llm import LLMCallError
+from weft_llm import LLMCallError, TransientLLMError
 from weft_memory.replay import replay_turn
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
@@ -68,10 +68,10 @@ def _vlm(transient_failures: int = 0) -> FunctionModel:
     def reply(call: ModelCall) -> Reply:
         url = call.last_message["content"][1]["image_url"]["url"]
         if "broken" in url:
-            return LLMCallError("bad image", transient=False, status=400)
+            return LLMCallError("bad image", status=400)
         if left[0]:
             left[0] -= 1
-            return LLMCallError("overloaded", transient=True, status=503)
+            return TransientLLMError("overloaded", status=503)
         return answer(f"  picture of {url[-5:]} ")
 
     return FunctionModel(reply=reply)

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from weft_llm import ContentPart
+
 UNREADABLE = "(this image could not be read)"
 
 
-def multimodal_content(text: str, images: Sequence[str]) -> list[dict[str, Any]]:
+def multimodal_content(text: str, images: Sequence[str]) -> list[ContentPart]:
     """OpenAI content parts: the text, then each image."""
-    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts: list[ContentPart] = [{"type": "text", "text": text}]
     parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
     return parts
 

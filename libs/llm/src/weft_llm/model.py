@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
+
+from weft_llm.messages import ChatMessage
+
+RequestMessages = Sequence[ChatMessage] | Sequence[dict[str, Any]]
+"""A request's messages: typed where built for the call; plain dicts where they come from a
+turn's stored state, which keeps the wire form as it was loaded and built."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -11,7 +18,7 @@ class LLMRequest:
     """One chat completion request in OpenAI message format."""
 
     model: str
-    messages: list[dict[str, Any]]
+    messages: RequestMessages
     tools: list[dict[str, Any]] = field(default_factory=list)
     temperature: float = 0.7
     max_completion_tokens: int = 4096
@@ -41,6 +48,37 @@ class Usage:
     total_tokens: int = 0
 
 
+FinishReason = Literal[
+    "stop",
+    "length",
+    "tool_calls",
+    "content_filter",
+    "function_call",
+    "end_turn",
+    "stop_sequence",
+    "max_tokens",
+    "max_output_tokens",
+]
+"""Why the model stopped: OpenAI's values plus the ones OpenAI-compatible gateways pass
+through from other providers (Anthropic's end_turn/stop_sequence/max_tokens, Gemini's
+max_output_tokens) that the engine handles."""
+
+FINISH_REASONS: frozenset[str] = frozenset(get_args(FinishReason))
+
+
+def finish_reason(raw: str | None, *, has_tool_calls: bool) -> FinishReason:
+    """The provider's ``finish_reason`` as a :data:`FinishReason`.
+
+    A missing or unknown value (a provider's own word, e.g. ``"error"`` or ``"recitation"``)
+    becomes what a complete response of that shape reports: ``tool_calls`` when the model
+    asked for tools, else ``stop``. The engine then judges the response by its content (an
+    empty answer is retried, SPEC E-11) instead of by a reason it cannot interpret.
+    """
+    if raw in FINISH_REASONS:
+        return raw  # type: ignore[return-value]  # checked against the Literal's values
+    return "tool_calls" if has_tool_calls else "stop"
+
+
 @dataclass(frozen=True, kw_only=True)
 class LLMResponse:
     """A finished (streamed) completion."""
@@ -48,7 +86,7 @@ class LLMResponse:
     content: str
     reasoning: str
     tool_calls: list[ToolCallRequest]
-    finish_reason: str
+    finish_reason: FinishReason
     usage: Usage | None = None
 
 
@@ -71,19 +109,28 @@ class ChatModel(Protocol):
 
 
 class LLMCallError(Exception):
-    """The model call failed; ``transient`` says whether retrying may help (SPEC E-07),
-    ``status`` is the provider's HTTP status, ``stalled_s`` the stall timeout that cut a
-    call without output (SPEC E-06)."""
+    """The model call failed and retrying the same request will not help (a 4xx, a
+    refused request); ``status`` is the provider's HTTP status when it answered."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        transient: bool,
-        status: int | None = None,
-        stalled_s: float | None = None,
-    ):
+    def __init__(self, message: str, *, status: int | None = None):
         super().__init__(message)
-        self.transient = transient
         self.status = status
+
+
+class TransientLLMError(LLMCallError):
+    """The call failed for a reason that may pass: 408/409/429/5xx/529, overloaded,
+    unreachable, timed out (SPEC E-07: retried with backoff)."""
+
+
+class ModelStalledError(TransientLLMError):
+    """No output arrived for ``stalled_s`` seconds and the call was cut (SPEC E-06)."""
+
+    def __init__(self, message: str, *, stalled_s: float):
+        super().__init__(message)
         self.stalled_s = stalled_s
+
+
+class ContextOverflowError(LLMCallError):
+    """The provider refused the request as too long for the model's context window
+    (SPEC E-25). A completion cut by its token budget is not this: that is a
+    ``length`` finish reason."""

@@ -26,9 +26,24 @@ import openai
 from openai import AsyncOpenAI
 from weft_contracts.text import clean_text
 
-from weft_llm.model import LLMCallError, LLMRequest, LLMResponse, StreamSink, ToolCallRequest, Usage
+from weft_llm.model import (
+    ContextOverflowError,
+    LLMCallError,
+    LLMRequest,
+    LLMResponse,
+    ModelStalledError,
+    StreamSink,
+    ToolCallRequest,
+    TransientLLMError,
+    Usage,
+    finish_reason,
+)
 
 _TRANSIENT_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+
+OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
+"""How providers word a request too long for the model (OpenAI's error code, its
+message, and other providers' messages) in a 400's body (SPEC E-25)."""
 
 HttpBackend = Literal["aiohttp", "httpx"]
 
@@ -38,7 +53,7 @@ class _Accumulator:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, str]] = field(default_factory=dict)
-    finish_reason: str = ""
+    finish_reason: str | None = None
     usage: Usage | None = None
 
     def add_tool_delta(self, delta: dict[str, Any]) -> None:
@@ -58,7 +73,7 @@ class _Accumulator:
             content="".join(self.content),
             reasoning="".join(self.reasoning),
             tool_calls=calls,
-            finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
+            finish_reason=finish_reason(self.finish_reason, has_tool_calls=bool(calls)),
             usage=self.usage,
         )
 
@@ -105,19 +120,14 @@ class OpenAIChatModel:
             async for chunk in _with_stall_timeout(chunks, request.stall_timeout_s):
                 await _absorb(chunk, acc, sink)
         except TimeoutError as exc:
-            raise LLMCallError(
+            raise ModelStalledError(
                 f"no output from the model for {request.stall_timeout_s:.0f}s",
-                transient=True,
                 stalled_s=request.stall_timeout_s,
             ) from exc
         except openai.APIStatusError as exc:
-            raise LLMCallError(
-                f"model returned HTTP {exc.status_code}: {exc.message}",
-                transient=exc.status_code in _TRANSIENT_STATUS,
-                status=exc.status_code,
-            ) from exc
+            raise status_error(exc.status_code, exc.message, exc.code) from exc
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise LLMCallError(f"model unreachable: {exc}", transient=True) from exc
+            raise TransientLLMError(f"model unreachable: {exc}") from exc
         return acc.result()
 
     async def _open(self, request: LLMRequest) -> Any:
@@ -147,6 +157,18 @@ class OpenAIChatModel:
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
         await self._client.close()
+
+
+def status_error(status: int, message: str, code: str | None = None) -> LLMCallError:
+    """The error for a provider's HTTP error answer: transient (SPEC E-07), context
+    overflow (SPEC E-25: a 400 whose code or message names the context), or final."""
+    text = f"model returned HTTP {status}: {message}"
+    if status in _TRANSIENT_STATUS:
+        return TransientLLMError(text, status=status)
+    wording = f"{code or ''} {message}".lower()
+    if status == 400 and any(marker in wording for marker in OVERFLOW_MARKERS):
+        return ContextOverflowError(text, status=status)
+    return LLMCallError(text, status=status)
 
 
 async def _with_stall_timeout(stream: Any, stall_s: float) -> AsyncIterator[Any]:

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import DATA_ANALYSIS, DATA_SCHEMA
+from weft_tools.specs import DATA_ANALYSIS, DATA_SCHEMA, DataAnalysisArguments, DataSchemaArguments
 from weft_tools.sql_guard import UnsafeQuery, function_name, parse_select, table_names
 from weft_tools.tabular import EmptyDataset, read_table
 
@@ -61,7 +61,7 @@ class _DataDocuments:
         self.workspace = workspace
 
     async def load(self, call: ToolInvocation) -> tuple[str, int] | ToolOutcome:
-        knowledge_id = str(call.arguments["knowledge_id"])
+        knowledge_id = call.args(DataSchemaArguments).knowledge_id
         file = await self._source.dataset_file(call.tenant_id, call.session_id, knowledge_id)
         if file is None:
             return ToolOutcome(success=False, error=f"no data document {knowledge_id!r}")
@@ -124,7 +124,7 @@ class DataAnalysisTool(_DataDocuments):
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Check the SQL, load the document, query it."""
-        sql = str(call.arguments["sql"])
+        sql = call.args(DataAnalysisArguments).sql
         try:
             tree = parse_select(sql, "duckdb")
             other = table_names(tree) - _READABLE

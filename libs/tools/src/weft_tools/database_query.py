@@ -25,7 +25,7 @@ from sqlglot import exp
 from weft_contracts import ToolContext
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import DATABASE_QUERY
+from weft_tools.specs import DATABASE_QUERY, DatabaseQueryArguments
 from weft_tools.sql_guard import (
     ANALYTICS_FUNCTIONS,
     UnsafeQuery,
@@ -116,8 +116,9 @@ class DatabaseQueryTool:
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Check and run the query; a refused or failed query is an error the model reads."""
+        asked = call.args(DatabaseQueryArguments).sql
         try:
-            sql = scoped_sql(str(call.arguments["sql"]), reserved=self._reserved)
+            sql = scoped_sql(asked, reserved=self._reserved)
         except UnsafeQuery as exc:
             return ToolOutcome(success=False, error=f"database_query refused: {exc}")
         try:
@@ -135,7 +136,7 @@ class DatabaseQueryTool:
             success=True,
             output=dumps(result),
             display_type="table",
-            data={"sql": mask_sql(str(call.arguments["sql"]))},
+            data={"sql": mask_sql(asked)},
         )
 
     async def _fetch(

@@ -9,7 +9,12 @@ from weft_storage.knowledge_documents import ChunkRow, DocumentInfo, DocumentRea
 
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import LIST_DOCUMENTS, READ_DOCUMENT
+from weft_tools.specs import (
+    LIST_DOCUMENTS,
+    READ_DOCUMENT,
+    ListDocumentsArguments,
+    ReadDocumentArguments,
+)
 
 MAX_HITS = 20
 MAX_SCAN_CHUNKS = 5000
@@ -26,12 +31,13 @@ class ReadDocumentTool:
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Dispatch on the handle kind and arguments."""
-        handle = str(call.arguments["id"]).strip()
+        args = call.args(ReadDocumentArguments)
+        handle = args.id.strip()
         try:
             if handle.startswith("c"):
                 return await self._around_chunk(call, handle)
             doc = await self._document(call, await self._scope.resolve(call, handle, "d"))
-            if call.arguments.get("query"):
+            if args.query:
                 return await self._find(call, doc)
             return await self._page(call, doc)
         except OutOfScope as exc:
@@ -46,8 +52,8 @@ class ReadDocumentTool:
         return doc
 
     async def _page(self, call: ToolInvocation, doc: DocumentInfo) -> ToolOutcome:
-        offset = int(call.arguments.get("offset", 0))
-        limit = int(call.arguments.get("limit", 20))
+        args = call.args(ReadDocumentArguments)
+        offset, limit = args.offset, args.limit
         rows = await self._reader.chunks(call.tenant_id, doc.id, start=offset, limit=limit + 1)
         budget = call.context.max_output_chars * 4 // 5
         page: list[ChunkRow] = []
@@ -69,15 +75,16 @@ class ReadDocumentTool:
         if hit is None:
             raise OutOfScope(f"chunk {handle!r} not found in this conversation's knowledge bases")
         doc = await self._document(call, hit.document_id)
-        around = int(call.arguments.get("context", 1))
+        around = call.args(ReadDocumentArguments).context
         start = max(0, hit.position - around)
         rows = await self._reader.chunks(call.tenant_id, doc.id, start=start, limit=2 * around + 1)
         payload = await self._payload(call, doc, rows)
         return ToolOutcome(success=True, output=dumps(payload), display_type="document")
 
     async def _find(self, call: ToolInvocation, doc: DocumentInfo) -> ToolOutcome:
-        query = str(call.arguments["query"])
-        matches = _matcher(query, bool(call.arguments.get("regex")))
+        args = call.args(ReadDocumentArguments)
+        query = args.query or ""
+        matches = _matcher(query, args.regex)
         rows = await self._reader.chunks(call.tenant_id, doc.id, limit=MAX_SCAN_CHUNKS)
         hits = [i for i, row in enumerate(rows) if matches(row.content)][:MAX_HITS]
         keep = sorted({j for i in hits for j in (i - 1, i, i + 1) if 0 <= j < len(rows)})
@@ -124,12 +131,12 @@ class ListDocumentsTool:
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """One page."""
-        page = int(call.arguments.get("page", 1))
-        size = int(call.arguments.get("page_size", 20))
+        args = call.args(ListDocumentsArguments)
+        page, size = args.page, args.page_size
         total, docs = await self._reader.list_documents(
             call.tenant_id,
             call.context.knowledge_base_ids,
-            keyword=str(call.arguments.get("keyword", "")),
+            keyword=args.keyword or "",
             page=page,
             size=size,
         )

@@ -14,7 +14,7 @@ from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
 from weft_tools.knowledge_search import KnowledgeSearch, NoIndexInScope, SearchReport
 from weft_tools.ranking import Candidate, terms
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import SEARCH_KNOWLEDGE, SearchMode
+from weft_tools.specs import SEARCH_KNOWLEDGE, SearchKnowledgeArguments
 
 
 def omitted_marker(count: int) -> str:
@@ -33,19 +33,11 @@ class SearchKnowledgeTool:
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Search and format."""
-        args = call.arguments
-        query = str(args["query"])
+        args = call.args(SearchKnowledgeArguments)
+        query = args.query
         try:
-            kb_ids = await self._scope.knowledge_bases(
-                call, list(args.get("knowledge_base_ids", []))
-            )
-            report = await self._search.search(
-                call.tenant_id,
-                kb_ids,
-                query,
-                SearchMode(args.get("mode", "hybrid")),
-                int(args.get("limit", 10)),
-            )
+            kb_ids = await self._scope.knowledge_bases(call, args.knowledge_base_ids or [])
+            report = await self._search.search(call.tenant_id, kb_ids, query, args.mode, args.limit)
         except (OutOfScope, NoIndexInScope) as exc:
             return ToolOutcome(success=False, error=f"search_knowledge: {exc}")
         payload, references = await self._format(call, query, report)

@@ -14,7 +14,13 @@ import httpx
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
 from weft_tools.safe_http import tls_context
-from weft_tools.specs import SEARCH_CONVERSATIONS, SEARCH_MEMORY
+from weft_tools.specs import (
+    SEARCH_CONVERSATIONS,
+    SEARCH_MEMORY,
+    RecallArguments,
+    SearchConversationsArguments,
+    SearchMemoryArguments,
+)
 
 DEFAULT_MEMORY_URL = "http://127.0.0.1:8085"
 
@@ -50,15 +56,15 @@ class _MemorySearchTool:
     spec: ToolSpec
     _path: str
     _key: str
-    _default_limit: int
+    _arguments: type[RecallArguments]
 
     def __init__(self, client: MemoryServiceClient):
         self._client = client
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Search in the caller's scope and list the results."""
-        query = str(call.arguments["query"])
-        limit = int(call.arguments.get("limit", self._default_limit))
+        args = call.args(self._arguments)
+        query, limit = args.query, args.limit
         params = {
             "tenant_id": call.tenant_id,
             "user_id": call.context.user_id,
@@ -83,7 +89,7 @@ class SearchMemoryTool(_MemorySearchTool):
     spec = SEARCH_MEMORY
     _path = "/internal/memories/search"
     _key = "memories"
-    _default_limit = 10
+    _arguments = SearchMemoryArguments
 
 
 class SearchConversationsTool(_MemorySearchTool):
@@ -92,7 +98,7 @@ class SearchConversationsTool(_MemorySearchTool):
     spec = SEARCH_CONVERSATIONS
     _path = "/internal/conversations/search"
     _key = "results"
-    _default_limit = 5
+    _arguments = SearchConversationsArguments
 
 
 def memory_tools(client: MemoryServiceClient | None = None) -> list[_MemorySearchTool]:

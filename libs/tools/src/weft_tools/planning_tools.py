@@ -11,7 +11,7 @@ from collections import OrderedDict
 from typing import Any
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import THINKING, TODO_WRITE
+from weft_tools.specs import THINKING, TODO_WRITE, ThinkingArguments, TodoWriteArguments
 
 _MAX_TURNS = 1024  # bound on remembered turns per worker (invariant 6)
 
@@ -43,19 +43,19 @@ class ThinkingTool:
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Record the thought and report progress."""
-        args = call.arguments
-        thoughts: dict[int, dict[str, Any]] = self._turns.get(
+        args = call.args(ThinkingArguments)
+        thoughts: dict[int, ThinkingArguments] = self._turns.get(
             (call.session_id, call.request_id), {}
         )
-        number = int(args["thought_number"])
-        total = max(int(args["total_thoughts"]), number)
+        number = args.thought_number
+        total = max(args.total_thoughts, number)
         thoughts[number] = args
-        branches = sorted({str(t["branch_id"]) for t in thoughts.values() if t.get("branch_id")})
+        branches = sorted({t.branch_id for t in thoughts.values() if t.branch_id})
         incomplete = [n for n in range(1, total + 1) if n not in thoughts]
         progress = {
             "thought_number": number,
             "total_thoughts": total,
-            "next_thought_needed": bool(args["next_thought_needed"]),
+            "next_thought_needed": args.next_thought_needed,
             "recorded": len(thoughts),
             "incomplete_steps": incomplete,
             "branches": branches,
@@ -75,16 +75,16 @@ class TodoWriteTool:
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Format the plan."""
-        steps: list[dict[str, str]] = call.arguments["steps"]
-        task = str(call.arguments.get("task", ""))
+        args = call.args(TodoWriteArguments)
+        steps, task = args.steps, args.task or ""
         marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
         lines = [f"Plan: {task}"] if task else ["Plan:"]
-        lines += [f"{marks[s['status']]} {s['id']}. {s['description']}" for s in steps]
-        done = sum(1 for s in steps if s["status"] == "completed")
+        lines += [f"{marks[s.status]} {s.id}. {s.description}" for s in steps]
+        done = sum(1 for s in steps if s.status == "completed")
         lines.append(f"{done}/{len(steps)} completed")
         return ToolOutcome(
             success=True,
             output="\n".join(lines),
             display_type="plan",
-            data={"task": task, "steps": steps},
+            data={"task": task, "steps": [s.model_dump() for s in steps]},
         )

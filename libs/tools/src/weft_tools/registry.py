@@ -9,26 +9,34 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import structlog
 from jsonschema import Draft202012Validator
+from pydantic import ValidationError
 from weft_contracts import ToolContext
 from weft_contracts.tools import SHOWN_NAME_CHARS
 
+from weft_tools.arguments import ToolArguments, arguments_schema
 from weft_tools.capabilities import NO_REQUIREMENT, ToolRequirement
 from weft_tools.casting import cast_arguments
 
 log = structlog.get_logger(__name__)
 
+A = TypeVar("A", bound=ToolArguments)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec:
-    """What the model is told about a tool."""
+    """What the model is told about a tool.
+
+    A built-in tool gives ``arguments``, its argument model, and ``parameters`` is derived
+    from it; a tool without one (a test double, a plugin) gives ``parameters`` itself."""
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    arguments: type[ToolArguments] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
     read_only: bool = True
     """Read-only tools may run concurrently and be retried on another worker (invariant 3)."""
     requirement: ToolRequirement = NO_REQUIREMENT
@@ -37,6 +45,12 @@ class ToolSpec:
     """The tool's own output cap, applied when tighter than the agent's (SPEC T-03)."""
     sensitive_arguments: frozenset[str] = frozenset()
     """Arguments masked in events, traces and logs (E-23: database_query's SQL)."""
+
+    def __post_init__(self) -> None:
+        if self.arguments is not None:
+            if self.parameters:
+                raise ValueError(f"tool {self.name!r}: parameters come from its arguments model")
+            object.__setattr__(self, "parameters", arguments_schema(self.arguments))
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry."""
@@ -59,6 +73,15 @@ class ToolInvocation:
     request_id: str
     arguments: dict[str, Any]
     context: ToolContext
+    parsed: ToolArguments | None = None
+    """The arguments as the tool's model, once the registry validated them (SPEC T-02)."""
+
+    def args(self, model: type[A]) -> A:
+        """The arguments as ``model``: the registry's validated instance, or (a tool run
+        directly, outside a registry) ``arguments`` validated now."""
+        if isinstance(self.parsed, model):
+            return self.parsed
+        return model.model_validate(self.arguments)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +169,12 @@ class ToolRegistry:
                 f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors
             )
             return ToolOutcome(success=False, error=f"invalid arguments for {name}: {detail}")
-        outcome = await tool.run(replace(call, arguments=arguments))
+        model = tool.spec.arguments
+        try:
+            parsed = model.model_validate(arguments) if model is not None else None
+        except ValidationError as exc:  # the schema passed; the model is the stricter
+            return ToolOutcome(success=False, error=f"invalid arguments for {name}: {exc}")
+        outcome = await tool.run(replace(call, arguments=arguments, parsed=parsed))
         limit = call.context.max_output_chars
         if tool.spec.max_output_chars is not None:
             limit = min(limit, tool.spec.max_output_chars)

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
+from typing import Annotated, Literal
 
+from pydantic import Field
+
+from weft_tools.arguments import ToolArguments
 from weft_tools.capabilities import DOCUMENT_READER, RETRIEVAL
 from weft_tools.registry import ToolSpec
 
@@ -31,6 +35,137 @@ WEB_FETCH_CHAR_BUDGET = 8000
 WEB_SEARCH_MAX_COUNT = 20
 """Most results one ``web_search`` call asks for."""
 
+NonEmpty = Annotated[str, Field(min_length=1)]
+"""A text argument the tool cannot do without."""
+
+
+class SearchKnowledgeArguments(ToolArguments):
+    """``search_knowledge``."""
+
+    query: Annotated[str, Field(min_length=1, description="What to look for.")]
+    mode: SearchMode = SearchMode.HYBRID
+    limit: Annotated[int, Field(ge=1, le=30)] = 10
+    knowledge_base_ids: Annotated[list[str] | None, Field(max_length=10)] = None
+
+
+class ReadDocumentArguments(ToolArguments):
+    """``read_document``."""
+
+    id: Annotated[str, Field(min_length=1, description="dN or cN.")]
+    offset: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1, le=100)] = 20
+    context: Annotated[int, Field(ge=0, le=5)] = 1
+    query: str | None = None
+    regex: bool = False
+
+
+class ListDocumentsArguments(ToolArguments):
+    """``list_documents``."""
+
+    keyword: Annotated[str | None, Field(description="Filter on title or file name.")] = None
+    page: Annotated[int, Field(ge=1)] = 1
+    page_size: Annotated[int, Field(ge=1, le=100)] = 20
+
+
+class ThinkingArguments(ToolArguments):
+    """``thinking``: one step of sequential thinking."""
+
+    thought: NonEmpty
+    next_thought_needed: bool
+    thought_number: Annotated[int, Field(ge=1)]
+    total_thoughts: Annotated[int, Field(ge=1)]
+    is_revision: bool | None = None
+    revises_thought: Annotated[int | None, Field(ge=1)] = None
+    branch_from_thought: Annotated[int | None, Field(ge=1)] = None
+    branch_id: str | None = None
+    needs_more_thoughts: bool | None = None
+
+
+StepStatus = Literal["pending", "in_progress", "completed"]
+
+
+class PlanStep(ToolArguments):
+    """One step of a ``todo_write`` plan."""
+
+    id: NonEmpty
+    description: NonEmpty
+    status: StepStatus
+
+
+class TodoWriteArguments(ToolArguments):
+    """``todo_write``."""
+
+    task: str | None = None
+    steps: Annotated[list[PlanStep], Field(min_length=1)]
+
+
+class DatabaseQueryArguments(ToolArguments):
+    """``database_query``."""
+
+    sql: NonEmpty
+
+
+KnowledgeId = Annotated[str, Field(min_length=1, description="The CSV/Excel document.")]
+
+
+class DataSchemaArguments(ToolArguments):
+    """``data_schema``."""
+
+    knowledge_id: KnowledgeId
+
+
+class DataAnalysisArguments(DataSchemaArguments):
+    """``data_analysis``: a data document (loaded as ``data_schema`` loads it) and a query."""
+
+    sql: NonEmpty
+
+
+class FetchItem(ToolArguments):
+    """One page a ``web_fetch`` call reads."""
+
+    url: NonEmpty
+    offset: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int | None, Field(ge=1, le=WEB_FETCH_CHAR_BUDGET)] = None
+
+
+class WebFetchArguments(ToolArguments):
+    """``web_fetch``."""
+
+    items: Annotated[list[FetchItem], Field(min_length=1)]
+
+
+class WebSearchArguments(ToolArguments):
+    """``web_search``."""
+
+    query: NonEmpty
+    count: Annotated[int, Field(ge=1, le=WEB_SEARCH_MAX_COUNT)] = 5
+    country: str | None = None
+    freshness: str | None = None
+    content: bool = False
+
+
+class RecallArguments(ToolArguments):
+    """What both memory searches take; each tool narrows the limit and says what the query
+    is for."""
+
+    query: NonEmpty
+    limit: int
+
+
+class SearchMemoryArguments(RecallArguments):
+    """``search_memory``."""
+
+    query: Annotated[str, Field(min_length=1, description="What to recall.")]
+    limit: Annotated[int, Field(ge=1, le=20)] = 10
+
+
+class SearchConversationsArguments(RecallArguments):
+    """``search_conversations``."""
+
+    query: Annotated[str, Field(min_length=1, description="Words to look for.")]
+    limit: Annotated[int, Field(ge=1, le=8)] = 5
+
+
 SEARCH_KNOWLEDGE = ToolSpec(
     name="search_knowledge",
     description=(
@@ -39,17 +174,7 @@ SEARCH_KNOWLEDGE = ToolSpec(
         "Returns passages with short ids (c1, c2, ...) to cite as [c1]; read more of a "
         "document with read_document."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "What to look for."},
-            "mode": {"enum": [m.value for m in SearchMode], "default": "hybrid"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 30, "default": 10},
-            "knowledge_base_ids": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
+    arguments=SearchKnowledgeArguments,
     read_only=True,
     requirement=RETRIEVAL,
 )
@@ -61,34 +186,14 @@ READ_DOCUMENT = ToolSpec(
         "neighbours. With `query`, find passages containing all its words (any order) "
         "or, with regex=true, matching the regular expression."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "id": {"type": "string", "minLength": 1, "description": "dN or cN."},
-            "offset": {"type": "integer", "minimum": 0, "default": 0},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-            "context": {"type": "integer", "minimum": 0, "maximum": 5, "default": 1},
-            "query": {"type": "string"},
-            "regex": {"type": "boolean", "default": False},
-        },
-        "required": ["id"],
-        "additionalProperties": False,
-    },
+    arguments=ReadDocumentArguments,
     requirement=DOCUMENT_READER,
 )
 
 LIST_DOCUMENTS = ToolSpec(
     name="list_documents",
     description="List the documents of the conversation's knowledge bases (dN handles).",
-    parameters={
-        "type": "object",
-        "properties": {
-            "keyword": {"type": "string", "description": "Filter on title or file name."},
-            "page": {"type": "integer", "minimum": 1, "default": 1},
-            "page_size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-        },
-        "additionalProperties": False,
-    },
+    arguments=ListDocumentsArguments,
     requirement=DOCUMENT_READER,
 )
 
@@ -98,22 +203,7 @@ THINKING = ToolSpec(
         "Sequential thinking: record one reasoning step, revise an earlier one or branch "
         "from it. Do not name tools or write the final answer inside a thought."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "thought": {"type": "string", "minLength": 1},
-            "next_thought_needed": {"type": "boolean"},
-            "thought_number": {"type": "integer", "minimum": 1},
-            "total_thoughts": {"type": "integer", "minimum": 1},
-            "is_revision": {"type": "boolean"},
-            "revises_thought": {"type": "integer", "minimum": 1},
-            "branch_from_thought": {"type": "integer", "minimum": 1},
-            "branch_id": {"type": "string"},
-            "needs_more_thoughts": {"type": "boolean"},
-        },
-        "required": ["thought", "next_thought_needed", "thought_number", "total_thoughts"],
-        "additionalProperties": False,
-    },
+    arguments=ThinkingArguments,
 )
 
 TODO_WRITE = ToolSpec(
@@ -122,28 +212,7 @@ TODO_WRITE = ToolSpec(
         "Create or update the retrieval plan of this turn (steps with status pending, "
         "in_progress or completed). Put reasoning in `thinking`, not here."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "task": {"type": "string"},
-            "steps": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string", "minLength": 1},
-                        "description": {"type": "string", "minLength": 1},
-                        "status": {"enum": ["pending", "in_progress", "completed"]},
-                    },
-                    "required": ["id", "description", "status"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-        "required": ["steps"],
-        "additionalProperties": False,
-    },
+    arguments=TodoWriteArguments,
 )
 
 DATABASE_QUERY = ToolSpec(
@@ -152,17 +221,10 @@ DATABASE_QUERY = ToolSpec(
         "Run one read-only SQL SELECT (PostgreSQL) over the tables knowledge_bases, "
         "documents and chunks. Rows of other tenants are never visible."
     ),
-    parameters={
-        "type": "object",
-        "properties": {"sql": {"type": "string", "minLength": 1}},
-        "required": ["sql"],
-        "additionalProperties": False,
-    },
+    arguments=DatabaseQueryArguments,
     requirement=RETRIEVAL,
     sensitive_arguments=frozenset({"sql"}),
 )
-
-_KNOWLEDGE_ID = {"type": "string", "minLength": 1, "description": "The CSV/Excel document."}
 
 DATA_SCHEMA = ToolSpec(
     name="data_schema",
@@ -170,12 +232,7 @@ DATA_SCHEMA = ToolSpec(
         "Columns, types and row count of a CSV/Excel document. data_analysis always "
         "queries it as the table `dataset`."
     ),
-    parameters={
-        "type": "object",
-        "properties": {"knowledge_id": _KNOWLEDGE_ID},
-        "required": ["knowledge_id"],
-        "additionalProperties": False,
-    },
+    arguments=DataSchemaArguments,
     requirement=RETRIEVAL,
 )
 
@@ -185,12 +242,7 @@ DATA_ANALYSIS = ToolSpec(
         "Run one DuckDB SELECT over a CSV/Excel document loaded as the table `dataset` "
         "(Excel sheets merged, the sheet in column __sheet_name)."
     ),
-    parameters={
-        "type": "object",
-        "properties": {"knowledge_id": _KNOWLEDGE_ID, "sql": {"type": "string", "minLength": 1}},
-        "required": ["knowledge_id", "sql"],
-        "additionalProperties": False,
-    },
+    arguments=DataAnalysisArguments,
     requirement=RETRIEVAL,
 )
 
@@ -201,53 +253,13 @@ WEB_FETCH = ToolSpec(
         "with offset/limit (characters, 8000 shared by the call); the full text is saved "
         "at full_output_path for read_file."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "items": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "url": {"type": "string", "minLength": 1},
-                        "offset": {"type": "integer", "minimum": 0, "default": 0},
-                        "limit": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": WEB_FETCH_CHAR_BUDGET,
-                        },
-                    },
-                    "required": ["url"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        "required": ["items"],
-        "additionalProperties": False,
-    },
+    arguments=WebFetchArguments,
 )
 
 WEB_SEARCH = ToolSpec(
     name="web_search",
     description="Search the web. Set content=true to also read the top 3 pages.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1},
-            "count": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": WEB_SEARCH_MAX_COUNT,
-                "default": 5,
-            },
-            "country": {"type": "string"},
-            "freshness": {"type": "string"},
-            "content": {"type": "boolean", "default": False},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
+    arguments=WebSearchArguments,
 )
 
 SEARCH_MEMORY = ToolSpec(
@@ -256,29 +268,13 @@ SEARCH_MEMORY = ToolSpec(
         "Search the long-term memory about the current user (facts, preferences, projects "
         "remembered from earlier conversations)."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "What to recall."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 20, "default": 10},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
+    arguments=SearchMemoryArguments,
 )
 
 SEARCH_CONVERSATIONS = ToolSpec(
     name="search_conversations",
     description="Search the current user's past conversations for messages about a topic.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 8, "default": 5},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
+    arguments=SearchConversationsArguments,
 )
 
 MEMORY_SPECS: tuple[ToolSpec, ...] = (SEARCH_MEMORY, SEARCH_CONVERSATIONS)

@@ -22,7 +22,7 @@ from markdownify import MarkdownConverter
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tools.safe_http import BlockedAddress, FetchedPage, SafeHttpClient
-from weft_tools.specs import WEB_FETCH, WEB_FETCH_CHAR_BUDGET
+from weft_tools.specs import WEB_FETCH, WEB_FETCH_CHAR_BUDGET, FetchItem, WebFetchArguments
 from weft_tools.web_snapshots import SnapshotStore
 
 log = structlog.get_logger(__name__)
@@ -57,13 +57,13 @@ class WebFetchTool:
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Fetch every item in parallel and report each."""
-        items: list[dict[str, Any]] = call.arguments["items"]
+        items = call.args(WebFetchArguments).items
         wanted = items[:MAX_PAGES]
         share = WEB_FETCH_CHAR_BUDGET // len(wanted)
         results = await asyncio.gather(*(self._one(call, item, share) for item in wanted))
         results += [
             {
-                "url": item["url"],
+                "url": item.url,
                 "status": "skipped",
                 "reason": f"at most {MAX_PAGES} pages per call",
                 "retry": "next_call",
@@ -80,8 +80,8 @@ class WebFetchTool:
             display_type="web_fetch_results",
         )
 
-    async def _one(self, call: ToolInvocation, item: dict[str, Any], share: int) -> dict[str, Any]:
-        url = str(item["url"])
+    async def _one(self, call: ToolInvocation, item: FetchItem, share: int) -> dict[str, Any]:
+        url = item.url
         try:
             return await self._fetch(call, url, item, share)
         except BlockedAddress as exc:
@@ -99,7 +99,7 @@ class WebFetchTool:
             return _failed(url, f"{type(exc).__name__}: {exc}", "later")
 
     async def _fetch(
-        self, call: ToolInvocation, url: str, item: dict[str, Any], share: int
+        self, call: ToolInvocation, url: str, item: FetchItem, share: int
     ) -> dict[str, Any]:
         page = await self._client.get(url, self._timeout_s)
         if page.status >= 400:
@@ -107,8 +107,8 @@ class WebFetchTool:
             return _failed(url, f"HTTP {page.status}", retry)
         text = page_text(page)
         path = await self._snapshots.save(call.tenant_id, call.session_id, url, text)
-        offset = int(item.get("offset", 0))
-        limit = min(int(item.get("limit", share)), share)
+        offset = item.offset
+        limit = min(item.limit or share, share)
         window = text[offset : offset + limit]
         result: dict[str, Any] = {
             "url": url,

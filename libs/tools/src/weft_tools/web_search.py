@@ -18,7 +18,7 @@ import httpx
 
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tools.safe_http import BlockedAddress, SafeHttpClient, tls_context
-from weft_tools.specs import WEB_SEARCH, WEB_SEARCH_MAX_COUNT
+from weft_tools.specs import WEB_SEARCH, WEB_SEARCH_MAX_COUNT, WebSearchArguments
 from weft_tools.web_fetch import page_text
 
 CONTENT_PAGES = 3
@@ -151,20 +151,20 @@ class WebSearchTool:
         """Search, optionally read the top pages."""
         if self._provider is None:
             return ToolOutcome(success=False, error=NOT_CONFIGURED)
-        args = call.arguments
+        args = call.args(WebSearchArguments)
         try:
             hits = await self._provider.search(
-                str(args["query"]),
-                min(int(args.get("count", 5)), WEB_SEARCH_MAX_COUNT),
-                country=args.get("country"),
-                freshness=args.get("freshness"),
+                args.query,
+                min(args.count, WEB_SEARCH_MAX_COUNT),
+                country=args.country,
+                freshness=args.freshness,
             )
         except SearchProviderError as exc:
             return ToolOutcome(success=False, error=f"web_search failed: {exc}")
         results: list[dict[str, Any]] = [
             {"title": h.title, "url": h.url, "snippet": h.snippet} for h in hits
         ]
-        if args.get("content"):
+        if args.content:
             pages = await asyncio.gather(
                 *(self._content(r["url"]) for r in results[:CONTENT_PAGES])
             )
@@ -173,7 +173,7 @@ class WebSearchTool:
         return ToolOutcome(
             success=True,
             output=dumps(
-                {"query": args["query"], "provider": self._provider.name, "results": results}
+                {"query": args.query, "provider": self._provider.name, "results": results}
             ),
             display_type="web_search_results",
         )

@@ -19,12 +19,11 @@ from weft_contracts import (
     FinalAnswerEvent,
     TurnStatus,
 )
-from weft_llm import LLMCallError
+from weft_llm import ContextOverflowError, LLMCallError, ModelStalledError, TransientLLMError
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import TurnLeases
 from weft_engine.outcomes import Answer
-from weft_engine.overflow import is_context_overflow
 from weft_engine.sessions import SessionGate
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
@@ -63,11 +62,11 @@ def llm_failure(exc: LLMCallError) -> TurnFailure:
     ``detail`` only."""
     if exc.status == 429:
         message, retryable = MODEL_BUSY, True
-    elif exc.stalled_s is not None:  # our own timeout, not the provider's words
+    elif isinstance(exc, ModelStalledError):  # our own timeout, not the provider's words
         message, retryable = MODEL_STALLED.format(seconds=exc.stalled_s), True
-    elif exc.transient:  # 5xx, overloaded, unreachable, no output in time
+    elif isinstance(exc, TransientLLMError):  # 5xx, overloaded, unreachable
         message, retryable = MODEL_UNAVAILABLE, True
-    elif is_context_overflow(exc):
+    elif isinstance(exc, ContextOverflowError):
         message, retryable = MODEL_CONTEXT_FULL, False
     else:
         message, retryable = MODEL_REFUSED, False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from weft_contracts import AgentStep, StepToolCall
+from weft_llm import AssistantMessage, ToolMessage
 
 from weft_engine.act import ERROR_HINT
 from weft_engine.state import TurnState
@@ -11,7 +12,7 @@ from weft_engine.state import TurnState
 def observe(state: TurnState) -> TurnState:
     """Append the assistant message with tool_calls and one ``tool`` message per result,
     in the original order; record the round's step; move to the next round."""
-    assistant = {
+    assistant: AssistantMessage = {
         "role": "assistant",
         "content": state.preamble,
         "tool_calls": [
@@ -23,7 +24,7 @@ def observe(state: TurnState) -> TurnState:
             for c in state.pending
         ],
     }
-    tool_messages = []
+    tool_messages: list[ToolMessage] = []
     step_calls = []
     for call in state.pending:
         result = state.results[call.call_id]

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from weft_llm import LLMCallError
+from weft_llm import ContextOverflowError, LLMCallError
 
 from weft_engine.state import TurnState
 from weft_engine.vision import content_text
 
-OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
-
 
 def is_context_overflow(exc: LLMCallError) -> bool:
-    """The provider refused the request as too long for the model (SPEC E-25); a completion
-    budget truncation is not an overflow (that is a finish reason, not an error)."""
-    text = str(exc).lower()
-    return exc.status == 400 and any(marker in text for marker in OVERFLOW_MARKERS)
+    """The provider refused the request as too long for the model (SPEC E-25): the model
+    client recognised it from the provider's answer; a completion budget truncation is
+    not an overflow (that is a finish reason, not an error)."""
+    return isinstance(exc, ContextOverflowError)
 
 
 def shed_history(state: TurnState) -> TurnState:

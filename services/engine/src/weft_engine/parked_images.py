@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
-from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, StreamSink
+from weft_llm import (
+    ChatModel,
+    LLMCallError,
+    LLMRequest,
+    LLMResponse,
+    RequestMessages,
+    StreamSink,
+)
 
 from weft_engine.keys import images_key
 
@@ -32,7 +39,7 @@ def _ref(request_id: str, digest: str) -> str:
     return f"{REF_SCHEME}{request_id}/{digest}"
 
 
-def _image_urls(message: dict[str, Any]) -> list[str]:
+def _image_urls(message: Mapping[str, Any]) -> list[str]:
     """The URLs of the message's image parts."""
     content = message.get("content")
     if not isinstance(content, list):
@@ -40,7 +47,10 @@ def _image_urls(message: dict[str, Any]) -> list[str]:
     return [p["image_url"]["url"] for p in content if _is_image(p)]
 
 
-def _map_images(message: dict[str, Any], url_of: Callable[[str], str]) -> dict[str, Any]:
+M = TypeVar("M", bound=Mapping[str, Any])
+
+
+def _map_images(message: M, url_of: Callable[[str], str]) -> M:
     """``message`` with each image part's URL passed through ``url_of`` (the same object
     when it has no image part)."""
     if not _image_urls(message):
@@ -51,7 +61,7 @@ def _map_images(message: dict[str, Any], url_of: Callable[[str], str]) -> dict[s
         else p
         for p in message["content"]
     ]
-    return {**message, "content": parts}
+    return cast(M, {**message, "content": parts})  # the same shape, other image URLs
 
 
 def _is_image(part: Any) -> bool:
@@ -64,7 +74,7 @@ def _is_image(part: Any) -> bool:
     )
 
 
-def _refs_by_turn(messages: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+def _refs_by_turn(messages: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
     """The digests referenced in the image parts of ``messages``, by request id."""
     by_turn: dict[str, list[str]] = {}
     for message in messages:
@@ -107,7 +117,7 @@ class ParkedImages:
                 await pipe.execute()
         return new_messages, new_images
 
-    async def resolve(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def resolve(self, messages: RequestMessages) -> RequestMessages:
         """``messages`` with their references replaced by the parked data (the same list
         without any reference); ``LLMCallError`` when some data is no longer stored."""
         by_turn = _refs_by_turn(messages)
@@ -122,10 +132,12 @@ class ParkedImages:
         for (request_id, digests), values in zip(by_turn.items(), replies[::2], strict=True):
             for digest, value in zip(digests, values, strict=True):
                 if value is None:
-                    raise LLMCallError("an image of this turn is no longer stored", transient=False)
+                    raise LLMCallError("an image of this turn is no longer stored")
                 url = value.decode() if isinstance(value, bytes) else value
                 found[_ref(request_id, digest)] = url
-        return [_map_images(m, lambda url: found.get(url, url)) for m in messages]
+        resolved = [_map_images(m, lambda url: found.get(url, url)) for m in messages]
+        # the same messages with only image URLs replaced: their shapes are unchanged
+        return cast(RequestMessages, resolved)
 
 
 class ImageResolvingModel:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from weft_contracts import AgentConfig
+from weft_llm import ContentPart
 
 from weft_engine.vision import multimodal_content, route_images
 
@@ -156,7 +157,7 @@ def initial_messages(
     them (SPEC E-26; otherwise ``vision.ImageDescriber`` adds their text later)."""
     values = placeholder_values(agent, query, user_name=user_name)
     text = f"{query}\n\n{runtime_context(session_id)}"
-    content: str | list[dict[str, Any]] = text
+    content: str | list[ContentPart] = text
     if route_images(agent, images) == "direct":
         content = multimodal_content(text, images)
     return [

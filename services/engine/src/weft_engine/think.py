@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 from weft_contracts import FinalAnswerData, FinalAnswerEvent, ThoughtData, ThoughtEvent
-from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse
+from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, TransientLLMError
 
 from weft_engine.coalesce import DeltaCoalescer
 from weft_engine.emitter import EventEmitter
@@ -102,12 +102,15 @@ async def think(
             response = await model.stream(request, sink)
             await sink.close()
             return _without_think_blocks(response)
-        except LLMCallError as exc:
+        except TransientLLMError as exc:
             await sink.close()
-            if not exc.transient or pause is None or sink.emitted:
+            if pause is None or sink.emitted:
                 raise
             log.warning("llm_retry", attempt=attempt + 1, error=str(exc))
             await asyncio.sleep(pause)
+        except LLMCallError:  # final: retrying the same request cannot help
+            await sink.close()
+            raise
     raise AssertionError("unreachable")
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import structlog
 from weft_context.images import content_text, descriptions_block, multimodal_content
 from weft_contracts import AgentConfig, ImagesDescribedData, ImagesDescribedEvent
-from weft_llm import ChatModel, LLMCallError, LLMRequest
+from weft_llm import ChatModel, LLMCallError, LLMRequest, TransientLLMError, UserMessage
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.state import TurnState
@@ -112,9 +112,10 @@ class ImageDescriber:
 
     async def _one(self, agent: AgentConfig, url: str) -> str:
         assert agent.vlm_model is not None
+        ask: UserMessage = {"role": "user", "content": multimodal_content(DESCRIBE_PROMPT, [url])}
         request = LLMRequest(
             model=agent.vlm_model,
-            messages=[{"role": "user", "content": multimodal_content(DESCRIBE_PROMPT, [url])}],
+            messages=[ask],
             temperature=0.0,
             max_completion_tokens=VLM_MAX_TOKENS,
             stall_timeout_s=agent.llm_call_timeout_s,
@@ -125,7 +126,7 @@ class ImageDescriber:
                 return response.content.strip()
             except LLMCallError as exc:  # final but reported: the turn goes on (STYLE 4)
                 log.warning("image_description_failed", model=agent.vlm_model, error=str(exc))
-                if not exc.transient or pause is None:
+                if not isinstance(exc, TransientLLMError) or pause is None:
                     return ""
             await asyncio.sleep(pause)  # cancellable: a stop ends the wait at once
         return ""

@@ -290,7 +290,7 @@ class Gateway:
             session_id=follow.session_id,
             request_id=outcome.request_id or "unknown",
             position=outcome.position,
-            code=code.value,
+            code=code,
             message=message,
             fmt=follow.fmt,
         )

@@ -14,6 +14,7 @@ from sse_starlette import ServerSentEvent
 from weft_contracts import (
     CompleteData,
     CompleteEvent,
+    ErrorCode,
     ErrorData,
     ErrorEvent,
     TurnStatus,
@@ -65,7 +66,7 @@ def synthetic_failure(
     session_id: str,
     request_id: str,
     position: str,
-    code: str,
+    code: ErrorCode,
     message: str,
     fmt: StreamFormat = "native",
 ) -> list[ServerSentEvent]:
@@ -73,7 +74,7 @@ def synthetic_failure(
     engine did not end, so a client never waits on silence. Both carry ``position`` (the
     last real event seen), so a resume with it still gets whatever comes later."""
     ids = {"tenant_id": tenant_id, "session_id": session_id, "request_id": request_id}
-    error = ErrorEvent(**ids, data=ErrorData(code=code, message=message, retryable=True))
+    error = ErrorEvent(**ids, data=ErrorData(code=code.value, message=message, retryable=True))
     complete = CompleteEvent(**ids, data=CompleteData(status=TurnStatus.FAILED))
     events = []
     for envelope in (error, complete):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_llm import ChatModel, LLMCallError, LLMRequest
+from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest
 from weft_storage.models import Message
 
 from weft_memory.longterm import LongTermMemory, parse_facts
@@ -79,12 +79,13 @@ class MemoryExtractor:
         exchange = await self._exchange(tenant_id, session_id, request_id)
         if exchange is None:
             return None
+        messages: list[ChatMessage] = [
+            {"role": "system", "content": EXTRACTION_PROMPT},
+            {"role": "user", "content": exchange[:MAX_EXCHANGE_CHARS]},
+        ]
         request = LLMRequest(
             model=self._model_name,
-            messages=[
-                {"role": "system", "content": EXTRACTION_PROMPT},
-                {"role": "user", "content": exchange[:MAX_EXCHANGE_CHARS]},
-            ],
+            messages=messages,
             temperature=0.0,
             max_completion_tokens=1024,
             stall_timeout_s=self._stall_timeout_s,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from weft_llm import LLMRequest, LLMResponse, StreamSink, ToolCallRequest, Usage
+from weft_llm import FinishReason, LLMRequest, LLMResponse, StreamSink, ToolCallRequest, Usage
 
 Reply = LLMResponse | BaseException
 """What the function decides: a response to stream, or an error to raise (for example an
@@ -32,7 +32,7 @@ class ModelCall:
     request: LLMRequest
 
     @property
-    def last_message(self) -> dict[str, Any]:
+    def last_message(self) -> Mapping[str, Any]:
         """The request's last message (the user's question, a nudge, a tool result)."""
         return self.request.messages[-1] if self.request.messages else {}
 
@@ -102,7 +102,7 @@ def answer(
     content: str,
     *,
     reasoning: str = "",
-    finish_reason: str = "stop",
+    finish_reason: FinishReason = "stop",
     usage: Usage | None = None,
 ) -> LLMResponse:
     """A response without tool calls."""
@@ -116,7 +116,7 @@ def tool_calls(
     *calls: tuple[str, dict[str, Any] | str],
     content: str = "",
     reasoning: str = "",
-    finish_reason: str = "tool_calls",
+    finish_reason: FinishReason = "tool_calls",
     ids: Sequence[str] | None = None,
 ) -> LLMResponse:
     """A response calling ``(tool name, arguments)`` pairs; arguments given as a string are

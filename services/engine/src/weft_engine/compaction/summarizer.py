@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from weft_context.tokens import TokenEstimator, message_text
-from weft_llm import ChatModel, LLMCallError, LLMRequest
+from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest
 
 from weft_engine.compaction.settings import CompactionSettings
 
@@ -119,12 +119,13 @@ class Summarizer:
         if omitted:
             parts.append(f"({omitted} older message(s) omitted: too long for one request.)")
         parts.append(f"<transcript>\n{render_transcript(messages)}\n</transcript>")
+        prompt: list[ChatMessage] = [
+            {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
+            {"role": "user", "content": "\n\n".join(parts)},
+        ]
         return LLMRequest(
             model=self._settings.model,
-            messages=[
-                {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
-                {"role": "user", "content": "\n\n".join(parts)},
-            ],
+            messages=prompt,
             temperature=0.2,
             max_completion_tokens=self._settings.summary_budget,
             stall_timeout_s=self._settings.stall_timeout_s,
