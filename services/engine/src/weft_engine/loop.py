@@ -92,6 +92,7 @@ class TurnLoop:
         self._finisher = finisher
         self._reporter = reporter
         self._inbox = inbox
+        self._leases = leases  # the scheduler's half of a step: tests claim with it
         self._context = context
         self._tracer = tracer or TurnTracer(None)
         self._vision = vision or ImageDescriber(model, emitter)
