@@ -113,7 +113,7 @@ class EventEmitter:
         """Remember that an LLM answer is half-streamed: a takeover must not replay it.
 
         Clearing costs a Redis round trip only when this replica set the flag: most rounds
-        stream no visible text before their tool calls (hot path of issue 3)."""
+        stream no visible text before their tool calls, and every round passes here."""
         key = f"weft:turn:{request_id}:streaming"
         if on:
             self._streaming.add(request_id)

@@ -142,8 +142,8 @@ class TurnIntake:
         """Record a result; when the dispatched calls have all answered, advance the turn.
 
         With a step slot free, the write that records the round's last result also takes
-        the step's lease, and the step starts from the state just written (issue 3: no
-        round trip between the result and the next LLM call).
+        the step's lease, and the step starts from the state just written: no round trip
+        between the result and the next LLM call.
 
         Recording is idempotent (a result already in the state changes nothing), so this
         consumer needs no de-duplication of its own; a redelivered result still submits the

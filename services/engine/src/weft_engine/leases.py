@@ -145,7 +145,7 @@ class TurnLeases:
         One round trip also drops the turn's tool deadline (the lease guards the turn from
         now on: if this replica dies, the reaper takes the turn over) and reads the state's
         version, the stop flag and the steer inbox, so a step can start from a state its
-        submitter already holds (issue 3: a round's Redis round trips are its CPU).
+        submitter already holds (a round's Redis round trips are most of its cost).
         """
         claim = self.lease_request(request_id)
         read: Any = await self._claim_step(

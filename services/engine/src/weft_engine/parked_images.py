@@ -1,8 +1,8 @@
-"""A turn's data-URI images, parked in Redis beside its state (SPEC E-26, issue 3).
+"""A turn's data-URI images, parked in Redis beside its state (SPEC E-26).
 
-An image sent as a data URI (up to 384 KiB decoded, about 512,000 characters) used to
-ride in the turn's state, which every step loads and saves: four of them moved 2 MB
-through Redis and pydantic at each step of the turn. At the turn's start, every data URI
+An image sent as a data URI (up to 384 KiB decoded, about 512,000 characters) kept in
+the turn's state, which every step loads and saves, would weigh on every step: four of
+them would move 2 MB through Redis and pydantic each time. At the turn's start, every data URI
 in its messages (the user's images, and those memory replays from history for a vision
 model) and in ``images_to_describe`` is stored once in the hash
 ``weft:turn:<request id>:images`` and replaced by the reference

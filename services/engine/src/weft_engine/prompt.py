@@ -2,7 +2,7 @@
 
 System prompt sections in the reference's order: the base (explicit body, else the pure
 or the RAG template), runtime conventions, sources, tools, output, memory, citation
-protocol. Skills are added by the sandbox issue. Per-turn facts (date, session) go into
+protocol. Per-turn facts (date, session) go into
 the user message's ``runtime_context`` and are never persisted.
 """
 

@@ -50,7 +50,7 @@ class ResultReporter:
 
         The same write reserves the ``seq`` of the result's events (queued, the caller
         flushes) and, given ``lease`` and when this is the last result the turn waits for,
-        takes the step's lease (issue 3: one round trip from result to next step)."""
+        takes the step's lease: one round trip from result to next step."""
         for _ in range(CAS_ATTEMPTS):
             state = await self._store.load(result.request_id)
             call_id = result.data.call_id

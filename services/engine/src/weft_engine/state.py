@@ -212,8 +212,8 @@ class TurnStore:
     ) -> tuple[TurnState, range, StepClaim | None]:
         """:meth:`save_reserving`, and in the same round trip take the step's lease
         (``TurnLeases.lease_request``) as ``TurnLeases.claim_step`` does: the write that
-        records a round's last result starts the next step without another round trip
-        (issue 3). The claim is None when another replica holds the lease; the state is
+        records a round's last result starts the next step without another round trip.
+        The claim is None when another replica holds the lease; the state is
         written either way."""
         new, keys, args = self._write(state, seqs)
         read: Any = await self._cas_claim(keys=[*keys, *lease.keys], args=[*args, *lease.args])

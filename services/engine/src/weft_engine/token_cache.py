@@ -4,9 +4,9 @@ the whole conversation.
 Before every LLM call the engine counts the turn's messages to decide on compaction
 (SPEC M-03). The messages are reloaded from Redis at each step, so nothing else can carry
 their counts; between two rounds only a few messages are new. With ``tiktoken`` at a few
-MB/s, re-counting a long history cost more CPU per round than the rest of the loop
-(issue 3, engine round overhead). Counts are kept unscaled, so a calibration scale
-(SPEC M-02) still applies to every estimate.
+MB/s, re-counting a long history costs more CPU per round than the rest of the loop.
+Counts are kept unscaled, so a calibration scale (SPEC M-02) still applies to every
+estimate.
 """
 
 from __future__ import annotations
