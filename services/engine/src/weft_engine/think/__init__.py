@@ -1,5 +1,8 @@
 """Think: one streamed LLM call; deltas go to thought / final-answer events (SPEC E-06..E-08).
 
+The package holds what only thinking uses: ``split`` (``<think>`` blocks), ``coalesce``
+(delta windows), ``sanitize`` (messages before each call).
+
 ``reasoning_content`` and ``<think>`` blocks become ``thought`` events, visible content
 becomes ``final_answer`` events; deltas are coalesced over ``coalesce_window_s``. When
 tools follow, that round's content is its preamble: clients take the final answer from
@@ -17,11 +20,11 @@ from weft_contracts import FinalAnswerData, FinalAnswerEvent, ThoughtData, Thoug
 from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse
 from weft_tools.specs import definitions_for
 
-from weft_engine.coalesce import DeltaCoalescer
 from weft_engine.emitter import EventEmitter
-from weft_engine.sanitize import sanitize_messages
 from weft_engine.state import TurnState
-from weft_engine.thinksplit import ThinkSplitter, ThoughtJoiner
+from weft_engine.think.coalesce import DeltaCoalescer
+from weft_engine.think.sanitize import sanitize_messages
+from weft_engine.think.split import ThinkSplitter, ThoughtJoiner
 
 log = structlog.get_logger(__name__)
 
