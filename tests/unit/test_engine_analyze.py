@@ -8,10 +8,10 @@ from weft_engine.analyze import (
     LENGTH_EXHAUSTED,
     LENGTH_NUDGE,
     NUDGE,
-    Counters,
     analyze,
 )
 from weft_engine.outcomes import Answer, Dispatch, Intermediate, Retry
+from weft_engine.state import TurnCounters
 from weft_llm import LLMResponse, ToolCallRequest
 
 
@@ -24,12 +24,12 @@ def _r(content: str = "", reason: str = "stop", tools: int = 0) -> LLMResponse:
 
 def test_natural_stop_with_content_is_the_answer() -> None:  # SPEC E-10
     for reason in ("stop", "end_turn", "stop_sequence"):
-        outcome, _ = analyze(_r("Paris.", reason), Counters(), steered=False)
+        outcome, _ = analyze(_r("Paris.", reason), TurnCounters(), steered=False)
         assert outcome == Answer("Paris.")
 
 
 def test_empty_answer_is_nudged_twice_then_falls_back() -> None:  # SPEC E-11
-    c = Counters()
+    c = TurnCounters()
     first, c = analyze(_r(""), c, steered=False)
     second, c = analyze(_r("  "), c, steered=False)
     third, c = analyze(_r(""), c, steered=False)
@@ -38,12 +38,12 @@ def test_empty_answer_is_nudged_twice_then_falls_back() -> None:  # SPEC E-11
 
 
 def test_truncated_body_is_delivered_marked() -> None:  # SPEC E-12
-    outcome, _ = analyze(_r("Half an answ", "length"), Counters(), steered=False)
+    outcome, _ = analyze(_r("Half an answ", "length"), TurnCounters(), steered=False)
     assert outcome == Answer("Half an answ", truncated=True)
 
 
 def test_truncation_without_body_retries_and_three_in_a_row_stop() -> None:  # SPEC E-12
-    c = Counters()
+    c = TurnCounters()
     first, c = analyze(_r("", "length"), c, steered=False)
     second, c = analyze(_r("", "max_tokens", tools=1), c, steered=False)
     third, c = analyze(_r("", "max_output_tokens"), c, steered=False)
@@ -57,7 +57,7 @@ def test_a_cut_body_with_tool_calls_is_neither_delivered_nor_dispatched() -> Non
     like one without a body; the third cut in a row stops with the last body, which the
     client already saw streamed (not a fallback: it must not be sent a second time), and
     drops the calls."""
-    c = Counters()
+    c = TurnCounters()
     first, c = analyze(_r("Let me search for", "length", tools=1), c, steered=False)
     second, c = analyze(_r("Let me search for", "max_tokens", tools=2), c, steered=False)
     assert first == Retry(LENGTH_NUDGE) and second == Retry(LENGTH_NUDGE)
@@ -67,32 +67,32 @@ def test_a_cut_body_with_tool_calls_is_neither_delivered_nor_dispatched() -> Non
 
 
 def test_a_normal_round_resets_the_length_count() -> None:
-    c = Counters(length_rounds=2)
+    c = TurnCounters(length_rounds=2)
     _, c = analyze(_r("", tools=1), c, steered=False)
     assert c.length_rounds == 0
 
 
 def test_content_filter_stops_with_content_or_apology() -> None:  # SPEC E-09
-    assert analyze(_r("", "content_filter"), Counters(), steered=False)[0] == Answer(
+    assert analyze(_r("", "content_filter"), TurnCounters(), steered=False)[0] == Answer(
         CONTENT_FILTER_APOLOGY, is_fallback=True
     )
-    assert analyze(_r("partial", "content_filter"), Counters(), steered=False)[0] == Answer(
+    assert analyze(_r("partial", "content_filter"), TurnCounters(), steered=False)[0] == Answer(
         "partial"
     )
 
 
 def test_tool_calls_dispatch() -> None:  # SPEC E-15
-    outcome, _ = analyze(_r("let me search", "tool_calls", tools=2), Counters(), steered=False)
+    outcome, _ = analyze(_r("let me search", "tool_calls", tools=2), TurnCounters(), steered=False)
     assert isinstance(outcome, Dispatch) and len(outcome.calls) == 2
 
 
 def test_steer_makes_the_answer_intermediate() -> None:  # SPEC E-13
-    outcome, _ = analyze(_r("Draft answer"), Counters(), steered=True)
+    outcome, _ = analyze(_r("Draft answer"), TurnCounters(), steered=True)
     assert outcome == Intermediate("Draft answer")
 
 
 def test_two_identical_rounds_without_tools_stop() -> None:  # SPEC E-14
-    c = Counters()
+    c = TurnCounters()
     first, c = analyze(_r("same"), c, steered=True)
     second, c = analyze(_r("same"), c, steered=True)
     assert first == Intermediate("same") and second == Answer("same")

@@ -7,13 +7,12 @@ import time
 import pytest
 from weft_contracts import AgentConfig, ToolCallCompletedData
 from weft_engine.act import (
-    ERROR_HINT,
     dispatch_groups,
     dispatch_messages,
     parse_arguments,
     plan_calls,
 )
-from weft_engine.observe import observe
+from weft_engine.observe import ERROR_HINT, observe
 from weft_engine.state import TurnState
 from weft_llm import ToolCallRequest
 

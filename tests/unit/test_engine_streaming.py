@@ -6,12 +6,12 @@ import time
 from typing import Any, cast
 
 from weft_contracts import AgentConfig
-from weft_engine.coalesce import DeltaCoalescer
 from weft_engine.emitter import EventEmitter
-from weft_engine.sanitize import sanitize_messages
 from weft_engine.state import TurnState
 from weft_engine.think import ThinkSettings, think
-from weft_engine.thinksplit import ThinkSplitter, ThoughtJoiner
+from weft_engine.think.coalesce import DeltaCoalescer
+from weft_engine.think.sanitize import sanitize_messages
+from weft_engine.think.split import ThinkSplitter, ThoughtJoiner
 from weft_testkit.function_model import answer, replies
 
 

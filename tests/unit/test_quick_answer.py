@@ -13,10 +13,11 @@ import json
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.resolver import runtime_config
 from weft_contracts import AgentConfig
-from weft_engine.quick_answer import retrieval_calls, retrieval_tools
-from weft_engine.rewrite import (
+from weft_engine.quick_answer import (
     MESSAGE_EXCERPT_CHARS,
     conversation_excerpt,
+    retrieval_calls,
+    retrieval_tools,
     rewrite_request,
     standalone_query,
 )

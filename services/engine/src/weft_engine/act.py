@@ -1,4 +1,8 @@
-"""Act: the model's tool calls -> pending calls, dispatch groups and Kafka messages.
+"""Act: a round's tool calls -> pending calls, dispatch groups, Kafka messages; the round.
+
+``ToolRound`` runs a round: it plans the calls, announces them, publishes them group by
+group and sets the deadline that wakes the turn when no worker answers; the turn then
+waits (``AwaitTools``) or, every result in, is observed and thinks again (``Continue``).
 
 SPEC E-15: calls run in parallel, but only read-only tools overlap; any other tool is a
 barrier that runs alone, after what came before it. SPEC E-16: call ids normalised,
@@ -10,25 +14,44 @@ SPEC E-17: each call carries a deadline the engine enforces even if no worker an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
 from json_repair import repair_json
 from weft_contracts import (
+    Envelope,
+    ToolCallCompletedData,
+    ToolCallData,
+    ToolCallEvent,
     ToolCallRequested,
     ToolCallRequestedData,
     ToolContext,
+    Topic,
     tool_not_allowed,
 )
 from weft_contracts.text import clean_json
-from weft_llm import ToolCallRequest
-from weft_tools.specs import offered_tools, spec_by_name
+from weft_llm import LLMResponse, ToolCallRequest
+from weft_platform.bus import EventBus
+from weft_tools.specs import SANDBOX_TOOLS, offered_tools, spec_by_name
 
-from weft_engine.state import PendingCall, TurnState
+from weft_engine.emitter import EventEmitter
+from weft_engine.leases import TurnLeases
+from weft_engine.masking import masked_arguments, prepare_masking
+from weft_engine.observe import ERROR_HINT, observe
+from weft_engine.outcomes import AwaitTools, Continue, Dispatch
+from weft_engine.prompt import display_hint
+from weft_engine.reporting import ResultReporter
+from weft_engine.state import PendingCall, TurnState, TurnStore
+from weft_engine.tracing import TurnTracer
 
-ERROR_HINT = "[Analyze the error above and try a different approach.]"
+log = structlog.get_logger(__name__)
+
 WEB_FETCH_PAGE_BUDGET_S = 180.0
 TOOL_TIMEOUTS_S = {"shell_exec": 605.0, "web_fetch": WEB_FETCH_PAGE_BUDGET_S + 5.0}
 """Per-tool deadlines (SPEC E-17); others use the engine's default (60 s)."""
@@ -148,3 +171,158 @@ def dispatch_messages(
             )
         )
     return updated, messages
+
+
+class ToolRound:
+    """Runs a round's tool calls: dispatch, announce, deadlines; built once per replica."""
+
+    def __init__(
+        self,
+        *,
+        bus: EventBus,
+        store: TurnStore,
+        emitter: EventEmitter,
+        reporter: ResultReporter,
+        leases: TurnLeases,
+        tracer: TurnTracer,
+        tool_timeout_s: float,
+    ):
+        self._bus = bus
+        self._store = store
+        self._emitter = emitter
+        self._reporter = reporter
+        self._leases = leases
+        self._tracer = tracer
+        self._tool_timeout = tool_timeout_s
+
+    async def start(
+        self, state: TurnState, response: LLMResponse, outcome: Dispatch
+    ) -> Continue | AwaitTools:
+        """Plan the model's calls and dispatch the first group (SPEC E-15..E-17)."""
+        pending, errors = plan_calls(state, outcome.calls, self._tool_timeout)
+        names = {p.call_id: p.tool_name for p in pending}
+        results = {
+            cid: ToolCallCompletedData(call_id=cid, tool_name=names[cid], success=False, error=err)
+            for cid, err in errors.items()
+        }
+        state = state.model_copy(
+            update={
+                "pending": pending,
+                "results": results,
+                "groups": dispatch_groups(pending),
+                "dispatched_groups": 0,
+                "preamble": response.content,
+                "reasoning": response.reasoning,
+                "phase": "waiting",
+            }
+        )
+        await prepare_masking(call.tool_name for call in pending)
+        calls = [
+            ToolCallData(
+                round=state.round, call_id=call.call_id, tool_name=call.tool_name,
+                arguments=masked_arguments(call.tool_name, call.arguments),  # SPEC E-23
+                display_hint=display_hint(call.tool_name),
+            )
+            for call in pending
+        ]  # fmt: skip
+        advanced = await self.advance(state, _RoundNews(calls, list(results.values())))
+        for call in calls:  # logged once dispatched: the log line is not on the round's path
+            log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
+                     tool=call.tool_name, arguments=call.arguments)  # fmt: skip
+        return advanced
+
+    async def advance(
+        self, state: TurnState, news: _RoundNews | None = None
+    ) -> Continue | AwaitTools:
+        """Dispatch the next group once the previous answered; the observed state when the
+        round is over, else wait (the turn holds nothing in memory while tools run).
+
+        ``news`` of a new round are announced after the state is written (which reserves
+        their ``seq`` in the same round trip), right before the first group is published,
+        so the events and the calls leave in one produce request and each event's time is
+        its call's dispatch.
+
+        The observed state is not written here: it follows from the stored one, so the
+        step's next write (or a takeover's own observe) covers it, and the claim that
+        started the step already dropped the tool deadline."""
+        while state.dispatched_results_in():
+            if state.dispatched_groups >= len(state.groups):
+                if news is not None:
+                    await self._announce(state, news)
+                await self._emitter.mark_streaming(state.request_id, False)
+                return Continue(observe(state))
+            group = state.groups[state.dispatched_groups]
+            pending, messages = dispatch_messages(
+                state, [c for c in group if c not in state.results]
+            )
+            messages = [self._traced(state, m) for m in messages]
+            state = state.model_copy(
+                update={"pending": pending, "dispatched_groups": state.dispatched_groups + 1}
+            )
+            if messages:
+                return AwaitTools(await self._publish(state, messages, news))
+        if news is not None:
+            await self._announce(state, news)
+        await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
+        return AwaitTools(state)
+
+    async def _publish(
+        self, state: TurnState, messages: list[ToolCallRequested], news: _RoundNews | None
+    ) -> TurnState:
+        """Write the state with the group's deadline, then send the round's events and the
+        group's calls together."""
+        due = self._leases.deadline(state.request_id, _earliest_deadline(state))
+        count = 0 if news is None else len(news.calls)
+        state, seqs = await self._store.save_reserving(state, count, deadline=due)
+        await self._emitter.mark_streaming(state.request_id, False)
+        if news is not None:
+            await self._announce(state, news, seqs)
+        # Queued in the same loop iteration as the events (queueing does not suspend),
+        # they share one produce request. Keyed by call id, the calls have no order to
+        # keep: one wait for all acks.
+        acks = [await self._bus.publish_nowait(_topic(m), m) for m in messages]
+        await asyncio.gather(*acks)
+        await self._emitter.flush(state.request_id)  # the round's tool_call events
+        return state
+
+    async def _announce(
+        self, state: TurnState, news: _RoundNews, seqs: range | None = None
+    ) -> None:
+        """Queue the round's ``tool_call`` events (with ``seqs`` when the state write
+        reserved them), then the results of calls that failed before dispatch."""
+        events: list[tuple[Callable[..., Envelope], object]] = [
+            (ToolCallEvent, data) for data in news.calls
+        ]
+        if seqs is None:
+            await self._emitter.emit_many(state.ids(), events)
+        else:
+            await self._emitter.queue_reserved(state.ids(), events, seqs)
+        for result in news.early:
+            await self._reporter.report(state, result)
+
+    def _traced(self, state: TurnState, message: ToolCallRequested) -> ToolCallRequested:
+        """The call names its tool span as parent, so a worker's spans join the tree."""
+        parent = self._tracer.tool_traceparent(state, message.data.call_id)
+        if parent == message.traceparent:
+            return message
+        return message.model_copy(update={"traceparent": parent})
+
+
+@dataclass(frozen=True)
+class _RoundNews:
+    """What a new round announces: its calls, and the results of calls that failed before
+    dispatch (SPEC E-16)."""
+
+    calls: list[ToolCallData]
+    early: list[ToolCallCompletedData]
+
+
+def _topic(message: ToolCallRequested) -> Topic:
+    return Topic.SANDBOX_CALLS if message.data.tool_name in SANDBOX_TOOLS else Topic.TOOL_CALLS
+
+
+def _earliest_deadline(state: TurnState) -> float:
+    open_calls = [
+        c.deadline for c in state.pending if c.deadline and c.call_id not in state.results
+    ]
+    return min(open_calls, default=time.time() + 60)

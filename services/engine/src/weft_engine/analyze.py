@@ -6,11 +6,10 @@ reference's table is a unit test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 from weft_llm import LLMResponse
 
 from weft_engine.outcomes import Answer, Dispatch, Intermediate, Retry, StepOutcome
+from weft_engine.state import TurnCounters
 
 LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
 NUDGE = "Please provide your complete answer now as plain text."
@@ -29,32 +28,26 @@ MAX_LENGTH_ROUNDS = 3
 MAX_REPEATED_ROUNDS = 2
 
 
-@dataclass(frozen=True)
-class Counters:
-    """Counters that span the attempts of one turn."""
-
-    empty_retries: int = 0
-    length_rounds: int = 0
-    last_content: str | None = None
-    repeats: int = 0
-
-
-def analyze(response: LLMResponse, c: Counters, *, steered: bool) -> tuple[StepOutcome, Counters]:
+def analyze(
+    response: LLMResponse, c: TurnCounters, *, steered: bool
+) -> tuple[StepOutcome, TurnCounters]:
     """The outcome of ``response`` and the updated counters."""
     content = response.content.strip()
     if response.finish_reason in LENGTH_REASONS:
         return _length(response, content, c)
-    c = replace(c, length_rounds=0)
+    c = c.model_copy(update={"length_rounds": 0})
     if response.tool_calls:
-        return Dispatch(response.tool_calls), replace(c, last_content=None, repeats=0)
+        return Dispatch(response.tool_calls), c.model_copy(
+            update={"last_content": None, "repeats": 0}
+        )
     if response.finish_reason == "content_filter":  # SPEC E-09
         return Answer(content or CONTENT_FILTER_APOLOGY, is_fallback=not content), c
     if not content:  # SPEC E-11
         if c.empty_retries >= MAX_EMPTY_RETRIES:
             return Answer(EMPTY_FALLBACK, is_fallback=True), c
-        return Retry(NUDGE), replace(c, empty_retries=c.empty_retries + 1)
+        return Retry(NUDGE), c.model_copy(update={"empty_retries": c.empty_retries + 1})
     repeats = c.repeats + 1 if content == c.last_content else 1
-    c = replace(c, last_content=content, repeats=repeats)
+    c = c.model_copy(update={"last_content": content, "repeats": repeats})
     if repeats >= MAX_REPEATED_ROUNDS:  # SPEC E-14: stuck, stop with the repeated content
         return Answer(content), c
     if steered:  # SPEC E-13
@@ -62,10 +55,12 @@ def analyze(response: LLMResponse, c: Counters, *, steered: bool) -> tuple[StepO
     return Answer(content), c  # SPEC E-10
 
 
-def _length(response: LLMResponse, content: str, c: Counters) -> tuple[StepOutcome, Counters]:
+def _length(
+    response: LLMResponse, content: str, c: TurnCounters
+) -> tuple[StepOutcome, TurnCounters]:
     """SPEC E-12: deliver a truncated body; retry without one; stop after 3 in a row."""
     rounds = c.length_rounds + 1
-    c = replace(c, length_rounds=rounds)
+    c = c.model_copy(update={"length_rounds": rounds})
     if content and not response.tool_calls:
         return Answer(content, truncated=True), c
     if rounds >= MAX_LENGTH_ROUNDS:

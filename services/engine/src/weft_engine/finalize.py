@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from weft_contracts import (
@@ -174,14 +173,3 @@ def final_step(state: TurnState, reasoning: str) -> list[AgentStep]:
 
 def _elapsed_ms(started_at: float) -> int:
     return max(0, int((time.time() - started_at) * 1000))
-
-
-def closing_request(reason: str) -> dict[str, Any]:
-    """The extra user message of a final synthesis (SPEC E-21)."""
-    return {
-        "role": "user",
-        "content": (
-            f"{reason} Do not call any tool. Answer now, as completely as you can, with what "
-            "you have gathered so far, and cite the sources you used."
-        ),
-    }

@@ -5,8 +5,10 @@ from __future__ import annotations
 from weft_contracts import AgentStep, StepToolCall
 from weft_llm import AssistantMessage, ToolMessage
 
-from weft_engine.act import ERROR_HINT
 from weft_engine.state import TurnState
+
+ERROR_HINT = "[Analyze the error above and try a different approach.]"
+"""Ends every tool error the model reads (SPEC E-16, E-19)."""
 
 
 def observe(state: TurnState) -> TurnState:

@@ -1,11 +1,26 @@
-"""What analysing one LLM response can lead to (STYLE principle 1, SPEC E-20)."""
+"""What a step can lead to (STYLE principle 1, SPEC E-20).
+
+Three closed unions, each matched in one place with ``assert_never``:
+
+- ``StepOutcome``: what one LLM response means (``analyze.py``);
+- ``StepResult``: what happens next to the turn (``TurnLoop._run``): think again, wait
+  for tools, or end;
+- ``EndReason``: why the turn ends; ``TurnLoop._finish`` turns each into its last events.
+
+A new way to wait (approvals) is one more ``StepResult`` case; a new way to end (a turn
+deadline, a lost state) is one more ``EndReason`` case: the type checker then names the
+``match`` that must handle it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weft_contracts import ErrorCode
-from weft_llm import ToolCallRequest
+from weft_llm import LLMCallError, ToolCallRequest
+
+from weft_engine.state import TurnState
+
+# --- what one LLM response means -------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -39,12 +54,126 @@ class Intermediate:
     text: str
 
 
+StepOutcome = Answer | Retry | Dispatch | Intermediate
+
+# --- what happens next to the turn -----------------------------------------------------
+
+
 @dataclass(frozen=True)
-class Fail:
-    """Break: the turn ends with an error."""
+class Continue:
+    """Think again with ``state`` in this step."""
 
-    code: ErrorCode
-    message: str
+    state: TurnState
+    shed: bool = False
+    """This round retries after a context overflow shed the history (SPEC E-25): a second
+    overflow in the step ends the turn."""
 
 
-StepOutcome = Answer | Retry | Dispatch | Intermediate | Fail
+@dataclass(frozen=True)
+class AwaitTools:
+    """The turn waits for its tools: the step ends, the turn lives only in Redis until a
+    result or a deadline starts the next step."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The turn ends, for ``reason``."""
+
+    reason: EndReason
+
+
+StepResult = Continue | AwaitTools | Ended
+
+# --- why the turn ends -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The model answered (naturally, or a fallback text analyze chose, SPEC E-09..E-14)."""
+
+    state: TurnState
+    answer: Answer
+    reasoning: str
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The user stopped the turn; ``state`` as stored when the stop was taken (SPEC E-20)."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class IterationLimit:
+    """The turn used its rounds (SPEC E-21)."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class ModelFailed:
+    """The model failed for good, after its retries (SPEC E-07)."""
+
+    state: TurnState
+    error: LLMCallError
+
+
+@dataclass(frozen=True)
+class ContextOverflow:
+    """The provider refused the request as too long again after the one shedding retry
+    (SPEC E-25)."""
+
+    state: TurnState
+    error: LLMCallError
+
+
+@dataclass(frozen=True)
+class ClosingFailed:
+    """The closing synthesis itself failed (after a stop, a failing model, the iteration
+    limit or quick-answer's retrieval): no rescue is left."""
+
+    state: TurnState
+    error: LLMCallError
+
+
+@dataclass(frozen=True)
+class ReplicaLost:
+    """The replica streaming the answer died: a half-streamed answer cannot be replayed
+    without duplicates."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class TooManyTakeovers:
+    """The step crashed on every replica that took it over."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class QuickAnswered:
+    """Quick-answer mode's retrieval is done: its one generation answers (SPEC A-01)."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class AlreadyEnded:
+    """A stop found no state: the turn ended before it (its ``complete`` is sent)."""
+
+
+EndReason = (
+    Answered
+    | Stopped
+    | IterationLimit
+    | ModelFailed
+    | ContextOverflow
+    | ClosingFailed
+    | ReplicaLost
+    | TooManyTakeovers
+    | QuickAnswered
+    | AlreadyEnded
+)

@@ -1,18 +1,42 @@
-"""Quick-answer's retrieval (SPEC A-01, C-04): the calls the engine makes itself, no model.
+"""Quick-answer mode (SPEC A-01, C-04): rewrite -> one retrieval round -> one generation
+without tools; no ReAct loop. (FAQ priority is not built yet.)
 
-The knowledge base is searched with the (rewritten, ``rewrite.py``) question when the
-agent has ``search_knowledge``, and the web with it when the agent has ``web_search``
-(its web switch on and the request allowing it), for ``web_search_max_results`` results
-(5 by default; at most what the tool takes). Both are read-only: they run in parallel.
+Rewrite: in a conversation, "and for the premium plan?" retrieves nothing useful on its
+own. Before its one retrieval, a quick-answer turn with history asks the agent's model to
+rewrite the question as a standalone search query, reading the previous exchanges only to
+resolve references. The rewrite is internal: its text is never streamed to the client;
+what it produced shows as the ``query`` argument of the ``search_knowledge`` call. A
+failed, empty or runaway rewrite falls back to the question as the user wrote it, and the
+turn goes on (STYLE 4).
+
+Retrieval: the calls the engine makes itself, no model. The knowledge base is searched
+with the (rewritten) question when the agent has ``search_knowledge``, and the web with it
+when the agent has ``web_search`` (its web switch on and the request allowing it), for
+``web_search_max_results`` results (5 by default; at most what the tool takes). Both are
+read-only: they run in parallel.
+
+Generation: once the retrieval round is observed, the turn ends with ``QuickAnswered``:
+the loop's closing synthesis, at the agent's own effort (it is the answer, not a rescue).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import structlog
 from weft_contracts import AgentConfig
-from weft_llm import ToolCallRequest
+from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, ToolCallRequest
 from weft_tools.specs import WEB_SEARCH_MAX_COUNT
+
+from weft_engine.act import ToolRound
+from weft_engine.outcomes import AwaitTools, Continue, Dispatch, Ended, QuickAnswered
+from weft_engine.overflow import current_query, current_turn_start, message_text
+from weft_engine.state import TurnState
+from weft_engine.tracing import TurnTracer
+from weft_engine.vision import discard
+
+log = structlog.get_logger(__name__)
 
 RETRIEVAL_TOOLS = ("search_knowledge", "web_search")
 
@@ -35,3 +59,104 @@ def retrieval_calls(agent: AgentConfig, query: str) -> list[ToolCallRequest]:
         ToolCallRequest(id=f"call_qa_{n}", name=name, arguments=json.dumps(arguments[name]))
         for n, name in enumerate(retrieval_tools(agent))
     ]
+
+
+REWRITE_PROMPT = (
+    "You rewrite the user's latest question into one standalone search query for a "
+    "knowledge base. Use the conversation only to resolve what the question refers to "
+    "(pronouns, omitted subjects, 'the second one'). Keep the question's language and "
+    "meaning; add nothing it does not ask. If it is already standalone, return it "
+    "unchanged. Answer with the query alone, on one line, without quotes or comments."
+)
+REWRITE_MAX_TOKENS = 256
+MESSAGE_EXCERPT_CHARS = 1_000
+"""How much of each earlier message the rewrite reads: enough to resolve references."""
+QUERY_MAX_CHARS = 1_000
+"""A longer "query" is the model answering instead of rewriting: the original is kept."""
+
+
+def conversation_excerpt(state: TurnState, turns: int) -> list[tuple[str, str]]:
+    """(role, text) of the user and assistant messages of the last ``turns`` turns before
+    this one; tool traffic and empty assistant messages (tool calls) left out."""
+    earlier = state.messages[: current_turn_start(state)]
+    starts = [i for i, m in enumerate(earlier) if m.get("role") == "user"]
+    if not starts or turns <= 0:
+        return []
+    excerpt = []
+    for message in earlier[starts[-min(turns, len(starts))] :]:
+        role = message.get("role")
+        text = message_text(message)
+        if role in ("user", "assistant") and text:
+            excerpt.append((str(role), text[:MESSAGE_EXCERPT_CHARS]))
+    return excerpt
+
+
+def rewrite_request(state: TurnState, question: str) -> LLMRequest | None:
+    """The rewrite call for this turn; None when there is no conversation to read."""
+    excerpt = conversation_excerpt(state, max(state.agent.history_turns, 1))
+    if not excerpt:
+        return None
+    lines = "\n".join(f"{role}: {text}" for role, text in excerpt)
+    prompt = f"<conversation>\n{lines}\n</conversation>\n<question>{question}</question>"
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": REWRITE_PROMPT},
+        {"role": "user", "content": prompt},
+    ]
+    return LLMRequest(
+        model=state.agent.model,
+        messages=messages,
+        temperature=0.0,
+        max_completion_tokens=REWRITE_MAX_TOKENS,
+        stall_timeout_s=state.agent.llm_call_timeout_s,
+    )
+
+
+def standalone_query(response: LLMResponse, question: str) -> str:
+    """The model's rewrite cleaned up, or ``question`` when it gave none worth using."""
+    lines = [line.strip() for line in response.content.strip().splitlines() if line.strip()]
+    query = lines[0].strip("\"'` ") if lines else ""
+    if not query or len(query) > QUERY_MAX_CHARS or response.finish_reason == "length":
+        return question
+    return query
+
+
+async def rewrite_query(
+    model: ChatModel, state: TurnState, question: str
+) -> tuple[str, LLMResponse | None]:
+    """This turn's search query, and the rewrite's response (None: no call was made)."""
+    request = rewrite_request(state, question)
+    if request is None:
+        return question, None
+    try:
+        response = await model.stream(request, discard)
+    except LLMCallError as exc:  # final but reported: the question as written still works
+        log.warning("query_rewrite_failed", request_id=state.request_id, error=str(exc))
+        return question, None
+    query = standalone_query(response, question)
+    log.info("query_rewritten", request_id=state.request_id, changed=query != question)
+    return query, response
+
+
+class QuickAnswer:
+    """A quick-answer turn's step; built once per replica."""
+
+    def __init__(self, *, model: ChatModel, tools: ToolRound, tracer: TurnTracer):
+        self._model = model
+        self._tools = tools
+        self._tracer = tracer
+
+    async def step(self, state: TurnState) -> Continue | AwaitTools | Ended:
+        """The retrieval round on the turn's first step (when the agent retrieves), else
+        the end that generates the answer."""
+        if state.round > 0 or not retrieval_tools(state.agent):
+            return Ended(QuickAnswered(state))
+        query = current_query(state)
+        if state.agent.query_rewrite:
+            query, rewrite = await rewrite_query(self._model, state, query)
+            state = self._tracer.add_usage(state, rewrite.usage if rewrite else None)
+        calls = retrieval_calls(state.agent, query)
+        state = self._tracer.begin_round(state)
+        response = LLMResponse(
+            content="", reasoning="", tool_calls=calls, finish_reason="tool_calls"
+        )
+        return await self._tools.start(state, response, Dispatch(calls))

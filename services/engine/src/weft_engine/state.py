@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
@@ -25,12 +25,19 @@ class PendingCall(BaseModel):
 
 
 class TurnCounters(BaseModel):
-    """Persisted twin of :class:`weft_engine.analyze.Counters`."""
+    """Counters that span the attempts of one turn (``analyze.py`` reads and updates
+    them; the turn state carries them between steps)."""
+
+    model_config = ConfigDict(frozen=True)
 
     empty_retries: int = 0
+    """Nudges sent for empty answers in a row (SPEC E-11)."""
     length_rounds: int = 0
+    """Responses cut by the output limit in a row (SPEC E-12)."""
     last_content: str | None = None
+    """The previous answer's text, to see a stuck model repeat itself (SPEC E-14)."""
     repeats: int = 0
+    """How many answers in a row had that text."""
 
 
 class TurnTrace(BaseModel):
@@ -181,7 +188,7 @@ class TurnStore:
         """Write ``state`` if nobody else did since it was read; return it with the new version.
 
         ``deadline`` (from ``TurnLeases.deadline``) is applied only with a successful write,
-        in the same round trip (issue 3: a round's Redis round trips are its CPU).
+        in the same round trip: a round's Redis round trips are most of its cost.
         """
         saved, _ = await self.save_reserving(state, 0, deadline=deadline)
         return saved
@@ -205,8 +212,8 @@ class TurnStore:
     ) -> tuple[TurnState, range, StepClaim | None]:
         """:meth:`save_reserving`, and in the same round trip take the step's lease
         (``TurnLeases.lease_request``) as ``TurnLeases.claim_step`` does: the write that
-        records a round's last result starts the next step without another round trip
-        (issue 3). The claim is None when another replica holds the lease; the state is
+        records a round's last result starts the next step without another round trip.
+        The claim is None when another replica holds the lease; the state is
         written either way."""
         new, keys, args = self._write(state, seqs)
         read: Any = await self._cas_claim(keys=[*keys, *lease.keys], args=[*args, *lease.args])

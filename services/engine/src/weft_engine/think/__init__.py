@@ -1,5 +1,8 @@
 """Think: one streamed LLM call; deltas go to thought / final-answer events (SPEC E-06..E-08).
 
+The package holds what only thinking uses: ``split`` (``<think>`` blocks), ``coalesce``
+(delta windows), ``sanitize`` (messages before each call).
+
 ``reasoning_content`` and ``<think>`` blocks become ``thought`` events, visible content
 becomes ``final_answer`` events; deltas are coalesced over ``coalesce_window_s``. When
 tools follow, that round's content is its preamble: clients take the final answer from
@@ -15,12 +18,13 @@ from typing import Any
 import structlog
 from weft_contracts import FinalAnswerData, FinalAnswerEvent, ThoughtData, ThoughtEvent
 from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, TransientLLMError
+from weft_tools.specs import definitions_for
 
-from weft_engine.coalesce import DeltaCoalescer
 from weft_engine.emitter import EventEmitter
-from weft_engine.sanitize import sanitize_messages
 from weft_engine.state import TurnState
-from weft_engine.thinksplit import ThinkSplitter, ThoughtJoiner
+from weft_engine.think.coalesce import DeltaCoalescer
+from weft_engine.think.sanitize import sanitize_messages
+from weft_engine.think.split import ThinkSplitter, ThoughtJoiner
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +116,48 @@ async def think(
             await sink.close()
             raise
     raise AssertionError("unreachable")
+
+
+class Thinker:
+    """A turn's model calls: a round's, with the agent's tools and effort, and a closing
+    synthesis's, without tools."""
+
+    def __init__(self, model: ChatModel, emitter: EventEmitter, settings: ThinkSettings):
+        self._model = model
+        self._emitter = emitter
+        self._settings = settings
+
+    async def round(self, state: TurnState) -> LLMResponse:
+        """The round's call: the agent's tools, at its reasoning effort."""
+        return await self._call(state, closing=False, thinking=True)
+
+    async def closing(self, state: TurnState, reason: str, *, thinking: bool) -> LLMResponse:
+        """A last answer from what was gathered: ``reason`` and the closing request join
+        the messages, the call offers no tool (``tool_choice=none``) and, unless
+        ``thinking``, runs at the agent's synthesis effort (SPEC E-21: thinking off)."""
+        closing = state.model_copy(update={"messages": [*state.messages, closing_request(reason)]})
+        return await self._call(closing, closing=True, thinking=thinking)
+
+    async def _call(self, state: TurnState, *, closing: bool, thinking: bool) -> LLMResponse:
+        agent = state.agent
+        tools = definitions_for(agent.allowed_tools)
+        choice = "none" if closing and tools else None
+        effort = agent.reasoning_effort if thinking else agent.synthesis_reasoning_effort
+        return await think(
+            state, self._model, self._emitter, tools, self._settings,
+            tool_choice=choice, reasoning_effort=effort,
+        )  # fmt: skip
+
+
+def closing_request(reason: str) -> dict[str, Any]:
+    """The extra user message of a final synthesis (SPEC E-21)."""
+    return {
+        "role": "user",
+        "content": (
+            f"{reason} Do not call any tool. Answer now, as completely as you can, with what "
+            "you have gathered so far, and cite the sources you used."
+        ),
+    }
 
 
 def _without_think_blocks(response: LLMResponse) -> LLMResponse:

@@ -1,0 +1,445 @@
+"""Every way a step goes on and every way a turn ends, without infrastructure: TurnLoop
+driven by the in-process model double (``weft_testkit.function_model``), the real store,
+emitter, leases and finisher on an in-memory Redis (fakeredis, with its Lua), and a bus
+that keeps what it is given.
+
+One test per ``StepResult`` case (think again, wait for tools, end) and per ``EndReason``
+(SPEC E-07, E-09..E-14, E-20, E-21, E-25, A-01); the last test keeps that list complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, cast, get_args
+
+import pytest
+from fakeredis import FakeAsyncRedis
+from weft_contracts import AgentConfig, AgentMode, Envelope, ToolCallCompletedData, Topic
+from weft_engine.analyze import EMPTY_FALLBACK, NUDGE
+from weft_engine.context import ContextManager
+from weft_engine.emitter import EventEmitter
+from weft_engine.finalize import MODEL_CONTEXT_FULL, MODEL_REFUSED, Finisher
+from weft_engine.history_client import HistoryClient
+from weft_engine.keys import cancel_key
+from weft_engine.leases import TurnLeases
+from weft_engine.loop import (
+    CANCEL_REASON,
+    EVERY_REPLICA_FAILED,
+    LLM_FAILED_REASON,
+    MAX_ITERATIONS_REASON,
+    MAX_TAKEOVERS,
+    QUICK_ANSWER_REASON,
+    REPLICA_LOST,
+    TurnLoop,
+)
+from weft_engine.outcomes import (
+    AlreadyEnded,
+    Answered,
+    ClosingFailed,
+    ContextOverflow,
+    EndReason,
+    IterationLimit,
+    ModelFailed,
+    QuickAnswered,
+    ReplicaLost,
+    Stopped,
+    TooManyTakeovers,
+)
+from weft_engine.reporting import ResultReporter
+from weft_engine.scheduler import StepStart
+from weft_engine.sessions import SessionGate, SteerInbox
+from weft_engine.state import PendingCall, TurnState, TurnStore
+from weft_engine.think import ThinkSettings
+from weft_engine.token_cache import CachedTokenEstimator
+from weft_llm import ContextOverflowError, LLMCallError
+from weft_platform.bus import EventBus
+from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer, replies, tool_calls
+
+OVERFLOW = "Error code: 400 - This model's maximum context length is 8192 tokens"
+
+
+@dataclass
+class _Bus:
+    """The bus's publishing side: keeps every message, acks at once."""
+
+    sent: list[tuple[Topic, Envelope]] = field(default_factory=list)
+
+    async def publish(self, topic: Topic, message: Envelope) -> None:
+        self.sent.append((topic, message))
+
+    async def publish_nowait(self, topic: Topic, message: Envelope) -> asyncio.Future[Any]:
+        self.sent.append((topic, message))
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+class _Context(ContextManager):
+    """Nothing to compact: a forced compaction frees nothing, so overflow sheds history."""
+
+    async def fit(self, state: TurnState, *, force_reason: str | None = None) -> TurnState:
+        return state
+
+
+@dataclass
+class _Engine:
+    """One replica's engine parts on an in-memory Redis."""
+
+    redis: FakeAsyncRedis
+    bus: _Bus
+    store: TurnStore
+    inbox: SteerInbox
+    leases: TurnLeases
+    model: FunctionModel | None = None
+
+    def loop(self, model: FunctionModel) -> TurnLoop:
+        self.model = model
+        emitter = EventEmitter(cast(EventBus, self.bus), self.redis, ttl_s=60)
+        finisher = Finisher(
+            emitter=emitter, store=self.store, leases=self.leases,
+            sessions=SessionGate(self.redis, 60),
+        )  # fmt: skip
+        context = _Context(
+            memory=HistoryClient(base_url="http://127.0.0.1:9"), model=model, emitter=emitter,
+            estimator=CachedTokenEstimator(),
+        )  # fmt: skip
+        return TurnLoop(
+            bus=cast(EventBus, self.bus), redis=self.redis, store=self.store, emitter=emitter,
+            model=model, finisher=finisher, reporter=ResultReporter(self.store, emitter),
+            inbox=self.inbox, leases=self.leases, context=context,
+            think_settings=ThinkSettings(retry_backoff_s=(), coalesce_window_s=0.0),
+            tool_timeout_s=60,
+        )  # fmt: skip
+
+    async def step(self, model: FunctionModel, state: TurnState, takeover: bool = False) -> None:
+        """What the scheduler does: claim the lease, then run the step with what it read."""
+        claim = await self.leases.claim_step(state.request_id)
+        assert claim is not None
+        await self.loop(model).run_step(StepStart(state.request_id, takeover, claim))
+
+    def events(self, state: TurnState) -> list[Envelope]:
+        return [
+            m for t, m in self.bus.sent
+            if t is Topic.AGENT_EVENTS and m.request_id == state.request_id
+        ]  # fmt: skip
+
+    def types(self, state: TurnState) -> list[str]:
+        return [cast(Any, e).type for e in self.events(state)]
+
+    def data(self, state: TurnState, kind: str) -> list[Any]:
+        return [cast(Any, e).data for e in self.events(state) if cast(Any, e).type == kind]
+
+    def complete(self, state: TurnState) -> Any:
+        [complete] = self.data(state, "complete")
+        return complete
+
+    def error(self, state: TurnState) -> tuple[str, str]:
+        [error] = self.data(state, "error")
+        return error.code, error.message
+
+    def last_request_text(self) -> str:
+        assert self.model is not None
+        return str(self.model.calls[-1].last_message.get("content"))
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[_Engine]:
+    redis = FakeAsyncRedis()
+    yield _Engine(
+        redis=redis, bus=_Bus(), store=TurnStore(redis, ttl_s=60), inbox=SteerInbox(redis, 60),
+        leases=TurnLeases(redis, owner="r1", namespace="t.", ttl_s=6),
+    )  # fmt: skip
+    await redis.aclose()
+
+
+def _agent(**update: Any) -> AgentConfig:
+    return AgentConfig(**{"agent_id": "a", "model": "m", "allowed_tools": ["thinking"], **update})
+
+
+async def _turn(engine: _Engine, agent: AgentConfig | None = None, **update: Any) -> TurnState:
+    state = TurnState(
+        tenant_id="t", session_id=f"s_{secrets.token_hex(4)}",
+        request_id=f"req_{secrets.token_hex(6)}", user_id="u", agent=agent or _agent(),
+        started_at=time.time(),
+        **{"messages": [{"role": "user", "content": "Plan my trip."}], **update},
+    )  # fmt: skip
+    return await engine.store.save(state)
+
+
+async def _answered_tools(engine: _Engine, agent: AgentConfig | None = None) -> TurnState:
+    """A turn whose only tool call has its result: the next step observes and thinks."""
+    return await _turn(
+        engine, agent, phase="waiting", groups=[["c1"]], dispatched_groups=1,
+        pending=[PendingCall(call_id="c1", tool_name="thinking", arguments={},
+                             arguments_json="{}")],
+        results={"c1": ToolCallCompletedData(call_id="c1", tool_name="thinking", success=True,
+                                             output="noted")},
+    )  # fmt: skip
+
+
+# --- the step goes on: Continue -------------------------------------------------------
+
+
+async def test_continue_after_a_nudge_for_an_empty_answer(engine: _Engine) -> None:
+    """SPEC E-11: an empty answer is retried with a nudge in the same step, no round used."""
+    state = await _turn(engine)
+    await engine.step(replies(answer(""), answer("Lisbon in May.")), state)
+    assert engine.last_request_text().endswith(NUDGE)  # joined to the question
+    complete = engine.complete(state)
+    assert (complete.status, complete.final_answer, complete.rounds) == (
+        "completed", "Lisbon in May.", 1,
+    )  # fmt: skip
+
+
+async def test_continue_after_an_answer_a_steer_made_intermediate(engine: _Engine) -> None:
+    """SPEC E-13: a steer message arriving during the call turns the answer into a step;
+    the next round reads it."""
+    state = await _turn(engine)
+
+    async def reply(call: ModelCall) -> Reply:
+        if call.index == 0:
+            await engine.inbox.put(state.request_id, "Only trains, please.")
+            return answer("Fly to Lisbon.")
+        return answer("Take the train to Lisbon.")
+
+    await engine.step(FunctionModel(reply=reply), state)
+    assert engine.last_request_text().endswith("Only trains, please.")
+    complete = engine.complete(state)
+    assert complete.final_answer == "Take the train to Lisbon." and complete.rounds == 2
+    assert complete.steps[0].thought == "Fly to Lisbon."
+
+
+async def test_continue_after_a_tool_round_that_failed_before_dispatch(engine: _Engine) -> None:
+    """SPEC A-08, E-16: a call outside the tool set is answered by the engine itself, so
+    the round is over in the step and the model reads the error at once."""
+    state = await _turn(engine)
+    model = replies(tool_calls(("shell_exec", {"command": "ls"})), answer("I cannot run that."))
+    await engine.step(model, state)
+    assert [t for t, _ in engine.bus.sent if t is not Topic.AGENT_EVENTS] == []
+    assert model.calls[1].last_message["role"] == "tool"
+    kinds = [
+        k for i, k in enumerate(engine.types(state)) if i == 0 or engine.types(state)[i - 1] != k
+    ]
+    assert kinds[-4:] == ["tool_call", "tool_result", "final_answer", "complete"]
+
+
+async def test_continue_after_a_context_overflow_sheds_history_once(engine: _Engine) -> None:
+    """SPEC E-25: the first overflow of a step drops old history turns and asks again."""
+    history = [
+        {"role": "user", "content": f"Question {n}"} if n % 2 == 0
+        else {"role": "assistant", "content": f"Answer {n}"}
+        for n in range(6)
+    ]  # fmt: skip
+    now = {"role": "user", "content": "Plan my trip.\n<runtime_context>x</runtime_context>"}
+    state = await _turn(engine, messages=[*history, now])
+    model = replies(ContextOverflowError(OVERFLOW, status=400), answer("Lisbon."))
+    await engine.step(model, state)
+    first, second = model.requests
+    assert len(second.messages) < len(first.messages) and second.messages[-1] == now
+    assert engine.complete(state).final_answer == "Lisbon."
+
+
+# --- the turn waits: AwaitTools -------------------------------------------------------
+
+
+async def test_await_tools_publishes_the_calls_and_ends_the_step(engine: _Engine) -> None:
+    """SPEC E-15, E-17: the calls leave with the state written as waiting and a deadline;
+    the turn holds nothing in memory and has not ended."""
+    state = await _turn(engine, _agent(allowed_tools=["thinking", "web_search"]))
+    await engine.step(replies(tool_calls(("web_search", {"query": "Lisbon trains"}))), state)
+    [(topic, call)] = [(t, m) for t, m in engine.bus.sent if t is not Topic.AGENT_EVENTS]
+    assert topic is Topic.TOOL_CALLS and cast(Any, call).data.tool_name == "web_search"
+    stored = await engine.store.load(state.request_id)
+    assert stored is not None and stored.phase == "waiting" and stored.dispatched_groups == 1
+    assert await engine.redis.zscore("weft:t.deadlines", state.request_id) is not None
+    assert engine.types(state) == ["tool_call"]
+
+
+# --- the turn ends: one test per EndReason ---------------------------------------------
+
+
+async def test_answered_with_the_models_text(engine: _Engine) -> None:
+    """SPEC E-10: a natural stop's text is the answer, streamed then marked done."""
+    state = await _turn(engine)
+    await engine.step(replies(answer("Lisbon in May.")), state)
+    assert engine.types(state)[-2:] == ["final_answer", "complete"]
+    complete = engine.complete(state)
+    assert (complete.status, complete.final_answer, complete.is_fallback) == (
+        "completed", "Lisbon in May.", False,
+    )  # fmt: skip
+    assert await engine.store.load(state.request_id) is None
+
+
+async def test_answered_with_the_fallback_after_empty_answers(engine: _Engine) -> None:
+    """SPEC E-11: after two nudges the fixed fallback answers, sent as its own delta."""
+    state = await _turn(engine)
+    await engine.step(replies(answer(""), answer(""), answer("")), state)
+    complete = engine.complete(state)
+    assert (complete.final_answer, complete.is_fallback) == (EMPTY_FALLBACK, True)
+    assert [d.delta for d in engine.data(state, "final_answer")] == [EMPTY_FALLBACK, ""]
+
+
+async def test_stopped_without_tool_results_is_cancelled(engine: _Engine) -> None:
+    """SPEC E-20: a stop before anything was gathered ends the turn cancelled, no call."""
+    state = await _turn(engine)
+    await engine.redis.set(cancel_key(state.request_id), 1)
+    model = replies()
+    await engine.step(model, state)
+    assert model.calls == [] and engine.types(state) == ["complete"]
+    assert engine.complete(state).status == "cancelled"
+    assert not await engine.redis.exists(cancel_key(state.request_id))
+
+
+async def test_stopped_with_tool_results_is_rescued_by_a_synthesis(engine: _Engine) -> None:
+    """SPEC E-20, E-21: with results, a closing call without tools answers from them."""
+    state = await _answered_tools(engine)
+    await engine.redis.set(cancel_key(state.request_id), 1)
+    model = replies(answer("From the notes: Lisbon."))
+    await engine.step(model, state)
+    [request] = model.requests
+    assert request.tool_choice == "none" and CANCEL_REASON in engine.last_request_text()
+    complete = engine.complete(state)
+    assert (complete.status, complete.final_answer) == ("completed", "From the notes: Lisbon.")
+
+
+async def test_stopped_during_a_model_call_interrupts_the_step(engine: _Engine) -> None:
+    """SPEC E-20: a stop cancels the running call; the turn ends cancelled, once."""
+    state = await _turn(engine)
+
+    async def reply(call: ModelCall) -> Reply:
+        await engine.redis.set(cancel_key(state.request_id), 1)
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # what the stop's pub/sub message does to the running step
+        await asyncio.sleep(0)
+        raise AssertionError("the stop did not interrupt the call")
+
+    await engine.step(FunctionModel(reply=reply), state)
+    assert engine.types(state) == ["complete"]
+    assert engine.complete(state).status == "cancelled"
+
+
+async def test_already_ended_when_a_stop_finds_no_state(engine: _Engine) -> None:
+    """A stop for a turn another replica has finished meanwhile sends nothing."""
+    state = await _turn(engine)
+
+    async def reply(call: ModelCall) -> Reply:
+        await engine.store.delete(state.request_id)
+        await engine.redis.set(cancel_key(state.request_id), 1)
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+        raise AssertionError("the stop did not interrupt the call")
+
+    await engine.step(FunctionModel(reply=reply), state)
+    assert engine.types(state) == []
+
+
+async def test_iteration_limit_ends_with_a_synthesis_without_thinking(engine: _Engine) -> None:
+    """SPEC E-21: past the last round a closing call, no tools, at the synthesis effort."""
+    agent = _agent(max_iterations=1, reasoning_effort="high", synthesis_reasoning_effort="off")
+    state = await _answered_tools(engine, agent)
+    model = replies(answer("What I found: Lisbon."))
+    await engine.step(model, state)
+    [request] = model.requests
+    assert MAX_ITERATIONS_REASON in engine.last_request_text()
+    assert (request.tool_choice, request.reasoning_effort) == ("none", "off")
+    assert engine.complete(state).final_answer == "What I found: Lisbon."
+
+
+async def test_model_failed_without_tool_results_is_an_error(engine: _Engine) -> None:
+    """SPEC E-07: a final model failure ends with a clean ``llm_error``, then complete."""
+    state = await _turn(engine)
+    await engine.step(replies(LLMCallError("Error code: 401 - sk-12")), state)
+    assert engine.types(state)[-2:] == ["error", "complete"]
+    assert engine.error(state) == ("llm_error", MODEL_REFUSED)
+    assert engine.complete(state).status == "failed"
+
+
+async def test_model_failed_with_tool_results_is_rescued(engine: _Engine) -> None:
+    """SPEC E-07, E-20: with results, the failing round is followed by a synthesis."""
+    state = await _answered_tools(engine)
+    model = replies(LLMCallError("Error code: 401"), answer("Noted: Lisbon."))
+    await engine.step(model, state)
+    assert LLM_FAILED_REASON in engine.last_request_text()
+    complete = engine.complete(state)
+    assert (complete.status, complete.final_answer) == ("completed", "Noted: Lisbon.")
+
+
+async def test_context_overflow_after_its_one_retry_is_an_error(engine: _Engine) -> None:
+    """SPEC E-25: a second overflow in the step ends the turn (no shedding loop)."""
+    state = await _turn(engine)
+    overflow = ContextOverflowError(OVERFLOW, status=400)
+    model = replies(overflow, overflow)
+    await engine.step(model, state)
+    assert len(model.calls) == 2
+    assert engine.error(state) == ("llm_error", MODEL_CONTEXT_FULL)
+
+
+async def test_closing_failed_when_the_synthesis_fails_too(engine: _Engine) -> None:
+    """SPEC E-21: a closing call that fails leaves no rescue: ``llm_error``."""
+    state = await _answered_tools(engine, _agent(max_iterations=1))
+    await engine.step(replies(LLMCallError("Error code: 401")), state)
+    assert engine.error(state) == ("llm_error", MODEL_REFUSED)
+    assert engine.complete(state).status == "failed"
+
+
+async def test_replica_lost_while_streaming_an_answer(engine: _Engine) -> None:
+    """A takeover of a turn whose answer was half streamed cannot replay it."""
+    state = await _turn(engine)
+    await engine.redis.set(f"weft:turn:{state.request_id}:streaming", 1)
+    model = replies()
+    await engine.step(model, state, takeover=True)
+    assert model.calls == []
+    assert engine.error(state) == ("engine_replica_lost", REPLICA_LOST)
+
+
+async def test_too_many_takeovers_end_the_turn(engine: _Engine) -> None:
+    """A step that crashed on every replica that took it over is not run again."""
+    state = await _turn(engine)
+    await engine.redis.set(f"weft:turn:{state.request_id}:takeovers", MAX_TAKEOVERS)
+    model = replies()
+    await engine.step(model, state, takeover=True)
+    assert model.calls == []
+    assert engine.error(state) == ("engine_error", EVERY_REPLICA_FAILED)
+
+
+async def test_quick_answer_retrieves_then_its_one_generation_answers(engine: _Engine) -> None:
+    """SPEC A-01: the first step dispatches the retrieval itself (AwaitTools, no model
+    call); once its results are in, one generation at the agent's effort answers."""
+    agent = _agent(
+        mode=AgentMode.QUICK_ANSWER, allowed_tools=["search_knowledge"], query_rewrite=False,
+        reasoning_effort="high", synthesis_reasoning_effort="off",
+    )  # fmt: skip
+    state = await _turn(engine, agent)
+    await engine.step(replies(), state)
+    [(topic, call)] = [(t, m) for t, m in engine.bus.sent if t is not Topic.AGENT_EVENTS]
+    assert topic is Topic.TOOL_CALLS and cast(Any, call).data.arguments == {
+        "query": "Plan my trip."
+    }
+    waiting = await engine.store.load(state.request_id)
+    assert waiting is not None
+    result = ToolCallCompletedData(
+        call_id="call_qa_0", tool_name="search_knowledge", success=True, output="Lisbon."
+    )
+    await engine.store.save(waiting.model_copy(update={"results": {"call_qa_0": result}}))
+    model = replies(answer("Lisbon, from the passages."))
+    await engine.step(model, state)
+    [request] = model.requests
+    assert QUICK_ANSWER_REASON in engine.last_request_text()
+    assert (request.tool_choice, request.reasoning_effort) == ("none", "high")
+    assert engine.complete(state).final_answer == "Lisbon, from the passages."
+
+
+def test_every_end_reason_has_its_test_here() -> None:
+    """A new way to end a turn is one more case of ``EndReason``: it gets a test above."""
+    tested = {
+        Answered, Stopped, IterationLimit, ModelFailed, ContextOverflow, ClosingFailed,
+        ReplicaLost, TooManyTakeovers, QuickAnswered, AlreadyEnded,
+    }  # fmt: skip
+    assert set(get_args(EndReason)) == tested
