@@ -123,6 +123,32 @@ async def test_steer_makes_the_first_answer_intermediate(
     assert complete["steps"][0]["thought"] == "first draft"
     last = (await chat_requests(llm))[-1]["messages"]
     assert [m["content"] for m in last[-2:]] == ["first draft", "Answer in French."]
+    # The steered round is closed by a superseded marker before the next round streams:
+    # a client rebuilds the answer from the deltas after the last marker.
+    answers = [e.data["data"] for e in events if e.event == "final_answer"]
+    markers = [i for i, a in enumerate(answers) if a.get("superseded")]
+    assert len(markers) == 1, answers
+    marker = answers[markers[-1]]
+    assert marker["done"] and marker["delta"] == "" and marker["round"] == 0
+    assert "".join(a["delta"] for a in answers[: markers[-1]]) == "first draft"
+    rebuilt = "".join(a["delta"] for a in answers[markers[-1] + 1 :])
+    assert rebuilt == complete["final_answer"]
+    assert all(a["round"] > marker["round"] for a in answers[markers[-1] + 1 :])
+    # Memory stores the answer, not the superseded draft.
+    session_id = events[-1].data["session_id"]
+    stored = await _stored_answer(api, session_id)
+    assert stored == complete["final_answer"]
+
+
+async def _stored_answer(api: httpx.AsyncClient, session_id: str, timeout_s: float = 30) -> str:
+    """Memory persists from Kafka: the assistant message once it is no longer running."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            messages = (await api.get(f"/api/v1/sessions/{session_id}/messages")).json()
+            done = [m for m in messages if m["role"] == "assistant" and m["status"] != "running"]
+            if done:
+                return str(done[-1]["content"])
+            await asyncio.sleep(0.2)
 
 
 async def test_a_steer_on_the_last_round_gets_one_overrun_round(

@@ -142,3 +142,33 @@ async def test_nul_and_lone_surrogates_from_a_model_or_tool_do_not_lose_the_turn
     await recorder.handle(CompleteEvent.model_validate_json(json.dumps(foreign)))
     assistant, _ = await _rows(sessions, ids["request_id"])
     assert assistant.content == "Thirty one"
+
+
+async def test_a_stop_after_a_steer_keeps_only_the_live_rounds_text(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:  # SPEC E-13, E-20
+    """The superseded marker drops the steered round's deltas, even when the next round
+    has not streamed anything yet."""
+    recorder = MessageRecorder(sessions, redis)
+    ids = _ids()
+    await recorder.handle(_started(ids))
+    steered = FinalAnswerEvent(**ids, seq=2, data=FinalAnswerData(round=0, delta="Fly there."))
+    marker = FinalAnswerData(round=0, delta="", done=True, superseded=True)
+    for event in (steered, FinalAnswerEvent(**ids, seq=3, data=marker)):
+        await recorder.handle(event)
+    await recorder.handle(_complete(ids, TurnStatus.CANCELLED, "", 4))
+    assistant, _ = await _rows(sessions, ids["request_id"])
+    assert assistant.content == "" and not assistant.is_partial
+
+    ids = _ids()
+    await recorder.handle(_started(ids))
+    live = FinalAnswerEvent(**ids, seq=4, data=FinalAnswerData(round=1, delta="Take a train"))
+    for event in (
+        FinalAnswerEvent(**ids, seq=2, data=FinalAnswerData(round=0, delta="Fly there.")),
+        FinalAnswerEvent(**ids, seq=3, data=marker),
+        live,
+    ):
+        await recorder.handle(event)
+    await recorder.handle(_complete(ids, TurnStatus.CANCELLED, "", 5))
+    assistant, _ = await _rows(sessions, ids["request_id"])
+    assert assistant.content == "Take a train" and assistant.is_partial

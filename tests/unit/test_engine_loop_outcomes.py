@@ -211,6 +211,15 @@ async def test_continue_after_an_answer_a_steer_made_intermediate(engine: _Engin
     complete = engine.complete(state)
     assert complete.final_answer == "Take the train to Lisbon." and complete.rounds == 2
     assert complete.steps[0].thought == "Fly to Lisbon."
+    # The steered round is closed as superseded before the next round streams, so the
+    # deltas after the marker are exactly the answer.
+    answers = engine.data(state, "final_answer")
+    [marker] = [i for i, a in enumerate(answers) if a.superseded]
+    assert answers[marker].done and answers[marker].delta == "" and answers[marker].round == 0
+    assert "".join(a.delta for a in answers[:marker]) == "Fly to Lisbon."
+    assert {a.round for a in answers[marker + 1 :]} == {1}
+    assert "".join(a.delta for a in answers[marker + 1 :]) == complete.final_answer
+    assert [a.superseded for a in answers if a.done] == [True, False]
 
 
 async def test_continue_after_a_tool_round_that_failed_before_dispatch(engine: _Engine) -> None:

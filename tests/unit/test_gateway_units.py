@@ -113,6 +113,17 @@ def test_weknora_projection() -> None:
     assert weknora_event("0-2", _envelope("context_compacted", {})) is None
 
 
+def test_weknora_superseded_answer_marker_is_not_the_answers_end() -> None:
+    """SPEC E-13: the marker closing a steered round is an empty, not-done answer message
+    that carries ``superseded`` for clients that restart the answer there."""
+    data = {"round": 0, "delta": "", "done": True, "superseded": True}
+    body = json.loads(str(weknora_event("5-0", _envelope("final_answer", data)).data))  # type: ignore[union-attr]
+    assert (body["response_type"], body["content"], body["done"]) == ("answer", "", False)
+    assert body["data"]["superseded"] is True
+    end = {"round": 1, "delta": "", "done": True, "superseded": False}
+    assert json.loads(str(weknora_event("6-0", _envelope("final_answer", end)).data))["done"]  # type: ignore[union-attr]
+
+
 def test_weknora_stream_opens_with_agent_query() -> None:
     """The reference stream starts with ``agent_query``: done, no content, the session and
     the assistant message id (memory's id for the turn's answer), and not the native

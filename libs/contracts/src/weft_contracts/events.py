@@ -58,12 +58,17 @@ class ThoughtData(Payload):
 
 
 class FinalAnswerData(Payload):
-    """A piece of the final answer; ``done`` marks the last piece (E-10, E-12)."""
+    """A piece of the final answer; ``done`` marks the last piece (E-10, E-12).
+
+    ``superseded`` (with ``done`` and an empty ``delta``) closes a round whose answer a
+    steer message made intermediate (E-13): its deltas are not part of the answer, and
+    the answer is the deltas after the last such marker."""
 
     round: int = Field(ge=0)
     delta: CleanText
     done: bool = False
     truncated: bool = False
+    superseded: bool = False
 
 
 class ToolCallData(Payload):

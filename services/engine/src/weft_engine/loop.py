@@ -13,7 +13,13 @@ import asyncio
 from typing import assert_never
 
 from redis.asyncio import Redis
-from weft_contracts import AgentMode, AgentStep, ErrorCode
+from weft_contracts import (
+    AgentMode,
+    AgentStep,
+    ErrorCode,
+    FinalAnswerData,
+    FinalAnswerEvent,
+)
 from weft_llm import ChatModel, LLMCallError, LLMResponse
 from weft_platform.bus import EventBus
 
@@ -189,6 +195,7 @@ class TurnLoop:
                 state = state.model_copy(update={"messages": [*state.messages, message]})
                 return Continue(await self._saved(state))
             case Intermediate():
+                await self._supersede(state)
                 return Continue(await self._saved(self._intermediate(state, outcome, response)))
             case Dispatch():
                 return await self._tools.start(state, response, outcome)
@@ -285,6 +292,12 @@ class TurnLoop:
         saved = await self._store.save(state)
         await self._emitter.mark_streaming(state.request_id, False)
         return saved
+
+    async def _supersede(self, state: TurnState) -> None:
+        """SPEC E-13: close the round whose answer the steer made intermediate, before the
+        next round streams, so a client drops its deltas instead of showing both rounds."""
+        marker = FinalAnswerData(round=state.round, delta="", done=True, superseded=True)
+        await self._emitter.emit(FinalAnswerEvent, state.ids(), marker)
 
     def _intermediate(
         self, state: TurnState, outcome: Intermediate, response: LLMResponse

@@ -135,4 +135,6 @@ def _weknora_content(event_type: str, data: dict[str, Any]) -> str:
 def _weknora_done(event_type: str, data: dict[str, Any]) -> bool:
     if event_type in ("turn_started", "complete", "error"):
         return True
+    if data.get("superseded"):  # an intermediate round's end: the answer is not done yet
+        return False
     return bool(data.get("done", event_type in ("tool_call", "tool_result", "references")))

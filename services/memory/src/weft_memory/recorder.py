@@ -148,9 +148,14 @@ class MessageRecorder:
             ]
 
     async def _answer_delta(self, event: FinalAnswerEvent) -> None:
-        if self._redis is None or not event.data.delta:
+        if self._redis is None:
             return
         key = partial_key(event.request_id)
+        if event.data.superseded:  # SPEC E-13: a steer made what streamed so far a step
+            await self._redis.delete(key)
+            return
+        if not event.data.delta:
+            return
         value = json.dumps({"round": event.data.round, "delta": event.data.delta})
         await self._redis.hset(key, str(event.seq), value)
         await self._redis.expire(key, PARTIAL_TTL_S)

@@ -6,7 +6,8 @@ The package holds what only thinking uses: ``split`` (``<think>`` blocks), ``coa
 ``reasoning_content`` and ``<think>`` blocks become ``thought`` events, visible content
 becomes ``final_answer`` events; deltas are coalesced over ``coalesce_window_s``. When
 tools follow, that round's content is its preamble: clients take the final answer from
-the round of the ``final_answer`` event marked ``done``.
+the round of the ``final_answer`` event marked ``done``; a round a steer made
+intermediate is closed by one marked ``done`` and ``superseded`` (loop.py).
 """
 
 from __future__ import annotations
