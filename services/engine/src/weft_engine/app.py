@@ -62,6 +62,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     finisher = Finisher(
         emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer
     )
+    finisher.persist_scale = context.persist_scale
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
         finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,

@@ -91,6 +91,9 @@ class Finisher:
         self._sessions = sessions
         self._tracer = tracer or TurnTracer(None)
         self.start_queued: StartQueued | None = None
+        self.persist_scale: Callable[[TurnState], Awaitable[None]] | None = None
+        """Stores a token scale measured in the turn (``ContextManager.persist_scale``);
+        before the session is handed over, so that its next turn reads it."""
 
     async def answer(self, state: TurnState, answer: Answer) -> None:
         """The turn ends with a final answer."""
@@ -153,6 +156,8 @@ class Finisher:
         if await self._emitter.complete(state.ids(), data):
             error = (failure.code.value, failure.detail or failure.message) if failure else None
             self._tracer.end_turn(state, data.status.value, error=error)
+        if self.persist_scale is not None:
+            await self.persist_scale(state)
         await self.forget(state)
 
     async def forget(self, state: TurnState) -> None:

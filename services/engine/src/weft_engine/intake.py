@@ -119,7 +119,7 @@ class TurnIntake:
             started_at=time.time(),
         )
         try:
-            messages, turn_ids = await self._context.opening(
+            messages, turn_ids, scale = await self._context.opening(
                 data.agent, request.tenant_id, request.session_id, data.user_id, data.query, ids,
                 data.images, previous=previous,
             )  # fmt: skip
@@ -133,7 +133,12 @@ class TurnIntake:
         unread = [] if route_images(data.agent, data.images) == "direct" else data.images
         messages, unread = await self._images.park(request.request_id, messages, unread)
         state = state.model_copy(
-            update={"messages": messages, "turn_ids": turn_ids, "images_to_describe": unread}
+            update={
+                "messages": messages,
+                "turn_ids": turn_ids,
+                "images_to_describe": unread,
+                "token_scale": scale,
+            }
         )
         saved = await self._store.save(state)
         await self._scheduler.submit(request.request_id, state=saved)

@@ -177,7 +177,7 @@ class TurnLoop:
             response = await self._thinker.round(state)
         except LLMCallError as exc:  # SPEC E-07
             return await self._model_failed(state, exc, shed=shed)
-        state = self._tracer.add_usage(state, response.usage)
+        state = self._context.observe(self._tracer.add_usage(state, response.usage), response.usage)
         return await self._handle(state, response)
 
     async def _handle(self, state: TurnState, response: LLMResponse) -> StepResult:

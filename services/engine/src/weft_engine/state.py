@@ -52,6 +52,20 @@ class TurnTrace(BaseModel):
     output_tokens: int = 0
 
 
+class UsageMark(BaseModel):
+    """What the provider reported for the turn's last request (SPEC M-01, M-02)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int
+    total_tokens: int
+    request_messages: int
+    """How many messages that request sent."""
+    system_key: str
+    """Digest of the system message it sent: calibration compares only requests with the
+    same system prompt."""
+
+
 class TurnState(BaseModel):
     """The state of one running turn, persisted between steps (ARCHITECTURE, engine)."""
 
@@ -87,6 +101,13 @@ class TurnState(BaseModel):
         "(parked_images).",
     )
     trace: TurnTrace | None = Field(default=None, description="Only when tracing is on.")
+    usage: UsageMark | None = Field(
+        default=None, description="Last request's usage; None again after a compaction."
+    )
+    token_scale: float = Field(default=1.0, description="Calibration of text (SPEC M-02).")
+    scale_measured: bool = Field(
+        default=False, description="token_scale was measured this turn: persist it at the end."
+    )
     started_at: float = Field(description="Wall-clock start (epoch seconds).")
     version: int = 0
 

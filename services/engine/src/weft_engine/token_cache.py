@@ -55,3 +55,27 @@ class CachedTokenEstimator(TokenEstimator):
     def cached_texts(self) -> int:
         """How many texts have a remembered count."""
         return len(self._counts)
+
+
+class _ScaledView(TokenEstimator):
+    """One turn's calibration over a shared estimator's counts: the counts are unscaled,
+    so turns of sessions with different scales share them."""
+
+    def __init__(self, counts: TokenEstimator, scale: float):
+        super().__init__(scale=scale, encoder=False)
+        self._counts = counts
+
+    @property
+    def uses_bpe(self) -> bool:
+        return self._counts.uses_bpe
+
+    def raw_text_tokens(self, text: str) -> int:
+        return self._counts.raw_text_tokens(text)
+
+
+def with_scale(estimator: TokenEstimator, scale: float) -> TokenEstimator:
+    """``estimator`` counting text with ``scale`` (clamped) instead of its own, without
+    changing it: the engine's estimator is shared by every turn it runs."""
+    if scale == estimator.scale:
+        return estimator
+    return _ScaledView(estimator, scale)
