@@ -113,6 +113,16 @@ class IterationLimit:
 
 
 @dataclass(frozen=True)
+class DeadlineExceeded:
+    """The turn ran past ``state.deadline_at``, the engine's wall-clock bound (SPEC E-20).
+    Seen at the start of a round and when a step resumes: a turn waiting for tools is
+    woken by their own deadlines, and one long model call is bounded by the model's stall
+    timeout, so the bound holds within one of those."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
 class ModelFailed:
     """The model failed for good, after its retries (SPEC E-07)."""
 
@@ -169,6 +179,7 @@ EndReason = (
     Answered
     | Stopped
     | IterationLimit
+    | DeadlineExceeded
     | ModelFailed
     | ContextOverflow
     | ClosingFailed
