@@ -383,6 +383,24 @@ async def test_deadline_exceeded_with_tool_results_is_rescued(engine: _Engine) -
     assert (complete.status, complete.final_answer) == ("completed", "From the notes: Lisbon.")
 
 
+async def test_deadline_exceeded_dispatches_no_further_tool_group(engine: _Engine) -> None:
+    """SPEC E-20: woken past the bound between two tool groups, the turn sends no more
+    calls; the first group's result is enough for the rescue."""
+    second = PendingCall(call_id="c2", tool_name="web_search", arguments={"query": "trains"},
+                         arguments_json='{"query": "trains"}', read_only=False)  # fmt: skip
+    answered = await _answered_tools(engine, deadline_at=time.time() - 1)
+    state = await engine.store.save(
+        answered.model_copy(
+            update={"groups": [["c1"], ["c2"]], "pending": [*answered.pending, second]}
+        )
+    )
+    model = replies(answer("From the notes: Lisbon."))
+    await engine.step(model, state)
+    assert [t for t, _ in engine.bus.sent if t is not Topic.AGENT_EVENTS] == []
+    assert DEADLINE_REASON in engine.last_request_text()
+    assert engine.complete(state).final_answer == "From the notes: Lisbon."
+
+
 async def test_deadline_is_checked_at_the_start_of_every_round(engine: _Engine) -> None:
     """SPEC E-20: the bound passing during a round ends the turn before the next one; the
     empty answer's retry (SPEC E-11) is never asked."""
