@@ -3,7 +3,8 @@ double over HTTP: a steer message that waits when the tools' results come back j
 next LLM call; when none waits, the step does not poll the inbox before thinking (SPEC
 E-13). A step starts from the state its submitter holds when nobody wrote the
 turn since, and reloads it otherwise; a redelivered tool result still starts the step a
-crash left unrun; a step that keeps crashing ends its turn with one ``complete``."""
+crash left unrun; a step that keeps crashing ends its turn with one ``complete``; a turn
+past its wall-clock bound ends at its next step (SPEC E-20)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
 from weft_engine.history_client import HistoryClient
 from weft_engine.leases import StepClaim, TurnLeases
-from weft_engine.loop import MAX_TAKEOVERS, TurnLoop
+from weft_engine.loop import DEADLINE_REASON, MAX_TAKEOVERS, TurnLoop
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler, StepStart
 from weft_engine.sessions import SessionGate, SteerInbox
@@ -478,3 +479,38 @@ async def _committed(rt: ServiceRuntime, group: str) -> int:
     finally:
         await admin.close()
     return sum(max(meta.offset, 0) for meta in offsets.values())
+
+
+async def test_a_turn_past_its_deadline_with_results_is_rescued_not_thought_on(
+    redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
+) -> None:
+    """SPEC E-20: woken past its wall-clock bound, a turn whose tools answered gets one
+    closing call without tools; its answer completes the turn on Kafka."""
+    store = TurnStore(redis, ttl_s=60)
+    waiting = await _waiting_turn(redis)
+    state = await store.save(waiting.model_copy(update={"deadline_at": time.time() - 1}))
+    await _run_step(_loop(redis, runtime, model, SteerInbox(redis, 60)), state.request_id)
+    [request] = await chat_requests(llm)
+    assert request["tool_choice"] == "none"
+    assert DEADLINE_REASON in str(request["messages"][-1]["content"])
+    events = await _events(runtime, state.request_id)
+    assert [e["type"] for e in events][-2:] == ["final_answer", "complete"]
+    assert events[-1]["data"]["status"] == "completed"
+    assert await store.load(state.request_id) is None
+
+
+async def test_a_turn_past_its_deadline_without_results_fails_with_its_code(
+    redis: Redis, runtime: ServiceRuntime, model: OpenAIChatModel, llm: httpx.AsyncClient
+) -> None:
+    """SPEC E-20: nothing gathered, so no model call: ``error`` with the stable code, then
+    ``complete`` failed."""
+    store = TurnStore(redis, ttl_s=60)
+    waiting = await _waiting_turn(redis)
+    fresh = {"phase": "think", "pending": [], "groups": [], "dispatched_groups": 0, "results": {}}
+    state = await store.save(waiting.model_copy(update={**fresh, "deadline_at": time.time() - 1}))
+    await _run_step(_loop(redis, runtime, model, SteerInbox(redis, 60)), state.request_id)
+    events = await _events(runtime, state.request_id)
+    assert [e["type"] for e in events] == ["error", "complete"]
+    assert events[0]["data"]["code"] == "turn_deadline_exceeded"
+    assert events[1]["data"]["status"] == "failed"
+    assert await chat_requests(llm) == []

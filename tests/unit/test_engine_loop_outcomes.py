@@ -19,6 +19,7 @@ from typing import Any, cast, get_args
 import pytest
 from fakeredis import FakeAsyncRedis
 from weft_contracts import AgentConfig, AgentMode, Envelope, ToolCallCompletedData, Topic
+from weft_engine.act import TOOL_TIMEOUTS_S
 from weft_engine.analyze import EMPTY_FALLBACK, NUDGE
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
@@ -28,12 +29,14 @@ from weft_engine.keys import cancel_key
 from weft_engine.leases import TurnLeases
 from weft_engine.loop import (
     CANCEL_REASON,
+    DEADLINE_REASON,
     EVERY_REPLICA_FAILED,
     LLM_FAILED_REASON,
     MAX_ITERATIONS_REASON,
     MAX_TAKEOVERS,
     QUICK_ANSWER_REASON,
     REPLICA_LOST,
+    TURN_DEADLINE,
     TurnLoop,
 )
 from weft_engine.outcomes import (
@@ -41,6 +44,7 @@ from weft_engine.outcomes import (
     Answered,
     ClosingFailed,
     ContextOverflow,
+    DeadlineExceeded,
     EndReason,
     IterationLimit,
     ModelFailed,
@@ -52,6 +56,7 @@ from weft_engine.outcomes import (
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepStart
 from weft_engine.sessions import SessionGate, SteerInbox
+from weft_engine.settings import EngineSettings
 from weft_engine.state import PendingCall, TurnState, TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
@@ -170,10 +175,12 @@ async def _turn(engine: _Engine, agent: AgentConfig | None = None, **update: Any
     return await engine.store.save(state)
 
 
-async def _answered_tools(engine: _Engine, agent: AgentConfig | None = None) -> TurnState:
+async def _answered_tools(
+    engine: _Engine, agent: AgentConfig | None = None, **update: Any
+) -> TurnState:
     """A turn whose only tool call has its result: the next step observes and thinks."""
     return await _turn(
-        engine, agent, phase="waiting", groups=[["c1"]], dispatched_groups=1,
+        engine, agent, **update, phase="waiting", groups=[["c1"]], dispatched_groups=1,
         pending=[PendingCall(call_id="c1", tool_name="thinking", arguments={},
                              arguments_json="{}")],
         results={"c1": ToolCallCompletedData(call_id="c1", tool_name="thinking", success=True,
@@ -361,6 +368,77 @@ async def test_iteration_limit_ends_with_a_synthesis_without_thinking(engine: _E
     assert engine.complete(state).final_answer == "What I found: Lisbon."
 
 
+async def test_deadline_exceeded_without_tool_results_is_an_error(engine: _Engine) -> None:
+    """SPEC E-20: a turn past its wall-clock bound with nothing gathered ends with the
+    stable code, without another model call."""
+    state = await _turn(engine, deadline_at=time.time() - 1)
+    model = replies()
+    await engine.step(model, state)
+    assert model.calls == []
+    assert engine.error(state) == ("turn_deadline_exceeded", TURN_DEADLINE)
+    assert engine.types(state) == ["error", "complete"]
+    assert engine.complete(state).status == "failed"
+
+
+async def test_deadline_exceeded_with_tool_results_is_rescued(engine: _Engine) -> None:
+    """SPEC E-20: past the bound when its tools answered, the turn is not thought on: a
+    closing call without tools answers from the results."""
+    state = await _answered_tools(engine, deadline_at=time.time() - 1)
+    model = replies(answer("From the notes: Lisbon."))
+    await engine.step(model, state)
+    [request] = model.requests
+    assert request.tool_choice == "none" and DEADLINE_REASON in engine.last_request_text()
+    complete = engine.complete(state)
+    assert (complete.status, complete.final_answer) == ("completed", "From the notes: Lisbon.")
+
+
+async def test_deadline_exceeded_dispatches_no_further_tool_group(engine: _Engine) -> None:
+    """SPEC E-20: woken past the bound between two tool groups, the turn sends no more
+    calls; the first group's result is enough for the rescue."""
+    second = PendingCall(call_id="c2", tool_name="web_search", arguments={"query": "trains"},
+                         arguments_json='{"query": "trains"}', read_only=False)  # fmt: skip
+    answered = await _answered_tools(engine, deadline_at=time.time() - 1)
+    state = await engine.store.save(
+        answered.model_copy(
+            update={"groups": [["c1"], ["c2"]], "pending": [*answered.pending, second]}
+        )
+    )
+    model = replies(answer("From the notes: Lisbon."))
+    await engine.step(model, state)
+    assert [t for t, _ in engine.bus.sent if t is not Topic.AGENT_EVENTS] == []
+    assert DEADLINE_REASON in engine.last_request_text()
+    assert engine.complete(state).final_answer == "From the notes: Lisbon."
+
+
+async def test_deadline_is_checked_at_the_start_of_every_round(engine: _Engine) -> None:
+    """SPEC E-20: the bound passing during a round ends the turn before the next one; the
+    empty answer's retry (SPEC E-11) is never asked."""
+    state = await _turn(engine, deadline_at=time.time() + 0.2)
+
+    async def reply(call: ModelCall) -> Reply:
+        await asyncio.sleep(state.deadline_at - time.time() + 0.01)  # outlive the bound
+        return answer("")
+
+    model = FunctionModel(reply=reply)
+    await engine.step(model, state)
+    assert len(model.calls) == 1
+    assert engine.error(state) == ("turn_deadline_exceeded", TURN_DEADLINE)
+
+
+async def test_a_turn_within_its_deadline_runs_as_before(engine: _Engine) -> None:
+    """SPEC E-20: the bound ends only overdue turns; a state without one (0) has none."""
+    for deadline_at in (time.time() + 60, 0.0):
+        state = await _turn(engine, deadline_at=deadline_at)
+        await engine.step(replies(answer("Lisbon.")), state)
+        assert engine.complete(state).final_answer == "Lisbon."
+
+
+def test_the_default_turn_deadline_outlasts_the_longest_tool() -> None:
+    """SPEC E-20: a turn can always wait for its slowest tool's own timeout."""
+    default = EngineSettings.model_fields["turn_deadline_s"].default
+    assert default == 20 * 60 and default > max(TOOL_TIMEOUTS_S.values())
+
+
 async def test_model_failed_without_tool_results_is_an_error(engine: _Engine) -> None:
     """SPEC E-07: a final model failure ends with a clean ``llm_error``, then complete."""
     state = await _turn(engine)
@@ -448,7 +526,7 @@ async def test_quick_answer_retrieves_then_its_one_generation_answers(engine: _E
 def test_every_end_reason_has_its_test_here() -> None:
     """A new way to end a turn is one more case of ``EndReason``: it gets a test above."""
     tested = {
-        Answered, Stopped, IterationLimit, ModelFailed, ContextOverflow, ClosingFailed,
-        ReplicaLost, TooManyTakeovers, QuickAnswered, AlreadyEnded,
+        Answered, Stopped, IterationLimit, DeadlineExceeded, ModelFailed, ContextOverflow,
+        ClosingFailed, ReplicaLost, TooManyTakeovers, QuickAnswered, AlreadyEnded,
     }  # fmt: skip
     assert set(get_args(EndReason)) == tested

@@ -159,6 +159,9 @@ class ErrorCode(StrEnum):
     """The engine replica streaming the answer died; a half-streamed answer is not replayed."""
     ENGINE_ERROR = "engine_error"
     """The turn failed on every engine replica that took it over."""
+    TURN_DEADLINE_EXCEEDED = "turn_deadline_exceeded"
+    """The turn ran past the engine's wall-clock bound before any tool result allowed a
+    rescue answer."""
     STREAM_IDLE_TIMEOUT = "stream_idle_timeout"
     """The gateway saw no event of the turn for its idle timeout."""
     STREAM_UNAVAILABLE = "stream_unavailable"
@@ -170,7 +173,8 @@ class ErrorData(Payload):
 
     code: str = Field(
         description="One of llm_error, history_unavailable, session_busy, "
-        "engine_replica_lost, engine_error, stream_idle_timeout, stream_unavailable "
+        "engine_replica_lost, engine_error, turn_deadline_exceeded, stream_idle_timeout, "
+        "stream_unavailable "
         "(weft_contracts.ErrorCode); a later version may add codes, so treat an unknown "
         "one as a generic failure."
     )

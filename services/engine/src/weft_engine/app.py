@@ -78,6 +78,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         redis=redis, store=store, emitter=emitter, context=context, sessions=sessions,
         inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
         cancel_channel=f"weft:{s.topic_prefix}cancel", ttl_s=ttl, images=images,
+        turn_deadline_s=s.turn_deadline_s,
     )  # fmt: skip
     runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, intake.on_chat_requested)
     # Recording a result is idempotent: no consumer de-duplication (two Redis round trips).

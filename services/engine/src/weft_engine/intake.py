@@ -63,6 +63,7 @@ class TurnIntake:
         cancel_channel: str,
         ttl_s: int,
         images: ParkedImages,
+        turn_deadline_s: float,
     ):
         self._redis = redis
         self._store = store
@@ -76,6 +77,7 @@ class TurnIntake:
         self._channel = cancel_channel
         self._ttl = ttl_s
         self._images = images
+        self._turn_deadline_s = turn_deadline_s
         finisher.start_queued = self.start
 
     async def on_chat_requested(self, request: ChatRequested) -> None:
@@ -111,12 +113,14 @@ class TurnIntake:
             images=data.images,
         )
         await self._emitter.emit(TurnStartedEvent, ids, started)
+        now = time.time()
         state = TurnState(
             **ids,
             user_id=data.user_id,
             agent=data.agent,
             messages=[],
-            started_at=time.time(),
+            started_at=now,
+            deadline_at=now + self._turn_deadline_s,
         )
         try:
             messages, turn_ids, scale = await self._context.opening(

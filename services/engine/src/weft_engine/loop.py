@@ -10,6 +10,7 @@ only in Redis.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import assert_never
 
 from redis.asyncio import Redis
@@ -38,6 +39,7 @@ from weft_engine.outcomes import (
     ClosingFailed,
     ContextOverflow,
     Continue,
+    DeadlineExceeded,
     Dispatch,
     Ended,
     EndReason,
@@ -64,6 +66,8 @@ from weft_engine.vision import ImageDescriber
 MAX_ITERATIONS_REASON = "You have reached the maximum number of reasoning steps."
 LLM_FAILED_REASON = "The model failed repeatedly."
 CANCEL_REASON = "The user stopped the task."
+DEADLINE_REASON = "The task ran out of time."
+TURN_DEADLINE = "The turn took longer than the engine allows and was ended."
 QUICK_ANSWER_REASON = "Answer the question using the retrieved passages."
 REPLICA_LOST = "The engine replica running this turn stopped while answering; please ask again."
 EVERY_REPLICA_FAILED = "The turn failed on every engine replica that took it over."
@@ -159,7 +163,10 @@ class TurnLoop:
                     assert_never(result)
 
     async def _round(self, state: TurnState, *, polled: bool, shed: bool) -> StepResult:
-        """One round: stop? steers, context, limit, think, then what the answer means."""
+        """One round: deadline? stop? steers, context, limit, think, then what the answer
+        means."""
+        if _overdue(state):  # SPEC E-20: a clock read, no round trip
+            return Ended(DeadlineExceeded(state))
         if state.images_to_describe:  # SPEC E-26: first step of a turn with images
             state = await self._store.save(await self._vision.read_pending(state))
             polled = False  # describing took a while: look for a stop or steer again
@@ -214,6 +221,11 @@ class TurnLoop:
                 await asyncio.shield(self._finisher.cancelled(state))
             case IterationLimit(state):  # SPEC E-21
                 await self._closing(state, MAX_ITERATIONS_REASON)
+            case DeadlineExceeded(state) if state.has_tool_results():  # SPEC E-20: rescue
+                await self._closing(state, DEADLINE_REASON)
+            case DeadlineExceeded(state):
+                overdue = TurnFailure(code=ErrorCode.TURN_DEADLINE_EXCEEDED, message=TURN_DEADLINE)
+                await self._finisher.fail(state, overdue)
             case ModelFailed(state) | ContextOverflow(state) if state.has_tool_results():
                 await self._closing(state, LLM_FAILED_REASON)  # SPEC E-07: rescue
             case ModelFailed(state, error) | ContextOverflow(state, error):
@@ -246,6 +258,8 @@ class TurnLoop:
             if takeovers > MAX_TAKEOVERS:
                 return Ended(TooManyTakeovers(state))
         if state.phase == "waiting":
+            if _overdue(state):  # not one more tool group past the bound (SPEC E-20)
+                return Ended(DeadlineExceeded(state))
             state = await self._reporter.expire_overdue(state)
             return await self._tools.advance(state)
         return Continue(state)
@@ -333,6 +347,11 @@ class TurnLoop:
         return await self._store.save(
             state.model_copy(update={"messages": [*state.messages, *injected]})
         )
+
+
+def _overdue(state: TurnState) -> bool:
+    """The turn ran past its wall-clock bound (a state without one has none)."""
+    return 0 < state.deadline_at <= time.time()
 
 
 async def cancel_requested(redis: Redis, request_id: str) -> bool:

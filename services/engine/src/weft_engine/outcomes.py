@@ -7,8 +7,8 @@ Three closed unions, each matched in one place with ``assert_never``:
   for tools, or end;
 - ``EndReason``: why the turn ends; ``TurnLoop._finish`` turns each into its last events.
 
-A new way to wait (approvals) is one more ``StepResult`` case; a new way to end (a turn
-deadline, a lost state) is one more ``EndReason`` case: the type checker then names the
+A new way to wait (approvals) is one more ``StepResult`` case; a new way to end (a lost
+state) is one more ``EndReason`` case: the type checker then names the
 ``match`` that must handle it.
 """
 
@@ -113,6 +113,18 @@ class IterationLimit:
 
 
 @dataclass(frozen=True)
+class DeadlineExceeded:
+    """The turn ran past ``state.deadline_at``, the engine's wall-clock bound (SPEC E-20).
+    Seen at the start of a round and when a step resumes: a turn waiting for tools is
+    woken by their own deadlines, and one long model call is bounded by the model's stall
+    timeout, so the bound holds within one of those. The bound is stored, not derived from
+    ``started_at``, so that a wait that must not count (a human's approval) can push
+    ``deadline_at`` back by the time it waited."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
 class ModelFailed:
     """The model failed for good, after its retries (SPEC E-07)."""
 
@@ -169,6 +181,7 @@ EndReason = (
     Answered
     | Stopped
     | IterationLimit
+    | DeadlineExceeded
     | ModelFailed
     | ContextOverflow
     | ClosingFailed

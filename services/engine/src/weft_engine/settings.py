@@ -27,6 +27,12 @@ class EngineSettings(ServiceSettings):
     )
     memory_url: str = "http://127.0.0.1:8085"
     tool_deadline_s: float = Field(default=60.0, gt=0, description="SPEC E-17 default.")
+    turn_deadline_s: float = Field(
+        default=20 * 60,
+        gt=0,
+        description="SPEC E-20: wall-clock bound of a turn; above the longest tool timeout "
+        "(shell_exec 605 s) so a turn can always wait for its slowest tool.",
+    )
     turn_state_ttl_s: int = Field(default=6 * 3600, ge=60)
     llm_retry_backoff_s: tuple[float, ...] = (1.0, 2.0)
     delta_coalesce_ms: float = Field(default=30.0, ge=0, description="Thought/answer window.")

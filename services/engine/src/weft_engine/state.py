@@ -109,6 +109,12 @@ class TurnState(BaseModel):
         default=False, description="token_scale was measured this turn: persist it at the end."
     )
     started_at: float = Field(description="Wall-clock start (epoch seconds).")
+    deadline_at: float = Field(
+        default=0.0,
+        description="SPEC E-20: epoch seconds after which the next round ends the turn "
+        "(0: none). Kept here, not derived from started_at, so that a wait that must not "
+        "count (a human's approval) can push it back by the time it waited.",
+    )
     version: int = 0
 
     def ids(self) -> dict[str, Any]:
