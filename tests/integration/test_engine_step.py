@@ -300,7 +300,8 @@ async def test_recording_the_last_result_claims_the_step_in_the_same_write(
     await mine.release(rid)
     assert await mine.due() == [rid]
     [event] = await _events(runtime, rid, until="tool_result")
-    assert event["seq"] == int(await redis.get(f"weft:turn:{rid}:seq"))
+    seq = await redis.get(f"weft:turn:{rid}:seq")
+    assert seq is not None and event["seq"] == int(seq)
 
     # Another replica holds the lease: the result is recorded, the lease left alone.
     await store.save(recorded.state.model_copy(update={"results": {}}))
@@ -498,7 +499,7 @@ async def _committed(rt: ServiceRuntime, group: str, *, at_least: int = 0) -> in
     try:
         for _ in range(300):
             offsets = await admin.list_consumer_group_offsets(rt.settings.topic_prefix + group)
-            committed = sum(max(meta.offset, 0) for meta in offsets.values())
+            committed: int = sum(max(meta.offset, 0) for meta in offsets.values())
             if committed >= at_least:
                 return committed
             await asyncio.sleep(0.1)
