@@ -62,8 +62,8 @@ proto: ## Generate proto/ from the contracts (weft_contracts.generate)
 lint: ## ruff check + ruff format --check
 	@rc=0; $(VENV)/ruff check . || rc=1; $(VENV)/ruff format --check . || rc=1; exit $$rc
 
-typecheck: ## mypy on libs, services, testing
-	@$(VENV)/mypy libs services testing
+typecheck: ## mypy on libs, services, testing, tests
+	@$(VENV)/mypy libs services testing tests
 
 test-unit: ## Unit tests (no infrastructure needed; installs helm first if missing, for the chart tests)
 	@$(LOCAL)/ensure-helm.sh

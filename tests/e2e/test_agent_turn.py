@@ -98,7 +98,8 @@ async def test_second_turn_sees_the_first_in_its_history(
     await _wait_for_messages(api, session_id, 2)
     await llm.post("/_reset")
 
-    second = {"query": "And how is that data encrypted?", "knowledge_base_ids": [knowledge_base]}
+    question = "And how is that data encrypted?"
+    second = {"query": question, "knowledge_base_ids": [knowledge_base]}
     events = await _turn(api, stack, session_id, second)
     assert events[-1].data["data"]["status"] == "completed"
 
@@ -107,7 +108,7 @@ async def test_second_turn_sees_the_first_in_its_history(
     assert any(c == first["query"] for c in contents), contents
     assert first_answer in contents
     assert any("Previous retrieval result omitted" in c for c in contents)  # SPEC T-20
-    assert contents[-1].startswith(second["query"])
+    assert contents[-1].startswith(question)
 
 
 def _pos(entry_id: str) -> tuple[int, int]:

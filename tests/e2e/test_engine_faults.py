@@ -146,8 +146,8 @@ async def _lease_owner(stack: LocalStack, request_id: str) -> str:
         async with asyncio.timeout(20):
             while True:
                 owner = await redis.get(f"weft:turn:{request_id}:lease")
-                if owner:
-                    return str(owner.decode())
+                if isinstance(owner, bytes) and owner:  # a client without decode_responses
+                    return owner.decode()
                 await asyncio.sleep(0.05)
     finally:
         await redis.aclose()

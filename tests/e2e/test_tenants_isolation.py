@@ -88,11 +88,11 @@ async def test_other_tenant_sees_nothing_of_ours(
         assert resp.status_code in (403, 404), (method, url, resp.status_code, resp.text)
 
     own = (await b.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]
-    for body in (
+    for chat in (
         {"query": "q", "agent_id": agent_id},
         {"query": "q", "knowledge_base_ids": [knowledge_base]},
     ):
-        resp = await b.post(f"/api/v1/agent-chat/{own}", json=body)
+        resp = await b.post(f"/api/v1/agent-chat/{own}", json=chat)
         assert resp.status_code == 404, (body, resp.text)
 
     assert agent_id not in {a["id"] for a in (await b.get("/api/v1/agents")).json()}

@@ -145,7 +145,9 @@ async def test_data_uri_images_stay_out_of_the_turn_state(
     data_uri = _png_data_uri()
     turn = asyncio.create_task(_turn(api, stack, session, "What is this?", [data_uri]))
     state_key, images_key = await _parked_turn(redis, session)  # the model call is waiting
-    state = (await redis.get(state_key) or b"").decode()
+    stored = await redis.get(state_key)
+    assert isinstance(stored, bytes)  # saved, and read by a client without decode_responses
+    state = stored.decode()
     assert data_uri not in state and "weft-image://" in state
     assert await redis.hvals(images_key) == [data_uri.encode()]
 

@@ -27,7 +27,7 @@ from weft_platform.runtime import ServiceRuntime
 
 from tests.integration.kafka_helpers import in_memory_runtime, own_topics, service_runtime
 
-RETRIES = {"consumer_attempts": 3, "consumer_retry_backoff_s": 0.01}
+RETRIES: dict[str, Any] = {"consumer_attempts": 3, "consumer_retry_backoff_s": 0.01}
 
 
 @pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from redis.asyncio import Redis
 from weft_contracts import (
@@ -300,7 +301,8 @@ async def test_recording_the_last_result_claims_the_step_in_the_same_write(
     await mine.release(rid)
     assert await mine.due() == [rid]
     [event] = await _events(runtime, rid, until="tool_result")
-    assert event["seq"] == int(await redis.get(f"weft:turn:{rid}:seq"))
+    seq = await redis.get(f"weft:turn:{rid}:seq")
+    assert seq is not None and event["seq"] == int(seq)
 
     # Another replica holds the lease: the result is recorded, the lease left alone.
     await store.save(recorded.state.model_copy(update={"results": {}}))
@@ -460,9 +462,18 @@ async def test_a_full_replica_leaves_further_requests_in_kafka(
                 tenant_id="t", session_id="s", request_id=rid, data=CancelRequestedData(),
             ))  # fmt: skip
         await asyncio.wait_for(second_taken.wait(), 30)
-        await asyncio.sleep(1.0)  # time for a wrong consumer to take the third record
+        [subscriber] = rt.broker.subscribers
+        # FastStream types subscribers generically; a Kafka one holds its aiokafka consumer.
+        consumer: AIOKafkaConsumer = subscriber.consumer  # type: ignore[attr-defined]
+        # The third record is in the consumer's own fetch buffer: a consumer that let it
+        # through needs no more network to hand it over, only turns of the event loop, and
+        # the first commit (an interval, then round trips to the broker) gives it many.
+        await _fetched(consumer, len(turns))
+        committed = await _committed(rt, "engine", at_least=1)
         assert taken == turns[:2] and started == turns[:1]
-        assert await _committed(rt, "engine") == 1, "only the first record is acknowledged"
+        assert committed == 1, "only the first record is acknowledged"
+        positions = [await consumer.position(tp) for tp in consumer.assignment()]
+        assert sum(positions) == 2, "the consumer stands at the third record"
 
         release.set()
         await asyncio.wait_for(all_started.wait(), 30)
@@ -470,15 +481,32 @@ async def test_a_full_replica_leaves_further_requests_in_kafka(
     await scheduler.stop(grace_s=5)
 
 
-async def _committed(rt: ServiceRuntime, group: str) -> int:
-    """The offsets a consumer group committed, summed over the partitions."""
+async def _fetched(consumer: AIOKafkaConsumer, records: int) -> None:
+    """Wait (at most 30 s) until ``consumer``'s fetches have reached ``records`` records
+    over its partitions: the highwater a fetch response reports is one past the newest
+    record it could return, so every record below it is fetched."""
+    for _ in range(600):
+        if sum(consumer.highwater(tp) or 0 for tp in consumer.assignment()) >= records:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the consumer did not fetch {records} records in 30 s")
+
+
+async def _committed(rt: ServiceRuntime, group: str, *, at_least: int = 0) -> int:
+    """The offsets a consumer group committed, summed over the partitions, once they are
+    ``at_least`` that many (commits are flushed on an interval; fails after 30 s)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=rt.settings.kafka_bootstrap)
     await admin.start()
     try:
-        offsets = await admin.list_consumer_group_offsets(rt.settings.topic_prefix + group)
+        for _ in range(300):
+            offsets = await admin.list_consumer_group_offsets(rt.settings.topic_prefix + group)
+            committed: int = sum(max(meta.offset, 0) for meta in offsets.values())
+            if committed >= at_least:
+                return committed
+            await asyncio.sleep(0.1)
     finally:
         await admin.close()
-    return sum(max(meta.offset, 0) for meta in offsets.values())
+    raise AssertionError(f"{group} committed {committed} records in 30 s, not {at_least}")
 
 
 async def test_a_turn_past_its_deadline_with_results_is_rescued_not_thought_on(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +15,7 @@ from weft_testkit.stack import free_port
 
 
 async def _runtime(infra: dict[str, str], **overrides: str) -> ServiceRuntime:
-    fields = {
+    fields: dict[str, Any] = {
         "kafka_bootstrap": infra["WEFT_KAFKA_BOOTSTRAP"],
         "database_url": infra["WEFT_DATABASE_URL"],
         "redis_url": infra["WEFT_REDIS_URL"],

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_context.images import content_text
 from weft_contracts import ToolContext
 from weft_llm import TransientLLMError
 from weft_memory.api import session_router
@@ -91,7 +92,7 @@ async def test_extraction_writes_scoped_facts_and_search_recalls_them(
     body = {"tenant_id": tenant, "user_id": "alice", "session_id": sid, "request_id": rid}
     resp = await client.post("/internal/memories/extract", json=body)
     assert resp.status_code == 200 and len(resp.json()["memory_ids"]) == 2
-    assert "Project Falcon" in model.requests[0].messages[1]["content"]
+    assert "Project Falcon" in content_text(model.requests[0].messages[1]["content"])
     # Re-running the extraction on the same turn stores nothing twice.
     answers.append(answer('["The user works on Project Falcon."]'))
     again = await client.post("/internal/memories/extract", json=body)

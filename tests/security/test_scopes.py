@@ -84,9 +84,9 @@ async def test_kb_restricted_keys_reach_only_their_knowledge_bases(
             )
         created = await c.post(KB, json={"name": "escape hatch"})
         assert created.status_code == 403 and "cannot create" in created.json()["detail"]
-        agent = {"name": "b", "kb_selection_mode": "selected", "knowledge_base_ids": [kb_b]}
+        other_kb = {"name": "b", "kb_selection_mode": "selected", "knowledge_base_ids": [kb_b]}
         for method, url in (("POST", "/api/v1/agents"), ("PUT", f"/api/v1/agents/{agent_id}")):
-            resp = await c.request(method, url, json=agent)
+            resp = await c.request(method, url, json=other_kb)
             assert resp.status_code == 404, (method, url, resp.text)
             assert resp.json()["detail"] == f"knowledge base {kb_b!r} not found"
         session = (await c.post("/api/v1/sessions", json={"agent_id": AGENT})).json()["id"]

@@ -60,8 +60,9 @@ async def test_an_empty_fetch_returns_at_once_without_sleeping() -> None:
     bus = _bus()
     bus.consume_batch(Topic.AGENT_EVENTS, "projector", _handler, max_records=50, wait_ms=100)
     [subscriber] = bus.broker.subscribers
+    assert isinstance(subscriber, PromptBatchSubscriber)
     consumer = _Consumer({})
-    assert await subscriber.get_msg(consumer) == ()  # type: ignore[arg-type]
+    assert await subscriber.get_msg(consumer) == ()
     assert consumer.calls == [{"timeout_ms": 100, "max_records": 50}]  # getmany waits
 
 
@@ -70,5 +71,6 @@ async def test_a_fetch_is_one_batch_in_partition_order() -> None:
     bus = _bus()
     bus.consume_batch(Topic.AGENT_EVENTS, "projector", _handler)
     [subscriber] = bus.broker.subscribers
+    assert isinstance(subscriber, PromptBatchSubscriber)
     fetched = {TopicPartition("t", 0): ["a", "b"], TopicPartition("t", 1): ["c"]}
-    assert await subscriber.get_msg(_Consumer(fetched)) == ("a", "b", "c")  # type: ignore[arg-type]
+    assert await subscriber.get_msg(_Consumer(fetched)) == ("a", "b", "c")

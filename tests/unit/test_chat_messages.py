@@ -20,7 +20,9 @@ BY_ROLE = {get_args(get_type_hints(t)["role"])[0]: t for t in get_args(ChatMessa
 
 def _has_shape(value: Mapping[str, Any], typed: Any) -> bool:
     keys = set(value)
-    return typed.__required_keys__ <= keys <= typed.__required_keys__ | typed.__optional_keys__
+    required: frozenset[str] = typed.__required_keys__
+    optional: frozenset[str] = typed.__optional_keys__
+    return required <= keys <= required | optional
 
 
 def _conforms(message: Mapping[str, Any]) -> bool:

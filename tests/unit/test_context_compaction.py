@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from weft_context.images import content_text
 from weft_context.summary import summary_message, summary_text
 from weft_context.tokens import TokenEstimator
 from weft_engine.compaction import CompactionSettings, Compactor
@@ -138,7 +139,7 @@ async def test_sixty_tool_rounds_turn_is_split_without_separating_calls() -> Non
     kept = result.messages[3:]
     assert kept[0]["role"] == "assistant" and kept[0].get("tool_calls")
     assert kept[-1] == current[-1]
-    prompts = [r.messages[1]["content"] for r in model.requests]
+    prompts = [content_text(r.messages[1]["content"]) for r in model.requests]
     assert len(prompts) == 2 and SPLIT_TURN_PROMPT in prompts[1]
     assert "question big" in prompts[1]  # the split turn's first half has its question
     assert "<current_turn_summary>" in result.messages[2]["content"]
@@ -163,7 +164,7 @@ async def test_previous_summary_merged_and_file_paths_carried() -> None:
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}], summary=previous)
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
-    prompt = model.requests[0].messages[1]["content"]
+    prompt = content_text(model.requests[0].messages[1]["content"])
     assert "<previous_summary>\nEARLIER\n</previous_summary>" in prompt
     summary = summary_text(result.messages[1]) or ""
     files = parse_file_ops(summary)
@@ -202,9 +203,10 @@ async def test_summary_input_cap_omits_oldest() -> None:
     messages, ids = _conversation(stored, [{"role": "user", "content": "q"}])
     result = await Compactor(model, settings, EST).compact(messages, ids, force_reason="overflow")
     assert result.omitted > 0 and result.reason == "overflow"
-    sent = EST.messages_tokens(model.requests[0].messages)
+    sent = EST.messages_tokens([dict(m) for m in model.requests[0].messages])
     assert sent <= settings.context_window - settings.summary_budget
-    assert f"({result.omitted} older message(s) omitted" in model.requests[0].messages[1]["content"]
+    summarised = content_text(model.requests[0].messages[1]["content"])
+    assert f"({result.omitted} older message(s) omitted" in summarised
 
 
 async def test_huge_tool_results_truncated_when_still_over_budget() -> None:

@@ -91,7 +91,7 @@ def _sample(added_text: str, reported_delta: int, **kw: Any) -> tuple[TokenEstim
 
 
 def test_calibration_measures_ratio() -> None:
-    est, sample = _sample("x" * 4000, 1000 * 0.8 + 3)  # 1000 estimated, 800 reported
+    est, sample = _sample("x" * 4000, 800 + 3)  # 1000 estimated, 800 reported
     assert measure_scale(est, sample) == pytest.approx(0.8)
     est, sample = _sample("x" * 4000, 2500 + 3)  # ratio 2.5 is allowed but clamped
     assert measure_scale(est, sample) == 1.5

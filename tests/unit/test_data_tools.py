@@ -18,7 +18,7 @@ SALES_CSV = b"Region,Unit Price (EUR),Qty\nNorth,10.5,3\nSouth,2,10\nNorth,1,1\n
 
 def _workbook(sheets: dict[str, list[list[object]]]) -> bytes:
     book = Workbook()
-    book.remove(book.active)  # type: ignore[arg-type]
+    book.remove(book.active)
     for title, rows in sheets.items():
         sheet = book.create_sheet(title)
         for row in rows:

@@ -317,7 +317,7 @@ def test_compose_one_shot_jobs(compose: dict[str, Any]) -> None:
     services = compose["services"]
 
     def argv(svc: dict[str, Any]) -> str:
-        parts = []
+        parts: list[str] = []
         for key in ("entrypoint", "command"):
             value = svc.get(key) or []
             parts.extend(value.split() if isinstance(value, str) else value)

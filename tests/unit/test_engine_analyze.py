@@ -12,10 +12,10 @@ from weft_engine.analyze import (
 )
 from weft_engine.outcomes import Answer, Dispatch, Intermediate, Retry
 from weft_engine.state import TurnCounters
-from weft_llm import LLMResponse, ToolCallRequest
+from weft_llm import FinishReason, LLMResponse, ToolCallRequest
 
 
-def _r(content: str = "", reason: str = "stop", tools: int = 0) -> LLMResponse:
+def _r(content: str = "", reason: FinishReason = "stop", tools: int = 0) -> LLMResponse:
     calls = [
         ToolCallRequest(id=f"c{i}", name="search_knowledge", arguments="{}") for i in range(tools)
     ]

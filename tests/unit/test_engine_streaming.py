@@ -45,7 +45,7 @@ async def test_first_delta_goes_at_once_then_deltas_are_merged() -> None:
 
 
 def test_sanitize_merges_same_role_and_drops_orphan_tool_results() -> None:  # SPEC E-05
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "a"},
         {"role": "user", "content": "b"},

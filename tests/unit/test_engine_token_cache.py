@@ -3,10 +3,12 @@ a text counted before, within a bounded memory."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from weft_context import TokenEstimator
 from weft_engine.token_cache import MIN_CACHED_CHARS, CachedTokenEstimator
 
-HISTORY = [
+HISTORY: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a helpful assistant. " * 20},
     {"role": "user", "content": "What does the refund policy say about opened boxes? " * 3},
     {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 import httpx
@@ -101,14 +102,12 @@ def test_weknora_projection() -> None:
         "x",
         False,
     )
-    answer = json.loads(str(weknora_event("2-0", _envelope("final_answer", {"delta": "y"})).data))  # type: ignore[union-attr]
+    answer = _weknora_body("2-0", _envelope("final_answer", {"delta": "y"}))
     assert answer["response_type"] == "answer" and answer["content"] == "y"
     refs = _envelope("references", {"references": [{"alias": "c1"}]})
-    refs_body = json.loads(str(weknora_event("3-0", refs).data))  # type: ignore[union-attr]
+    refs_body = _weknora_body("3-0", refs)
     assert refs_body["knowledge_references"] == [{"alias": "c1"}] and refs_body["done"]
-    done = json.loads(
-        str(weknora_event("4-0", _envelope("complete", {"status": "completed"})).data)
-    )  # type: ignore[union-attr]
+    done = _weknora_body("4-0", _envelope("complete", {"status": "completed"}))
     assert done["response_type"] == "complete" and done["done"] is True
     assert weknora_event("0-2", _envelope("context_compacted", {})) is None
 
@@ -129,7 +128,7 @@ def test_weknora_stream_opens_with_agent_query() -> None:
     the assistant message id (memory's id for the turn's answer), and not the native
     turn_started payload (query, user, agent)."""
     started = _envelope("turn_started", {"query": "q", "user_id": "u", "agent_id": "a"})
-    body = json.loads(str(weknora_event("0-1", started).data))  # type: ignore[union-attr]
+    body = _weknora_body("0-1", started)
     assert body == {
         "id": "req_1", "session_id": "s1", "response_type": "agent_query", "content": "",
         "done": True, "assistant_message_id": "evt_1a",
@@ -222,9 +221,9 @@ async def test_stuck_client_is_dropped_after_send_timeout_and_its_stream_closed(
             await asyncio.sleep(0)
         return b""
 
-    sends: list[dict[str, Any]] = []
+    sends: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sends.append(message)
         if len(sends) == 3:
             await asyncio.Event().wait()  # the socket buffer is full from here on
@@ -250,7 +249,7 @@ async def test_disconnect_ends_the_response_and_its_stream() -> None:
         finally:
             stopped.set()  # the fan-out's stream() is cancelled: it unsubscribes
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         return None
 
     async def receive() -> dict[str, Any]:
@@ -271,9 +270,9 @@ async def test_buffered_sink_sends_what_piled_up_as_one_message_then_the_trailer
         await asyncio.sleep(0.05)
         return b"end"
 
-    sends: list[dict[str, Any]] = []
+    sends: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sends.append(message)
 
     async def receive() -> dict[str, Any]:
@@ -315,3 +314,10 @@ async def test_a_later_agent_configs_fields_are_ignored_not_a_failed_request() -
     )
     config = await client.resolve("t", "a", None)
     assert config == AgentConfig(agent_id="a", model="m")
+
+
+def _weknora_body(entry_id: str, envelope: dict[str, Any]) -> Any:
+    """The JSON body of the WeKnora event an envelope maps to (it must map to one)."""
+    event = weknora_event(entry_id, envelope)
+    assert event is not None, envelope
+    return json.loads(str(event.data))

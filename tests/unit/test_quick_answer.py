@@ -12,6 +12,7 @@ import json
 
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.resolver import runtime_config
+from weft_context.images import content_text
 from weft_contracts import AgentConfig
 from weft_engine.quick_answer import (
     MESSAGE_EXCERPT_CHARS,
@@ -22,7 +23,7 @@ from weft_engine.quick_answer import (
     standalone_query,
 )
 from weft_engine.state import TurnState
-from weft_llm import LLMResponse
+from weft_llm import FinishReason, LLMResponse
 from weft_scripted_llm.openai_schema import ChatCompletionRequest
 from weft_scripted_llm.policy import DemoPolicy
 
@@ -37,7 +38,7 @@ def _state(turns: int, *, history_turns: int = 5) -> TurnState:
     return with_history(agent, turns, "and the second one?")
 
 
-def _response(content: str, finish_reason: str = "stop") -> LLMResponse:
+def _response(content: str, finish_reason: FinishReason = "stop") -> LLMResponse:
     return LLMResponse(content=content, reasoning="", tool_calls=[], finish_reason=finish_reason)
 
 
@@ -65,7 +66,9 @@ def test_the_request_holds_the_conversation_then_the_question() -> None:
     assert request is not None
     assert request.model == "m" and request.temperature == 0 and not request.tools
     system, user = request.messages
-    assert system["role"] == "system" and "standalone search query" in system["content"]
+    assert system["role"] == "system" and "standalone search query" in content_text(
+        system["content"]
+    )
     assert user["content"] == (
         "<conversation>\nuser: q1\nassistant: a1\n</conversation>\n"
         "<question>and the second one?</question>"

@@ -437,7 +437,8 @@ async def test_conversation_keys_have_their_own_queues(
 
     async def ask(**kwargs: Any) -> str | None:
         completion = await llm.chat.completions.create(model="m", messages=user("hi"), **kwargs)
-        return completion.choices[0].message.content
+        content: str | None = completion.choices[0].message.content
+        return content
 
     assert await ask(user="b") == "for b"
     assert await ask(extra_headers={"X-Scripted-LLM-Conversation": "a"}) == "for a"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -175,7 +176,7 @@ def test_cli_serve_builds_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     def fake_run(app: FastAPI, host: str, port: int, log_level: str) -> None:
         served.update(app=app, host=host, port=port)
 
-    monkeypatch.setattr(cli_module.uvicorn, "run", fake_run)
+    monkeypatch.setattr(uvicorn, "run", fake_run)  # the module the CLI serves with
     script = tmp_path / "s.yaml"
     script.write_text("- content: hi\n", encoding="utf-8")
     result = CliRunner().invoke(

@@ -147,7 +147,7 @@ class _Sink:
 async def test_the_model_stream_is_cleaned_as_it_arrives() -> None:
     acc, sink = _Accumulator(), _Sink()
     chunk = {"choices": [{"delta": {"content": "an\x00swer\ud800"}}]}
-    await _absorb(chunk, acc, sink)  # type: ignore[arg-type]
+    await _absorb(chunk, acc, sink)
     assert sink.content == ["answer\ufffd"] and acc.content == ["answer\ufffd"]
 
 
@@ -181,7 +181,7 @@ async def test_a_tool_result_with_nul_is_published_cleaned() -> None:
             context=ToolContext(user_id="u", agent_id="a", allowed_tools=["page"]),
         ),
     )  # fmt: skip
-    await worker.handle(call)  # type: ignore[arg-type]
+    await worker.handle(call)
     [raw] = bus.published
     result = ToolCallCompleted.model_validate_json(raw).data
     assert result.output == "<p>ab\ufffd</p>" and result.data == {"raw": ""}

@@ -167,11 +167,13 @@ async def test_redirects_are_checked_again(server: int) -> None:  # SPEC T-13
 
 async def test_each_url_reports_its_own_status(server: int) -> None:  # SPEC T-13
     registry, _ = _registry()
+    plain: dict[str, object] = {"url": f"http://127.0.0.1:{server}/plain"}
     items: list[dict[str, object]] = [
-        {"url": f"http://127.0.0.1:{server}/plain"},
+        plain,
         {"url": f"http://127.0.0.1:{server}/missing"},
         {"url": "ftp://example.com/file"},
-    ] + [{"url": f"http://127.0.0.1:{server}/plain"}] * 7
+        *[plain] * 7,
+    ]
     pages = await _fetch(registry, items)
     assert [p["status"] for p in pages[:3]] == ["success", "failed", "failed"]
     assert [p["status"] for p in pages[8:]] == ["skipped", "skipped"]
