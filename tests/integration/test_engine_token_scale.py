@@ -6,13 +6,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.tokens import TokenEstimator, message_text
 from weft_contracts import AgentConfig
@@ -23,8 +22,10 @@ from weft_engine.state import TurnState
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_llm import Usage
 from weft_memory.history_api import history_router
-from weft_storage.models import ChatSession, Message
+from weft_storage.models import Message
 from weft_testkit.function_model import FunctionModel, answer
+
+from tests.integration.history_rows import seed_completed_turns
 
 AGENT = AgentConfig(agent_id="a", model="m", memory_enabled=False)
 EST = TokenEstimator()
@@ -42,25 +43,6 @@ async def manager(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[C
     )  # fmt: skip
     yield m
     await m.aclose()
-
-
-async def _seed(sessions: async_sessionmaker[AsyncSession], turns: int) -> tuple[str, str]:
-    tenant, sid = f"t-{secrets.token_hex(4)}", f"ses_{secrets.token_hex(6)}"
-    base = datetime(2026, 1, 1, tzinfo=UTC)
-    async with sessions.begin() as s:
-        s.add(ChatSession(id=sid, tenant_id=tenant, user_id="u"))
-    rows = []
-    for i in range(turns):
-        common = {"tenant_id": tenant, "session_id": sid, "request_id": f"{sid}-r{i}",
-                  "is_completed": True, "status": "completed", "agent_steps": []}  # fmt: skip
-        at = base + timedelta(seconds=i)
-        rows.append({**common, "id": f"{sid[-8:]}u{i}", "role": "user", "content": f"q{i}",
-                     "created_at": at})  # fmt: skip
-        rows.append({**common, "id": f"{sid[-8:]}a{i}", "role": "assistant",
-                     "content": f"a{i}", "created_at": at + timedelta(microseconds=1)})  # fmt: skip
-    async with sessions.begin() as s:
-        await s.execute(insert(Message), rows)
-    return tenant, sid
 
 
 async def _turn(manager: ContextManager, tenant: str, sid: str, ratio: float) -> TurnState:
@@ -88,7 +70,7 @@ async def test_scale_measured_in_a_turn_is_read_by_the_next_turn(
     manager: ContextManager, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     # SPEC M-02: persisted as context_token_scale; LoadAgentHistory gives it back
-    tenant, sid = await _seed(sessions, 2)
+    tenant, sid = await seed_completed_turns(sessions, 2)
     state = await _turn(manager, tenant, sid, 1.25)
     assert state.scale_measured and abs(state.token_scale - 1.25) < 0.01
     await manager.persist_scale(state)
@@ -112,5 +94,5 @@ async def test_a_new_session_starts_at_one(
     manager: ContextManager, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     # SPEC M-02: without a stored scale, the estimate is uncalibrated
-    tenant, sid = await _seed(sessions, 1)
+    tenant, sid = await seed_completed_turns(sessions, 1)
     assert (await manager.opening(AGENT, tenant, sid, "u", "q", {})).token_scale == 1.0

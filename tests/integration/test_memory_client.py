@@ -3,14 +3,11 @@ PostgreSQL: history -> compaction -> checkpoint -> reload from it; scale; recall
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.tokens import TokenEstimator
 from weft_engine.compaction import CompactionSettings, Compactor
@@ -20,8 +17,9 @@ from weft_memory.extraction import MemoryExtractor
 from weft_memory.history_api import history_router
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
-from weft_storage.models import ChatSession, Message
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
+
+from tests.integration.history_rows import seed_completed_turns
 
 
 def _model() -> FunctionModel:
@@ -48,30 +46,10 @@ async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[Hi
     await c.aclose()
 
 
-async def _seed(sessions: async_sessionmaker[AsyncSession], turns: int) -> tuple[str, str]:
-    tenant, sid = f"t-{secrets.token_hex(4)}", f"ses_{secrets.token_hex(6)}"
-    base = datetime(2026, 1, 1, tzinfo=UTC)
-    async with sessions.begin() as s:
-        s.add(ChatSession(id=sid, tenant_id=tenant, user_id="u"))
-    rows = []
-    for i in range(turns):
-        common = {"tenant_id": tenant, "session_id": sid, "request_id": f"{sid}-r{i}",
-                  "is_completed": True, "status": "completed", "agent_steps": []}  # fmt: skip
-        at = base + timedelta(seconds=i)
-        rows.append({**common, "id": f"{sid[-8:]}u{i}", "role": "user", "content": f"q{i}",
-                     "created_at": at})  # fmt: skip
-        done = at + timedelta(microseconds=1)
-        rows.append({**common, "id": f"{sid[-8:]}a{i}", "role": "assistant",
-                     "content": "long " * 1500, "created_at": done})  # fmt: skip
-    async with sessions.begin() as s:
-        await s.execute(insert(Message), rows)
-    return tenant, sid
-
-
 async def test_engine_flow_through_the_client(
     client: HistoryClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    tenant, sid = await _seed(sessions, 6)
+    tenant, sid = await seed_completed_turns(sessions, 6, answer="long " * 1500)
     settings = CompactionSettings(model="m", context_window=24_000, completion_budget=512)
     history = await client.history(tenant, sid, token_budget=settings.context_window)
     assert len(history.messages) == 12 and history.turn_ids[0] == f"{sid[-8:]}a0"

@@ -1,0 +1,36 @@
+"""Stored conversations for history tests: a session with completed turns, written straight
+into memory's tables (the rows memory's recorder would have written)."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_storage.models import ChatSession, Message
+
+
+async def seed_completed_turns(
+    sessions: async_sessionmaker[AsyncSession], turns: int, *, answer: str | None = None
+) -> tuple[str, str]:
+    """A new tenant's session of user ``u`` with ``turns`` completed turns, questions
+    ``q0``, ``q1``, ... and answers ``answer`` (default ``a0``, ``a1``, ...), one second
+    apart; returns (tenant id, session id)."""
+    tenant, sid = f"t-{secrets.token_hex(4)}", f"ses_{secrets.token_hex(6)}"
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    async with sessions.begin() as s:
+        s.add(ChatSession(id=sid, tenant_id=tenant, user_id="u"))
+    rows = []
+    for i in range(turns):
+        common = {"tenant_id": tenant, "session_id": sid, "request_id": f"{sid}-r{i}",
+                  "is_completed": True, "status": "completed", "agent_steps": []}  # fmt: skip
+        at = base + timedelta(seconds=i)
+        rows.append({**common, "id": f"{sid[-8:]}u{i}", "role": "user", "content": f"q{i}",
+                     "created_at": at})  # fmt: skip
+        rows.append({**common, "id": f"{sid[-8:]}a{i}", "role": "assistant",
+                     "content": f"a{i}" if answer is None else answer,
+                     "created_at": at + timedelta(microseconds=1)})  # fmt: skip
+    async with sessions.begin() as s:
+        await s.execute(insert(Message), rows)
+    return tenant, sid
