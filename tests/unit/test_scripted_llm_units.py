@@ -115,6 +115,29 @@ def test_script_policy_raises_when_exhausted() -> None:
         policy.reply(request, None)
 
 
+def test_rounds_policy_answers_with_the_scripted_text_and_pace_after_its_rounds() -> None:
+    script = {
+        "fallback": "rounds", "rounds": 1, "parallel": 2, "rounds_tool": "thinking",
+        "rounds_answer": "a slow answer in pieces", "rounds_chunk_delay_ms": 40,
+    }  # fmt: skip
+    policy = ScriptPolicy(parse_script(script), words_per_chunk=2)
+    first = policy.reply(chat({"role": "user", "content": "go"}), None)
+    assert [c.name for c in first.tool_calls] == ["thinking", "thinking"]
+    assert first.faults.chunk_delay_ms == 0  # only the answer is paced
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "{}"}}
+        for c in first.tool_calls
+    ]
+    answered = chat(
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in first.tool_calls),
+    )
+    last = policy.reply(answered, None)
+    assert last.content_text == "a slow answer in pieces" and len(last.content) > 1
+    assert last.faults.chunk_delay_ms == 40 and not last.tool_calls
+
+
 def test_load_script_yaml_and_json(tmp_path: Path) -> None:
     yaml_file = tmp_path / "s.yaml"
     yaml_file.write_text(

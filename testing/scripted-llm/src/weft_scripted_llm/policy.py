@@ -15,7 +15,7 @@ from weft_scripted_llm.conversation import (
     tool_messages_after_last_user,
 )
 from weft_scripted_llm.openai_schema import ChatCompletionRequest
-from weft_scripted_llm.reply import Reply, ToolCallReply
+from weft_scripted_llm.reply import Faults, Reply, ToolCallReply
 from weft_scripted_llm.script import Script, ScriptStep
 from weft_scripted_llm.summary import summarize
 from weft_scripted_llm.tokens import split_words
@@ -73,6 +73,8 @@ class ScriptPolicy:
                 words_per_chunk,
                 tool=script.rounds_tool,
                 arguments=script.rounds_arguments,
+                answer=script.rounds_answer,
+                chunk_delay_ms=script.rounds_chunk_delay_ms,
             )
 
     def _queue(self, conversation_key: str | None) -> list[ScriptStep]:
@@ -169,8 +171,12 @@ class RoundsPolicy:
         *,
         tool: str = SEARCH_TOOL,
         arguments: dict[str, Any] | None = None,
+        answer: str | None = None,
+        chunk_delay_ms: int = 0,
     ) -> None:
         self._rounds = rounds
+        self._answer = answer
+        self._chunk_delay_ms = chunk_delay_ms
         self._parallel = parallel
         self._words_per_chunk = words_per_chunk
         self._tool = tool
@@ -189,9 +195,11 @@ class RoundsPolicy:
         later = request.messages[(start or 0) + 1 :]
         done = sum(1 for m in later if m.role == "assistant" and m.tool_calls)
         if done >= self._rounds:
-            text = f"Done after {done} tool rounds."
+            text = self._answer or f"Done after {done} tool rounds."
             return Reply(
-                content=tuple(split_words(text, self._words_per_chunk)), finish_reason="stop"
+                content=tuple(split_words(text, self._words_per_chunk)),
+                finish_reason="stop",
+                faults=Faults(chunk_delay_ms=self._chunk_delay_ms),
             )
         prefix = _call_id(request)
         calls = tuple(

@@ -105,6 +105,11 @@ class Script(_Strict):
     benchmark of the engine)."""
     rounds_arguments: dict[str, Any] | None = None
     """Arguments of every rounds call; default ``{"query": "round R part I"}``."""
+    rounds_answer: str | None = None
+    """The rounds policy's final answer; default ``"Done after R tool rounds."``."""
+    rounds_chunk_delay_ms: int = Field(default=0, ge=0)
+    """Pause between the final answer's chunks (a slowly streamed answer, for fault tests
+    that must catch a turn mid-answer)."""
 
 
 def _pieces(text: str | list[str] | None, words_per_chunk: int) -> tuple[str, ...]:
