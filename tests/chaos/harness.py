@@ -108,6 +108,8 @@ class ChaosClient:
                         # 5xx/429: the gateway or what it needs is down (a POST it refused
                         # was not sent on); 404 on a resume: the session's stream is not
                         # there (yet, or again after Redis lost it). Both are retried.
+                        if status == 500:  # a dependency down must be a 503, never a 500
+                            record.problems.append("HTTP 500")
                         if status >= 500 or status == 429 or (accepted and status == 404):
                             await source.response.aread()
                             await asyncio.sleep(RETRY_PAUSE_S)
