@@ -204,6 +204,21 @@ async def test_a_round_whose_tool_calls_were_saved_keeps_its_text(engine: _Engin
     assert not await engine.redis.exists(f"weft:turn:{state.request_id}:streaming")
 
 
+async def test_a_saved_round_keeps_its_text_when_the_next_one_starts(engine: _Engine) -> None:
+    """Round 0 streamed, then its tool calls and their results were stored: a takeover
+    that thinks round 1 sends no marker (round 0's text is the step's thought)."""
+    result = ToolCallCompletedData(call_id="c1", tool_name="web_search", success=True,
+                                   output="Trains hourly.")  # fmt: skip
+    state = await _waiting(engine, _call("c1", "web_search", read_only=True))
+    state = await engine.store.save(state.model_copy(update={"results": {"c1": result}}))
+    await engine.redis.set(f"weft:turn:{state.request_id}:streaming", 0)
+    await engine.step(replies(answer("Trains run hourly.")), state, takeover=True)
+    assert [a.superseded for a in engine.data(state, "final_answer")] == [False] * len(
+        engine.data(state, "final_answer")
+    )
+    assert engine.complete(state).final_answer == "Trains run hourly."
+
+
 async def test_a_rerun_after_the_tools_answered_thinks_the_next_round_again(
     engine: _Engine,
 ) -> None:
