@@ -284,11 +284,11 @@ class TurnLoop:
         if state.phase == "waiting" and not _overdue(state):
             state = await self._tools.recover(state, seen.acked)
         result = await self._go_on(state)
-        if seen.streamed_round is None:
-            return result
-        if isinstance(result, Continue) and result.state.round == seen.streamed_round:
-            return Rerun(result.state)
-        await self._emitter.clear_streaming(state.request_id)
+        match result:
+            case Continue(next_state) if next_state.round == seen.streamed_round:
+                return Rerun(next_state)
+            case _ if seen.streamed_round is not None:
+                await self._emitter.clear_streaming(state.request_id)  # that text is kept
         return result
 
     async def _stopped(self, request_id: str) -> EndReason:
