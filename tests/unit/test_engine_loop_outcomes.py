@@ -3,7 +3,7 @@ driven by the in-process model double (``weft_testkit.function_model``), the rea
 emitter, leases and finisher on an in-memory Redis (fakeredis, with its Lua), and a bus
 that keeps what it is given.
 
-One test per ``StepResult`` case (think again, wait for tools, end) and per ``EndReason``
+One test per ``StepResult`` case (think again, rerun, wait for tools, end) and per ``EndReason``
 (SPEC E-07, E-09..E-14, E-20, E-21, E-25, A-01); the last test keeps that list complete.
 """
 
@@ -35,11 +35,11 @@ from weft_engine.loop import (
     MAX_ITERATIONS_REASON,
     MAX_TAKEOVERS,
     QUICK_ANSWER_REASON,
-    REPLICA_LOST,
     TURN_DEADLINE,
     TurnLoop,
 )
 from weft_engine.outcomes import (
+    AlreadyCompleted,
     AlreadyEnded,
     Answered,
     ClosingFailed,
@@ -49,7 +49,6 @@ from weft_engine.outcomes import (
     IterationLimit,
     ModelFailed,
     QuickAnswered,
-    ReplicaLost,
     Stopped,
     TooManyTakeovers,
 )
@@ -223,6 +222,7 @@ async def test_continue_after_an_answer_a_steer_made_intermediate(engine: _Engin
     answers = engine.data(state, "final_answer")
     [marker] = [i for i, a in enumerate(answers) if a.superseded]
     assert answers[marker].done and answers[marker].delta == "" and answers[marker].round == 0
+    assert answers[marker].superseded_by == "steer"
     assert "".join(a.delta for a in answers[:marker]) == "Fly to Lisbon."
     assert {a.round for a in answers[marker + 1 :]} == {1}
     assert "".join(a.delta for a in answers[marker + 1 :]) == complete.final_answer
@@ -257,6 +257,20 @@ async def test_continue_after_a_context_overflow_sheds_history_once(engine: _Eng
     first, second = model.requests
     assert len(second.messages) < len(first.messages) and second.messages[-1] == now
     assert engine.complete(state).final_answer == "Lisbon."
+
+
+async def test_rerun_of_a_round_a_stopped_replica_was_streaming(engine: _Engine) -> None:
+    """Invariant 2: a takeover that finds round 0 half-streamed closes it with the rerun
+    marker, then thinks it again in the same step; the answer is what follows the marker."""
+    state = await _turn(engine)
+    await engine.redis.set(f"weft:turn:{state.request_id}:streaming", 0)
+    await engine.step(replies(answer("Lisbon in May.")), state, takeover=True)
+    answers = engine.data(state, "final_answer")
+    assert (answers[0].superseded, answers[0].superseded_by, answers[0].round) == (
+        True, "rerun", 0,
+    )  # fmt: skip
+    assert "".join(a.delta for a in answers[1:]) == engine.complete(state).final_answer
+    assert not await engine.redis.exists(f"weft:turn:{state.request_id}:streaming")
 
 
 # --- the turn waits: AwaitTools -------------------------------------------------------
@@ -476,14 +490,16 @@ async def test_closing_failed_when_the_synthesis_fails_too(engine: _Engine) -> N
     assert engine.complete(state).status == "failed"
 
 
-async def test_replica_lost_while_streaming_an_answer(engine: _Engine) -> None:
-    """A takeover of a turn whose answer was half streamed cannot replay it."""
+async def test_already_completed_when_a_takeover_finds_the_complete_sent(engine: _Engine) -> None:
+    """SPEC E-04: a replica that stopped after the turn's complete but before forgetting
+    it leaves only that to do: no model call, no event, the session handed on."""
     state = await _turn(engine)
-    await engine.redis.set(f"weft:turn:{state.request_id}:streaming", 1)
+    await engine.redis.set(f"weft:turn:{state.request_id}:completed", 1)
+    await engine.redis.set(f"weft:turn:{state.request_id}:streaming", 0)
     model = replies()
     await engine.step(model, state, takeover=True)
-    assert model.calls == []
-    assert engine.error(state) == ("engine_replica_lost", REPLICA_LOST)
+    assert model.calls == [] and engine.types(state) == []
+    assert await engine.store.load(state.request_id) is None
 
 
 async def test_too_many_takeovers_end_the_turn(engine: _Engine) -> None:
@@ -527,6 +543,6 @@ def test_every_end_reason_has_its_test_here() -> None:
     """A new way to end a turn is one more case of ``EndReason``: it gets a test above."""
     tested = {
         Answered, Stopped, IterationLimit, DeadlineExceeded, ModelFailed, ContextOverflow,
-        ClosingFailed, ReplicaLost, TooManyTakeovers, QuickAnswered, AlreadyEnded,
+        ClosingFailed, TooManyTakeovers, QuickAnswered, AlreadyCompleted, AlreadyEnded,
     }  # fmt: skip
     assert set(get_args(EndReason)) == tested

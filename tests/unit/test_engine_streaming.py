@@ -69,7 +69,7 @@ class _RecordingEmitter:
     async def emit(self, event_type: Any, ids: dict[str, Any], data: Any, **_: Any) -> None:
         self.data.append(data)
 
-    async def mark_streaming(self, request_id: str, streaming: bool) -> None:
+    async def started_streaming(self, request_id: str, round_: int) -> None:
         return None
 
 

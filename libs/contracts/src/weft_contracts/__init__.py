@@ -39,6 +39,7 @@ from weft_contracts.events import (
     ReferencesData,
     ReferencesEvent,
     StepToolCall,
+    SupersededBy,
     ThoughtData,
     ThoughtEvent,
     ToolCallData,
@@ -51,6 +52,7 @@ from weft_contracts.events import (
     assistant_message_id,
 )
 from weft_contracts.tools import (
+    OUTCOME_UNKNOWN,
     ToolCallCompleted,
     ToolCallCompletedData,
     ToolCallRequested,
@@ -61,6 +63,7 @@ from weft_contracts.tools import (
 from weft_contracts.topics import TOPIC_MODELS, Topic
 
 __all__ = [
+    "OUTCOME_UNKNOWN",
     "SCHEMA_VERSION",
     "TOPIC_MODELS",
     "AgentConfig",
@@ -98,6 +101,7 @@ __all__ = [
     "SteerMessage",
     "SteerMessageData",
     "StepToolCall",
+    "SupersededBy",
     "ThoughtData",
     "ThoughtEvent",
     "ToolCallCompleted",

@@ -57,18 +57,37 @@ class ThoughtData(Payload):
     done: bool = False
 
 
+class SupersededBy(StrEnum):
+    """Why a round's streamed text was superseded (``FinalAnswerData.superseded_by``)."""
+
+    STEER = "steer"
+    """A steer message made the round's answer an intermediate step (E-13): its answer
+    deltas are not the answer; the steps keep them as the round's thought."""
+    RERUN = "rerun"
+    """The engine replica streaming the round stopped and another one runs the round
+    again: every thought and answer delta of that round is void and appears nowhere."""
+
+
 class FinalAnswerData(Payload):
     """A piece of the final answer; ``done`` marks the last piece (E-10, E-12).
 
-    ``superseded`` (with ``done`` and an empty ``delta``) closes a round whose answer a
-    steer message made intermediate (E-13): its deltas are not part of the answer, and
-    the answer is the deltas after the last such marker."""
+    ``superseded`` (with ``done`` and an empty ``delta``) closes a round whose text is not
+    part of the answer, for the reason ``superseded_by`` names: the answer is the deltas
+    after the last such marker."""
 
     round: int = Field(ge=0)
     delta: CleanText
     done: bool = False
     truncated: bool = False
     superseded: bool = False
+    superseded_by: str = Field(
+        default="",
+        description="With superseded: steer (a steer message made the round's answer an "
+        "intermediate step; drop its answer deltas) or rerun (an engine replica stopped "
+        "mid-stream and the round runs again; drop its thought and answer deltas) "
+        "(weft_contracts.SupersededBy); empty otherwise. A later version may add reasons: "
+        "treat an unknown one as rerun.",
+    )
 
 
 class ToolCallData(Payload):
@@ -155,8 +174,6 @@ class ErrorCode(StrEnum):
     """The conversation's history could not be loaded (memory unreachable)."""
     SESSION_BUSY = "session_busy"
     """Another turn of the session is running and the request asked not to wait."""
-    ENGINE_REPLICA_LOST = "engine_replica_lost"
-    """The engine replica streaming the answer died; a half-streamed answer is not replayed."""
     ENGINE_ERROR = "engine_error"
     """The turn failed on every engine replica that took it over."""
     TURN_DEADLINE_EXCEEDED = "turn_deadline_exceeded"
@@ -173,7 +190,7 @@ class ErrorData(Payload):
 
     code: str = Field(
         description="One of llm_error, history_unavailable, session_busy, "
-        "engine_replica_lost, engine_error, turn_deadline_exceeded, stream_idle_timeout, "
+        "engine_error, turn_deadline_exceeded, stream_idle_timeout, "
         "stream_unavailable "
         "(weft_contracts.ErrorCode); a later version may add codes, so treat an unknown "
         "one as a generic failure."

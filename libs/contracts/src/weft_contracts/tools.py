@@ -57,6 +57,12 @@ def tool_not_allowed(tool_name: str, allowed: Collection[str] | None) -> str:
     return f"tool {name} is not available to this agent; its tools: {', '.join(sorted(allowed))}"
 
 
+OUTCOME_UNKNOWN = "outcome unknown: the call may or may not have run; check before retrying"
+"""The error result of a write call whose dispatch no engine replica saw acknowledged
+before it stopped: the call is never sent again (invariant 3, SPEC H-05), so the model
+reads this stable text and checks the effect before it asks for the call again."""
+
+
 class ToolCallRequestedData(Payload):
     """Run one tool call before ``deadline``."""
 

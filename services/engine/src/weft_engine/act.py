@@ -10,6 +10,9 @@ arguments parsed, repaired once when broken, else an error result the model read
 SPEC A-08: a call of a tool outside the turn's tool set is such an error result too, and
 is never published.
 SPEC E-17: each call carries a deadline the engine enforces even if no worker answers.
+Invariant 3: after a takeover, a dispatched call no replica saw Kafka acknowledge is sent
+again (same call id) when its tool is read-only, else answered ``OUTCOME_UNKNOWN`` and
+never sent again (``ToolRound.recover``): the turn never waits for a call nobody got.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import structlog
 from json_repair import repair_json
 from weft_contracts import (
+    OUTCOME_UNKNOWN,
     Envelope,
     ToolCallCompletedData,
     ToolCallData,
@@ -41,7 +45,7 @@ from weft_platform.bus import EventBus
 from weft_tools.specs import SANDBOX_TOOLS, offered_tools, spec_by_name
 
 from weft_engine.emitter import EventEmitter
-from weft_engine.leases import TurnLeases
+from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
 from weft_engine.observe import ERROR_HINT, observe
 from weft_engine.outcomes import AwaitTools, Continue, Dispatch
@@ -249,7 +253,7 @@ class ToolRound:
             if state.dispatched_groups >= len(state.groups):
                 if news is not None:
                     await self._announce(state, news)
-                await self._emitter.mark_streaming(state.request_id, False)
+                await self._emitter.stopped_streaming(state.request_id)
                 return Continue(observe(state))
             group = state.groups[state.dispatched_groups]
             pending, messages = dispatch_messages(
@@ -274,7 +278,7 @@ class ToolRound:
         due = self._leases.deadline(state.request_id, _earliest_deadline(state))
         count = 0 if news is None else len(news.calls)
         state, seqs = await self._store.save_reserving(state, count, deadline=due)
-        await self._emitter.mark_streaming(state.request_id, False)
+        await self._emitter.stopped_streaming(state.request_id)
         if news is not None:
             await self._announce(state, news, seqs)
         # Queued in the same loop iteration as the events (queueing does not suspend),
@@ -282,7 +286,40 @@ class ToolRound:
         # keep: one wait for all acks.
         acks = [await self._bus.publish_nowait(_topic(m), m) for m in messages]
         await asyncio.gather(*acks)
+        # Recorded by the write that releases the step's lease: a replica that stops
+        # before it leaves a takeover to re-send or report the calls (``recover``).
+        acked = AckedDispatch(state.round, state.dispatched_groups)
+        self._leases.note_acked(state.request_id, acked)
         await self._emitter.flush(state.request_id)  # the round's tool_call events
+        return state
+
+    async def recover(self, state: TurnState, acked: AckedDispatch | None) -> TurnState:
+        """After a takeover, the dispatched calls without a result that no replica saw
+        Kafka acknowledge (``acked``): a read-only one is sent again with its call id and
+        a fresh deadline (a duplicate result is ignored, results are recorded once by
+        call id); a write gets the ``OUTCOME_UNKNOWN`` result and is never sent again
+        (invariant 3: a write whose outcome is uncertain is reported, never replayed)."""
+        unsure = unacknowledged(state, acked)
+        if not unsure:
+            return state
+        unknown = {
+            c.call_id: ToolCallCompletedData(
+                call_id=c.call_id, tool_name=c.tool_name, success=False, error=OUTCOME_UNKNOWN
+            )
+            for c in unsure
+            if not c.read_only
+        }
+        state = state.model_copy(update={"results": {**state.results, **unknown}})
+        pending, messages = dispatch_messages(state, [c.call_id for c in unsure if c.read_only])
+        state = state.model_copy(update={"pending": pending})
+        log.warning("tool_calls_recovered", request_id=state.request_id,
+                    resent=[m.data.call_id for m in messages], unknown=list(unknown))  # fmt: skip
+        if messages:
+            state = await self._publish(state, [self._traced(state, m) for m in messages], None)
+        else:
+            state = await self._store.save(state)
+        for result in unknown.values():
+            await self._reporter.report(state, result)  # the step flushes
         return state
 
     async def _announce(
@@ -315,6 +352,14 @@ class _RoundNews:
 
     calls: list[ToolCallData]
     early: list[ToolCallCompletedData]
+
+
+def unacknowledged(state: TurnState, acked: AckedDispatch | None) -> list[PendingCall]:
+    """Dispatched calls without a result whose dispatch no step recorded as
+    acknowledged by Kafka (``acked`` counts the round's first groups)."""
+    safe = acked.groups if acked is not None and acked.round == state.round else 0
+    unsure = {cid for group in state.groups[safe : state.dispatched_groups] for cid in group}
+    return [c for c in state.pending if c.call_id in unsure and c.call_id not in state.results]
 
 
 def _topic(message: ToolCallRequested) -> Topic:

@@ -48,8 +48,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     store = TurnStore(redis, ttl)
     emitter = EventEmitter(runtime.bus, redis, ttl)
     leases = TurnLeases(
-        redis, owner=runtime.instance_id, namespace=s.topic_prefix, ttl_s=s.lease_ttl_s
-    )
+        redis, owner=runtime.instance_id, namespace=s.topic_prefix, ttl_s=s.lease_ttl_s,
+        record_ttl_s=ttl,
+    )  # fmt: skip
     sessions = SessionGate(redis, ttl)
     inbox = SteerInbox(redis, ttl)
     provider = provider_from_settings(s.tracing_exporter, runtime.instance_id)

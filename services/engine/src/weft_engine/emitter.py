@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 from weft_contracts import CompleteData, CompleteEvent, Envelope, Topic
 from weft_platform.bus import EventBus
 
-from weft_engine.keys import seq_key
+from weft_engine.keys import completed_key, seq_key, streaming_key
 
 
 class EventEmitter:
@@ -94,7 +94,7 @@ class EventEmitter:
 
     async def complete(self, ids: dict[str, Any], data: CompleteData) -> bool:
         """Publish the turn's ``complete`` unless it was already; True when this call did."""
-        flag = f"weft:turn:{ids['request_id']}:completed"
+        flag = completed_key(ids["request_id"])
         if not await self._redis.set(flag, 1, nx=True, ex=self._ttl):
             return False
         try:
@@ -107,29 +107,26 @@ class EventEmitter:
 
     async def completed(self, request_id: str) -> bool:
         """Whether the turn already emitted its ``complete``."""
-        return bool(await self._redis.exists(f"weft:turn:{request_id}:completed"))
+        return bool(await self._redis.exists(completed_key(request_id)))
 
-    async def mark_streaming(self, request_id: str, on: bool) -> None:
-        """Remember that an LLM answer is half-streamed: a takeover must not replay it.
+    async def started_streaming(self, request_id: str, round_: int) -> None:
+        """Remember that the text of ``round_`` is half-streamed: a takeover drops it and
+        runs the round again (``TurnLoop._take_over``)."""
+        self._streaming.add(request_id)
+        await self._redis.set(streaming_key(request_id), round_, ex=self._ttl)
 
-        Clearing costs a Redis round trip only when this replica set the flag: most rounds
-        stream no visible text before their tool calls."""
-        key = f"weft:turn:{request_id}:streaming"
-        if on:
-            self._streaming.add(request_id)
-            await self._redis.set(key, 1, ex=self._ttl)
-        elif request_id in self._streaming:
-            await self._redis.delete(key)
+    async def stopped_streaming(self, request_id: str) -> None:
+        """The streamed text is settled (in the saved state, or superseded). Costs a Redis
+        round trip only when this replica set the flag: most rounds stream no visible
+        text before their tool calls."""
+        if request_id in self._streaming:
+            await self._redis.delete(streaming_key(request_id))
             self._streaming.discard(request_id)
 
     async def clear_streaming(self, request_id: str) -> None:
-        """Drop the flag whoever set it (the turn ends)."""
+        """Drop the flag whoever set it (the turn ends, or a takeover settled it)."""
         self._streaming.discard(request_id)
-        await self._redis.delete(f"weft:turn:{request_id}:streaming")
-
-    async def streaming(self, request_id: str) -> bool:
-        """Whether a replica died with an answer half-streamed."""
-        return bool(await self._redis.exists(f"weft:turn:{request_id}:streaming"))
+        await self._redis.delete(streaming_key(request_id))
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

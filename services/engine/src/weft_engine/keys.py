@@ -37,3 +37,24 @@ def lease_key(request_id: str) -> str:
 def images_key(request_id: str) -> str:
     """Hash of the turn's data-URI images by digest (``ParkedImages``), out of its state."""
     return f"weft:turn:{request_id}:images"
+
+
+def streaming_key(request_id: str) -> str:
+    """The round whose text a replica is streaming now (``EventEmitter``): a takeover
+    that finds it runs that round again (``TurnLoop._take_over``)."""
+    return f"weft:turn:{request_id}:streaming"
+
+
+def completed_key(request_id: str) -> str:
+    """Flag set once the turn's ``complete`` is sent (SPEC E-04)."""
+    return f"weft:turn:{request_id}:completed"
+
+
+def takeovers_key(request_id: str) -> str:
+    """How many times replicas took the turn over after another one stopped."""
+    return f"weft:turn:{request_id}:takeovers"
+
+
+def acked_key(request_id: str) -> str:
+    """How far Kafka acknowledged the turn's dispatched tool calls (``AckedDispatch``)."""
+    return f"weft:turn:{request_id}:acked"

@@ -5,6 +5,10 @@ expires and any other replica's reaper claims the turn (invariant 2). Turns wait
 tools hold no lease; their earliest tool deadline is kept in a second sorted set so the
 engine can time out a worker that never answers (SPEC E-17). Taking the lease to run a
 step drops that deadline: from then on the lease guards the turn.
+
+The write that ends a step's lease also records how far Kafka acknowledged the turn's
+dispatched tool calls (``AckedDispatch``): a takeover re-sends, or reports as uncertain,
+only the calls it cannot know were received (``ToolRound.recover``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from weft_engine.keys import cancel_key, inbox_key, lease_key, version_key
+from weft_engine.keys import acked_key, cancel_key, inbox_key, lease_key, version_key
 
 _CLAIM = """
 local owner = redis.call('GET', KEYS[1])
@@ -54,23 +58,55 @@ return {redis.call('GET', KEYS[6]) or '0', redis.call('EXISTS', KEYS[4]),
 """
 )
 
-# Give the turn up to the reapers: drop the lease if this replica holds it and list the
-# turn as expired, so the next reaper round takes it over.
-_GIVE_UP = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-redis.call('ZADD', KEYS[2], 0, ARGV[2])
+# Record the calls Kafka acknowledged (KEYS[3], optional: ARGV[3] value, ARGV[4] ttl),
+# whoever holds the lease now: what Kafka acknowledged stays true.
+_NOTE_ACKED = """
+if KEYS[3] then redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[4]) end
 return 1
 """
 
-_RELEASE = """
+# Give the turn up to the reapers: drop the lease if this replica holds it and list the
+# turn as expired, so the next reaper round takes it over.
+_GIVE_UP = (
+    """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+"""
+    + _NOTE_ACKED
+)
+
+_RELEASE = (
+    """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 redis.call('ZREM', KEYS[2], ARGV[2])
-return 1
 """
+    + _NOTE_ACKED
+)
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class AckedDispatch:
+    """Kafka acknowledged the calls of the first ``groups`` dispatch groups of ``round``
+    (groups leave one after another, each once the one before answered)."""
+
+    round: int
+    groups: int
+
+    def encode(self) -> str:
+        return f"{self.round}:{self.groups}"
+
+    @classmethod
+    def decode(cls, raw: bytes | str | None) -> AckedDispatch | None:
+        """The stored record, or None when no step of the turn recorded one."""
+        if raw is None:
+            return None
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        round_, groups = text.split(":")
+        return cls(int(round_), int(groups))
 
 
 @dataclass(frozen=True)
@@ -110,10 +146,24 @@ class DeadlineUpdate:
 class TurnLeases:
     """Leases and tool deadlines of one deployment (namespaced by the topic prefix)."""
 
-    def __init__(self, redis: Redis, *, owner: str, namespace: str, ttl_s: float):
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        owner: str,
+        namespace: str,
+        ttl_s: float,
+        record_ttl_s: int = 6 * 3600,
+    ):
         self._redis = redis
         self.owner = owner
         self._ttl_ms = int(ttl_s * 1000)
+        self._record_ttl_s = record_ttl_s
+        """How long an ``AckedDispatch`` record lives (the turn state's TTL; the
+        ``Finisher`` deletes it with the state)."""
+        self._acked: dict[str, AckedDispatch] = {}
+        """What this replica's running steps saw Kafka acknowledge, written by the write
+        that ends the step's lease (no round trip of its own)."""
         self._leases = f"weft:{namespace}leases"
         self._deadlines = f"weft:{namespace}deadlines"
         self._claim = redis.register_script(_CLAIM)
@@ -156,21 +206,37 @@ class TurnLeases:
         version, stopped, waiting = read
         return StepClaim(version=int(version), stopped=bool(stopped), steered=bool(waiting))
 
+    def note_acked(self, request_id: str, acked: AckedDispatch) -> None:
+        """Kafka acknowledged the turn's calls up to ``acked``: recorded when the step's
+        lease is released, given up or handed over."""
+        self._acked[request_id] = acked
+
+    def _with_acked(self, request_id: str, keys: list[str], args: list[Any]) -> None:
+        """Append the noted ``AckedDispatch`` of the turn, if any, to a script's keys and
+        arguments (``_NOTE_ACKED``)."""
+        acked = self._acked.pop(request_id, None)
+        if acked is not None:
+            keys.append(acked_key(request_id))
+            args += [acked.encode(), self._record_ttl_s]
+
     async def release(self, request_id: str) -> None:
         """Give the lease up (the turn waits for tools, ended, or is handed over)."""
-        await self._release(
-            keys=[lease_key(request_id), self._leases], args=[self.owner, request_id]
-        )
+        keys, args = [lease_key(request_id), self._leases], [self.owner, request_id]
+        self._with_acked(request_id, keys, args)
+        await self._release(keys=keys, args=args)
 
     async def give_up(self, request_id: str) -> None:
         """After a crashed step: any replica's reaper takes the turn over at once (a
         lease another replica holds meanwhile is left alone)."""
-        await self._give_up(
-            keys=[lease_key(request_id), self._leases], args=[self.owner, request_id]
-        )
+        keys, args = [lease_key(request_id), self._leases], [self.owner, request_id]
+        self._with_acked(request_id, keys, args)
+        await self._give_up(keys=keys, args=args)
 
     async def hand_over(self, request_id: str) -> None:
         """Drop the lease but keep the turn listed as expired, for an immediate takeover."""
+        acked = self._acked.pop(request_id, None)
+        if acked is not None:
+            await self._redis.set(acked_key(request_id), acked.encode(), ex=self._record_ttl_s)
         await self._redis.delete(lease_key(request_id))
         await self._redis.zadd(self._leases, {request_id: 0})
 

@@ -1,10 +1,14 @@
 """TurnLoop: one step of a turn, run by whichever replica holds the turn's lease.
 
 A step resumes the turn, then repeats think -> analyze -> act until the turn waits for
-its tools or ends. Each round returns a ``StepResult`` (think again, wait, end), matched
-in ``_run``; every way a turn ends is an ``EndReason``, matched in ``_finish``, the one
-place that calls the ``Finisher`` (STYLE principle 1). While tools run the turn lives
-only in Redis.
+its tools or ends. A step that takes the turn over from a replica that stopped
+(``_take_over``) first settles what that replica left uncertain: calls whose dispatch it
+did not see acknowledged (``ToolRound.recover``) and a half-streamed round, which runs
+again after a marker that tells clients to drop its text (``Rerun``).
+
+Each round returns a ``StepResult`` (think again, rerun, wait, end), matched in ``_run``;
+every way a turn ends is an ``EndReason``, matched in ``_finish``, the one place that
+calls the ``Finisher`` (STYLE principle 1). While tools run the turn lives only in Redis.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from weft_contracts import (
     ErrorCode,
     FinalAnswerData,
     FinalAnswerEvent,
+    SupersededBy,
 )
 from weft_llm import ChatModel, LLMCallError, LLMResponse
 from weft_platform.bus import EventBus
@@ -32,6 +37,7 @@ from weft_engine.finalize import Finisher, TurnFailure, final_step, llm_failure
 from weft_engine.keys import cancel_key
 from weft_engine.leases import TurnLeases
 from weft_engine.outcomes import (
+    AlreadyCompleted,
     AlreadyEnded,
     Answer,
     Answered,
@@ -47,7 +53,7 @@ from weft_engine.outcomes import (
     IterationLimit,
     ModelFailed,
     QuickAnswered,
-    ReplicaLost,
+    Rerun,
     Retry,
     StepResult,
     Stopped,
@@ -59,6 +65,7 @@ from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepStart
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnState, TurnStore
+from weft_engine.takeover import read_takeover
 from weft_engine.think import Thinker, ThinkSettings
 from weft_engine.tracing import TurnTracer
 from weft_engine.vision import ImageDescriber
@@ -69,7 +76,6 @@ CANCEL_REASON = "The user stopped the task."
 DEADLINE_REASON = "The task ran out of time."
 TURN_DEADLINE = "The turn took longer than the engine allows and was ended."
 QUICK_ANSWER_REASON = "Answer the question using the retrieved passages."
-REPLICA_LOST = "The engine replica running this turn stopped while answering; please ask again."
 EVERY_REPLICA_FAILED = "The turn failed on every engine replica that took it over."
 MAX_TAKEOVERS = 3
 MAX_STEER_OVERRUNS = 1
@@ -154,6 +160,9 @@ class TurnLoop:
                     shed = shed or result.shed
                     result = await self._round(state, polled=polled, shed=shed)
                     polled = False
+                case Rerun(state):
+                    await self._discard(state)
+                    result = Continue(state)
                 case AwaitTools():
                     return
                 case Ended(reason):
@@ -234,29 +243,27 @@ class TurnLoop:
                 await self._closing(state, QUICK_ANSWER_REASON, thinking=True)
             case ClosingFailed(state, error):
                 await self._finisher.fail(state, llm_failure(error))
-            case ReplicaLost(state):
-                lost = TurnFailure(code=ErrorCode.ENGINE_REPLICA_LOST, message=REPLICA_LOST)
-                await self._finisher.fail(state, lost)
             case TooManyTakeovers(state):
                 gave_up = TurnFailure(code=ErrorCode.ENGINE_ERROR, message=EVERY_REPLICA_FAILED)
                 await self._finisher.fail(state, gave_up)
+            case AlreadyCompleted(state):
+                await self._finisher.forget(state)
             case AlreadyEnded():
                 pass
             case _:
                 assert_never(reason)
 
     async def _resume(self, state: TurnState, takeover: bool, stopped: bool) -> StepResult:
-        """Where the step starts: a stop, a takeover that cannot go on, the round's next
-        tool group, or thinking."""
+        """Where the step starts: a stop, a takeover, the round's next tool group, or
+        thinking."""
         if stopped:
             return Ended(await self._stopped(state.request_id))
         if takeover:
-            takeovers = int(await self._redis.incr(f"weft:turn:{state.request_id}:takeovers"))
-            # After a crash a half-streamed answer cannot be replayed without duplicates.
-            if await self._emitter.streaming(state.request_id):
-                return Ended(ReplicaLost(state))
-            if takeovers > MAX_TAKEOVERS:
-                return Ended(TooManyTakeovers(state))
+            return await self._take_over(state)
+        return await self._go_on(state)
+
+    async def _go_on(self, state: TurnState) -> StepResult:
+        """The round's next tool group, or thinking."""
         if state.phase == "waiting":
             if _overdue(state):  # not one more tool group past the bound (SPEC E-20)
                 return Ended(DeadlineExceeded(state))
@@ -264,19 +271,39 @@ class TurnLoop:
             return await self._tools.advance(state)
         return Continue(state)
 
+    async def _take_over(self, state: TurnState) -> StepResult:
+        """The turn's last replica stopped during a step (invariant 2): end a turn it
+        completed or that failed on every replica; settle the calls it may not have
+        sent; run again a round it was streaming (a round whose outcome the stored state
+        holds keeps its text)."""
+        seen = await read_takeover(self._redis, state.request_id)
+        if seen.completed:
+            return Ended(AlreadyCompleted(state))
+        if seen.attempt > MAX_TAKEOVERS:
+            return Ended(TooManyTakeovers(state))
+        if state.phase == "waiting" and not _overdue(state):
+            state = await self._tools.recover(state, seen.acked)
+        result = await self._go_on(state)
+        match result:
+            case Continue(next_state) if next_state.round == seen.streamed_round:
+                return Rerun(next_state)
+            case _ if seen.streamed_round is not None:
+                await self._emitter.clear_streaming(state.request_id)  # that text is kept
+        return result
+
     async def _stopped(self, request_id: str) -> EndReason:
         """The user stopped the turn: its stored state, the stop flag taken down."""
         state = await self._store.load(request_id)
         if state is None:
             return AlreadyEnded()
-        await self._emitter.mark_streaming(request_id, False)
+        await self._emitter.stopped_streaming(request_id)
         await self._redis.delete(cancel_key(request_id))
         return Stopped(state)
 
     async def _model_failed(self, state: TurnState, exc: LLMCallError, *, shed: bool) -> StepResult:
         """A failed round: once per step a context overflow sheds history and retries
         (SPEC E-25); otherwise the turn ends."""
-        await self._emitter.mark_streaming(state.request_id, False)
+        await self._emitter.stopped_streaming(state.request_id)
         if not is_context_overflow(exc):
             return Ended(ModelFailed(state, exc))
         if shed:
@@ -304,14 +331,28 @@ class TurnLoop:
 
     async def _saved(self, state: TurnState) -> TurnState:
         saved = await self._store.save(state)
-        await self._emitter.mark_streaming(state.request_id, False)
+        await self._emitter.stopped_streaming(state.request_id)
         return saved
 
     async def _supersede(self, state: TurnState) -> None:
         """SPEC E-13: close the round whose answer the steer made intermediate, before the
         next round streams, so a client drops its deltas instead of showing both rounds."""
-        marker = FinalAnswerData(round=state.round, delta="", done=True, superseded=True)
+        marker = FinalAnswerData(
+            round=state.round, delta="", done=True, superseded=True,
+            superseded_by=SupersededBy.STEER,
+        )  # fmt: skip
         await self._emitter.emit(FinalAnswerEvent, state.ids(), marker)
+
+    async def _discard(self, state: TurnState) -> None:
+        """Invariant 2: before the round a stopped replica was streaming runs again,
+        clients drop every thought and answer delta of it; the rerun's own ``complete``
+        is the turn's one (SPEC E-04)."""
+        marker = FinalAnswerData(
+            round=state.round, delta="", done=True, superseded=True,
+            superseded_by=SupersededBy.RERUN,
+        )  # fmt: skip
+        await self._emitter.emit(FinalAnswerEvent, state.ids(), marker)
+        await self._emitter.clear_streaming(state.request_id)
 
     def _intermediate(
         self, state: TurnState, outcome: Intermediate, response: LLMResponse

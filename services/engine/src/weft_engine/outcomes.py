@@ -70,6 +70,14 @@ class Continue:
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """Think ``state``'s round again in this step: a replica that stopped was streaming
+    it, so clients first drop what it streamed (invariant 2)."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
 class AwaitTools:
     """The turn waits for its tools: the step ends, the turn lives only in Redis until a
     result or a deadline starts the next step."""
@@ -84,7 +92,7 @@ class Ended:
     reason: EndReason
 
 
-StepResult = Continue | AwaitTools | Ended
+StepResult = Continue | Rerun | AwaitTools | Ended
 
 # --- why the turn ends -----------------------------------------------------------------
 
@@ -151,14 +159,6 @@ class ClosingFailed:
 
 
 @dataclass(frozen=True)
-class ReplicaLost:
-    """The replica streaming the answer died: a half-streamed answer cannot be replayed
-    without duplicates."""
-
-    state: TurnState
-
-
-@dataclass(frozen=True)
 class TooManyTakeovers:
     """The step crashed on every replica that took it over."""
 
@@ -168,6 +168,14 @@ class TooManyTakeovers:
 @dataclass(frozen=True)
 class QuickAnswered:
     """Quick-answer mode's retrieval is done: its one generation answers (SPEC A-01)."""
+
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class AlreadyCompleted:
+    """A takeover found the turn's ``complete`` sent (SPEC E-04): the replica stopped
+    before it forgot the turn, which is all that is left to do."""
 
     state: TurnState
 
@@ -185,8 +193,8 @@ EndReason = (
     | ModelFailed
     | ContextOverflow
     | ClosingFailed
-    | ReplicaLost
     | TooManyTakeovers
     | QuickAnswered
+    | AlreadyCompleted
     | AlreadyEnded
 )

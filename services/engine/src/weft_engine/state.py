@@ -8,7 +8,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
 
-from weft_engine.keys import images_key, seq_key, state_key, version_key
+from weft_engine.keys import (
+    acked_key,
+    images_key,
+    seq_key,
+    state_key,
+    takeovers_key,
+    version_key,
+)
 from weft_engine.leases import TAKE_STEP_LEASE, DeadlineUpdate, LeaseRequest, StepClaim
 
 
@@ -259,5 +266,8 @@ class TurnStore:
         return new, keys, args
 
     async def delete(self, request_id: str) -> None:
-        """Forget a finished turn, its parked images too (``ParkedImages``)."""
-        await self._redis.delete(*self._keys(request_id), images_key(request_id))
+        """Forget a finished turn, its parked images and takeover records too."""
+        await self._redis.delete(
+            *self._keys(request_id), images_key(request_id), acked_key(request_id),
+            takeovers_key(request_id),
+        )  # fmt: skip

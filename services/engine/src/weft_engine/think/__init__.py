@@ -54,7 +54,7 @@ class _EventSink:
     async def _emit(self, kind: str, text: str) -> None:
         if not self.emitted:
             self.emitted = True
-            await self._emitter.mark_streaming(self._request_id, True)
+            await self._emitter.started_streaming(self._request_id, self._round)
         if kind == "thought":
             data: Any = ThoughtData(round=self._round, delta=text)
             await self._emitter.emit(ThoughtEvent, self._ids, data, wait=False)
