@@ -37,3 +37,13 @@ def lease_key(request_id: str) -> str:
 def images_key(request_id: str) -> str:
     """Hash of the turn's data-URI images by digest (``ParkedImages``), out of its state."""
     return f"weft:turn:{request_id}:images"
+
+
+def completed_key(request_id: str) -> str:
+    """Once-only flag of the turn's ``complete`` (SPEC E-04)."""
+    return f"weft:turn:{request_id}:completed"
+
+
+def audit_lock_key(request_id: str) -> str:
+    """Which replica's ``TurnAuditor`` recovers the turn whose state was lost."""
+    return f"weft:turn:{request_id}:audit"

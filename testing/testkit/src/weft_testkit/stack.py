@@ -68,6 +68,9 @@ class StackConfig:
     ready_timeout_s: float = 120.0
     partitions: int = 3
     """Partitions of every topic of this stack (1 puts every session on one partition)."""
+    redis_url: str | None = None
+    """The stack's own Redis (e.g. a database number a test may FLUSHDB); None: the
+    infrastructure's (``infra_env``)."""
 
 
 @dataclass
@@ -178,6 +181,7 @@ class LocalStack:
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",
             "OPENAI_API_KEY": "scripted-llm-test-double",
             "WEFT_LLM_MODEL": "weft-scripted",
+            **({"WEFT_REDIS_URL": self.config.redis_url} if self.config.redis_url else {}),
             **self.config.extra_env,
         }
 
