@@ -182,8 +182,10 @@ class KafkaTurnTrails:
         return trails
 
     async def _partitions(self, consumer: AIOKafkaConsumer) -> list[int]:
-        await consumer.topics()  # fetches the cluster's metadata
-        found = consumer.partitions_for_topic(self._topic)
+        # The consumer's public partitions_for_topic answers only for topics it already
+        # follows; its client's metadata request covers every topic.
+        cluster = await consumer._client.fetch_all_metadata()
+        found = cluster.partitions_for_topic(self._topic)
         if not found:
             raise RuntimeError(f"topic {self._topic} has no partitions in the metadata")
         return sorted(found)

@@ -71,6 +71,12 @@ class StackConfig:
     redis_url: str | None = None
     """The stack's own Redis (e.g. a database number a test may FLUSHDB); None: the
     infrastructure's (``infra_env``)."""
+    database_url: str | None = None
+    """The stack's own PostgreSQL database (created beforehand; migrated at start); None:
+    the infrastructure's. A stack on its own Redis needs its own database too: an engine
+    ends the turns that its database lists as running but its Redis does not hold
+    (``TurnAuditor``), so two stacks sharing a database but not a Redis would end each
+    other's turns."""
 
 
 @dataclass
@@ -157,8 +163,15 @@ class LocalStack:
                 self._spawn(name, port, [])
         self._wait_ready()
 
+    def _own_infra(self) -> dict[str, str]:
+        own = {
+            "WEFT_REDIS_URL": self.config.redis_url,
+            "WEFT_DATABASE_URL": self.config.database_url,
+        }
+        return {name: url for name, url in own.items() if url}
+
     def _migrate(self) -> None:
-        env = {**os.environ, **infra_env()}
+        env = {**os.environ, **infra_env(), **self._own_infra()}
         subprocess.run(
             [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
             env=env, check=True, capture_output=True, timeout=120,
@@ -181,7 +194,7 @@ class LocalStack:
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",
             "OPENAI_API_KEY": "scripted-llm-test-double",
             "WEFT_LLM_MODEL": "weft-scripted",
-            **({"WEFT_REDIS_URL": self.config.redis_url} if self.config.redis_url else {}),
+            **self._own_infra(),
             **self.config.extra_env,
         }
 
