@@ -4,17 +4,18 @@ reads every few seconds)."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import insert
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.turns_api import turns_router
-from weft_storage.models import ChatSession, Message
+from weft_storage.models import Message
+
+from tests.integration.history_rows import drop_sessions, seed_running_turns
 
 
 @pytest.fixture
@@ -28,37 +29,24 @@ async def memory(
         yield c
 
 
-async def seed_turns(
-    sessions: async_sessionmaker[AsyncSession], statuses: list[str], start: datetime
-) -> tuple[str, list[str]]:
-    """A new tenant's session with one turn per status (user row completed, assistant row
-    with that status), one second apart from ``start``; (tenant id, request ids)."""
-    tenant, sid = f"t-{secrets.token_hex(4)}", f"ses_{secrets.token_hex(6)}"
-    async with sessions.begin() as s:
-        s.add(ChatSession(id=sid, tenant_id=tenant, user_id="u"))
-    rows, rids = [], []
-    for i, status in enumerate(statuses):
-        rid = f"{sid}-r{i}"
-        rids.append(rid)
-        at = start + timedelta(seconds=i)
-        common = {"tenant_id": tenant, "session_id": sid, "request_id": rid, "agent_steps": []}
-        rows.append({**common, "id": f"{sid[-8:]}u{i}", "role": "user", "content": "q",
-                     "status": "completed", "is_completed": True, "created_at": at})  # fmt: skip
-        rows.append({**common, "id": f"{sid[-8:]}a{i}", "role": "assistant", "content": "",
-                     "status": status, "is_completed": status == "completed",
-                     "created_at": at + timedelta(microseconds=1)})  # fmt: skip
-    async with sessions.begin() as s:
-        await s.execute(insert(Message), rows)
-    return tenant, rids
+@pytest.fixture
+async def seeded(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[list[str]]:
+    """Session ids to delete after the test (``drop_sessions``)."""
+    ids: list[str] = []
+    yield ids
+    await drop_sessions(sessions, ids)
 
 
 async def test_lists_running_turns_after_a_time_oldest_first_in_pages(
-    memory: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+    memory: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession], seeded: list[str]
 ) -> None:
-    # A start in the future of every other test's rows, so that only this test's count.
-    start = datetime.now(UTC) + timedelta(days=3650 + secrets.randbelow(10_000))
+    # After every row there is (other tests' too), so that only this test's rows count.
+    async with sessions() as s:
+        latest = await s.scalar(select(func.max(Message.created_at)))
+    start = max(latest or datetime.now(UTC), datetime.now(UTC)) + timedelta(days=1)
     statuses = ["completed", "running", "failed", "running", "cancelled", "running"]
-    tenant, rids = await seed_turns(sessions, statuses, start)
+    tenant, sid, rids = await seed_running_turns(sessions, statuses, start)
+    seeded.append(sid)
     after = start - timedelta(seconds=1)
     resp = await memory.get(
         "/internal/turns/unfinished", params={"started_after": after.isoformat(), "limit": 2}

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.turns_api import turns_router
 
-from tests.integration.test_memory_unfinished_turns import seed_turns
+from tests.integration.history_rows import drop_sessions, seed_running_turns
 
 BAD_QUERIES = [
     {},  # started_after is required
@@ -49,8 +49,12 @@ async def memory(
 async def test_bad_input_is_a_422_that_names_no_turn(
     memory: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession], params: dict[str, str]
 ) -> None:
-    tenant, rids = await seed_turns(sessions, ["running"], datetime.now(UTC) - timedelta(minutes=1))
-    resp = await memory.get("/internal/turns/unfinished", params=params)
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    tenant, sid, rids = await seed_running_turns(sessions, ["running"], start)
+    try:
+        resp = await memory.get("/internal/turns/unfinished", params=params)
+    finally:
+        await drop_sessions(sessions, [sid])
     assert resp.status_code == 422, resp.text
     assert tenant not in resp.text and rids[0] not in resp.text
     assert "Traceback" not in resp.text and "sqlalchemy" not in resp.text.lower()
