@@ -265,3 +265,16 @@ def test_a_sessions_partition_is_the_producers() -> None:
     assert partition_of("session-1", partitions) == partition_of("session-1", partitions)
     spread = {partition_of(f"session-{i}", partitions) for i in range(60)}
     assert spread == set(partitions)
+
+
+async def test_a_replica_starting_on_a_vouched_redis_is_ready_at_once(
+    redis: FakeAsyncRedis,
+) -> None:  # a rolling restart does not wait for memory
+    memory, kafka = _Memory([]), _Kafka({})
+    await _replica(redis, memory, kafka, "e1").auditor.sweep()
+    fresh = _replica(redis, memory, kafka, "e2")
+    assert await fresh.auditor.ready()
+    await fresh.auditor.sweep()
+    await redis.flushdb()
+    with pytest.raises(Degraded):
+        await fresh.auditor.ready()

@@ -55,6 +55,9 @@ TURN_STATE_LOST = (
     "stopped. Send the message again."
 )
 
+RECOVERY_RETRY_S = 1.0
+"""How soon a failed sweep is tried again while a recovery is due."""
+
 # Set the turn's counter to at least ARGV[1] (a step that lived through the loss may have
 # counted on since): the events that follow carry higher seqs than every one in Kafka.
 _RAISE_SEQ = """
@@ -268,36 +271,43 @@ class TurnAuditor:
         self._raise_seq = redis.register_script(_RAISE_SEQ)
         self._sentinel: bytes | str | None = None
         """The sentinel value this replica last saw (None: not seen yet)."""
-        self._recovering = True
-        """A sweep must run before this replica vouches for Redis (it starts that way)."""
+        self._recovering = False
+        """Redis lost its data: a full sweep must run before this replica is ready."""
 
     async def run(self) -> None:
-        """Sweep every ``interval_s`` until cancelled; a failed sweep is logged and
-        retried at the next tick (readiness stays degraded if it was)."""
+        """Sweep every ``interval_s`` until cancelled. A failed sweep (memory, Kafka or
+        Redis unreachable) is logged and tried again, within a second while a recovery is
+        due (readiness stays degraded until one succeeds)."""
         while True:
             try:
                 await self.sweep()
             except Exception:
                 log.exception("turn_audit_failed")
-            await asyncio.sleep(self._settings.interval_s)
+            pause = self._settings.interval_s
+            await asyncio.sleep(min(pause, RECOVERY_RETRY_S) if self._recovering else pause)
 
     async def ready(self) -> bool:
-        """Readiness check ``turn_state``: raises :class:`Degraded` while Redis lost its
-        data and this replica's recovery sweep has not run since."""
-        if self._recovering:
-            raise Degraded("turn state not audited yet (a recovery sweep is pending)")
-        if await self._redis.get(self._sentinel_key) != self._sentinel:
+        """Readiness check ``turn_state``: raises :class:`Degraded` while the sentinel is
+        missing (Redis came back empty), or was rewritten by another replica's recovery,
+        until this replica has run a full sweep."""
+        current = await self._redis.get(self._sentinel_key)
+        if self._recovering or current is None or self._replaced(current):
             raise Degraded("redis lost its data; a recovery sweep is pending")
         return True
+
+    def _replaced(self, current: bytes | str) -> bool:
+        return self._sentinel is not None and current != self._sentinel
 
     async def sweep(self) -> SweepReport:
         """One pass over every unfinished turn; then, if Redis had been emptied, the
         sentinel is written again and readiness comes back."""
         current = await self._redis.get(self._sentinel_key)
-        if current is None or (self._sentinel is not None and current != self._sentinel):
+        if current is None or self._replaced(current):
             if not self._recovering:
                 log.warning("turn_state_recovery_started", sentinel_found=current is not None)
             self._recovering = True
+        elif self._sentinel is None:
+            self._sentinel = current  # first sight: another replica vouched for this Redis
         report = SweepReport()
         now = time.time()
         after = datetime.fromtimestamp(now - self._settings.lookback_s, UTC)
