@@ -145,14 +145,25 @@ class KafkaTurnTrails:
     default partitioner, which this reader applies to the same key.
     """
 
-    def __init__(self, bootstrap: str, topic: str, margin_s: float, *, poll_ms: int = 500):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        margin_s: float,
+        *,
+        poll_ms: int = 500,
+        limit_s: float = 30.0,
+    ):
         self._bootstrap = bootstrap
         self._topic = topic
         self._margin_s = margin_s
         self._poll_ms = poll_ms
+        self._limit_s = limit_s
 
     async def read(self, turns: Sequence[UnfinishedTurn]) -> dict[str, TurnTrail]:
-        """Read each involved partition from the oldest turn's start to its end offset."""
+        """Read each involved partition from the oldest turn's start to its end offset;
+        ``TimeoutError`` past ``limit_s`` (a broker gone mid-read would otherwise hold the
+        sweep forever: the turns are taken up again by a later sweep)."""
         if not turns:
             return {}
         consumer = AIOKafkaConsumer(
@@ -160,7 +171,8 @@ class KafkaTurnTrails:
         )
         await consumer.start()
         try:
-            return await self._read(consumer, turns)
+            async with asyncio.timeout(self._limit_s):
+                return await self._read(consumer, turns)
         finally:
             await consumer.stop()
 
