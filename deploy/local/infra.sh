@@ -421,12 +421,16 @@ redis_up() {
     mkdir -p "$REDIS_DATA"
     rm -f "$REDIS_PID"
     printf '\n===== %s starting redis-server =====\n' "$(date '+%Y-%m-%d %H:%M:%S')" >>"$REDIS_LOG"
-    # No persistence: a store for dev and tests. redis-server writes to the log itself once
-    # daemonized; the redirection only catches errors before that.
+    # Persistence as production runs it (docs/operations.md, "Redis"): an append-only file
+    # in $REDIS_DATA, fsynced every second, so a restart keeps the turns' state (at most
+    # the last second is lost; the engine's TurnAuditor ends what Redis no longer knows).
+    # No RDB snapshots: the AOF is the one copy. redis-server writes to the log itself
+    # once daemonized; the redirection only catches errors before that.
     # shellcheck disable=SC2094
     if ! redis-server --bind 127.0.0.1 --port "$WEFT_REDIS_PORT" --protected-mode yes \
         --daemonize yes --dir "$REDIS_DATA" --logfile "$REDIS_LOG" --pidfile "$REDIS_PID" \
-        --save '' --appendonly no </dev/null >>"$REDIS_LOG" 2>&1 9>&-; then
+        --save '' --appendonly yes --appendfsync everysec \
+        </dev/null >>"$REDIS_LOG" 2>&1 9>&-; then
         tail_log "$REDIS_LOG"
         die "redis: redis-server failed to start"
     fi

@@ -1,4 +1,4 @@
-"""Stored conversations for history tests: a session with completed turns, written straight
+"""Stored conversations for history and turn-audit tests, written straight
 into memory's tables (the rows memory's recorder would have written)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import insert
+from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.models import ChatSession, Message
 
@@ -34,3 +34,34 @@ async def seed_completed_turns(
     async with sessions.begin() as s:
         await s.execute(insert(Message), rows)
     return tenant, sid
+
+
+async def seed_running_turns(
+    sessions: async_sessionmaker[AsyncSession], statuses: list[str], start: datetime
+) -> tuple[str, str, list[str]]:
+    """A new tenant's session with one turn per status (user row completed, assistant row
+    with that status), one second apart from ``start``; (tenant, session, request ids)."""
+    tenant, sid = f"t-{secrets.token_hex(4)}", f"ses_{secrets.token_hex(6)}"
+    async with sessions.begin() as s:
+        s.add(ChatSession(id=sid, tenant_id=tenant, user_id="u"))
+    rows, rids = [], []
+    for i, status in enumerate(statuses):
+        rid = f"{sid}-r{i}"
+        rids.append(rid)
+        at = start + timedelta(seconds=i)
+        common = {"tenant_id": tenant, "session_id": sid, "request_id": rid, "agent_steps": []}
+        rows.append({**common, "id": f"{sid[-8:]}u{i}", "role": "user", "content": "q",
+                     "status": "completed", "is_completed": True, "created_at": at})  # fmt: skip
+        rows.append({**common, "id": f"{sid[-8:]}a{i}", "role": "assistant", "content": "",
+                     "status": status, "is_completed": status == "completed",
+                     "created_at": at + timedelta(microseconds=1)})  # fmt: skip
+    async with sessions.begin() as s:
+        await s.execute(insert(Message), rows)
+    return tenant, sid, rids
+
+
+async def drop_sessions(sessions: async_sessionmaker[AsyncSession], session_ids: list[str]) -> None:
+    """Delete seeded sessions with their messages: running rows left in a shared database
+    would be audited by every engine that uses it (``TurnAuditor``)."""
+    async with sessions.begin() as s:
+        await s.execute(delete(ChatSession).where(ChatSession.id.in_(session_ids)))

@@ -27,6 +27,13 @@ def _state() -> TurnState:
     )  # fmt: skip
 
 
+async def _opened(redis: Redis) -> dict[str, Any]:
+    """The ids of a turn whose state is stored, as an opened turn's is: its seq counter
+    exists (the emitter counts only on an existing one)."""
+    saved = await TurnStore(redis, ttl_s=60).save(_state())
+    return {**saved.ids(), "traceparent": None}
+
+
 async def test_save_then_load_round_trips(redis: Redis) -> None:
     store = TurnStore(redis, ttl_s=60)
     saved = await store.save(_state())
@@ -128,7 +135,7 @@ async def test_queued_events_keep_seq_order_and_flush_waits_for_their_acks(
 ) -> None:  # invariant 1 (acks overlap the next step)
     bus = _QueueingBus()
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
-    ids = {**_state().ids(), "traceparent": None}
+    ids = await _opened(redis)
     for delta in ("a", "b"):
         await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta=delta), wait=False)
     await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="c"))
@@ -141,7 +148,7 @@ async def test_events_queued_together_take_consecutive_seqs_in_one_round_trip(
 ) -> None:  # invariant 1 (a round's tool_call events share one produce request)
     bus = _QueueingBus()
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
-    ids = {**_state().ids(), "traceparent": None}
+    ids = await _opened(redis)
     await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="a"), wait=False)
     together = [(ThoughtEvent, ThoughtData(round=0, delta=d)) for d in ("b", "c", "d")]
     await emitter.emit_many(ids, together)  # type: ignore[arg-type]
@@ -177,7 +184,7 @@ async def test_a_state_write_reserves_seqs_on_the_emitters_counter(redis: Redis)
 async def test_a_failed_queued_event_fails_the_flush(redis: Redis) -> None:  # invariant 2
     bus = _QueueingBus()
     emitter = EventEmitter(bus, redis, ttl_s=60)  # type: ignore[arg-type]
-    ids = {**_state().ids(), "traceparent": None}
+    ids = await _opened(redis)
     await emitter.emit(ThoughtEvent, ids, ThoughtData(round=0, delta="a"), wait=False)
     bus.futures[0].set_exception(KafkaError("broker gone"))
     with pytest.raises(KafkaError):

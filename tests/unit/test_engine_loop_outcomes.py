@@ -546,3 +546,16 @@ def test_every_end_reason_has_its_test_here() -> None:
         ClosingFailed, TooManyTakeovers, QuickAnswered, AlreadyCompleted, AlreadyEnded,
     }  # fmt: skip
     assert set(get_args(EndReason)) == tested
+
+
+async def test_a_step_submitted_while_the_turn_opens_leaves_it_to_the_opener(
+    engine: _Engine,
+) -> None:
+    """A stop arriving while TurnIntake still loads the history submits a step: it must not
+    think on a state without messages; the opener submits the first step (with the stop)."""
+    state = await _turn(engine, phase="opening", messages=[])
+    model = replies(answer("too early"))
+    await engine.step(model, state)
+    assert model.calls == [] and engine.events(state) == []
+    stored = await engine.store.load(state.request_id)
+    assert stored is not None and stored.phase == "opening"

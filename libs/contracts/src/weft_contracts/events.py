@@ -183,6 +183,9 @@ class ErrorCode(StrEnum):
     """The gateway saw no event of the turn for its idle timeout."""
     STREAM_UNAVAILABLE = "stream_unavailable"
     """The gateway's event stream store (Redis) is unavailable."""
+    TURN_STATE_LOST = "turn_state_lost"
+    """The engine lost the turn's stored state (Redis emptied or keys evicted); the turn
+    was found unfinished from Kafka and PostgreSQL and ended (``TurnAuditor``)."""
 
 
 class ErrorData(Payload):
@@ -191,7 +194,7 @@ class ErrorData(Payload):
     code: str = Field(
         description="One of llm_error, history_unavailable, session_busy, "
         "engine_error, turn_deadline_exceeded, stream_idle_timeout, "
-        "stream_unavailable "
+        "stream_unavailable, turn_state_lost "
         "(weft_contracts.ErrorCode); a later version may add codes, so treat an unknown "
         "one as a generic failure."
     )

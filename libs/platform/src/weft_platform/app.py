@@ -7,7 +7,7 @@ and so goes back to Kafka for another replica.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import httpx
@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.types import ASGIApp
 
-from weft_platform.health import health_router
+from weft_platform.health import Check, health_router
 from weft_platform.logs import configure_logging
 from weft_platform.request_text import refuse_unstorable_text
 from weft_platform.runtime import ServiceRuntime
@@ -36,9 +36,11 @@ def create_service_app(
     routers: Sequence[APIRouter] = (),
     on_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
+    readiness: Mapping[str, Check] | None = None,
 ) -> FastAPI:
     """A FastAPI app with health routes, dependency errors mapped to 503, broker lifecycle,
-    and request text that cannot be stored refused with 422 on every route."""
+    and request text that cannot be stored refused with 422 on every route. ``readiness``:
+    the service's own ``/readyz`` checks, beside Kafka, PostgreSQL and Redis."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -60,7 +62,7 @@ def create_service_app(
 
     app = FastAPI(title=title, lifespan=lifespan, dependencies=[Depends(refuse_unstorable_text)])
     app.state.runtime = runtime
-    app.include_router(health_router(runtime))
+    app.include_router(health_router(runtime, readiness))
     for router in routers:
         app.include_router(router)
     _install_dependency_error_handlers(app)

@@ -1,9 +1,10 @@
-"""``/healthz`` (the process answers) and ``/readyz`` (its Kafka, PostgreSQL, Redis work)."""
+"""``/healthz`` (the process answers) and ``/readyz`` (its Kafka, PostgreSQL, Redis work, and
+whatever checks the service adds, e.g. the engine's "Redis came back empty")."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -12,10 +13,17 @@ from sqlalchemy import text
 from weft_platform.runtime import ServiceRuntime
 
 Check = Callable[[], Awaitable[bool]]
+"""A readiness check: True when ready; False, an exception or :class:`Degraded` when not."""
 
 
-def health_router(runtime: ServiceRuntime) -> APIRouter:
-    """Liveness and readiness endpoints for one service."""
+class Degraded(Exception):
+    """Raised by a check whose dependency answers but cannot be relied on yet; its message
+    (the reason) is reported as ``degraded: <reason>``."""
+
+
+def health_router(runtime: ServiceRuntime, extra: Mapping[str, Check] | None = None) -> APIRouter:
+    """Liveness and readiness endpoints for one service; ``extra`` adds the service's own
+    readiness checks, by name, to the shared ones."""
     router = APIRouter(tags=["health"])
     timeout = runtime.settings.readiness_timeout_s
 
@@ -31,6 +39,10 @@ def health_router(runtime: ServiceRuntime) -> APIRouter:
         return bool(await runtime.redis.ping())
 
     checks: dict[str, Check] = {"kafka": kafka, "postgres": postgres, "redis": redis}
+    for name, check in (extra or {}).items():
+        if name in checks:
+            raise ValueError(f"readiness check {name!r} is defined twice")
+        checks[name] = check
 
     @router.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -57,6 +69,8 @@ def health_router(runtime: ServiceRuntime) -> APIRouter:
 async def _run(check: Check, limit_s: float) -> str:
     try:
         ok = await asyncio.wait_for(check(), limit_s)
+    except Degraded as exc:
+        return f"degraded: {exc}"[:300]
     except Exception as exc:  # readiness reports every failure as data, never raises
         return f"error: {type(exc).__name__}: {exc}"[:300]
     return "ok" if ok else "error: not reachable"

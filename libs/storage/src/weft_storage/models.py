@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REAL, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -84,6 +85,12 @@ class Message(Base):
     __table_args__ = (
         UniqueConstraint("request_id", "role", name="uq_messages_request_role"),
         Index("ix_messages_session_created", "session_id", "created_at", "id"),
+        # Migration 0008: unfinished turns, read by the engine's TurnAuditor every few seconds.
+        Index(
+            "ix_messages_unfinished",
+            "created_at",
+            postgresql_where=text("role = 'assistant' AND status = 'running'"),
+        ),
     )
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(128), index=True)

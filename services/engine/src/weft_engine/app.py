@@ -11,6 +11,7 @@ from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
 from weft_platform.tasks import cancel_and_wait
 
+from weft_engine.auditor import AuditSettings, KafkaTurnTrails, MemoryTurns, TurnAuditor
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
@@ -75,11 +76,24 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     scheduler = StepScheduler(
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s
     )
+    cancel_channel = f"weft:{s.topic_prefix}cancel"
     intake = TurnIntake(
         redis=redis, store=store, emitter=emitter, context=context, sessions=sessions,
         inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
-        cancel_channel=f"weft:{s.topic_prefix}cancel", ttl_s=ttl, images=images,
+        cancel_channel=cancel_channel, ttl_s=ttl, images=images,
         turn_deadline_s=s.turn_deadline_s,
+    )  # fmt: skip
+    audit = AuditSettings(
+        interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
+    )
+    memory_turns = MemoryTurns(s.memory_url)
+    auditor = TurnAuditor(
+        redis=redis, finisher=finisher, turns=memory_turns, settings=audit,
+        trails=KafkaTurnTrails(
+            s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s
+        ),
+        sentinel_key=f"weft:{s.topic_prefix}engine:sentinel", cancel_channel=cancel_channel,
+        owner=runtime.instance_id, state_ttl_s=ttl,
     )  # fmt: skip
     runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, intake.on_chat_requested)
     # Recording a result is idempotent: no consumer de-duplication (two Redis round trips).
@@ -90,15 +104,18 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     async def start_background() -> None:
         scheduler.start()
         listener.append(asyncio.create_task(intake.listen_for_cancels(), name="cancel-listener"))
+        listener.append(asyncio.create_task(auditor.run(), name="turn-auditor"))
 
     async def stop_background() -> None:
         await cancel_and_wait(listener)
         await scheduler.stop(s.shutdown_grace_s)
         await llm.aclose()
         await context.aclose()
+        await memory_turns.aclose()
         if provider is not None:
             provider.shutdown()  # flushes the spans still batched
 
     return create_service_app(
-        runtime, title="weft engine", on_startup=[start_background], on_shutdown=[stop_background]
-    )
+        runtime, title="weft engine", on_startup=[start_background],
+        on_shutdown=[stop_background], readiness={"turn_state": auditor.ready},
+    )  # fmt: skip

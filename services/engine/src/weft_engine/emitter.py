@@ -11,6 +11,15 @@ from weft_contracts import CompleteData, CompleteEvent, Envelope, Topic
 from weft_platform.bus import EventBus
 
 from weft_engine.keys import completed_key, seq_key, streaming_key
+from weft_engine.state import TurnStateLost
+
+# Reserve ARGV[1] seqs on the turn's counter, which must exist (the opening save of
+# TurnIntake.start creates it): a missing counter means Redis lost the turn, and counting
+# again from 1 would hand clients seqs they already have. -1 then.
+_NEXT_SEQS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+return redis.call('INCRBY', KEYS[1], ARGV[1])
+"""
 
 
 class EventEmitter:
@@ -25,6 +34,7 @@ class EventEmitter:
         self._redis = redis
         self._ttl = ttl_s
         self._streaming: set[str] = set()
+        self._next_seqs = redis.register_script(_NEXT_SEQS)
         self._unacked: dict[str, list[asyncio.Future[Any]]] = {}
 
     async def emit(
@@ -34,18 +44,18 @@ class EventEmitter:
         data: Any,
         *,
         wait: bool = True,
+        opens: bool = False,
     ) -> None:
         """Publish one event of ``event_type`` for the turn named by ``ids``.
 
         With ``wait=False`` the event is only queued (in order with the turn's other
         events); :meth:`flush` waits for its ack. The hot path of a round queues its
         events so that Kafka acks overlap with the next step instead of adding up.
+        ``opens``: the event may be the turn's first (a request refused before it
+        started); otherwise the turn's counter must exist (:class:`TurnStateLost`).
         """
         rid = ids["request_id"]
-        key = seq_key(rid)
-        seq = int(await self._redis.incr(key))
-        if seq == 1:
-            await self._redis.expire(key, self._ttl)
+        seq = (await self._reserve(rid, 1, opens=opens)).start
         event = event_type(**ids, seq=seq, data=data)
         if wait:
             await self._bus.publish(Topic.AGENT_EVENTS, event)
@@ -61,11 +71,20 @@ class EventEmitter:
         (with whatever the caller queues right after). :meth:`flush` waits for the acks."""
         if not events:
             return
-        key = seq_key(ids["request_id"])
-        last = int(await self._redis.incrby(key, len(events)))
-        if last == len(events):
-            await self._redis.expire(key, self._ttl)
-        await self.queue_reserved(ids, events, range(last - len(events) + 1, last + 1))
+        seqs = await self._reserve(ids["request_id"], len(events))
+        await self.queue_reserved(ids, events, seqs)
+
+    async def _reserve(self, request_id: str, count: int, *, opens: bool = False) -> range:
+        key = seq_key(request_id)
+        if opens:
+            last = int(await self._redis.incrby(key, count))
+            if last == count:
+                await self._redis.expire(key, self._ttl)
+        else:
+            last = int(await self._next_seqs(keys=[key], args=[count]))
+            if last < 0:
+                raise TurnStateLost(request_id)
+        return range(last - count + 1, last + 1)
 
     async def queue_reserved(
         self,

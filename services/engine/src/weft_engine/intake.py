@@ -33,7 +33,7 @@ from weft_engine.parked_images import ParkedImages
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
-from weft_engine.state import TurnState, TurnStore
+from weft_engine.state import StaleTurnState, TurnState, TurnStore
 from weft_engine.vision import route_images
 
 log = structlog.get_logger(__name__)
@@ -81,14 +81,21 @@ class TurnIntake:
         finisher.start_queued = self.start
 
     async def on_chat_requested(self, request: ChatRequested) -> None:
-        """Start the turn, or apply the double-texting strategy when the session is busy."""
+        """Start the turn, or apply the double-texting strategy when the session is busy.
+
+        A redelivered request whose turn is still ``opening`` (the replica opening it died
+        before its first step) finishes the opening here."""
         rid = request.request_id
-        if await self._store.load(rid) is not None or await self._emitter.completed(rid):
+        known = await self._store.load(rid)
+        if (known is not None and known.phase != "opening") or await self._emitter.completed(rid):
             return  # redelivery of a turn already started
         claim = await self._sessions.claim(request.tenant_id, request.session_id, rid)
         holder = claim.holder
         if holder is None:
-            await self.start(request, claim.previous)
+            if known is None:
+                await self.start(request, claim.previous)
+            else:
+                await self._open(request, known, claim.previous)
             return
         match request.data.double_texting:
             case "reject":
@@ -100,9 +107,33 @@ class TurnIntake:
                 await self.cancel(holder)
 
     async def start(self, request: ChatRequested, previous: str | None = None) -> None:
-        """Open the turn: ``turn_started``, history from memory, state, first step.
-        ``previous``: the session's last ended turn, which the history must hold."""
-        ids = _ids(request)
+        """Open the turn: its state first (so that a started turn always has a stored
+        state, which the ``TurnAuditor`` relies on), ``turn_started``, history from memory,
+        then the first step. ``previous``: the session's last ended turn, which the history
+        must hold."""
+        now = time.time()
+        opening = TurnState(
+            **_ids(request),
+            user_id=request.data.user_id,
+            agent=request.data.agent,
+            messages=[],
+            phase="opening",
+            started_at=now,
+            deadline_at=now + self._turn_deadline_s,
+        )
+        try:
+            # The same round trip reserves turn_started's seq (the turn's counter starts
+            # here: EventEmitter refuses to count on a counter that does not exist).
+            opening, _ = await self._store.save_reserving(opening, 1)
+        except StaleTurnState:
+            return  # a duplicate delivery: another replica opens the turn
+        await self._open(request, opening, previous)
+
+    async def _open(self, request: ChatRequested, state: TurnState, previous: str | None) -> None:
+        """Emit ``turn_started`` (seq 1, reserved by the opening save: a repeat after a
+        crash carries the same seq, which consumers de-duplicate), load the history, save
+        the state ready to think, submit the first step."""
+        ids = state.ids()
         data = request.data
         started = TurnStartedData(
             query=data.query,
@@ -112,16 +143,8 @@ class TurnIntake:
             memory_enabled=data.agent.memory_enabled,
             images=data.images,
         )
-        await self._emitter.emit(TurnStartedEvent, ids, started)
-        now = time.time()
-        state = TurnState(
-            **ids,
-            user_id=data.user_id,
-            agent=data.agent,
-            messages=[],
-            started_at=now,
-            deadline_at=now + self._turn_deadline_s,
-        )
+        await self._emitter.queue_reserved(ids, [(TurnStartedEvent, started)], range(1, 2))
+        await self._emitter.flush(request.request_id)
         try:
             messages, turn_ids, scale = await self._context.opening(
                 data.agent, request.tenant_id, request.session_id, data.user_id, data.query, ids,
@@ -138,13 +161,17 @@ class TurnIntake:
         messages, unread = await self._images.park(request.request_id, messages, unread)
         state = state.model_copy(
             update={
+                "phase": "think",
                 "messages": messages,
                 "turn_ids": turn_ids,
                 "images_to_describe": unread,
                 "token_scale": scale,
             }
         )
-        saved = await self._store.save(state)
+        try:
+            saved = await self._store.save(state)
+        except StaleTurnState:
+            return  # a redelivery opened it at the same time and saved first
         await self._scheduler.submit(request.request_id, state=saved)
 
     async def on_tool_result(self, result: ToolCallCompleted) -> None:
@@ -202,7 +229,10 @@ class TurnIntake:
     async def _reject(self, request: ChatRequested) -> None:
         ids = _ids(request)
         await self._emitter.emit(
-            ErrorEvent, ids, ErrorData(code=ErrorCode.SESSION_BUSY.value, message=SESSION_BUSY)
+            ErrorEvent,
+            ids,
+            ErrorData(code=ErrorCode.SESSION_BUSY.value, message=SESSION_BUSY),
+            opens=True,  # the refused request never started: its events count from 1
         )
         await self._emitter.complete(ids, CompleteData(status=TurnStatus.FAILED))
 

@@ -58,3 +58,8 @@ def takeovers_key(request_id: str) -> str:
 def acked_key(request_id: str) -> str:
     """How far Kafka acknowledged the turn's dispatched tool calls (``AckedDispatch``)."""
     return f"weft:turn:{request_id}:acked"
+
+
+def audit_lock_key(request_id: str) -> str:
+    """Which replica's ``TurnAuditor`` recovers the turn whose state was lost."""
+    return f"weft:turn:{request_id}:audit"

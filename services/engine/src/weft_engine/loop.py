@@ -123,8 +123,8 @@ class TurnLoop:
         """Advance the turn as far as it can go now."""
         request_id = start.request_id
         state = start.known_state() or await self._store.load(request_id)
-        if state is None:
-            return
+        if state is None or state.phase == "opening":
+            return  # ended, or still opening: TurnIntake submits its first step
         claim = start.claim
         try:
             await self._run_or_stop(state, start.takeover, claim.stopped, polled=not claim.steered)

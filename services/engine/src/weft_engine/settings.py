@@ -39,6 +39,18 @@ class EngineSettings(ServiceSettings):
     max_inflight_turns: int = Field(default=64, ge=1, description="Running steps per replica.")
     lease_ttl_s: float = Field(default=6.0, gt=1, description="Takeover delay after a crash.")
     shutdown_grace_s: float = Field(default=15.0, ge=0)
+    audit_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="TurnAuditor: seconds between sweeps for turns whose Redis state was "
+        "lost (with the Kafka read, the bound before such a turn gets its error).",
+    )
+    audit_grace_s: float = Field(
+        default=3.0, ge=0, description="TurnAuditor: younger turns are not audited yet."
+    )
+    audit_lookback_s: float = Field(
+        default=6 * 3600, gt=0, description="TurnAuditor: turns started this recently."
+    )
     tracing_exporter: TracingExporter = Field(
         default="none", description="SPEC E-23 spans: none, console (stdout) or otlp (HTTP)."
     )

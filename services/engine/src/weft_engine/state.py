@@ -87,7 +87,11 @@ class TurnState(BaseModel):
         default_factory=list,
         description="Stored turn of each leading history message (checkpoints, SPEC M-07).",
     )
-    phase: Literal["think", "waiting"] = "think"
+    phase: Literal["opening", "think", "waiting"] = Field(
+        default="think",
+        description="opening: saved before turn_started, history not loaded yet (a "
+        "redelivered ChatRequested finishes the opening, TurnIntake.on_chat_requested).",
+    )
     round: int = 0
     steps: list[AgentStep] = Field(default_factory=list)
     preamble: str = Field(default="", description="Content of the round that called tools.")
@@ -153,18 +157,16 @@ class TurnState(BaseModel):
 
 
 # Compare-and-set: write only when the stored version is the one this replica read (else
-# -1); then reserve ARGV[5] event seqs on the turn's counter (KEYS[3]; `last` is the last
-# one, 0 when none).
+# -1); then reserve ARGV[5] event seqs (maybe 0) on the turn's counter (KEYS[3]; `last` is
+# the last one). The counter lives as long as the state: the first write creates it, and
+# EventEmitter counts only on an existing one (a missing counter means a lost turn).
 _WRITE = """
 local current = redis.call('GET', KEYS[2])
 if (current or '0') ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
-local last = 0
-if tonumber(ARGV[5]) > 0 then
-  last = redis.call('INCRBY', KEYS[3], ARGV[5])
-  redis.call('EXPIRE', KEYS[3], ARGV[4])
-end
+local last = redis.call('INCRBY', KEYS[3], ARGV[5])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
 """
 
 # _WRITE, then the optional tool-deadline change (KEYS[4], ARGV[6] member, ARGV[7] score or
@@ -196,6 +198,11 @@ return {last, 1, redis.call('EXISTS', KEYS[7]), redis.call('LLEN', KEYS[8])}
 
 class StaleTurnState(Exception):
     """Another replica advanced the turn since this one read it."""
+
+
+class TurnStateLost(StaleTurnState):
+    """The turn's stored state is gone (Redis emptied, keys evicted): the step stops, and
+    the ``TurnAuditor`` ends the turn from what Kafka holds."""
 
 
 class TurnStore:

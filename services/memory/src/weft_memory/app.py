@@ -18,6 +18,7 @@ from weft_memory.history_api import history_router
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
 from weft_memory.recorder import RECORDED_TYPES, MessageRecorder
+from weft_memory.turns_api import turns_router
 
 CONSUMER_GROUP = "weft-memory"
 
@@ -98,6 +99,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         session_router(runtime.sessions),
         history_router(runtime.sessions, runtime.redis, settings.history_wait_s),
         memory_router(runtime.sessions, memory, extractor, queue),
+        turns_router(runtime.sessions),
     ]
     return create_service_app(
         runtime,

@@ -68,6 +68,15 @@ class StackConfig:
     ready_timeout_s: float = 120.0
     partitions: int = 3
     """Partitions of every topic of this stack (1 puts every session on one partition)."""
+    redis_url: str | None = None
+    """The stack's own Redis (e.g. a database number a test may FLUSHDB); None: the
+    infrastructure's (``infra_env``)."""
+    database_url: str | None = None
+    """The stack's own PostgreSQL database (created beforehand; migrated at start); None:
+    the infrastructure's. A stack on its own Redis needs its own database too: an engine
+    ends the turns that its database lists as running but its Redis does not hold
+    (``TurnAuditor``), so two stacks sharing a database but not a Redis would end each
+    other's turns."""
 
 
 @dataclass
@@ -154,8 +163,15 @@ class LocalStack:
                 self._spawn(name, port, [])
         self._wait_ready()
 
+    def _own_infra(self) -> dict[str, str]:
+        own = {
+            "WEFT_REDIS_URL": self.config.redis_url,
+            "WEFT_DATABASE_URL": self.config.database_url,
+        }
+        return {name: url for name, url in own.items() if url}
+
     def _migrate(self) -> None:
-        env = {**os.environ, **infra_env()}
+        env = {**os.environ, **infra_env(), **self._own_infra()}
         subprocess.run(
             [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
             env=env, check=True, capture_output=True, timeout=120,
@@ -178,6 +194,7 @@ class LocalStack:
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",
             "OPENAI_API_KEY": "scripted-llm-test-double",
             "WEFT_LLM_MODEL": "weft-scripted",
+            **self._own_infra(),
             **self.config.extra_env,
         }
 
