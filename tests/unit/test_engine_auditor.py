@@ -203,10 +203,20 @@ async def test_two_replicas_end_a_lost_turn_once(redis: FakeAsyncRedis) -> None:
 async def test_every_page_of_unfinished_turns_is_audited(redis: FakeAsyncRedis) -> None:
     turns = [_turn(f"r-{i}", age_s=60 - i) for i in range(5)]
     memory = _Memory(turns, size=2)
-    replica = _replica(redis, memory, _Kafka({}))
+    replica = _replica(redis, memory, _Kafka({t.request_id: TurnTrail(last_seq=2) for t in turns}))
     report = await replica.auditor.sweep()
     assert memory.asked == 3 and report.unfinished == 5
     assert sorted(report.ended) == sorted(t.request_id for t in turns)
+
+
+async def test_a_turn_without_an_event_in_this_deployments_topic_is_left_alone(
+    redis: FakeAsyncRedis,
+) -> None:  # another deployment's turn on a shared database (its stack, its Redis)
+    replica = _replica(redis, _Memory([_turn("r-other")]), _Kafka({}))
+    report = await replica.auditor.sweep()
+    assert report.foreign == ["r-other"] and report.ended == [] and replica.bus.sent == []
+    again = await replica.auditor.sweep()  # set aside: its trail is not read every sweep
+    assert again.lost == [] and replica.bus.sent == []
 
 
 async def test_readiness_is_degraded_from_an_emptied_redis_until_a_sweep_ran(

@@ -79,6 +79,8 @@ class AuditSettings:
     """Only turns started this recently (a turn's state lives at most this long)."""
     lock_ttl_s: float = 30.0
     """How long one replica owns a turn's recovery."""
+    foreign_ttl_s: float = 600.0
+    """How long a turn with no event in this deployment's topic is not looked at again."""
     kafka_margin_s: float = 60.0
     """The Kafka read starts this much before the turn's start (clock skew)."""
     page: int = 200
@@ -253,6 +255,9 @@ class SweepReport:
     """Of those, the ones it ended with ``turn_state_lost``."""
     lagging: list[str] = field(default_factory=list)
     """Of those, the ones whose ``complete`` is in Kafka (memory lags): left alone."""
+    foreign: list[str] = field(default_factory=list)
+    """Of those, the ones with no event in this deployment's ``agent.events``: another
+    deployment's turns on a shared database (test stacks, a staging copy), left alone."""
 
 
 class TurnAuditor:
@@ -336,7 +341,8 @@ class TurnAuditor:
             await self._vouch()
         if report.lost:
             log.warning("turn_audit", unfinished=report.unfinished, lost=report.lost,
-                        ended=report.ended, lagging=report.lagging)  # fmt: skip
+                        ended=report.ended, lagging=report.lagging,
+                        foreign=report.foreign)  # fmt: skip
         return report
 
     async def _vouch(self) -> None:
@@ -358,6 +364,12 @@ class TurnAuditor:
             if trail.completed:
                 report.lagging.append(turn.request_id)
                 continue
+            if trail.last_seq == 0:
+                # Every turn memory knows started with a turn_started on this topic: none
+                # here means another deployment's turn. Not looked at again for a while.
+                report.foreign.append(turn.request_id)
+                await self._set_aside(turn)
+                continue
             await self._end(turn, trail)
             report.ended.append(turn.request_id)
 
@@ -377,12 +389,17 @@ class TurnAuditor:
         ttl_ms = int(self._settings.lock_ttl_s * 1000)
         return bool(await self._redis.set(lock, self._owner, nx=True, px=ttl_ms))
 
+    async def _set_aside(self, turn: UnfinishedTurn) -> None:
+        """Hold the turn's lock for ``foreign_ttl_s``: its Kafka trail is not read again
+        every sweep."""
+        ttl_ms = int(self._settings.foreign_ttl_s * 1000)
+        await self._redis.set(audit_lock_key(turn.request_id), "foreign", px=ttl_ms)
+
     async def _end(self, turn: UnfinishedTurn, trail: TurnTrail) -> None:
         """Stop any step still running the turn, count on from Kafka's last seq, fail it."""
         rid = turn.request_id
         await self._redis.publish(self._cancel_channel, rid)
-        # At least 1: turn_started had seq 1 even if retention dropped it.
-        await self._raise_seq(keys=[seq_key(rid)], args=[max(trail.last_seq, 1), self._ttl])
+        await self._raise_seq(keys=[seq_key(rid)], args=[trail.last_seq, self._ttl])
         failure = TurnFailure(
             code=ErrorCode.TURN_STATE_LOST, message=TURN_STATE_LOST, retryable=True,
             detail=f"no state and no complete in redis; last seq in kafka {trail.last_seq}",
