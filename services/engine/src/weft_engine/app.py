@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_platform.tasks import cancel_and_wait
 
@@ -55,10 +56,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     provider = provider_from_settings(s.tracing_exporter, runtime.instance_id)
     tracer = TurnTracer(provider)
     reporter = ResultReporter(store, emitter, tracer)
+    memory = HistoryClient(
+        base_url=s.memory_url, retry=RetryWindow(window_s=s.memory_retry_window_s)
+    )
     context = ContextManager(
-        memory=HistoryClient(base_url=s.memory_url), model=model, emitter=emitter,
-        estimator=CachedTokenEstimator(),
-    )  # fmt: skip
+        memory=memory, model=model, emitter=emitter, estimator=CachedTokenEstimator()
+    )
     finisher = Finisher(
         emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer
     )
