@@ -1,0 +1,133 @@
+"""The bus across a real broker outage, on a PRIVATE broker this test starts and stops
+(its own WEFT_HOME under tmp and free ports: the shared broker is never touched).
+
+While the broker is away, a publisher keeps publishing (each publish waits for its ack,
+within ``publish_window_s``) and a group consumer is in the middle of a record whose
+handler fails and whose dead letter cannot be written. After the restart: every record
+published is handled, in publish order, the failed record is dead-lettered, none is
+skipped (invariant 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from weft_contracts import ThoughtData, ThoughtEvent, Topic
+from weft_testkit.stack import free_port
+
+from tests.integration.kafka_helpers import dead_letters, own_topics, service_runtime
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class PrivateBroker:
+    """A single-node Kafka of this test only, driven through ``deploy/local/infra.sh``."""
+
+    home: Path
+    port: int
+    controller_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _infra(self, command: str) -> None:
+        env = {
+            **os.environ,
+            "WEFT_HOME": str(self.home),
+            "WEFT_KAFKA_PORT": str(self.port),
+            "WEFT_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+        }
+        subprocess.run(
+            [str(REPO / "deploy/local/infra.sh"), command, "kafka"],
+            env=env, check=True, timeout=180, capture_output=True,
+        )  # fmt: skip
+
+    async def up(self) -> None:
+        """Start (or start again, on the same data) and wait until it answers."""
+        await asyncio.to_thread(self._infra, "up")
+
+    async def down(self) -> None:
+        """SIGTERM the broker and wait for it to exit."""
+        await asyncio.to_thread(self._infra, "down")
+
+
+@pytest.fixture
+async def private_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
+    broker = PrivateBroker(tmp_path / "weft-home", free_port(), free_port())
+    await broker.up()
+    try:
+        yield broker
+    finally:
+        await broker.down()
+
+
+def _event(delta: str) -> ThoughtEvent:
+    return ThoughtEvent(tenant_id="t", session_id="s", request_id="r",
+                        data=ThoughtData(round=0, delta=delta))  # fmt: skip
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 120) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.1)
+
+
+async def test_a_broker_outage_loses_no_record_and_skips_none(
+    private_broker: PrivateBroker, infra: dict[str, str]
+) -> None:
+    private = {**infra, "WEFT_KAFKA_BOOTSTRAP": private_broker.bootstrap}
+    retries: dict[str, Any] = {"consumer_attempts": 2, "consumer_retry_backoff_s": 0.05}
+    away = asyncio.Event()
+    handled: list[str] = []
+
+    async def handler(event: Any) -> None:
+        delta = event.data.delta
+        if delta == "poison":
+            await away.wait()  # fails while the broker is away: its dead letter must wait
+            raise RuntimeError("cannot process poison")
+        handled.append(delta)
+
+    async with own_topics(private, partitions=1) as prefix:
+        async with (
+            # The consumer's publishes give up after 2 s: its dead letter fails in the outage.
+            service_runtime(
+                private, "outage-consumer", prefix=prefix, publish_window_s=2,
+                redelivery_backoff_max_s=1, **retries,
+            ) as consumer,
+            service_runtime(private, "outage-publisher", prefix=prefix, start=True) as publisher,
+        ):  # fmt: skip
+            consumer.bus.consume(Topic.AGENT_EVENTS, "outage", handler)
+            await consumer.broker.start()
+            sent = ["before-0", "poison", "before-1"]
+            for delta in sent:
+                await publisher.bus.publish(Topic.AGENT_EVENTS, _event(delta))
+            await _until(lambda: "before-0" in handled)
+
+            await private_broker.down()
+            away.set()
+            during = [f"during-{i}" for i in range(5)]
+            publishing = asyncio.gather(
+                *(publisher.bus.publish(Topic.AGENT_EVENTS, _event(d)) for d in during)
+            )
+            await asyncio.sleep(3)  # the outage lasts: the dead letter's 2 s window runs out
+            assert not publishing.done(), "a publish gave up inside its window"
+            await private_broker.up()
+            await publishing  # every publish of the outage was acknowledged
+            sent += during
+            await publisher.bus.publish(Topic.AGENT_EVENTS, _event("after"))
+            sent.append("after")
+
+            expected = [d for d in sent if d != "poison"]
+            await _until(lambda: set(expected) <= set(handled))
+            firsts = list(dict.fromkeys(handled))
+            assert firsts == expected, "a record was skipped or overtaken"
+            [letter] = await dead_letters(consumer, 1)
+            assert letter["data"]["reason"] == "handler_failed: cannot process poison"
