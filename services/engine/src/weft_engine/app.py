@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
-from weft_contracts import Topic
+from weft_contracts import ChatRequested, Topic, new_event_id
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.retry import RetryWindow
@@ -66,6 +66,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer
     )
     finisher.persist_scale = context.persist_scale
+
+    async def requeue(request: ChatRequested) -> None:
+        fresh = request.model_copy(update={"id": new_event_id()})
+        await runtime.bus.publish(Topic.AGENT_REQUESTS, fresh)
+
+    finisher.requeue = requeue
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
         finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,
