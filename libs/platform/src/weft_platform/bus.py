@@ -193,8 +193,8 @@ class _Redelivery:
     """
 
     def __init__(self, settings: ServiceSettings):
-        self._first = max(settings.consumer_retry_backoff_s, 0.05)
-        self._cap = settings.redelivery_backoff_max_s
+        self._first: float = settings.consumer_retry_backoff_s or 0.05  # never a busy loop
+        self._cap: float = settings.redelivery_backoff_max_s
         self._failures = 0
 
     def reset(self) -> None:
@@ -219,9 +219,14 @@ class _Redelivery:
             exc_info=exc,
         )
         _rewind(consumer, tuple(records))
-        pause = min(self._cap, self._first * 2**self._failures)
+        await asyncio.sleep(self.next_pause())
+
+    def next_pause(self) -> float:
+        """The pause before the next read of a handed-back record (it doubles up to the cap
+        while failures go on)."""
+        pause = min(self._cap, self._first * float(2**self._failures))
         self._failures = min(self._failures + 1, 32)
-        await asyncio.sleep(pause)
+        return pause
 
 
 class EventBus:
