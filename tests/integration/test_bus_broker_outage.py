@@ -10,63 +10,13 @@ skipped (invariant 3)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from weft_contracts import ThoughtData, ThoughtEvent, Topic
-from weft_testkit.stack import free_port
 
 from tests.integration.kafka_helpers import dead_letters, own_topics, service_runtime
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class PrivateBroker:
-    """A single-node Kafka of this test only, driven through ``deploy/local/infra.sh``."""
-
-    home: Path
-    port: int
-    controller_port: int
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _infra(self, command: str) -> None:
-        env = {
-            **os.environ,
-            "WEFT_HOME": str(self.home),
-            "WEFT_KAFKA_PORT": str(self.port),
-            "WEFT_KAFKA_CONTROLLER_PORT": str(self.controller_port),
-        }
-        subprocess.run(
-            [str(REPO / "deploy/local/infra.sh"), command, "kafka"],
-            env=env, check=True, timeout=180, capture_output=True,
-        )  # fmt: skip
-
-    async def up(self) -> None:
-        """Start (or start again, on the same data) and wait until it answers."""
-        await asyncio.to_thread(self._infra, "up")
-
-    async def down(self) -> None:
-        """SIGTERM the broker and wait for it to exit."""
-        await asyncio.to_thread(self._infra, "down")
-
-
-@pytest.fixture
-async def private_broker(tmp_path: Path) -> AsyncIterator[PrivateBroker]:
-    broker = PrivateBroker(tmp_path / "weft-home", free_port(), free_port())
-    await broker.up()
-    try:
-        yield broker
-    finally:
-        await broker.down()
+from tests.private_broker import PrivateBroker
 
 
 def _event(delta: str) -> ThoughtEvent:
