@@ -461,3 +461,36 @@ async def test_a_record_whose_dead_letter_cannot_be_written_is_read_again_never_
         assert letter["data"]["reason"] == "handler_failed: cannot process poison"
         await _until(lambda: any(2 in c.values() for c in outage.commits))
         assert max(o for c in outage.commits for o in c.values()) == 2
+
+
+@pytest.mark.kafka
+async def test_a_batch_whose_dead_letter_cannot_be_written_is_read_again(
+    infra: dict[str, str],
+) -> None:  # invariant 3
+    """``consume_batch``: the handler took the batch, but the undecodable record in it
+    cannot be dead-lettered: the batch is handed back, uncommitted, and read again (its
+    handler is idempotent by contract) until the dead letter is written."""
+    async with service_runtime(
+        infra, "redeliver-batch", commit_interval_ms=0, redelivery_backoff_max_s=0.1, **RETRIES
+    ) as rt:
+        batches: list[list[str]] = []
+
+        async def handler(events: list[Any]) -> None:
+            batches.append([e.data.delta for e in events])
+
+        rt.bus.consume_batch(Topic.AGENT_EVENTS, "b", handler)
+        outage = DeadLetterOutage(rt)
+        await rt.broker.start()
+        outage.watch_commits(rt)
+        topic = rt.bus.topic_name(Topic.AGENT_EVENTS)
+        await rt.broker.publish(b"not json", topic, key=b"s")  # offset 0, partition of "s"
+        await rt.bus.publish(Topic.AGENT_EVENTS, _event("fine"))  # offset 1
+        await _until(lambda: outage.refused >= 3)
+        assert outage.commits == [], "a commit passed the record that was not dead-lettered"
+        assert batches and all(b == ["fine"] for b in batches)  # the same batch, read again
+
+        outage.down = False
+        [letter] = await dead_letters(rt, 1)
+        assert letter["data"]["reason"].startswith("undecodable")
+        await _until(lambda: any(2 in c.values() for c in outage.commits))
+        assert max(o for c in outage.commits for o in c.values()) == 2
