@@ -13,8 +13,9 @@ from weft_testkit import infra_env
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
-# The stack (e2e, security) and database (integration, security) fixtures, shared by suites.
-pytest_plugins = ["tests.stack_fixtures", "tests.db_fixtures"]
+# The stack (e2e, security), database (integration, security) and private broker (outage
+# tests) fixtures, shared by suites.
+pytest_plugins = ["tests.stack_fixtures", "tests.db_fixtures", "tests.private_broker"]
 
 
 @pytest.fixture(autouse=True, scope="session")

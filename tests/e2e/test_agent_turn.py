@@ -77,7 +77,7 @@ async def test_agent_turn_streams_search_and_cited_answer(
     assert complete["status"] == "completed"
     assert "30 days" in complete["final_answer"] and "[c" in complete["final_answer"]
     streamed = "".join(e.data["data"]["delta"] for e in events if e.event == "final_answer")
-    assert streamed.strip() == complete["final_answer"].strip()
+    assert streamed == complete["final_answer"]
     assert complete["steps"][0]["tool_calls"][0]["tool_name"] == "search_knowledge"
 
     messages = await _wait_for_messages(api, session_id, 2)
@@ -86,6 +86,29 @@ async def test_agent_turn_streams_search_and_cited_answer(
     assert assistant["is_completed"] and assistant["content"] == complete["final_answer"]
     assert assistant["agent_steps"][0]["tool_calls"][0]["success"] is True
     assert assistant["references"] and assistant["references"][0]["alias"] == "c1"
+
+
+async def test_streamed_deltas_complete_and_stored_answer_agree_byte_for_byte(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-10
+    """An answer with leading and trailing whitespace and a newline: what the client
+    concatenates from the answering round's deltas, ``complete.final_answer`` and the
+    stored assistant message are the same string, whitespace included."""
+    pieces = [" hi", " there ", "\n"]
+    await llm.post("/_script", json={"steps": [{"match": "SPACES", "content": pieces}]})
+    session_id = await _session(api)
+    events = await _turn(api, stack, session_id, {"query": "SPACES: say hi"})
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed", complete
+    answering = complete["rounds"] - 1
+    streamed = "".join(
+        e.data["data"]["delta"]
+        for e in events
+        if e.event == "final_answer" and e.data["data"]["round"] == answering
+    )
+    assert streamed == complete["final_answer"] == " hi there \n"
+    _, assistant = await _wait_for_messages(api, session_id, 2)
+    assert assistant["content"] == " hi there \n"
 
 
 async def test_second_turn_sees_the_first_in_its_history(

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 from weft_contracts import (
     CompleteData,
     CompleteEvent,
@@ -25,7 +26,12 @@ from weft_contracts import (
 )
 from weft_platform.runtime import ServiceRuntime
 
-from tests.integration.kafka_helpers import in_memory_runtime, own_topics, service_runtime
+from tests.integration.kafka_helpers import (
+    dead_letters,
+    in_memory_runtime,
+    own_topics,
+    service_runtime,
+)
 
 RETRIES: dict[str, Any] = {"consumer_attempts": 3, "consumer_retry_backoff_s": 0.01}
 
@@ -387,3 +393,104 @@ async def test_handled_offsets_are_committed_together_and_a_new_consumer_resumes
             await second.bus.publish(Topic.AGENT_EVENTS, _event("next"))
             await asyncio.wait_for(got.wait(), 60)
             assert again == ["uncommitted", "next"]  # one key, one partition: in order
+
+
+class DeadLetterOutage:
+    """``bus.publish`` that cannot write dead letters while ``down`` (as when the broker
+    is away), and commits of the consumer noted as they are sent."""
+
+    def __init__(self, runtime: ServiceRuntime):
+        self.down = True
+        self.refused = 0
+        self.commits: list[dict[Any, int]] = []
+        self._publish = runtime.bus.publish
+        runtime.bus.publish = self._failing  # type: ignore[method-assign]
+
+    async def _failing(self, topic: Topic, message: Any) -> None:
+        if topic is Topic.DLQ and self.down:
+            self.refused += 1
+            raise KafkaConnectionError("broker away")
+        await self._publish(topic, message)
+
+    def watch_commits(self, runtime: ServiceRuntime) -> None:
+        consumer = next(iter(runtime.broker.subscribers)).consumer  # type: ignore[attr-defined]
+        real_commit = consumer.commit
+
+        async def noted(offsets: Any = None) -> None:
+            self.commits.append({tp.partition: offset for tp, offset in (offsets or {}).items()})
+            await real_commit(offsets)
+
+        consumer.commit = noted
+
+
+@pytest.mark.kafka
+async def test_a_record_whose_dead_letter_cannot_be_written_is_read_again_never_skipped(
+    infra: dict[str, str],
+) -> None:  # invariant 3
+    """A handler fails and its dead letter cannot be written either: the record is not
+    skipped, the record behind it on its partition is not handled before it, and no
+    commit passes it; once dead letters can be written again, it is dead-lettered and
+    the next record flows. Kafka only: offsets and seeks exist only on a real broker."""
+    async with service_runtime(
+        infra, "redeliver", commit_interval_ms=0, redelivery_backoff_max_s=0.1, **RETRIES
+    ) as rt:
+        tries: dict[str, int] = {}
+        seen: list[str] = []
+
+        async def handler(event: Any) -> None:
+            tries[event.data.delta] = tries.get(event.data.delta, 0) + 1
+            if event.data.delta == "poison":
+                raise RuntimeError("cannot process poison")
+            seen.append(event.data.delta)
+
+        rt.bus.consume(Topic.AGENT_EVENTS, "g", handler)
+        outage = DeadLetterOutage(rt)
+        await rt.broker.start()
+        outage.watch_commits(rt)
+        await rt.bus.publish(Topic.AGENT_EVENTS, _event("poison"))  # one key: one partition,
+        await rt.bus.publish(Topic.AGENT_EVENTS, _event("after"))  # offsets 0 and 1
+        await _until(lambda: outage.refused >= 3)
+        assert seen == [] and "after" not in tries, "the next record overtook the failed one"
+        assert outage.commits == [], "a commit passed the record that was not handled"
+        assert tries["poison"] >= 3 * 3, "the record was handed back and tried again"
+
+        outage.down = False
+        await _until(lambda: seen == ["after"])
+        assert seen == ["after"]
+        [letter] = await dead_letters(rt, 1)
+        assert letter["data"]["reason"] == "handler_failed: cannot process poison"
+        await _until(lambda: any(2 in c.values() for c in outage.commits))
+        assert max(o for c in outage.commits for o in c.values()) == 2
+
+
+@pytest.mark.kafka
+async def test_a_batch_whose_dead_letter_cannot_be_written_is_read_again(
+    infra: dict[str, str],
+) -> None:  # invariant 3
+    """``consume_batch``: the handler took the batch, but the undecodable record in it
+    cannot be dead-lettered: the batch is handed back, uncommitted, and read again (its
+    handler is idempotent by contract) until the dead letter is written."""
+    async with service_runtime(
+        infra, "redeliver-batch", commit_interval_ms=0, redelivery_backoff_max_s=0.1, **RETRIES
+    ) as rt:
+        batches: list[list[str]] = []
+
+        async def handler(events: list[Any]) -> None:
+            batches.append([e.data.delta for e in events])
+
+        rt.bus.consume_batch(Topic.AGENT_EVENTS, "b", handler)
+        outage = DeadLetterOutage(rt)
+        await rt.broker.start()
+        outage.watch_commits(rt)
+        topic = rt.bus.topic_name(Topic.AGENT_EVENTS)
+        await rt.broker.publish(b"not json", topic, key=b"s")  # offset 0, partition of "s"
+        await rt.bus.publish(Topic.AGENT_EVENTS, _event("fine"))  # offset 1
+        await _until(lambda: outage.refused >= 3)
+        assert outage.commits == [], "a commit passed the record that was not dead-lettered"
+        assert batches and all(b == ["fine"] for b in batches)  # the same batch, read again
+
+        outage.down = False
+        [letter] = await dead_letters(rt, 1)
+        assert letter["data"]["reason"].startswith("undecodable")
+        await _until(lambda: any(2 in c.values() for c in outage.commits))
+        assert max(o for c in outage.commits for o in c.values()) == 2

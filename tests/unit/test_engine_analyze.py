@@ -28,6 +28,22 @@ def test_natural_stop_with_content_is_the_answer() -> None:  # SPEC E-10
         assert outcome == Answer("Paris.")
 
 
+def test_the_answer_is_the_content_as_streamed_whitespace_and_all() -> None:  # SPEC E-10
+    """The stream sends every delta as the model wrote it; ``complete`` and the stored
+    message carry this text, so they must not trim what the client already shows."""
+    for text in (" hi there \n", "\n\nParis.\n", "a\n  "):
+        answer, c = analyze(_r(text), TurnCounters(), steered=False)
+        assert answer == Answer(text), repr(text)
+        truncated, _ = analyze(_r(text, "length"), TurnCounters(), steered=False)
+        assert truncated == Answer(text, truncated=True)
+        filtered, _ = analyze(_r(text, "content_filter"), TurnCounters(), steered=False)
+        assert filtered == Answer(text)
+    # a repeat is still recognised when only the surrounding whitespace differs (E-14)
+    _, c = analyze(_r("Paris."), TurnCounters(), steered=False)
+    stuck, _ = analyze(_r(" Paris.\n"), c, steered=False)
+    assert stuck == Answer(" Paris.\n")
+
+
 def test_empty_answer_is_nudged_twice_then_falls_back() -> None:  # SPEC E-11
     c = TurnCounters()
     first, c = analyze(_r(""), c, steered=False)

@@ -4,12 +4,21 @@ logs and the turn's span."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, cast
 from unittest.mock import AsyncMock
 
+import pytest
+from aiokafka.errors import KafkaTimeoutError
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from weft_contracts import AgentConfig, ErrorCode, ErrorData
+from weft_contracts import (
+    AgentConfig,
+    ChatRequested,
+    ChatRequestedData,
+    ErrorCode,
+    ErrorData,
+)
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import (
     MODEL_BUSY,
@@ -102,3 +111,44 @@ async def test_the_error_event_is_clean_and_the_span_keeps_the_detail() -> None:
     assert execute.attributes["weft.error.code"] == "llm_error"
     assert "gpu-pool-7.internal" in str(execute.attributes["weft.error.detail"])
     assert "gpu-pool-7.internal" in str(execute.status.description)
+
+
+def _finisher_handing_over(queued: ChatRequested) -> Finisher:
+    sessions = AsyncMock()
+    sessions.hand_over.return_value = queued
+    return Finisher(
+        emitter=cast(EventEmitter, _Emitter()), store=cast(TurnStore, AsyncMock()),
+        leases=cast(TurnLeases, AsyncMock()), sessions=cast(SessionGate, sessions),
+    )  # fmt: skip
+
+
+async def test_a_queued_request_whose_start_fails_goes_back_to_the_bus() -> None:
+    """``hand_over`` took the next request off the session's queue; when starting it
+    fails (here: its ``turn_started`` could not be published), it is handed back to
+    ``agent.requests`` instead of being lost, and the ending turn still ends cleanly."""
+    data = ChatRequestedData(query="q", user_id="u", agent=AgentConfig(agent_id="a", model="m"))
+    queued = ChatRequested(tenant_id="t", session_id="s", request_id="req-2", data=data)
+    state = TurnState(
+        tenant_id="t", session_id="s", request_id="req-1", user_id="u",
+        agent=AgentConfig(agent_id="a", model="m"), messages=[], started_at=time.time(),
+    )  # fmt: skip
+    requeued: list[ChatRequested] = []
+
+    async def requeue(request: ChatRequested) -> None:
+        requeued.append(request)
+
+    async def start(request: ChatRequested, previous: str) -> None:
+        raise KafkaTimeoutError("turn_started not acknowledged")
+
+    finisher = _finisher_handing_over(queued)
+    finisher.start_queued, finisher.requeue = start, requeue
+    await finisher.forget(state)
+    assert requeued == [queued]
+
+    async def cancelled(request: ChatRequested, previous: str) -> None:
+        raise asyncio.CancelledError
+
+    finisher.start_queued = cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await finisher.forget(state)
+    assert requeued == [queued, queued], "a shutdown mid-start hands it back too"

@@ -5,12 +5,15 @@ STYLE principle 4 for infrastructure errors: an undecodable record is dead-lette
 once with the reason (records are read by ``weft_contracts.compat``'s rule: unknown
 fields ignored, a newer ``schema_version`` dead-lettered as such); a handler that raises
 is retried ``consumer_attempts`` times, then dead-lettered; the consumer itself never
-stops. A record's offset is committed only after its handler returned, so a crash hands
-the record back to Kafka. Commits are coalesced (``commit_interval_ms``): one commit
-request per consumer and interval instead of one per record, since a commit is a broker
-round trip that every consumer group would pay for every event. A crash or a
-rebalance therefore hands back up to one interval of handled records, which the id-based
-dedupe (or an idempotent handler) absorbs.
+stops. A record's offset is committed only after its handler returned (or its dead letter
+was written), so a crash hands the record back to Kafka; a record that could be neither
+handled nor dead-lettered (the broker is away) is read again, never skipped
+(:class:`_Redelivery`). Publishes wait out a broker outage (:func:`create_broker`).
+Commits are coalesced (``commit_interval_ms``): one commit request per consumer and
+interval instead of one per record, since a commit is a broker round trip that every
+consumer group would pay for every event. A crash or a rebalance therefore hands back up
+to one interval of handled records, which the id-based dedupe (or an idempotent handler)
+absorbs.
 :meth:`EventBus.consume_batch` is the same contract for a whole fetch at a time: one
 handler call per batch, for consumers whose cost is per round trip.
 """
@@ -51,11 +54,25 @@ BatchHandler = Callable[[list[Any]], Awaitable[None]]
 
 
 def create_broker(settings: ServiceSettings) -> KafkaBroker:
-    """A broker for one service process; the producer waits for the leader's ack."""
+    """A broker for one service process; the producer waits for the leader's ack and
+    waits out a broker outage of up to ``publish_window_s``.
+
+    aiokafka resends a batch on every retriable error (connection refused, no leader,
+    request timed out) ``retry_backoff_ms`` apart until it is ``request_timeout_ms`` old,
+    then fails it: that age is the window. A partition has one batch in flight at a
+    time, so a resend never overtakes a later record (per-partition order, invariant
+    1); a resend of a batch the broker had written but whose answer was lost is a
+    duplicate with the same envelope ids, which consumers drop (invariant 3).
+    Idempotence (``enable_idempotence``) is off on purpose: in aiokafka 0.14 a batch
+    that expires while the broker is away (no leader) leaves the producer's sequence
+    numbers out of step, and every later publish of the process then fails with
+    ``OutOfOrderSequenceNumber`` (seen against the local broker after a 50 s outage).
+    """
     return KafkaBroker(
         settings.kafka_bootstrap,
         client_id=f"weft-{settings.service_name}",
         acks="all",
+        request_timeout_ms=int(settings.publish_window_s * 1000),
         allow_auto_create_topics=False,
         logger=logging.getLogger("weft.bus"),
         log_level=logging.DEBUG,  # per-message "Received/Processed" lines only when debugging
@@ -163,6 +180,55 @@ class _Commits:
         await self.flush()
 
 
+class _Redelivery:
+    """What a group consumer does with a record it could not durably handle: a handler
+    that failed and whose dead letter could not be written either (the broker is away),
+    or a failure of the bus's own steps (the dedupe lookup in Redis).
+
+    Such a record is not skipped: FastStream would log the exception and read on, and
+    the next record's commit would pass the failed one. Instead its partition is sought
+    back to it (nothing after it is handled first: partition order holds) and read again
+    after a pause that doubles, from ``consumer_retry_backoff_s`` up to
+    ``redelivery_backoff_max_s``, while the failures go on. The consumer never stops.
+    """
+
+    def __init__(self, settings: ServiceSettings):
+        self._first: float = settings.consumer_retry_backoff_s or 0.05  # never a busy loop
+        self._cap: float = settings.redelivery_backoff_max_s
+        self._failures = 0
+
+    def reset(self) -> None:
+        """A record was handled: the next failure starts from the shortest pause."""
+        self._failures = 0
+
+    async def hand_back(
+        self, group_id: str, consumer: Any, records: Sequence[Any], exc: Exception
+    ) -> None:
+        """Seek ``records`` back to be read again, after the pause."""
+        if not isinstance(consumer, AIOKafkaConsumer):
+            raise exc  # FastStream's in-memory test broker: no offsets to seek
+        first = records[0]
+        log.error(
+            "record_handed_back",
+            group=group_id,
+            topic=first.topic,
+            partition=first.partition,
+            offset=first.offset,
+            records=len(records),
+            error=repr(exc),
+            exc_info=exc,
+        )
+        _rewind(consumer, tuple(records))
+        await asyncio.sleep(self.next_pause())
+
+    def next_pause(self) -> float:
+        """The pause before the next read of a handed-back record (it doubles up to the cap
+        while failures go on)."""
+        pause = min(self._cap, self._first * float(2**self._failures))
+        self._failures = min(self._failures + 1, 32)
+        return pause
+
+
 class EventBus:
     """Publishes Weft envelopes and registers consumers with decode/retry/DLQ rules."""
 
@@ -223,8 +289,17 @@ class EventBus:
         commits = _Commits(group_id, self._settings.commit_interval_ms / 1000)
         self._commits.append(commits)
 
+        pauses = _Redelivery(self._settings)
+
         async def on_record(delivery: Any) -> None:
-            await process(delivery.body, delivery.record)
+            try:
+                await process(delivery.body, delivery.record)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await pauses.hand_back(group_id, delivery.consumer, (delivery.record,), exc)
+                return
+            pauses.reset()
             await commits.handled(delivery.consumer, [delivery.record])
 
         async def process(body: bytes, record: Any) -> None:
@@ -333,11 +408,21 @@ class EventBus:
         commits = _Commits(group_id, self._settings.commit_interval_ms / 1000)
         self._commits.append(commits)
 
+        pauses = _Redelivery(self._settings)
+
         async def on_batch(delivery: Any) -> None:
             records: tuple[Any, ...] = delivery.record
-            if not await process(delivery.body, records):
+            try:
+                handled = await process(delivery.body, records)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a dead letter that could not be written
+                await pauses.hand_back(group_id, delivery.consumer, records, exc)
+                return
+            if not handled:
                 _rewind(delivery.consumer, records)  # delivered again, nothing committed
                 return
+            pauses.reset()
             await commits.handled(delivery.consumer, records)
 
         async def process(bodies: list[bytes], records: tuple[Any, ...]) -> bool:

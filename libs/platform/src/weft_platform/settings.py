@@ -37,6 +37,19 @@ class ServiceSettings(BaseSettings):
         description="Handled records' offsets are committed together at most this often "
         "(0: after every record). A crash hands back up to this much of handled records.",
     )
+    publish_window_s: float = Field(
+        default=60.0,
+        gt=1,
+        description="How long a publish waits out a broker outage: the producer resends "
+        "a record every retry_backoff until its ack comes or it is this old (aiokafka's "
+        "request_timeout_ms); then the publish fails. Above a broker restart (5-30 s).",
+    )
+    redelivery_backoff_max_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Cap of the pause before a record whose handling (or dead-lettering) "
+        "failed is read again; pauses double from consumer_retry_backoff_s.",
+    )
     readiness_timeout_s: float = Field(default=2.0, gt=0)
     instance_id: str = Field(default="", description="Replica name; defaults to host:pid.")
     topic_prefix: str = Field(

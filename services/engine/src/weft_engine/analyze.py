@@ -31,17 +31,24 @@ MAX_REPEATED_ROUNDS = 2
 def analyze(
     response: LLMResponse, c: TurnCounters, *, steered: bool
 ) -> tuple[StepOutcome, TurnCounters]:
-    """The outcome of ``response`` and the updated counters."""
-    content = response.content.strip()
+    """The outcome of ``response`` and the updated counters.
+
+    An answer's text is the content exactly as its deltas streamed, whitespace and all,
+    so that the stream, ``complete`` and the stored message agree byte for byte; only
+    the emptiness and repetition checks read it stripped (SPEC E-11, E-14)."""
+    streamed = response.content
+    content = streamed.strip()
     if response.finish_reason in LENGTH_REASONS:
-        return _length(response, content, c)
+        return _length(response, streamed, c)
     c = c.model_copy(update={"length_rounds": 0})
     if response.tool_calls:
         return Dispatch(response.tool_calls), c.model_copy(
             update={"last_content": None, "repeats": 0}
         )
     if response.finish_reason == "content_filter":  # SPEC E-09
-        return Answer(content or CONTENT_FILTER_APOLOGY, is_fallback=not content), c
+        if not content:
+            return Answer(CONTENT_FILTER_APOLOGY, is_fallback=True), c
+        return Answer(streamed), c
     if not content:  # SPEC E-11
         if c.empty_retries >= MAX_EMPTY_RETRIES:
             return Answer(EMPTY_FALLBACK, is_fallback=True), c
@@ -49,23 +56,24 @@ def analyze(
     repeats = c.repeats + 1 if content == c.last_content else 1
     c = c.model_copy(update={"last_content": content, "repeats": repeats})
     if repeats >= MAX_REPEATED_ROUNDS:  # SPEC E-14: stuck, stop with the repeated content
-        return Answer(content), c
+        return Answer(streamed), c
     if steered:  # SPEC E-13
         return Intermediate(content), c
-    return Answer(content), c  # SPEC E-10
+    return Answer(streamed), c  # SPEC E-10
 
 
 def _length(
-    response: LLMResponse, content: str, c: TurnCounters
+    response: LLMResponse, streamed: str, c: TurnCounters
 ) -> tuple[StepOutcome, TurnCounters]:
     """SPEC E-12: deliver a truncated body; retry without one; stop after 3 in a row."""
     rounds = c.length_rounds + 1
     c = c.model_copy(update={"length_rounds": rounds})
-    if content and not response.tool_calls:
-        return Answer(content, truncated=True), c
+    body = bool(streamed.strip())
+    if body and not response.tool_calls:
+        return Answer(streamed, truncated=True), c
     if rounds >= MAX_LENGTH_ROUNDS:
         # A body was streamed as it came: only the fixed text is sent as a fallback.
-        return Answer(
-            content or LENGTH_EXHAUSTED, truncated=bool(content), is_fallback=not content
-        ), c
+        if body:
+            return Answer(streamed, truncated=True), c
+        return Answer(LENGTH_EXHAUSTED, is_fallback=True), c
     return Retry(LENGTH_NUDGE), c

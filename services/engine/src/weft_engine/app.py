@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
-from weft_contracts import Topic
+from weft_contracts import ChatRequested, Topic, new_event_id
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_platform.tasks import cancel_and_wait
 
@@ -57,14 +58,22 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     provider = provider_from_settings(s.tracing_exporter, runtime.instance_id)
     tracer = TurnTracer(provider)
     reporter = ResultReporter(store, emitter, tracer)
+    memory = HistoryClient(
+        base_url=s.memory_url, retry=RetryWindow(window_s=s.memory_retry_window_s)
+    )
     context = ContextManager(
-        memory=HistoryClient(base_url=s.memory_url), model=model, emitter=emitter,
-        estimator=CachedTokenEstimator(),
-    )  # fmt: skip
+        memory=memory, model=model, emitter=emitter, estimator=CachedTokenEstimator()
+    )
     finisher = Finisher(
         emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer
     )
     finisher.persist_scale = context.persist_scale
+
+    async def requeue(request: ChatRequested) -> None:
+        fresh = request.model_copy(update={"id": new_event_id()})
+        await runtime.bus.publish(Topic.AGENT_REQUESTS, fresh)
+
+    finisher.requeue = requeue
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
         finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ log = structlog.get_logger(__name__)
 
 StartQueued = Callable[[ChatRequested, str], Awaitable[None]]
 """Starts a queued request as the session's next turn, after the turn named."""
+Requeue = Callable[[ChatRequested], Awaitable[None]]
+"""Hands a request back to ``agent.requests`` (a fresh envelope id, so that the requests
+consumer's dedupe does not take it for the delivery it already handled)."""
 
 MODEL_BUSY = "The model is rate-limiting requests. Try again in a moment."
 MODEL_UNAVAILABLE = "The model is unavailable right now. Try again in a moment."
@@ -91,6 +95,8 @@ class Finisher:
         self._sessions = sessions
         self._tracer = tracer or TurnTracer(None)
         self.start_queued: StartQueued | None = None
+        self.requeue: Requeue | None = None
+        """Where a queued request goes when starting it here failed (``forget``)."""
         self.persist_scale: Callable[[TurnState], Awaitable[None]] | None = None
         """Stores a token scale measured in the turn (``ContextManager.persist_scale``);
         before the session is handed over, so that its next turn reads it."""
@@ -168,7 +174,22 @@ class Finisher:
         rid = state.request_id
         queued = await self._sessions.hand_over(state.tenant_id, state.session_id, rid)
         if queued is not None and self.start_queued is not None:
-            await self.start_queued(queued, rid)
+            await self._start_next(self.start_queued, queued, rid)
+
+    async def _start_next(self, start: StartQueued, queued: ChatRequested, ended: str) -> None:
+        """Start the request ``hand_over`` took off the session's queue. It is in no other
+        store now: if starting it fails (the broker away past its window, Redis), it goes
+        back to ``agent.requests``, whose consumer starts it with its retry and redelivery
+        rules (the session is already claimed for it), so it is never lost."""
+        try:
+            await start(queued, ended)
+        except BaseException as exc:
+            log.warning("queued_start_failed", request_id=queued.request_id, error=repr(exc))
+            if self.requeue is None:
+                raise
+            await asyncio.shield(self.requeue(queued))
+            if not isinstance(exc, Exception):
+                raise  # cancelled: handed back, and the cancellation goes on
 
 
 def final_step(state: TurnState, reasoning: str) -> list[AgentStep]:

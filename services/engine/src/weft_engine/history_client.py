@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from weft_platform.retry import RetryWindow, request_within
 
 from weft_engine.compaction import Checkpoint, CompactionResult
 
@@ -53,11 +54,16 @@ class HistoryClient:
     """The engine's client of memory's ``/internal`` routes: the turn's history and its
     checkpoints, plus long-term memory recall and extraction; 404 on a session means "no
     history". (The gateway's ``SessionsClient`` is the other client of memory: sessions
-    and messages for the public API.)"""
+    and messages for the public API.)
+
+    Every call is tried again within ``retry`` (``weft_platform.retry``): a memory
+    restart is waited out; :class:`MemoryUnavailable` means the window was used up or
+    memory refused the request (4xx other than the 404s read as "none")."""
 
     base_url: str
     timeout_s: float = 10.0
     transport: httpx.AsyncBaseTransport | None = None
+    retry: RetryWindow = field(default_factory=lambda: RetryWindow(window_s=0))
     _http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     def _client(self) -> httpx.AsyncClient:
@@ -67,9 +73,13 @@ class HistoryClient:
             )
         return self._http
 
-    async def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    async def _call(
+        self, method: str, path: str, *, resend: bool = True, **kw: Any
+    ) -> httpx.Response:
         try:
-            return await self._client().request(method, path, **kw)
+            return await request_within(
+                self._client(), self.retry, method, path, resend=resend, **kw
+            )
         except httpx.HTTPError as exc:
             raise MemoryUnavailable(f"memory unreachable: {exc}") from exc
 
@@ -164,7 +174,9 @@ class HistoryClient:
             "session_id": session_id,
             "request_id": request_id,
         }
-        resp = await self._call("POST", "/internal/memories/extract", json=body)
+        # Not resent once it may have reached memory: a second extraction of the same
+        # turn could store its facts twice.
+        resp = await self._call("POST", "/internal/memories/extract", resend=False, json=body)
         if resp.status_code == 404:
             return 0
         _raise_for(resp)

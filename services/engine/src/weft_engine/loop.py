@@ -320,8 +320,8 @@ class TurnLoop:
             await self._finish(ClosingFailed(state, exc))
             return
         state = self._tracer.add_usage(state, response.usage)
-        text = response.content.strip()
-        answer = Answer(text) if text else Answer(reason, is_fallback=True)
+        text = response.content  # as streamed: stored and streamed answers agree
+        answer = Answer(text) if text.strip() else Answer(reason, is_fallback=True)
         await self._finish(Answered(state, answer, response.reasoning))
 
     async def _poll(self, request_id: str, polled: bool) -> tuple[bool, list[str]]:

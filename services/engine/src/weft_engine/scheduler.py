@@ -186,10 +186,15 @@ class StepScheduler:
         ]
 
     async def _heartbeat(self) -> None:
+        # Leases live in Redis only: a step waiting out a broker outage (a publish inside
+        # its window) keeps renewing them, so no other replica takes a live turn over.
         while True:
             await asyncio.sleep(self._ttl / 3)
-            for request_id in list(self._tasks):
-                await self._leases.claim(request_id)
+            try:
+                for request_id in list(self._tasks):
+                    await self._leases.claim(request_id)
+            except Exception:  # a Redis hiccup must not stop the renewals for good
+                log.exception("lease_heartbeat_failed")
 
     async def _reap(self) -> None:
         while True:

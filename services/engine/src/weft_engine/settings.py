@@ -26,6 +26,13 @@ class EngineSettings(ServiceSettings):
         description="HTTP transport under the openai client (weft_llm.openai_model).",
     )
     memory_url: str = "http://127.0.0.1:8085"
+    memory_retry_window_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="Calls to memory (history, checkpoints, token scale, recall) are tried "
+        "again for this long before the turn is told memory is unavailable: a memory "
+        "restart (5-15 s) is waited out; see docs/operations.md.",
+    )
     tool_deadline_s: float = Field(default=60.0, gt=0, description="SPEC E-17 default.")
     turn_deadline_s: float = Field(
         default=20 * 60,

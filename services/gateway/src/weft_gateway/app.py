@@ -7,6 +7,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.bus import EventBus
+from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
@@ -75,11 +76,16 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     )
     redis = Redis(connection_pool=pool)
     streams = SessionStreams(redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s)
+    retry = RetryWindow(window_s=s.internal_retry_window_s)
     memory = SessionsClient(
-        s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections
+        s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections, retry=retry
     )
     agents = AgentConfigClient(
-        s.agent_config_url, "agent-config", s.internal_timeout_s, s.internal_max_connections
+        s.agent_config_url,
+        "agent-config",
+        s.internal_timeout_s,
+        s.internal_max_connections,
+        retry=retry,
     )
     directory = SessionDirectory(
         redis, memory, ttl_s=s.session_cache_ttl_s, lookup_timeout_s=s.session_lookup_timeout_s

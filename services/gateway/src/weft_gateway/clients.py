@@ -8,12 +8,19 @@ from urllib.parse import quote
 import httpx
 from fastapi import HTTPException
 from weft_contracts import AgentConfig
+from weft_platform.retry import RetryWindow, request_within
 
 KEEPALIVE_EXPIRY_S = 2.0
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+"""Methods whose request may be sent again after it may have reached the service."""
+NO_RETRY = RetryWindow(window_s=0)
 
 
 class ServiceClient:
-    """A JSON client that turns a downstream 404/4xx into the same status for our caller."""
+    """A JSON client that turns a downstream 404/4xx into the same status for our caller.
+
+    Failures to connect, timeouts and 5xx are tried again within ``retry``
+    (``weft_platform.retry``; a non-idempotent request only when it never left)."""
 
     def __init__(
         self,
@@ -23,6 +30,7 @@ class ServiceClient:
         max_connections: int = 100,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        retry: RetryWindow = NO_RETRY,
     ):
         # Idle connections are dropped well before uvicorn's 5 s keep-alive timeout closes
         # them on the server side: reusing one the server is closing failed requests with
@@ -36,12 +44,27 @@ class ServiceClient:
             base_url=base_url, timeout=timeout_s, limits=limits, transport=transport
         )
         self._name = name
+        self._retry = retry
 
-    async def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Send a request; 4xx are re-raised as HTTPException, 5xx/transport as 503 with
-        ``Retry-After`` and the reason."""
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        resend: bool | None = None,
+        retry: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Send a request; 4xx are re-raised as HTTPException, 5xx/transport (once the
+        retry window is used up) as 503 with ``Retry-After`` and the reason.
+        ``resend``: the request is idempotent (default: by its method); ``retry=False``
+        for a caller that must fail fast."""
+        window = self._retry if retry else NO_RETRY
+        idempotent = method in IDEMPOTENT if resend is None else resend
         try:
-            resp = await self._http.request(method, path, **kwargs)
+            resp = await request_within(
+                self._http, window, method, path, resend=idempotent, **kwargs
+            )
         except httpx.HTTPError as exc:
             reason = type(exc).__name__
             if isinstance(exc, httpx.TimeoutException):
@@ -83,6 +106,7 @@ class SessionsClient(ServiceClient):
             f"/internal/sessions/{session_id}",
             params=_caller(tenant_id, user_id),
             timeout=timeout,
+            retry=timeout_s is None,
         )
 
     async def list_sessions(self, tenant_id: str, user_id: str, limit: int, offset: int) -> Any:
@@ -157,7 +181,7 @@ class AgentConfigClient(ServiceClient):
         }
         # A later agent-config's fields are ignored (weft_contracts.compat): either side
         # can be upgraded first.
-        config = await self.call("POST", "/internal/resolve", json=body)
+        config = await self.call("POST", "/internal/resolve", resend=True, json=body)
         return AgentConfig.model_validate(config, extra="ignore")
 
     async def require_agent(self, tenant_id: str, agent_id: str) -> None:

@@ -80,6 +80,14 @@ class GatewaySettings(ServiceSettings):
     internal_timeout_s: float = Field(
         default=10.0, gt=0, description="Timeout of other calls to memory and agent-config."
     )
+    internal_retry_window_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Calls to memory and agent-config that fail to connect, time out or "
+        "get a 5xx are tried again this long (idempotent ones; a create only when it "
+        "never left), then answered 503 with Retry-After: the gateway holds a caller's "
+        "request, so it absorbs a blip and leaves a restart to the caller's retry.",
+    )
     internal_max_connections: int = Field(
         default=200, ge=10, description="Connection pool of each internal HTTP client."
     )
