@@ -183,6 +183,8 @@ def stream_problems(record: TurnRecord) -> list[str]:
         expected = list(range(1, len(seqs) + 1))
         if seqs != expected:
             problems.append(f"seq not 1..{len(seqs)} in order: {seqs}")
+            trail = [f"{e['type']}:{e.get('seq')}:{str(e['id'])[-6:]}" for e in events]
+            problems.append(f"events: {trail[:40]}")
     ends = [e["type"] for e in events].count("complete")
     if ends != 1:
         problems.append(f"{ends} complete events")

@@ -75,6 +75,7 @@ class _Engine:
     bus: _Bus
     scheduler: _Scheduler
     context: _Context
+    redis: FakeAsyncRedis
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def engine() -> _Engine:
         scheduler=cast(StepScheduler, scheduler), cancel_channel="c", ttl_s=600,
         images=ParkedImages(redis, 600), turn_deadline_s=1200,
     )  # fmt: skip
-    return _Engine(intake, store, bus, scheduler, context)
+    return _Engine(intake, store, bus, scheduler, context, redis)
 
 
 def _request() -> ChatRequested:
@@ -132,3 +133,15 @@ async def test_a_redelivery_finishes_an_opening_cut_short_and_nothing_more(
     await engine.intake.on_chat_requested(request)  # once opened, a redelivery is a no-op
     assert len(engine.bus.sent) == 1 and engine.context.opened == 1
     assert len(engine.scheduler.submitted) == 1
+
+
+async def test_a_retried_handler_does_not_open_again_a_turn_whose_state_redis_lost(
+    engine: _Engine,
+) -> None:
+    request = _request()
+    await engine.intake.on_chat_requested(request)
+    await engine.redis.flushdb()  # Redis emptied while the handler ran
+    await engine.intake.on_chat_requested(request)  # the bus retries the handler
+    # One turn_started (seq 1) only; the TurnAuditor ends the turn from Kafka's trail.
+    assert [(type(e), e.seq) for e, _ in engine.bus.sent] == [(TurnStartedEvent, 1)]
+    assert await engine.store.load("r1") is None and engine.context.opened == 1

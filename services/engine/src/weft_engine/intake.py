@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from typing import Any
 
 import structlog
@@ -38,6 +39,8 @@ from weft_engine.vision import route_images
 
 log = structlog.get_logger(__name__)
 
+OPENED_REMEMBERED = 10_000
+"""Turns a replica remembers having opened: far more than its handler retries span."""
 SESSION_BUSY = "this session already runs a turn (double_texting=reject)"
 HISTORY_UNAVAILABLE = (
     "The conversation's history could not be loaded (the memory service is unavailable). "
@@ -78,6 +81,8 @@ class TurnIntake:
         self._ttl = ttl_s
         self._images = images
         self._turn_deadline_s = turn_deadline_s
+        self._opened: OrderedDict[str, None] = OrderedDict()
+        """Turns whose ``turn_started`` this replica sent, newest last (bounded)."""
         finisher.start_queued = self.start
 
     async def on_chat_requested(self, request: ChatRequested) -> None:
@@ -111,6 +116,12 @@ class TurnIntake:
         state, which the ``TurnAuditor`` relies on), ``turn_started``, history from memory,
         then the first step. ``previous``: the session's last ended turn, which the history
         must hold."""
+        if request.request_id in self._opened:
+            # Opened here, and its state is gone (Redis lost it while the handler ran, and
+            # the bus retried it): opening again would send a second turn_started with
+            # seq 1. The TurnAuditor ends the turn, counting on from Kafka's last seq.
+            log.warning("turn_state_lost_while_opening", request_id=request.request_id)
+            return
         now = time.time()
         opening = TurnState(
             **_ids(request),
@@ -143,6 +154,7 @@ class TurnIntake:
             memory_enabled=data.agent.memory_enabled,
             images=data.images,
         )
+        self._remember_opened(request.request_id)
         await self._emitter.queue_reserved(ids, [(TurnStartedEvent, started)], range(1, 2))
         await self._emitter.flush(request.request_id)
         try:
@@ -173,6 +185,11 @@ class TurnIntake:
         except StaleTurnState:
             return  # a redelivery opened it at the same time and saved first
         await self._scheduler.submit(request.request_id, state=saved)
+
+    def _remember_opened(self, request_id: str) -> None:
+        self._opened[request_id] = None
+        if len(self._opened) > OPENED_REMEMBERED:
+            self._opened.popitem(last=False)
 
     async def on_tool_result(self, result: ToolCallCompleted) -> None:
         """Record a result; when the dispatched calls have all answered, advance the turn.
