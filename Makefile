@@ -21,7 +21,7 @@ PY := $(VENV)/python
 LOCAL := deploy/local
 
 .PHONY: help bootstrap infra-up infra-down infra-status up down status logs proto lint \
-	typecheck test-unit test-integration test demo bench
+	typecheck test-unit test-integration test-chaos test-chaos-full test-full test demo bench
 
 help: ## List the targets
 	@echo "Weft make targets (variables: TOOL_WORKERS=$(TOOL_WORKERS), WEFT_HOME=$(WEFT_HOME)):"
@@ -73,8 +73,20 @@ test-integration: ## Integration, e2e and security tests against the real infra 
 	@$(LOCAL)/infra.sh up
 	@$(VENV)/pytest tests/integration tests/e2e tests/security -q
 
+test-chaos: ## Fault suite, reduced (8 sessions x 2 turns, 6 faults) on its own Kafka and Redis
+	@$(LOCAL)/infra.sh up
+	@$(VENV)/pytest tests/chaos -q
+
+test-chaos-full: ## Fault suite, full (40 sessions x 3 turns, every fault; about 25 min)
+	@$(LOCAL)/infra.sh up
+	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all $(VENV)/pytest tests/chaos -q
+
+test-full: ## make test, then the full fault suite (test-chaos-full)
+	@$(MAKE) test
+	@$(MAKE) test-chaos-full
+
 # Runs every step even after a failure (so one run shows all problems), then fails if any did.
-test: ## bootstrap, lint, typecheck, test-unit, infra-up, test-integration (what CI runs)
+test: ## bootstrap, lint, typecheck, test-unit, infra-up, test-integration, test-chaos (what CI runs)
 	@$(LOCAL)/bootstrap.sh
 	@failed=(); \
 	step() { local name="$$1"; shift; echo "[weft] ===== $$name ====="; \
@@ -86,7 +98,8 @@ test: ## bootstrap, lint, typecheck, test-unit, infra-up, test-integration (what
 	step test-unit $(MAKE) test-unit || true; \
 	if step infra-up $(MAKE) infra-up; then \
 		step test-integration $(MAKE) test-integration || true; \
-	else failed+=("test-integration (skipped: no infra)"); fi; \
+		step test-chaos $(MAKE) test-chaos || true; \
+	else failed+=("test-integration, test-chaos (skipped: no infra)"); fi; \
 	if [ $${#failed[@]} -gt 0 ]; then echo "[weft] make test FAILED: $${failed[*]}"; exit 1; fi; \
 	echo "[weft] make test: all steps passed"
 
