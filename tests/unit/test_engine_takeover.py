@@ -13,30 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
-from fakeredis import FakeAsyncRedis
 from weft_contracts import OUTCOME_UNKNOWN, ToolCallCompletedData, Topic
 from weft_engine.keys import acked_key
-from weft_engine.leases import AckedDispatch, TurnLeases
-from weft_engine.sessions import SteerInbox
-from weft_engine.state import PendingCall, TurnState, TurnStore
+from weft_engine.leases import AckedDispatch
+from weft_engine.state import PendingCall, TurnState
 from weft_llm import LLMRequest, LLMResponse, StreamSink
 from weft_testkit.function_model import answer, replies, tool_calls
 
-from tests.unit.test_engine_loop_outcomes import _agent, _Bus, _Engine, _turn
-
-
-@pytest.fixture
-async def engine() -> AsyncIterator[_Engine]:
-    redis = FakeAsyncRedis()
-    yield _Engine(
-        redis=redis, bus=_Bus(), store=TurnStore(redis, ttl_s=60), inbox=SteerInbox(redis, 60),
-        leases=TurnLeases(redis, owner="r1", namespace="t.", ttl_s=6),
-    )  # fmt: skip
-    await redis.aclose()
+from tests.unit.test_engine_loop_outcomes import _agent, _Engine, _turn
+from tests.unit.test_engine_loop_outcomes import engine as engine  # the same fixture
 
 
 def _call(call_id: str, tool: str, *, read_only: bool) -> PendingCall:
