@@ -232,9 +232,11 @@ async def stored_messages(api: httpx.AsyncClient, session_id: str) -> list[dict[
 
 
 def summary(records: list[TurnRecord], fault_at: float) -> dict[str, Any]:
-    """Outcomes and recovery times (seconds from the fault to each turn's end)."""
+    """Outcomes and recovery times: seconds from the fault to the end of each turn that was
+    running when it struck (turns started later only show that the stack works again)."""
     ended = [r for r in records if r.ended_at is not None]
-    after = sorted(r.ended_at - fault_at for r in ended if r.ended_at and r.ended_at > fault_at)
+    caught = [r for r in ended if r.started_at < fault_at < (r.ended_at or 0)]
+    after = sorted((r.ended_at or 0) - fault_at for r in caught)
     return {
         "turns": len(records),
         "ended": len(ended),
@@ -242,6 +244,10 @@ def summary(records: list[TurnRecord], fault_at: float) -> dict[str, Any]:
         "errors": dict(Counter(code for r in records for code in r.error_codes)),
         "reconnects": sum(r.reconnects for r in records),
         "resends": sum(r.sends - 1 for r in records if r.sends > 1),
+        "caught_by_the_fault": len(caught),
         "max_end_after_fault_s": round(after[-1], 1) if after else None,
         "p50_end_after_fault_s": round(after[len(after) // 2], 1) if after else None,
+        "last_turn_ended_after_fault_s": round(max((r.ended_at or 0) for r in ended) - fault_at, 1)
+        if ended
+        else None,
     }
