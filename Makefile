@@ -77,7 +77,7 @@ test-chaos: ## Fault suite, reduced (8 sessions x 2 turns, 6 faults) on its own 
 	@$(LOCAL)/infra.sh up
 	@$(VENV)/pytest tests/chaos -q
 
-test-chaos-full: ## Fault suite, full (40 sessions x 3 turns, every fault; about 25 min)
+test-chaos-full: ## Fault suite, full (40 sessions x 3 turns, every fault; 5-15 min)
 	@$(LOCAL)/infra.sh up
 	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all $(VENV)/pytest tests/chaos -q
 
