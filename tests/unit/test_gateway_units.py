@@ -20,7 +20,7 @@ from weft_gateway.api import (
 )
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.clients import AgentConfigClient
-from weft_gateway.fanout import End, Follow, Sink, _Subscriber
+from weft_gateway.fanout import Sink
 from weft_gateway.sse import frame, synthetic_failure, to_sse, weknora_event
 from weft_gateway.sse_response import EventStreamResponse
 from weft_gateway.streams import StreamEntry, parse_position
@@ -321,34 +321,3 @@ def _weknora_body(entry_id: str, envelope: dict[str, Any]) -> Any:
     event = weknora_event(entry_id, envelope)
     assert event is not None, envelope
     return json.loads(str(event.data))
-
-
-async def test_a_client_is_not_sent_again_an_event_a_replay_wrote_anew() -> None:
-    """After Redis lost the streams the projector writes the recent log again, under new
-    positions: a connected client gets only the events of each turn it has not had."""
-    written: list[bytes] = []
-
-    class ListSink:
-        def write(self, data: bytes) -> bool:
-            written.append(data)
-            return True
-
-    def entry(position: str, seq: int) -> StreamEntry:
-        raw = json.dumps({"type": "thought", "seq": seq, "request_id": "r"})
-        return StreamEntry(entry_id=position, type="thought", request_id="r", event_json=raw,
-                           seq=seq)  # fmt: skip
-
-    follow = Follow(tenant_id="t", session_id="s", after="0-0", request_id="r",
-                    idle_timeout_s=60)  # fmt: skip
-    ended: asyncio.Future[End] = asyncio.get_running_loop().create_future()
-    subscriber = _Subscriber(follow, ListSink(), ended)
-    subscriber.pending = None  # live
-    subscriber.deliver([entry("1-0", 1), entry("2-0", 2)], 0.0)
-    subscriber.deliver([entry("9-0", 1), entry("9-1", 2), entry("9-2", 3)], 0.0)  # replayed
-    lines = b"".join(written).decode().splitlines()
-    sent = [
-        json.loads(line.removeprefix("data: "))["seq"]
-        for line in lines
-        if line.startswith("data: ")
-    ]
-    assert sent == [1, 2, 3]

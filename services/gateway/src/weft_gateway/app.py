@@ -20,7 +20,7 @@ from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import BodySizeLimit, TenantLimits
-from weft_gateway.projector import StreamProjector, log_replay
+from weft_gateway.projector import StreamProjector
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
@@ -30,19 +30,11 @@ PROJECTOR_GROUP = "weft-gateway-projector"
 
 
 def register_projector(
-    bus: EventBus, s: GatewaySettings, redis: Redis, limits: TenantLimits
+    bus: EventBus, s: GatewaySettings, streams: SessionStreams, limits: TenantLimits
 ) -> None:
     """Subscribe the projector group to ``agent.events`` in batches: one Redis pipeline
-    and one offset commit per Kafka fetch; it de-duplicates exactly by (turn, seq). Its
-    appends are guarded by a sentinel: when Redis lost the streams, the last
-    ``projector_replay_s`` of the log are written again first (``StreamProjector``)."""
-    streams = SessionStreams(
-        redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s,
-        sentinel_key=f"weft:{s.topic_prefix}streams:sentinel",
-    )  # fmt: skip
-    topic = bus.topic_name(Topic.AGENT_EVENTS)
-    replay = log_replay(s.kafka_bootstrap, topic, s.projector_replay_s, streams)
-    projector = StreamProjector(streams, limits, replay)
+    and one offset commit per Kafka fetch; it de-duplicates exactly by (turn, seq)."""
+    projector = StreamProjector(streams, limits)
     bus.consume_batch(
         Topic.AGENT_EVENTS,
         PROJECTOR_GROUP,
@@ -59,13 +51,16 @@ def create_projector_app(settings: GatewaySettings | None = None) -> FastAPI:
     s = settings or GatewaySettings(service_name="gateway-projector")
     runtime = create_runtime(s)
     init_logging(runtime)
+    streams = SessionStreams(
+        runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+    )
     limits = TenantLimits(
         runtime.redis,
         requests_per_minute=s.rate_limit_per_minute,
         concurrent_turns=s.max_concurrent_turns,
         turn_ttl_s=s.turn_slot_ttl_s,
     )
-    register_projector(runtime.bus, s, runtime.redis, limits)
+    register_projector(runtime.bus, s, streams, limits)
     return create_service_app(runtime, title="Weft gateway projector")
 
 
@@ -119,7 +114,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         knowledge=kb_scope,
     )
     if s.projector == "embedded":
-        register_projector(runtime.bus, s, redis, limits)
+        register_projector(runtime.bus, s, streams, limits)
 
     async def register_dev_key() -> None:
         if s.dev_api_key:

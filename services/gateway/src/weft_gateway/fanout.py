@@ -99,7 +99,6 @@ class _Subscriber:
         "last_sent",
         "pending",
         "position",
-        "seqs",
         "since",
         "sink",
         "turn",
@@ -112,9 +111,6 @@ class _Subscriber:
         self.last = parse_position(follow.after)
         self.position = follow.after
         self.turn = follow.request_id
-        self.seqs: dict[str, int] = {}
-        """The last ``seq`` sent per turn: after Redis lost the streams, the projector
-        writes the recent log again, and what this client has is not sent twice."""
         self.since = self.last_sent = time.monotonic()
         """Start of the current silence of the session; time of the last write."""
         self.pending: list[StreamEntry] | None = []
@@ -141,10 +137,6 @@ class _Subscriber:
             self.last = entry.position
             if wanted and entry.request_id != wanted:
                 continue  # another turn of the session
-            if entry.seq:
-                if entry.seq <= self.seqs.get(entry.request_id, 0):
-                    continue  # written again by a replay
-                self.seqs[entry.request_id] = entry.seq
             self.position, self.turn = entry.entry_id, entry.request_id
             encoded = frame(entry, self.follow.fmt)
             if encoded is not None:

@@ -15,11 +15,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-# KEYS[3], when given: the sentinel the projector keeps in Redis; missing, Redis lost its
-# data (the entries not yet read by clients with it) and the projector must replay the log
-# first, or older events of a turn would be dropped below the newer ones written now.
 _APPEND = """
-if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if tonumber(ARGV[2]) <= last then return 0 end
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*',
@@ -31,12 +27,6 @@ return 1
 """
 
 TERMINAL = "complete"
-
-
-class StreamsLost(Exception):
-    """Redis lost the session streams (its sentinel is gone): replay before appending."""
-
-
 _TURN_SCAN_PAGE = 100
 _TURN_SCAN_PAGES = 20
 
@@ -58,7 +48,6 @@ class StreamEntry:
     type: str
     request_id: str
     event_json: str
-    seq: int = 0
     position: tuple[int, int] = field(init=False, compare=False, repr=False)
     frames: dict[str, bytes | None] = field(
         init=False, compare=False, repr=False, default_factory=dict
@@ -72,57 +61,38 @@ class StreamEntry:
 class SessionStreams:
     """Append and follow session streams."""
 
-    def __init__(
-        self, redis: Redis, *, max_len: int, retention_s: int, sentinel_key: str | None = None
-    ):
+    def __init__(self, redis: Redis, *, max_len: int, retention_s: int):
         self._redis = redis
         self._max_len = max_len
         self._retention = retention_s
-        self._sentinel = sentinel_key
-        """With a sentinel, an append into a Redis that lost it raises ``StreamsLost``."""
         self._append = redis.register_script(_APPEND)
 
-    def _keys(self, event: Any, guarded: bool = True) -> list[str]:
-        key = stream_key(event.tenant_id, event.session_id)
-        sentinel = [self._sentinel] if self._sentinel and guarded else []
-        return [key, key + ":seq", *sentinel]
-
-    async def append(self, event: Any, *, guarded: bool = True) -> bool:
+    async def append(self, event: Any) -> bool:
         """Write ``event`` unless its turn already has this ``seq``; True when written."""
-        keys = self._keys(event, guarded)
-        written = int(await self._append(keys=keys, args=self._args(event)))
-        if written < 0:
-            raise StreamsLost()
+        key = stream_key(event.tenant_id, event.session_id)
+        written = await self._append(keys=[key, key + ":seq"], args=self._args(event))
         return bool(written)
 
-    async def vouch(self) -> None:
-        """Write the sentinel: the streams hold what the log says (after a replay)."""
-        if self._sentinel:
-            await self._redis.set(self._sentinel, 1)
-
-    async def append_many(self, events: Sequence[Any], *, guarded: bool = True) -> list[bool]:
+    async def append_many(self, events: Sequence[Any]) -> list[bool]:
         """Write ``events`` in order in one round trip (a non-transactional pipeline of the
         same de-duplicating script), so each session's events keep their order; one flag
-        per event, True when written, False for a (turn, seq) already there. ``guarded``
-        False: written whatever the sentinel says (the replay that precedes it)."""
+        per event, True when written, False for a (turn, seq) already there."""
         if len(events) <= 1:
-            return [await self.append(event, guarded=guarded) for event in events]
+            return [await self.append(event) for event in events]
         try:
-            return await self._append_pipelined(events, guarded)
+            return await self._append_pipelined(events)
         except NoScriptError:  # Redis restarted or flushed its scripts: load it, go again
             await self._redis.script_load(_APPEND)
-            return await self._append_pipelined(events, guarded)  # skips what is there
+            return await self._append_pipelined(events)  # the script skips what is there
 
-    async def _append_pipelined(self, events: Sequence[Any], guarded: bool) -> list[bool]:
+    async def _append_pipelined(self, events: Sequence[Any]) -> list[bool]:
         # EVALSHA itself, not the registered script on the pipeline: redis-py then sends
         # SCRIPT EXISTS before every pipeline, a second round trip per batch.
         async with self._redis.pipeline(transaction=False) as pipe:
             for event in events:
-                keys = self._keys(event, guarded)
-                pipe.evalsha(self._append.sha, len(keys), *keys, *self._args(event))
+                key = stream_key(event.tenant_id, event.session_id)
+                pipe.evalsha(self._append.sha, 2, key, key + ":seq", *self._args(event))
             results = await pipe.execute()
-        if any(int(r) < 0 for r in results):
-            raise StreamsLost()
         return [bool(r) for r in results]
 
     def _args(self, event: Any) -> list[Any]:
@@ -170,7 +140,6 @@ def stream_entry(entry_id: str, fields: Any) -> StreamEntry:
         type=fields[b"type"].decode(),
         request_id=fields[b"request_id"].decode(),
         event_json=fields[b"event"].decode(),
-        seq=int(fields.get(b"seq", b"0")),
     )
 
 
