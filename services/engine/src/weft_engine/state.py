@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
+from weft_llm import ChatMessage
 
 from weft_engine.keys import (
     acked_key,
@@ -82,7 +83,7 @@ class TurnState(BaseModel):
     user_id: str
     traceparent: str | None = None
     agent: AgentConfig
-    messages: list[dict[str, Any]] = Field(description="OpenAI messages sent to the model.")
+    messages: list[ChatMessage] = Field(description="OpenAI messages sent to the model.")
     turn_ids: list[str | None] = Field(
         default_factory=list,
         description="Stored turn of each leading history message (checkpoints, SPEC M-07).",
