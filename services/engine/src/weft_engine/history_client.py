@@ -209,7 +209,7 @@ def history_messages(raw: object, session_id: str) -> list[ChatMessage]:
         messages: list[ChatMessage] = CHAT_MESSAGES.validate_python(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
+        where = ".".join(str(part) for part in first["loc"]) or "list"
         raise MalformedHistory(
             f"session {session_id}: stored message {where} is malformed: {first['msg']}"
             f" ({exc.error_count()} error(s))"
