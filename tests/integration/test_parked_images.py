@@ -7,7 +7,6 @@ turn) is tests/e2e/test_vision.py::test_data_uri_images_stay_out_of_the_turn_sta
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -15,7 +14,14 @@ from weft_context.images import multimodal_content
 from weft_engine.keys import images_key
 from weft_engine.parked_images import REF_SCHEME, ImageResolvingModel, ParkedImages
 from weft_engine.vision import discard
-from weft_llm import LLMCallError, LLMRequest, TransientLLMError
+from weft_llm import (
+    AssistantMessage,
+    ChatMessage,
+    LLMCallError,
+    LLMRequest,
+    TransientLLMError,
+    UserMessage,
+)
 from weft_testkit.function_model import answer, replies
 
 PNG = "data:image/png;base64," + "iVBORw0KGgo" * 40
@@ -23,16 +29,17 @@ JPEG = "data:image/jpeg;base64," + "/9j/4AAQSkZJRg" * 40
 URL = "https://images.example.com/receipt.png"
 
 
-def _urls(message: dict[str, Any]) -> list[str]:
+def _urls(message: ChatMessage) -> list[str]:
+    assert message["role"] == "user" and isinstance(message["content"], list)
     return [p["image_url"]["url"] for p in message["content"] if p["type"] == "image_url"]
 
 
 async def test_data_uris_leave_the_messages_and_come_back(redis: Redis) -> None:
     rid = f"req_{secrets.token_hex(6)}"
     images = ParkedImages(redis, ttl_s=60)
-    history = {"role": "user", "content": multimodal_content("before", [PNG])}
-    current = {"role": "user", "content": multimodal_content("now", [URL, PNG, JPEG])}
-    text = {"role": "assistant", "content": "plain"}
+    history: UserMessage = {"role": "user", "content": multimodal_content("before", [PNG])}
+    current: UserMessage = {"role": "user", "content": multimodal_content("now", [URL, PNG, JPEG])}
+    text: AssistantMessage = {"role": "assistant", "content": "plain"}
     messages, unread = await images.park(rid, [history, text, current], [JPEG, URL])
 
     refs = _urls(messages[2])
@@ -56,7 +63,7 @@ async def test_data_uris_leave_the_messages_and_come_back(redis: Redis) -> None:
 
 async def test_nothing_is_stored_without_a_data_uri(redis: Redis) -> None:
     rid = f"req_{secrets.token_hex(6)}"
-    message = {"role": "user", "content": multimodal_content("look", [URL])}
+    message: UserMessage = {"role": "user", "content": multimodal_content("look", [URL])}
     messages, unread = await ParkedImages(redis, ttl_s=60).park(rid, [message], [URL])
     assert messages == [message] and unread == [URL]
     assert not await redis.exists(images_key(rid))
@@ -65,7 +72,7 @@ async def test_nothing_is_stored_without_a_data_uri(redis: Redis) -> None:
 async def test_an_expired_image_is_a_clear_model_error(redis: Redis) -> None:
     rid = f"req_{secrets.token_hex(6)}"
     images = ParkedImages(redis, ttl_s=60)
-    message = {"role": "user", "content": multimodal_content("look", [PNG])}
+    message: UserMessage = {"role": "user", "content": multimodal_content("look", [PNG])}
     messages, _ = await images.park(rid, [message], [])
     await redis.delete(images_key(rid))
     with pytest.raises(LLMCallError, match="no longer stored") as raised:

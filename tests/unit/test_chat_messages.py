@@ -15,7 +15,8 @@ from weft_engine.prompt import initial_messages
 from weft_engine.state import TurnState
 from weft_llm import ChatMessage, ImagePart, TextPart, ToolCall, ToolCallRequest
 
-BY_ROLE = {get_args(get_type_hints(t)["role"])[0]: t for t in get_args(ChatMessage)}
+ROLES = get_args(get_args(ChatMessage)[0])  # ChatMessage is Annotated[<union>, discriminator]
+BY_ROLE = {get_args(get_type_hints(t)["role"])[0]: t for t in ROLES}
 
 
 def _has_shape(value: Mapping[str, Any], typed: Any) -> bool:

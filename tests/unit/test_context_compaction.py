@@ -14,8 +14,18 @@ from weft_engine.compaction import CompactionSettings, Compactor
 from weft_engine.compaction.compactor import _safe_cut
 from weft_engine.compaction.fileops import parse_file_ops
 from weft_engine.compaction.summarizer import SPLIT_TURN_PROMPT
-from weft_llm import TransientLLMError
+from weft_llm import (
+    AssistantMessage,
+    ChatMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    TransientLLMError,
+    UserMessage,
+)
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
+
+from tests.unit.turn_states import text
 
 
 def _summarizer(script: Callable[[int], str | BaseException] | None = None) -> FunctionModel:
@@ -33,7 +43,7 @@ def _summarizer(script: Callable[[int], str | BaseException] | None = None) -> F
     return FunctionModel(reply=reply)
 
 
-SYSTEM = {"role": "system", "content": "You are helpful."}
+SYSTEM: SystemMessage = {"role": "system", "content": "You are helpful."}
 EST = TokenEstimator()
 
 
@@ -43,8 +53,8 @@ def _settings(**kw: Any) -> CompactionSettings:
     return CompactionSettings(**{**base, **kw})
 
 
-def _turn(tag: str, rounds: int = 0, words: int = 300) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": f"question {tag}"}]
+def _turn(tag: str, rounds: int = 0, words: int = 300) -> list[ChatMessage]:
+    messages: list[ChatMessage] = [{"role": "user", "content": f"question {tag}"}]
     for r in range(rounds):
         call_id = f"{tag}-c{r}"
         args = json.dumps({"path": f"/workspace/{tag}/file{r}.txt"})
@@ -60,9 +70,9 @@ def _turn(tag: str, rounds: int = 0, words: int = 300) -> list[dict[str, Any]]:
 
 
 def _conversation(
-    stored: list[list[dict[str, Any]]], current: list[dict[str, Any]], summary: str | None = None
-) -> tuple[list[dict[str, Any]], list[str | None]]:
-    messages: list[dict[str, Any]] = [SYSTEM]
+    stored: list[list[ChatMessage]], current: list[ChatMessage], summary: str | None = None
+) -> tuple[list[ChatMessage], list[str | None]]:
+    messages: list[ChatMessage] = [SYSTEM]
     ids: list[str | None] = [None]
     if summary is not None:
         messages.append(summary_message(summary))
@@ -75,12 +85,12 @@ def _conversation(
     return messages, ids
 
 
-def _assert_pairs_intact(messages: list[dict[str, Any]]) -> None:
+def _assert_pairs_intact(messages: list[ChatMessage]) -> None:
     """Every tool result follows the assistant message that called it."""
     open_calls: set[str] = set()
     for m in messages:
-        if m.get("tool_calls"):
-            open_calls = {c["id"] for c in m["tool_calls"]}
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            open_calls = {c["id"] for c in m.get("tool_calls", [])}
         elif m["role"] == "tool":
             assert m["tool_call_id"] in open_calls, "tool result separated from its call"
 
@@ -109,7 +119,7 @@ async def test_older_turns_summarised_and_checkpoint_on_last_covered_turn() -> N
     # assistant message of the last stored turn it covers.
     model = _summarizer()
     stored = [_turn(str(i), rounds=2, words=600) for i in range(16)]
-    current = [{"role": "user", "content": "new question"}]
+    current: list[ChatMessage] = [{"role": "user", "content": "new question"}]
     messages, ids = _conversation(stored, current)
     result = await Compactor(model, _settings(), EST).compact(messages, ids)
     assert result.compacted and not result.split_turn and not result.degraded
@@ -142,7 +152,7 @@ async def test_sixty_tool_rounds_turn_is_split_without_separating_calls() -> Non
     prompts = [content_text(r.messages[1]["content"]) for r in model.requests]
     assert len(prompts) == 2 and SPLIT_TURN_PROMPT in prompts[1]
     assert "question big" in prompts[1]  # the split turn's first half has its question
-    assert "<current_turn_summary>" in result.messages[2]["content"]
+    assert "<current_turn_summary>" in text(result.messages[2])
     # The old stored turn ends exactly before the split turn: checkpoint on it.
     assert result.checkpoint is not None and result.checkpoint.turn_id == "turn-0"
     assert "SUMMARY-2" not in result.checkpoint.summary  # split half never persisted
@@ -217,15 +227,15 @@ async def test_huge_tool_results_truncated_when_still_over_budget() -> None:
     messages, ids = _conversation([_turn("old", words=2000)], current)
     result = await Compactor(model, settings, EST).compact(messages, ids)
     assert result.compacted and result.tools_truncated == 1
-    assert "characters truncated" in result.messages[-1]["content"]
-    assert EST.text_tokens(result.messages[-1]["content"]) <= settings.tool_result_cap + 50
+    assert "characters truncated" in text(result.messages[-1])
+    assert EST.text_tokens(text(result.messages[-1])) <= settings.tool_result_cap + 50
 
 
 async def test_gain_below_five_percent_gives_up_but_keeps_checkpoint() -> None:
     # SPEC M-06/M-07: < 5 % gained -> request unchanged, checkpoint still reported.
     model = _summarizer(lambda n: "S " * 3000)
     settings = _settings(context_window=40_000, keep_recent_tokens=60_000)
-    current = [{"role": "user", "content": "word " * 30_000}]
+    current: list[ChatMessage] = [{"role": "user", "content": "word " * 30_000}]
     messages, ids = _conversation([_turn("old", words=100)], current)
     result = await Compactor(model, settings, EST).compact(messages, ids)
     assert not result.compacted and result.gave_up
@@ -244,13 +254,15 @@ async def test_cancellation_is_not_retried() -> None:
     assert len(model.requests) == 1
 
 
-def _calls(n: int) -> dict[str, Any]:
-    calls = [{"id": f"k{i}", "type": "function", "function": {"name": "x", "arguments": "{}"}}
-             for i in range(n)]  # fmt: skip
+def _calls(n: int) -> AssistantMessage:
+    calls: list[ToolCall] = [
+        {"id": f"k{i}", "type": "function", "function": {"name": "x", "arguments": "{}"}}
+        for i in range(n)
+    ]
     return {"role": "assistant", "content": "", "tool_calls": calls}
 
 
-def _result(i: int) -> dict[str, Any]:
+def _result(i: int) -> ToolMessage:
     return {"role": "tool", "tool_call_id": f"k{i}", "content": "r"}
 
 
@@ -258,12 +270,12 @@ def test_the_cut_never_separates_tool_results_from_their_call() -> None:
     """SPEC M-03: the kept tail never starts on a tool result (it moves forward past the
     results of the call before it), and is never empty (when nothing is left, it moves
     back to the call whose results end the turn, so the pair stays whole)."""
-    user = {"role": "user", "content": "q"}
-    answer = {"role": "assistant", "content": "a"}
-    body = [user, _calls(2), _result(0), _result(1), answer]
+    user: UserMessage = {"role": "user", "content": "q"}
+    answer: AssistantMessage = {"role": "assistant", "content": "a"}
+    body: list[ChatMessage] = [user, _calls(2), _result(0), _result(1), answer]
     assert _safe_cut(body, 2) == 4 and _safe_cut(body, 3) == 4  # forward past the results
     assert _safe_cut(body, 1) == 1 and _safe_cut(body, 0) == 0  # a call or user: kept as is
-    open_turn = [user, _calls(2), _result(0), _result(1)]
+    open_turn: list[ChatMessage] = [user, _calls(2), _result(0), _result(1)]
     assert _safe_cut(open_turn, 2) == 1  # forward hits the end: back to the call
     assert _safe_cut(open_turn, 4) == 1  # nothing fitted: the call and its results stay
     assert _safe_cut([user, answer], 2) == 1  # never an empty tail

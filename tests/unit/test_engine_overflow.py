@@ -5,9 +5,13 @@ from __future__ import annotations
 from weft_contracts import AgentConfig
 from weft_engine.overflow import current_query, is_context_overflow, shed_history
 from weft_engine.state import TurnState
-from weft_llm import ContextOverflowError, LLMCallError, TransientLLMError
+from weft_llm import (
+    ContextOverflowError,
+    LLMCallError,
+    TransientLLMError,
+)
 
-from tests.unit.turn_states import with_history
+from tests.unit.turn_states import text, with_history
 
 
 def _state(history_turns: int) -> TurnState:
@@ -25,7 +29,7 @@ def test_shedding_keeps_system_current_turn_and_whole_recent_turns() -> None:
     state = _state(4)
     shed = shed_history(state)
     roles = [m["role"] for m in shed.messages]
-    assert roles[0] == "system" and shed.messages[-1]["content"].startswith("now?")
+    assert roles[0] == "system" and text(shed.messages[-1]).startswith("now?")
     assert [m["content"] for m in shed.messages if m["role"] == "user"][:2] == ["q2", "q3"]
     for i, message in enumerate(shed.messages):  # no orphan tool results
         if message["role"] == "tool":

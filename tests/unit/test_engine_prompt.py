@@ -19,6 +19,8 @@ from weft_engine.prompt import (
     system_prompt,
 )
 
+from tests.unit.turn_states import text
+
 
 def test_rag_agent_sections_in_order() -> None:
     prompt = system_prompt(AgentConfig(agent_id="a", model="m", allowed_tools=["search_knowledge"]))
@@ -36,9 +38,9 @@ def test_pure_agent_has_no_citation_protocol_and_explicit_body_wins() -> None:
 def test_runtime_context_goes_in_the_user_message_not_the_system_prompt() -> None:
     agent = AgentConfig(agent_id="a", model="m")
     messages = initial_messages(agent, [], "hello", "ses_1")
-    assert "date: " not in messages[0]["content"]
-    assert messages[-1]["content"].startswith("hello\n\n<runtime_context>date: ")
-    assert "session: ses_1" in messages[-1]["content"]
+    assert "date: " not in text(messages[0])
+    assert text(messages[-1]).startswith("hello\n\n<runtime_context>date: ")
+    assert "session: ses_1" in text(messages[-1])
 
 
 def test_display_hints() -> None:
@@ -64,7 +66,7 @@ def test_placeholders_are_substituted_per_request_and_unknown_ones_kept() -> Non
             "Keep {{unknown_thing}} and {single} braces."
         ),
     )
-    system = initial_messages(agent, [], "Wie spät ist es?", "s", user_name="alice")[0]["content"]
+    system = text(initial_messages(agent, [], "Wie spät ist es?", "s", user_name="alice")[0])
     assert system.startswith("I am Helper for alice; it is 20")
     assert "Reply in German." in system
     assert "- Handbook: HR rules\n- Pricing\n" in system

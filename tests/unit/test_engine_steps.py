@@ -16,6 +16,8 @@ from weft_engine.observe import ERROR_HINT, observe
 from weft_engine.state import TurnState
 from weft_llm import ToolCallRequest
 
+from tests.unit.turn_states import text, tool_calls
+
 
 def _state() -> TurnState:
     return TurnState(
@@ -102,10 +104,10 @@ def test_observe_appends_protocol_messages_in_original_order() -> None:  # SPEC 
     after = observe(state)
     assert after.round == 1 and not after.pending and after.phase == "think"
     assistant, tool_a, tool_b = after.messages[-3:]
-    assert [c["id"] for c in assistant["tool_calls"]] == ["c-a", "c-b"]
+    assert [c["id"] for c in tool_calls(assistant)] == ["c-a", "c-b"]
     assert assistant["content"] == "let me look"
     assert tool_a == {"role": "tool", "tool_call_id": "c-a", "content": "A"}
-    assert tool_b["content"].startswith("Error: boom") and ERROR_HINT in tool_b["content"]
+    assert text(tool_b).startswith("Error: boom") and ERROR_HINT in text(tool_b)
     assert [c.success for c in after.steps[0].tool_calls] == [True, False]
 
 

@@ -12,6 +12,7 @@ from weft_engine.think import ThinkSettings, think
 from weft_engine.think.coalesce import DeltaCoalescer
 from weft_engine.think.sanitize import sanitize_messages
 from weft_engine.think.split import ThinkSplitter, ThoughtJoiner
+from weft_llm import ChatMessage
 from weft_testkit.function_model import answer, replies
 
 
@@ -45,7 +46,7 @@ async def test_first_delta_goes_at_once_then_deltas_are_merged() -> None:
 
 
 def test_sanitize_merges_same_role_and_drops_orphan_tool_results() -> None:  # SPEC E-05
-    messages: list[dict[str, Any]] = [
+    messages: list[ChatMessage] = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "a"},
         {"role": "user", "content": "b"},

@@ -13,15 +13,15 @@ from weft_engine.emitter import EventEmitter
 from weft_engine.history_client import HistoryClient
 from weft_engine.state import TurnState, UsageMark
 from weft_engine.token_cache import CachedTokenEstimator, with_scale
-from weft_llm import Usage
+from weft_llm import ChatMessage, SystemMessage, ToolCall, Usage, UserMessage
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 EST = TokenEstimator()
-SYSTEM = {"role": "system", "content": "You are helpful."}
+SYSTEM: SystemMessage = {"role": "system", "content": "You are helpful."}
 TEXT = "The quarterly report lists revenue by region and product line. " * 40
 
 
-def _state(messages: list[dict[str, Any]], **kw: Any) -> TurnState:
+def _state(messages: list[ChatMessage], **kw: Any) -> TurnState:
     agent = AgentConfig(agent_id="a", model="m", context_window=40_000, max_completion_tokens=1000)
     return TurnState(
         tenant_id="t", session_id="s", request_id="r", user_id="u", agent=agent,
@@ -29,22 +29,26 @@ def _state(messages: list[dict[str, Any]], **kw: Any) -> TurnState:
     )  # fmt: skip
 
 
-def _mark(prompt: int, messages: list[dict[str, Any]], total: int | None = None) -> UsageMark:
+def _mark(prompt: int, messages: list[ChatMessage], total: int | None = None) -> UsageMark:
     return UsageMark(
         prompt_tokens=prompt, total_tokens=total or prompt, request_messages=len(messages),
         system_key=system_key(messages),
     )  # fmt: skip
 
 
-def _round(text: str = TEXT) -> list[dict[str, Any]]:
-    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+def _round(text: str = TEXT) -> list[ChatMessage]:
+    call: ToolCall = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "read", "arguments": "{}"},
+    }
     return [
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": text},
     ]
 
 
-def _raw(messages: list[dict[str, Any]]) -> int:
+def _raw(messages: list[ChatMessage]) -> int:
     """What the provider would report for ``messages`` with a scale of 1, per-message
     overhead excluded (measure_scale subtracts it)."""
     return EST.messages_tokens(messages) - 3 - 3 * len(messages)
@@ -55,7 +59,7 @@ def _raw(messages: list[dict[str, Any]]) -> int:
 
 def test_usage_total_then_bpe_of_messages_added_after_the_completion() -> None:
     # SPEC M-01
-    sent = [SYSTEM, {"role": "user", "content": "read it"}]
+    sent: list[ChatMessage] = [SYSTEM, {"role": "user", "content": "read it"}]
     later = [*sent, *_round()]
     tool_result = later[-1]
     # the assistant tool call is the completion, counted in total_tokens
@@ -68,8 +72,8 @@ def test_usage_total_then_bpe_of_messages_added_after_the_completion() -> None:
 
 def test_a_nudge_after_the_request_counts_from_the_prompt() -> None:
     # SPEC M-01: the empty answer was not kept, so only the prompt describes the messages
-    sent = [SYSTEM, {"role": "user", "content": "hi"}]
-    nudge = {"role": "user", "content": "Please answer."}
+    sent: list[ChatMessage] = [SYSTEM, {"role": "user", "content": "hi"}]
+    nudge: UserMessage = {"role": "user", "content": "Please answer."}
     assert usage_tokens(EST, [*sent, nudge], _mark(900, sent, total=905)) == (
         900 + EST.message_tokens(nudge)
     )
@@ -77,7 +81,7 @@ def test_a_nudge_after_the_request_counts_from_the_prompt() -> None:
 
 def test_without_usage_or_after_messages_were_removed_the_estimate_is_used() -> None:
     # SPEC M-01: first request of a turn, or a history shorter than the request (shed)
-    sent = [SYSTEM, {"role": "user", "content": "hi"}, *_round()]
+    sent: list[ChatMessage] = [SYSTEM, {"role": "user", "content": "hi"}, *_round()]
     assert usage_tokens(EST, sent, None) == EST.messages_tokens(sent)
     assert usage_tokens(EST, sent[:2], _mark(9000, sent)) == EST.messages_tokens(sent[:2])
 
@@ -86,9 +90,9 @@ def test_without_usage_or_after_messages_were_removed_the_estimate_is_used() -> 
 
 
 def _second_request(
-    ratio: float, added: list[dict[str, Any]] | None = None, system: dict[str, Any] = SYSTEM
+    ratio: float, added: list[ChatMessage] | None = None, system: SystemMessage = SYSTEM
 ) -> tuple[TurnState, Usage]:
-    first = [SYSTEM, {"role": "user", "content": "read it"}]
+    first: list[ChatMessage] = [SYSTEM, {"role": "user", "content": "read it"}]
     added = _round() if added is None else added
     second = [system, *first[1:], *added]
     state = _state(second, usage=_mark(1000, first))
@@ -131,7 +135,7 @@ def test_excluded_when_the_system_prompt_changed() -> None:
 
 def test_excluded_when_images_were_added() -> None:
     # SPEC M-02: text only
-    image = {"role": "user", "content": [
+    image: UserMessage = {"role": "user", "content": [
         {"type": "text", "text": TEXT},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
     ]}  # fmt: skip
@@ -189,8 +193,8 @@ def _manager(model: FunctionModel, memory: HistoryClient | None = None) -> Conte
     )  # fmt: skip
 
 
-def _history(turns: int, words: int) -> tuple[list[dict[str, Any]], list[str | None]]:
-    messages: list[dict[str, Any]] = [SYSTEM]
+def _history(turns: int, words: int) -> tuple[list[ChatMessage], list[str | None]]:
+    messages: list[ChatMessage] = [SYSTEM]
     ids: list[str | None] = [None]
     for i in range(turns):
         messages += [

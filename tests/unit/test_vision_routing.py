@@ -24,6 +24,8 @@ from weft_llm import LLMCallError, TransientLLMError
 from weft_memory.replay import replay_turn
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
+from tests.unit.turn_states import parts, text
+
 URL = "https://img.example.com/a.png"
 PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 MODELS = ModelCapabilities.load()
@@ -52,9 +54,11 @@ def test_route_follows_the_model_capability(
 def test_vision_model_gets_image_parts_in_the_user_message() -> None:
     """SPEC E-26: text part (query + runtime context) then one image_url part per image."""
     messages = initial_messages(_agent(vision=True), [], "what is this?", "s1", images=[URL, PNG])
-    content = messages[-1]["content"]
-    assert content[0]["type"] == "text" and content[0]["text"].startswith("what is this?")
-    assert [p["image_url"]["url"] for p in content[1:]] == [URL, PNG]
+    content = parts(messages[-1])
+    first, *images = content
+    assert first["type"] == "text" and first["text"].startswith("what is this?")
+    assert [p["image_url"]["url"] for p in images if p["type"] == "image_url"] == [URL, PNG]
+    assert len(images) == 2
     assert content_text(content).startswith("what is this?")
     plain = initial_messages(_agent(vlm_model="v"), [], "what is this?", "s1", images=[URL])
     assert isinstance(plain[-1]["content"], str)  # described later, in the first step
@@ -101,7 +105,7 @@ async def test_describer_appends_descriptions_and_notes_failures() -> None:
     broken = "https://img.example.com/broken.png"
     state = await describer.read_pending(_state(_agent(vlm_model="vlm-1"), [URL, broken]))
     assert [r.model for r in model.requests] == ["vlm-1", "vlm-1"]
-    query = state.messages[-1]["content"]
+    query = text(state.messages[-1])
     assert query.startswith("q\n\n<image_descriptions>\nImage 1: picture of a.png\n")
     assert "Image 2: (this image could not be read)" in query
     assert "1 of the attached image(s) could not be read" in query
@@ -130,7 +134,7 @@ async def test_without_vlm_the_query_says_the_images_are_unread() -> None:
         _state(_agent(), [URL])
     )
     assert model.requests == []
-    assert "no image-description model" in state.messages[-1]["content"]
+    assert "no image-description model" in text(state.messages[-1])
     assert emitter.events[0][1].model is None
 
 

@@ -5,7 +5,6 @@ delimited block of descriptions for one without."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from weft_llm import ContentPart
 
@@ -28,8 +27,8 @@ def descriptions_block(descriptions: Sequence[str | None], note: str = "") -> st
     return f"{block}\n{note}" if note else block
 
 
-def content_text(content: Any) -> str:
+def content_text(content: str | Sequence[ContentPart] | None) -> str:
     """The text of a message's content, plain or multimodal (image parts left out)."""
-    if isinstance(content, list):
-        return "\n\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
-    return str(content or "")
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "\n\n".join(p["text"] for p in content if p["type"] == "text")

@@ -7,7 +7,10 @@ the leading summary it rebuilds from a checkpoint (SPEC M-08).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from weft_llm import UserMessage
 
 SUMMARY_OPEN = "<conversation_summary>"
 SUMMARY_CLOSE = "</conversation_summary>"
@@ -16,7 +19,7 @@ SUMMARY_PREAMBLE = (
 )
 
 
-def summary_message(summary: str) -> dict[str, Any]:
+def summary_message(summary: str) -> UserMessage:
     """The marked user message that carries ``summary``."""
     return {
         "role": "user",
@@ -24,7 +27,7 @@ def summary_message(summary: str) -> dict[str, Any]:
     }
 
 
-def summary_text(message: dict[str, Any]) -> str | None:
+def summary_text(message: Mapping[str, Any]) -> str | None:
     """The summary inside a marked message, or ``None`` for any other message."""
     content = message.get("content")
     if message.get("role") != "user" or not isinstance(content, str):

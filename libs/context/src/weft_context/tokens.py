@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeAlias
+
+Message: TypeAlias = Mapping[str, Any]
+"""A chat message in the wire format: the engine's typed ``weft_llm.ChatMessage`` or a
+message memory rebuilds from storage; counting reads it by key, tolerating keys and part
+types a provider may add."""
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +97,17 @@ class TokenEstimator:
         """Tokens of ``text`` with the calibration scale applied."""
         return round(self.raw_text_tokens(text) * self._scale)
 
-    def message_tokens(self, message: dict[str, Any]) -> int:
+    def message_tokens(self, message: Message) -> int:
         """One message: its text parts, tool calls and images, plus the per-message
         overhead."""
         images = IMAGE_TOKENS * image_count(message)
         return PER_MESSAGE_OVERHEAD + images + self.text_tokens(message_text(message))
 
-    def messages_tokens(self, messages: Sequence[dict[str, Any]]) -> int:
+    def messages_tokens(self, messages: Sequence[Message]) -> int:
         """A whole request's messages, plus the per-conversation tail."""
         return PER_CONVERSATION_TAIL + sum(self.message_tokens(m) for m in messages)
 
-    def current_tokens(
-        self, messages: Sequence[dict[str, Any]], usage: UsageBaseline | None
-    ) -> int:
+    def current_tokens(self, messages: Sequence[Message], usage: UsageBaseline | None) -> int:
         """Tokens of ``messages`` now: the provider's count of the last request plus BPE of
         the messages added since (SPEC M-01); a full count when there is no usage yet."""
         if usage is None or usage.message_count > len(messages):
@@ -122,7 +125,7 @@ class UsageBaseline:
     message_count: int
 
 
-def message_text(message: dict[str, Any]) -> str:
+def message_text(message: Message) -> str:
     """All text a message sends: content (string or text parts), name, tool calls."""
     parts: list[str] = []
     content = message.get("content")
@@ -140,7 +143,7 @@ def message_text(message: dict[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def image_count(message: dict[str, Any]) -> int:
+def image_count(message: Message) -> int:
     """How many image parts a message carries."""
     content = message.get("content")
     if not isinstance(content, list):
@@ -150,7 +153,7 @@ def image_count(message: dict[str, Any]) -> int:
     )
 
 
-def has_image(message: dict[str, Any]) -> bool:
+def has_image(message: Message) -> bool:
     """True when a message carries an image part (excluded from calibration)."""
     content = message.get("content")
     return isinstance(content, list) and any(
@@ -164,7 +167,7 @@ class CalibrationSample:
 
     previous_prompt_tokens: int
     current_prompt_tokens: int
-    added_messages: Sequence[dict[str, Any]]
+    added_messages: Sequence[Message]
     same_tools_and_system: bool = True
     compacted: bool = False
     tools_truncated: bool = False

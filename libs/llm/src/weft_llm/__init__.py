@@ -1,6 +1,7 @@
 """The LLM behind a small protocol (STYLE principle 6) and its OpenAI-compatible client."""
 
 from weft_llm.messages import (
+    CHAT_MESSAGES,
     AssistantMessage,
     ChatMessage,
     ContentPart,
@@ -32,6 +33,7 @@ from weft_llm.model import (
 from weft_llm.openai_model import OpenAIChatModel, wire_reasoning_effort
 
 __all__ = [
+    "CHAT_MESSAGES",
     "FINISH_REASONS",
     "AssistantMessage",
     "ChatMessage",

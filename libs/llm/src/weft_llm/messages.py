@@ -1,13 +1,18 @@
 """Chat messages in the OpenAI wire format, typed.
 
 They stay plain dicts at run time (what the engine stores in a turn's state and what the
-client posts as JSON, with no conversion per round); these TypedDicts only let the type
-checker hold every builder to the shapes a provider accepts.
+client posts as JSON, with no conversion per round); the type checker holds every builder
+and reader to the shapes a provider accepts, and pydantic validates them where messages
+come in from storage (:data:`CHAT_MESSAGES`).
 """
 
 # No ``from __future__ import annotations``: on Python 3.11 a TypedDict only sees
-# NotRequired in evaluated annotations (``__optional_keys__``).
-from typing import Literal, NotRequired, TypedDict
+# NotRequired in evaluated annotations (``__optional_keys__``). typing_extensions, not
+# typing: pydantic refuses to validate ``typing.TypedDict`` before Python 3.12.
+from typing import Annotated, Literal, NotRequired
+
+from pydantic import Field, TypeAdapter
+from typing_extensions import TypedDict
 
 
 class TextPart(TypedDict):
@@ -80,5 +85,11 @@ class ToolMessage(TypedDict):
     content: str
 
 
-ChatMessage = SystemMessage | UserMessage | AssistantMessage | ToolMessage
-"""One message of a chat completion request."""
+ChatMessage = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
+"""One message of a chat completion request; pydantic picks the shape by ``role``."""
+
+CHAT_MESSAGES: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
+"""Validates messages that come from storage (a session's history, a JSON body) once, where
+they enter, so a malformed one is a clear error there rather than a KeyError later."""

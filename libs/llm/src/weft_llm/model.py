@@ -8,9 +8,8 @@ from typing import Any, Literal, Protocol, get_args
 
 from weft_llm.messages import ChatMessage
 
-RequestMessages = Sequence[ChatMessage] | Sequence[dict[str, Any]]
-"""A request's messages: typed where built for the call; plain dicts where they come from a
-turn's stored state, which keeps the wire form as it was loaded and built."""
+RequestMessages = Sequence[ChatMessage]
+"""A request's messages, in the wire format."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,12 +31,12 @@ from weft_contracts import (
     MemoryRecalledEvent,
     RecalledMemory,
 )
-from weft_llm import ChatModel, Usage
+from weft_llm import ChatMessage, ChatModel, Usage
 
 from weft_engine.compaction import CompactionSettings, Compactor
 from weft_engine.emitter import EventEmitter
 from weft_engine.history_client import HistoryClient, MemoryUnavailable
-from weft_engine.prompt import initial_messages
+from weft_engine.prompt import system_message, user_message
 from weft_engine.state import TurnState, UsageMark
 from weft_engine.token_cache import with_scale
 from weft_engine.vision import append_text
@@ -51,13 +51,13 @@ class HistoryUnavailable(Exception):
 class Opening(NamedTuple):
     """The first messages of a turn, their stored-turn ids and the session's scale."""
 
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     turn_ids: list[str | None]
     token_scale: float
 
 
 def usage_tokens(
-    estimator: TokenEstimator, messages: Sequence[dict[str, Any]], usage: UsageMark | None
+    estimator: TokenEstimator, messages: Sequence[ChatMessage], usage: UsageMark | None
 ) -> int:
     """Tokens of ``messages`` (SPEC M-01): the provider's count of the last request plus
     BPE of what was added since; the estimate alone without usage. The completion that
@@ -66,7 +66,7 @@ def usage_tokens(
     if usage is None or usage.request_messages > len(messages):
         return estimator.messages_tokens(messages)
     n = usage.request_messages
-    if n < len(messages) and messages[n].get("role") == "assistant":
+    if n < len(messages) and messages[n]["role"] == "assistant":
         return estimator.current_tokens(
             messages, UsageBaseline(total_tokens=usage.total_tokens, message_count=n + 1)
         )
@@ -75,11 +75,11 @@ def usage_tokens(
     )
 
 
-def system_key(messages: Sequence[dict[str, Any]]) -> str:
+def system_key(messages: Sequence[ChatMessage]) -> str:
     """Digest of the system message (empty when the first message is not one)."""
-    if not messages or messages[0].get("role") != "system":
+    if not messages or messages[0]["role"] != "system":
         return ""
-    raw = json.dumps(messages[0].get("content"), sort_keys=True, default=str)
+    raw = json.dumps(messages[0]["content"], sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -145,10 +145,11 @@ class ContextManager:
         if history.previous_turn_stored is False:
             log.warning("history_misses_previous_turn", previous=previous, **ids)
         facts = await self._recall(agent, tenant_id, user_id, query, ids)
-        base = initial_messages(agent, [], query, session_id, user_name=user_id, images=images)
+        system = system_message(agent, query, user_name=user_id)
+        user = user_message(agent, query, session_id, images=images)
         if facts:
-            base[-1] = append_text(base[-1], facts)
-        messages, turn_ids = history.with_prefix(base[:1], base[1:])
+            user = append_text(user, facts)
+        messages, turn_ids = history.with_prefix([system], [user])
         scale = 1.0 if history.token_scale is None else clamp_scale(history.token_scale)
         return Opening(messages, turn_ids, scale)
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
+from weft_llm import CHAT_MESSAGES, ChatMessage
 from weft_platform.retry import RetryWindow, request_within
 
 from weft_engine.compaction import Checkpoint, CompactionResult
@@ -17,11 +19,16 @@ class MemoryUnavailable(Exception):
     """The memory service could not answer."""
 
 
+class MalformedHistory(MemoryUnavailable):
+    """Memory answered with a message that is not a chat message of the wire format; the
+    turn cannot be built on it (its history is refused as a whole, not repaired)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoadedHistory:
     """History as memory rebuilt it; ``turn_ids`` aligns with ``messages``."""
 
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     turn_ids: list[str | None]
     summary: str | None = None
     checkpoint_turn_id: str | None = None
@@ -31,8 +38,8 @@ class LoadedHistory:
     """With ``after``: whether the previous turn's end was in memory in time."""
 
     def with_prefix(
-        self, head: list[dict[str, Any]], tail: list[dict[str, Any]] | None = None
-    ) -> tuple[list[dict[str, Any]], list[str | None]]:
+        self, head: list[ChatMessage], tail: list[ChatMessage] | None = None
+    ) -> tuple[list[ChatMessage], list[str | None]]:
         """``head`` (system) + history + ``tail`` (the new user message) and their turn ids,
         ready for :meth:`Compactor.compact`."""
         extra = tail or []
@@ -110,12 +117,13 @@ class HistoryClient:
             return LoadedHistory(messages=[], turn_ids=[])
         _raise_for(resp)
         body = resp.json()
-        turn_ids: list[str | None] = [None] * len(body["messages"])
+        messages = history_messages(body.get("messages"), session_id)
+        turn_ids: list[str | None] = [None] * len(messages)
         for turn in body.get("turns", []):
             for k in range(turn["start"], turn["start"] + turn["count"]):
                 turn_ids[k] = turn["turn_id"]
         return LoadedHistory(
-            messages=body["messages"], turn_ids=turn_ids, summary=body.get("summary"),
+            messages=messages, turn_ids=turn_ids, summary=body.get("summary"),
             checkpoint_turn_id=body.get("checkpoint_turn_id"), tokens=body.get("tokens", 0),
             token_scale=body.get("token_scale"),
             previous_turn_stored=body.get("previous_turn_stored"),
@@ -192,3 +200,18 @@ class HistoryClient:
 def _raise_for(resp: httpx.Response) -> None:
     if resp.status_code >= 400:
         raise MemoryUnavailable(f"memory answered {resp.status_code}: {resp.text[:200]}")
+
+
+def history_messages(raw: object, session_id: str) -> list[ChatMessage]:
+    """The messages of memory's history answer, validated once here, where stored messages
+    enter the engine: every later step reads them by their typed keys."""
+    try:
+        messages: list[ChatMessage] = CHAT_MESSAGES.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "list"
+        raise MalformedHistory(
+            f"session {session_id}: stored message {where} is malformed: {first['msg']}"
+            f" ({exc.error_count()} error(s))"
+        ) from exc
+    return messages

@@ -26,7 +26,7 @@ from weft_contracts import (
     FinalAnswerEvent,
     SupersededBy,
 )
-from weft_llm import ChatModel, LLMCallError, LLMResponse
+from weft_llm import AssistantMessage, ChatModel, LLMCallError, LLMResponse, UserMessage
 from weft_platform.bus import EventBus
 
 from weft_engine.act import ToolRound
@@ -207,7 +207,7 @@ class TurnLoop:
             case Answer():
                 return Ended(Answered(state, outcome, response.reasoning))
             case Retry(nudge):
-                message = {"role": "user", "content": nudge}
+                message: UserMessage = {"role": "user", "content": nudge}
                 state = state.model_copy(update={"messages": [*state.messages, message]})
                 return Continue(await self._saved(state))
             case Intermediate():
@@ -357,7 +357,7 @@ class TurnLoop:
     def _intermediate(
         self, state: TurnState, outcome: Intermediate, response: LLMResponse
     ) -> TurnState:
-        message = {"role": "assistant", "content": outcome.text}
+        message: AssistantMessage = {"role": "assistant", "content": outcome.text}
         overrun = state.steer_overruns
         if 0 <= state.agent.max_iterations <= state.round + 1 and overrun < MAX_STEER_OVERRUNS:
             overrun += 1  # SPEC E-13: one extra round to read the steer message
@@ -384,7 +384,7 @@ class TurnLoop:
         """SPEC E-05: injected messages join the conversation before the LLM call."""
         if not messages:
             return state
-        injected = [{"role": "user", "content": m} for m in messages]
+        injected: list[UserMessage] = [{"role": "user", "content": m} for m in messages]
         return await self._store.save(
             state.model_copy(update={"messages": [*state.messages, *injected]})
         )

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Sequence
 
 from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 from weft_llm import (
+    ChatMessage,
     ChatModel,
+    ContentPart,
     LLMCallError,
     LLMRequest,
     LLMResponse,
-    RequestMessages,
     StreamSink,
 )
 
@@ -39,42 +39,30 @@ def _ref(request_id: str, digest: str) -> str:
     return f"{REF_SCHEME}{request_id}/{digest}"
 
 
-def _image_urls(message: Mapping[str, Any]) -> list[str]:
-    """The URLs of the message's image parts."""
-    content = message.get("content")
-    if not isinstance(content, list):
+def _image_urls(message: ChatMessage) -> list[str]:
+    """The URLs of the message's image parts (only a user message has parts)."""
+    if message["role"] != "user" or isinstance(message["content"], str):
         return []
-    return [p["image_url"]["url"] for p in content if _is_image(p)]
+    return [p["image_url"]["url"] for p in message["content"] if p["type"] == "image_url"]
 
 
-M = TypeVar("M", bound=Mapping[str, Any])
+def _map_part(part: ContentPart, url_of: Callable[[str], str]) -> ContentPart:
+    if part["type"] != "image_url":
+        return part
+    return {**part, "image_url": {**part["image_url"], "url": url_of(part["image_url"]["url"])}}
 
 
-def _map_images(message: M, url_of: Callable[[str], str]) -> M:
+def _map_images(message: ChatMessage, url_of: Callable[[str], str]) -> ChatMessage:
     """``message`` with each image part's URL passed through ``url_of`` (the same object
     when it has no image part)."""
-    if not _image_urls(message):
+    if message["role"] != "user" or not _image_urls(message):
         return message
-    parts = [
-        {**p, "image_url": {**p["image_url"], "url": url_of(p["image_url"]["url"])}}
-        if _is_image(p)
-        else p
-        for p in message["content"]
-    ]
-    return cast(M, {**message, "content": parts})  # the same shape, other image URLs
+    content = message["content"]
+    parts = content if isinstance(content, str) else [_map_part(p, url_of) for p in content]
+    return {**message, "content": parts}
 
 
-def _is_image(part: Any) -> bool:
-    """An OpenAI image part, ``{"type": "image_url", "image_url": {"url": ...}}``."""
-    return (
-        isinstance(part, dict)
-        and part.get("type") == "image_url"
-        and isinstance(part.get("image_url"), dict)
-        and isinstance(part["image_url"].get("url"), str)
-    )
-
-
-def _refs_by_turn(messages: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+def _refs_by_turn(messages: Sequence[ChatMessage]) -> dict[str, list[str]]:
     """The digests referenced in the image parts of ``messages``, by request id."""
     by_turn: dict[str, list[str]] = {}
     for message in messages:
@@ -93,8 +81,8 @@ class ParkedImages:
         self._ttl = ttl_s
 
     async def park(
-        self, request_id: str, messages: list[dict[str, Any]], images: list[str]
-    ) -> tuple[list[dict[str, Any]], list[str]]:
+        self, request_id: str, messages: list[ChatMessage], images: list[str]
+    ) -> tuple[list[ChatMessage], list[str]]:
         """``messages`` and ``images`` with every data URI replaced by a reference, the
         data stored (one round trip, none without a data URI)."""
         # typed as redis-py's hash mapping (its key type is invariant): digest -> data URI
@@ -117,7 +105,7 @@ class ParkedImages:
                 await pipe.execute()
         return new_messages, new_images
 
-    async def resolve(self, messages: RequestMessages) -> RequestMessages:
+    async def resolve(self, messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
         """``messages`` with their references replaced by the parked data (the same list
         without any reference); ``LLMCallError`` when some data is no longer stored."""
         by_turn = _refs_by_turn(messages)
@@ -135,9 +123,7 @@ class ParkedImages:
                     raise LLMCallError("an image of this turn is no longer stored")
                 url = value.decode() if isinstance(value, bytes) else value
                 found[_ref(request_id, digest)] = url
-        resolved = [_map_images(m, lambda url: found.get(url, url)) for m in messages]
-        # the same messages with only image URLs replaced: their shapes are unchanged
-        return cast(RequestMessages, resolved)
+        return [_map_images(m, lambda url: found.get(url, url)) for m in messages]
 
 
 class ImageResolvingModel:

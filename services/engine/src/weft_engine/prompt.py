@@ -13,10 +13,9 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from weft_contracts import AgentConfig
-from weft_llm import ContentPart
+from weft_llm import ChatMessage, ContentPart, SystemMessage, UserMessage
 
 from weft_engine.vision import multimodal_content, route_images
 
@@ -145,26 +144,39 @@ def runtime_context(session_id: str) -> str:
 
 def initial_messages(
     agent: AgentConfig,
-    history: list[dict[str, Any]],
+    history: list[ChatMessage],
     query: str,
     session_id: str = "",
     *,
     user_name: str = "",
     images: Sequence[str] = (),
-) -> list[dict[str, Any]]:
+) -> list[ChatMessage]:
     """System (placeholders substituted for this request), history, then the user's
-    message with its runtime context; its images as content parts when the model reads
-    them (SPEC E-26; otherwise ``vision.ImageDescriber`` adds their text later)."""
+    message with its runtime context."""
+    return [
+        system_message(agent, query, user_name=user_name),
+        *history,
+        user_message(agent, query, session_id, images=images),
+    ]
+
+
+def system_message(agent: AgentConfig, query: str, *, user_name: str = "") -> SystemMessage:
+    """The agent's system prompt, placeholders substituted for this request."""
     values = placeholder_values(agent, query, user_name=user_name)
+    return {"role": "system", "content": render_placeholders(system_prompt(agent), values)}
+
+
+def user_message(
+    agent: AgentConfig, query: str, session_id: str = "", *, images: Sequence[str] = ()
+) -> UserMessage:
+    """The user's message with its runtime context; its images as content parts when the
+    model reads them (SPEC E-26; otherwise ``vision.ImageDescriber`` adds their text
+    later)."""
     text = f"{query}\n\n{runtime_context(session_id)}"
     content: str | list[ContentPart] = text
     if route_images(agent, images) == "direct":
         content = multimodal_content(text, images)
-    return [
-        {"role": "system", "content": render_placeholders(system_prompt(agent), values)},
-        *history,
-        {"role": "user", "content": content},
-    ]
+    return {"role": "user", "content": content}
 
 
 def display_hint(tool_name: str) -> str:

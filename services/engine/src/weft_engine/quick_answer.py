@@ -22,11 +22,10 @@ the loop's closing synthesis, at the agent's own effort (it is the answer, not a
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import structlog
 from weft_contracts import AgentConfig
-from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, ToolCallRequest
+from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest, LLMResponse, ToolCallRequest
 from weft_tools.specs import WEB_SEARCH_MAX_COUNT
 
 from weft_engine.act import ToolRound
@@ -79,12 +78,12 @@ def conversation_excerpt(state: TurnState, turns: int) -> list[tuple[str, str]]:
     """(role, text) of the user and assistant messages of the last ``turns`` turns before
     this one; tool traffic and empty assistant messages (tool calls) left out."""
     earlier = state.messages[: current_turn_start(state)]
-    starts = [i for i, m in enumerate(earlier) if m.get("role") == "user"]
+    starts = [i for i, m in enumerate(earlier) if m["role"] == "user"]
     if not starts or turns <= 0:
         return []
     excerpt = []
     for message in earlier[starts[-min(turns, len(starts))] :]:
-        role = message.get("role")
+        role = message["role"]
         text = message_text(message)
         if role in ("user", "assistant") and text:
             excerpt.append((str(role), text[:MESSAGE_EXCERPT_CHARS]))
@@ -98,7 +97,7 @@ def rewrite_request(state: TurnState, question: str) -> LLMRequest | None:
         return None
     lines = "\n".join(f"{role}: {text}" for role, text in excerpt)
     prompt = f"<conversation>\n{lines}\n</conversation>\n<question>{question}</question>"
-    messages: list[dict[str, Any]] = [
+    messages: list[ChatMessage] = [
         {"role": "system", "content": REWRITE_PROMPT},
         {"role": "user", "content": prompt},
     ]

@@ -69,12 +69,12 @@ def unread_note(descriptions: Sequence[str], *, has_vlm: bool) -> str:
     return (FAILED_NOTE if has_vlm else NO_VLM_NOTE).format(count=unread)
 
 
-def append_text(message: dict[str, Any], text: str) -> dict[str, Any]:
+def append_text(message: UserMessage, text: str) -> UserMessage:
     """``message`` with ``text`` added after its text (plain or multimodal content)."""
-    content = message.get("content")
+    content = message["content"]
     if isinstance(content, list):
-        return {**message, "content": [*content, {"type": "text", "text": text}]}
-    return {**message, "content": f"{content or ''}\n\n{text}"}
+        return {"role": "user", "content": [*content, {"type": "text", "text": text}]}
+    return {"role": "user", "content": f"{content}\n\n{text}"}
 
 
 class _Discard:
@@ -141,7 +141,10 @@ class ImageDescriber:
         vlm = state.agent.vlm_model
         descriptions = await self.describe(state.agent, images) if vlm else [""] * len(images)
         note = unread_note(descriptions, has_vlm=vlm is not None)
-        user = append_text(state.messages[-1], descriptions_block(descriptions, note))
+        last = state.messages[-1]
+        if last["role"] != "user":
+            raise ValueError(f"images to describe, but the last message is {last['role']}'s")
+        user = append_text(last, descriptions_block(descriptions, note))
         await self.announce(state.ids(), vlm, descriptions, note)
         return state.model_copy(
             update={"messages": [*state.messages[:-1], user], "images_to_describe": []}

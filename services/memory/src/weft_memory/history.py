@@ -68,7 +68,9 @@ class History:
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The flat message list (summary message first)."""
-        head = [summary_message(self.summary)] if self.summary is not None else []
+        head: list[dict[str, Any]] = []
+        if self.summary is not None:
+            head.append(dict(summary_message(self.summary)))
         return head + [m for turn in self.turns for m in turn.messages]
 
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from weft_context.summary import summary_message, summary_text
 from weft_context.tokens import TokenEstimator
 from weft_contracts import ContextCompactedData
-from weft_llm import ChatModel
+from weft_llm import ChatMessage, ChatModel, UserMessage
 
 from weft_engine.compaction.fileops import (
     extract_file_ops,
@@ -48,7 +47,7 @@ class Checkpoint:
 class CompactionResult:
     """The outcome of one ``compact`` call."""
 
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     compacted: bool
     tokens_before: int
     tokens_after: int
@@ -79,23 +78,23 @@ class _Plan:
     """How the conversation divides: head (system), previous summary, body[:cut] summarised
     (``older`` + the split turn's first half ``split``), body[cut:] kept."""
 
-    head: list[dict[str, Any]]
+    head: list[ChatMessage]
     previous: str | None
-    body: list[dict[str, Any]]
+    body: list[ChatMessage]
     groups: list[str]
     cut: int
     split_start: int
 
     @property
-    def older(self) -> list[dict[str, Any]]:
+    def older(self) -> list[ChatMessage]:
         return self.body[: self.split_start]
 
     @property
-    def split(self) -> list[dict[str, Any]]:
+    def split(self) -> list[ChatMessage]:
         return self.body[self.split_start : self.cut]
 
     @property
-    def tail(self) -> list[dict[str, Any]]:
+    def tail(self) -> list[ChatMessage]:
         return self.body[self.cut :]
 
 
@@ -118,7 +117,7 @@ class Compactor:
 
     async def compact(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[ChatMessage],
         turn_ids: Sequence[str | None],
         *,
         tokens: int | None = None,
@@ -151,9 +150,9 @@ class Compactor:
         result.compacted = True
         return result
 
-    def _plan(self, messages: Sequence[dict[str, Any]], turn_ids: Sequence[str | None]) -> _Plan:
+    def _plan(self, messages: Sequence[ChatMessage], turn_ids: Sequence[str | None]) -> _Plan:
         head_n = 0
-        while head_n < len(messages) and messages[head_n].get("role") == "system":
+        while head_n < len(messages) and messages[head_n]["role"] == "system":
             head_n += 1
         previous = None
         if head_n < len(messages):
@@ -171,7 +170,7 @@ class Compactor:
             groups=groups, cut=cut, split_start=split_start,
         )  # fmt: skip
 
-    def _keep_from(self, body: list[dict[str, Any]]) -> int:
+    def _keep_from(self, body: list[ChatMessage]) -> int:
         """First index of the recent messages that fit ``keep_recent`` tokens."""
         budget, index = self._settings.keep_recent, len(body)
         while index > 0:
@@ -239,8 +238,8 @@ class Compactor:
         return SummaryOutcome(text=_with_files(outcome.text, files), degraded=outcome.degraded)
 
     def _fit_input(
-        self, messages: list[dict[str, Any]], previous: str | None
-    ) -> tuple[list[dict[str, Any]], int]:
+        self, messages: list[ChatMessage], previous: str | None
+    ) -> tuple[list[ChatMessage], int]:
         """The most recent ``messages`` one summary request can carry, and how many older
         ones were left out (SPEC M-05)."""
         fixed = 1024 + (self._estimator.text_tokens(previous) if previous else 0)
@@ -253,7 +252,7 @@ class Compactor:
             budget -= cost
             kept += 1
         start = len(messages) - kept
-        while start < len(messages) and messages[start].get("role") == "tool":
+        while start < len(messages) and messages[start]["role"] == "tool":
             start += 1  # never start on results whose call was left out
         return messages[start:], start
 
@@ -290,7 +289,7 @@ def _with_files(text: str, files: str) -> str:
     return f"{strip_file_ops(text)}\n\n{files}" if files else text
 
 
-def _split_message(text: str) -> dict[str, Any]:
+def _split_message(text: str) -> UserMessage:
     return {
         "role": "user",
         "content": "Summary of the earlier part of the current turn:\n"
@@ -298,13 +297,13 @@ def _split_message(text: str) -> dict[str, Any]:
     }
 
 
-def _safe_cut(body: list[dict[str, Any]], cut: int) -> int:
+def _safe_cut(body: list[ChatMessage], cut: int) -> int:
     """Move ``cut`` so the kept tail never starts on tool results (their call stays with
     them) and is never empty."""
-    while cut < len(body) and body[cut].get("role") == "tool":
+    while cut < len(body) and body[cut]["role"] == "tool":
         cut += 1
     if cut >= len(body) and body:
         cut = len(body) - 1
-        while cut > 0 and body[cut].get("role") == "tool":
+        while cut > 0 and body[cut]["role"] == "tool":
             cut -= 1
     return cut

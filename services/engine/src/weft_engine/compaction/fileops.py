@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from weft_llm import ChatMessage
+
 READ_TOOLS = frozenset({"read_file", "read_sandbox_file", "view_file", "cat_file"})
 WRITE_TOOLS = frozenset(
     {"write_file", "write_sandbox_file", "edit_file", "create_file", "append_file"}
@@ -47,17 +49,19 @@ class FileOps:
         return "\n".join(blocks)
 
 
-def extract_file_ops(messages: Iterable[dict[str, Any]]) -> FileOps:
+def extract_file_ops(messages: Iterable[ChatMessage]) -> FileOps:
     """Paths from the tool calls of ``messages``."""
     ops = FileOps()
     for message in messages:
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            name = str(fn.get("name", ""))
+        if message["role"] != "assistant":
+            continue
+        for call in message.get("tool_calls", []):
+            fn = call["function"]
+            name = fn["name"]
             kind = "read" if name in READ_TOOLS else "modified" if name in WRITE_TOOLS else None
             if kind is None:
                 continue
-            path = _path(fn.get("arguments"))
+            path = _path(fn["arguments"])
             if path:
                 ops.add(kind, path)
     return ops

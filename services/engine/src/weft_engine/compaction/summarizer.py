@@ -49,21 +49,20 @@ class SummaryOutcome:
     degraded: bool
 
 
-def render_transcript(messages: Sequence[dict[str, Any]]) -> str:
+def render_transcript(messages: Sequence[ChatMessage]) -> str:
     """Messages as plain text for the summariser."""
     lines = []
     for m in messages:
-        role = m.get("role", "?")
-        if role == "tool":
-            lines.append(f"[tool result {m.get('tool_call_id', '')}]\n{m.get('content', '')}")
+        role = m["role"]
+        if m["role"] == "tool":
+            lines.append(f"[tool result {m['tool_call_id']}]\n{m['content']}")
             continue
-        text = m.get("content") if isinstance(m.get("content"), str) else message_text(m)
+        content = m["content"]
+        body = content if isinstance(content, str) else message_text(m)
+        tool_calls = m.get("tool_calls", []) if m["role"] == "assistant" else []
         calls = [
-            f"{(c.get('function') or {}).get('name')}"
-            f"({_args((c.get('function') or {}).get('arguments'))})"
-            for c in m.get("tool_calls") or []
+            f"{c['function']['name']}({_args(c['function']['arguments'])})" for c in tool_calls
         ]
-        body = text or ""
         if calls:
             body += ("\n" if body else "") + "[tool calls] " + "; ".join(calls)
         lines.append(f"[{role}]\n{body}")
@@ -84,7 +83,7 @@ class Summarizer:
 
     async def summarize(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[ChatMessage],
         *,
         previous: str | None = None,
         instruction: str = "",
@@ -106,7 +105,7 @@ class Summarizer:
 
     def _request(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[ChatMessage],
         previous: str | None,
         instruction: str,
         omitted: int,
@@ -132,14 +131,14 @@ class Summarizer:
         )
 
     def archive(
-        self, messages: Sequence[dict[str, Any]], previous: str | None, omitted: int = 0
+        self, messages: Sequence[ChatMessage], previous: str | None, omitted: int = 0
     ) -> str:
         """The degraded fallback: the most recent original messages that fit the summary
         budget, verbatim, with a note of how many were left out (SPEC M-04)."""
         budget = self._settings.summary_budget
         if previous:
             budget -= self._estimator.text_tokens(previous)
-        kept: list[dict[str, Any]] = []
+        kept: list[ChatMessage] = []
         for message in reversed(messages):
             cost = self._estimator.message_tokens(message)
             if cost > budget:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from weft_context.tokens import TokenEstimator
+from weft_llm import ChatMessage
 
 HEAD_SHARE = 0.7
 
@@ -26,17 +26,17 @@ def truncate_text(text: str, max_tokens: int, estimator: TokenEstimator) -> str 
 
 
 def truncate_tool_results(
-    messages: Sequence[dict[str, Any]], max_tokens: int, estimator: TokenEstimator
-) -> tuple[list[dict[str, Any]], int]:
+    messages: Sequence[ChatMessage], max_tokens: int, estimator: TokenEstimator
+) -> tuple[list[ChatMessage], int]:
     """Every tool result longer than ``max_tokens`` truncated; the count of those cut."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     count = 0
     for message in messages:
-        content = message.get("content")
-        if message.get("role") == "tool" and isinstance(content, str):
-            cut = truncate_text(content, max_tokens, estimator)
+        if message["role"] == "tool":
+            cut = truncate_text(message["content"], max_tokens, estimator)
             if cut is not None:
-                message = {**message, "content": cut}
+                out.append({**message, "content": cut})
                 count += 1
+                continue
         out.append(message)
     return out, count

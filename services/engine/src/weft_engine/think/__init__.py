@@ -18,7 +18,14 @@ from typing import Any
 
 import structlog
 from weft_contracts import FinalAnswerData, FinalAnswerEvent, ThoughtData, ThoughtEvent
-from weft_llm import ChatModel, LLMCallError, LLMRequest, LLMResponse, TransientLLMError
+from weft_llm import (
+    ChatModel,
+    LLMCallError,
+    LLMRequest,
+    LLMResponse,
+    TransientLLMError,
+    UserMessage,
+)
 from weft_tools.specs import definitions_for
 
 from weft_engine.emitter import EventEmitter
@@ -150,7 +157,7 @@ class Thinker:
         )  # fmt: skip
 
 
-def closing_request(reason: str) -> dict[str, Any]:
+def closing_request(reason: str) -> UserMessage:
     """The extra user message of a final synthesis (SPEC E-21)."""
     return {
         "role": "user",

@@ -2,41 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Any
+from weft_llm import ChatMessage
 
 
-def sanitize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sanitize_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
     """Drop tool results whose call is not in the assistant message just before them, and
     merge consecutive plain messages of the same role (providers reject both)."""
-    cleaned: list[dict[str, Any]] = []
+    cleaned: list[ChatMessage] = []
     open_calls: set[str] = set()
     for message in messages:
-        role = message.get("role")
-        if role == "tool":
-            if message.get("tool_call_id") not in open_calls:
+        if message["role"] == "tool":
+            if message["tool_call_id"] not in open_calls:
                 continue
-        elif role == "assistant" and message.get("tool_calls"):
-            open_calls = {c["id"] for c in message["tool_calls"]}
+        elif message["role"] == "assistant" and message.get("tool_calls"):
+            open_calls = {c["id"] for c in message.get("tool_calls", [])}
         else:
             open_calls = set()
-        if _mergeable(cleaned, message):
-            previous = cleaned[-1]
-            cleaned[-1] = {**previous, "content": f"{previous['content']}\n\n{message['content']}"}
+        merged = _merged(cleaned[-1], message) if cleaned else None
+        if merged is not None:
+            cleaned[-1] = merged
             continue
         cleaned.append(message)
     return cleaned
 
 
-def _mergeable(cleaned: list[dict[str, Any]], message: dict[str, Any]) -> bool:
-    if not cleaned:
-        return False
-    previous = cleaned[-1]
+def _merged(previous: ChatMessage, message: ChatMessage) -> ChatMessage | None:
+    """``previous`` and ``message`` as one message when both are plain text of the same
+    role (user, assistant or system), else ``None``."""
     plain = {"role", "content"}
-    return (
-        previous.get("role") == message.get("role")
-        and message.get("role") in ("user", "assistant", "system")
-        and set(previous) <= plain
-        and set(message) <= plain
-        and isinstance(previous.get("content"), str)
-        and isinstance(message.get("content"), str)
-    )
+    if not set(previous) <= plain or not set(message) <= plain:
+        return None
+    before, after = previous["content"], message["content"]
+    if not isinstance(before, str) or not isinstance(after, str):
+        return None
+    content = f"{before}\n\n{after}"
+    if previous["role"] == "user" and message["role"] == "user":
+        return {"role": "user", "content": content}
+    if previous["role"] == "assistant" and message["role"] == "assistant":
+        return {"role": "assistant", "content": content}
+    if previous["role"] == "system" and message["role"] == "system":
+        return {"role": "system", "content": content}
+    return None
