@@ -4,10 +4,15 @@ into memory's tables (the rows memory's recorder would have written)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
+import httpx
+from fastapi import FastAPI
 from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_memory.turns_api import turns_router
 from weft_storage.models import ChatSession, Message
 
 
@@ -65,3 +70,15 @@ async def drop_sessions(sessions: async_sessionmaker[AsyncSession], session_ids:
     would be audited by every engine that uses it (``TurnAuditor``)."""
     async with sessions.begin() as s:
         await s.execute(delete(ChatSession).where(ChatSession.id.in_(session_ids)))
+
+
+@asynccontextmanager
+async def turns_api(
+    sessions: async_sessionmaker[AsyncSession], *, raise_app_exceptions: bool = True
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of memory's ``/internal/turns`` routes, in process, on the real database."""
+    app = FastAPI()
+    app.include_router(turns_router(sessions))
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+    async with httpx.AsyncClient(transport=transport, base_url="http://memory") as client:
+        yield client

@@ -9,24 +9,19 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_memory.turns_api import turns_router
 from weft_storage.models import Message
 
-from tests.integration.history_rows import drop_sessions, seed_running_turns
+from tests.integration.history_rows import drop_sessions, seed_running_turns, turns_api
 
 
 @pytest.fixture
 async def memory(
     sessions: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = FastAPI()
-    app.include_router(turns_router(sessions))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://memory") as c:
-        yield c
+    async with turns_api(sessions) as client:
+        yield client
 
 
 @pytest.fixture

@@ -13,11 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_memory.turns_api import turns_router
 
-from tests.integration.history_rows import drop_sessions, seed_running_turns
+from tests.integration.history_rows import drop_sessions, seed_running_turns, turns_api
 
 BAD_QUERIES = [
     {},  # started_after is required
@@ -38,11 +36,8 @@ BAD_QUERIES = [
 async def memory(
     sessions: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = FastAPI()
-    app.include_router(turns_router(sessions))
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://memory") as c:
-        yield c
+    async with turns_api(sessions, raise_app_exceptions=False) as client:
+        yield client
 
 
 @pytest.mark.parametrize("params", BAD_QUERIES, ids=[str(i) for i in range(len(BAD_QUERIES))])
