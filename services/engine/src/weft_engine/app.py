@@ -12,7 +12,7 @@ from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_platform.tasks import cancel_and_wait
 
-from weft_engine.auditor import AuditSettings, KafkaTurnTrails, MemoryTurns, TurnAuditor
+from weft_engine.auditor import AuditSettings, MemoryTurns, TurnAuditor
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
@@ -29,6 +29,7 @@ from weft_engine.state import TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
+from weft_engine.trails import KafkaTurnTrails
 from weft_engine.vision import ImageDescriber
 
 REQUESTS_GROUP = "weft-engine"
@@ -74,6 +75,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         await runtime.bus.publish(Topic.AGENT_REQUESTS, fresh)
 
     finisher.requeue = requeue
+    audit = AuditSettings(
+        interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
+    )
+    trails = KafkaTurnTrails(
+        s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s
+    )
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
         finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,
@@ -81,6 +88,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
             retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
         ),
         tool_timeout_s=s.tool_deadline_s, tracer=tracer, vision=ImageDescriber(model, emitter),
+        trails=trails,
     )  # fmt: skip
     scheduler = StepScheduler(
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s
@@ -92,15 +100,10 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         cancel_channel=cancel_channel, ttl_s=ttl, images=images,
         turn_deadline_s=s.turn_deadline_s,
     )  # fmt: skip
-    audit = AuditSettings(
-        interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
-    )
     memory_turns = MemoryTurns(s.memory_url)
     auditor = TurnAuditor(
         redis=redis, finisher=finisher, turns=memory_turns, settings=audit,
-        trails=KafkaTurnTrails(
-            s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s
-        ),
+        trails=trails,
         sentinel_key=f"weft:{s.topic_prefix}engine:sentinel", cancel_channel=cancel_channel,
         owner=runtime.instance_id, state_ttl_s=ttl,
     )  # fmt: skip

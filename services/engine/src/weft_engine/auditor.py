@@ -26,19 +26,14 @@ while it is missing (or was rewritten by another replica's recovery), ``/readyz`
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 import structlog
-from aiokafka import AIOKafkaConsumer
-from aiokafka.partitioner import DefaultPartitioner
-from aiokafka.structs import TopicPartition
 from pydantic import BaseModel
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, ErrorCode
@@ -47,6 +42,7 @@ from weft_platform.health import Degraded
 from weft_engine.finalize import Finisher, TurnFailure
 from weft_engine.keys import audit_lock_key, completed_key, seq_key, state_key
 from weft_engine.state import TurnState
+from weft_engine.trails import TurnTrail, TurnTrails
 
 log = structlog.get_logger(__name__)
 
@@ -104,22 +100,6 @@ class UnfinishedTurns(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class TurnTrail:
-    """What Kafka holds of one turn."""
-
-    last_seq: int = 0
-    completed: bool = False
-
-
-class TurnTrails(Protocol):
-    """Reads turns' events back from ``agent.events``."""
-
-    async def read(self, turns: Sequence[UnfinishedTurn]) -> dict[str, TurnTrail]:
-        """Each turn's trail by request id (a turn without events: an empty trail)."""
-        ...
-
-
 class MemoryTurns:
     """:class:`UnfinishedTurns` over memory's internal HTTP API."""
 
@@ -137,111 +117,6 @@ class MemoryTurns:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._http.aclose()
-
-
-class KafkaTurnTrails:
-    """:class:`TurnTrails` with a standalone consumer (no group, nothing committed).
-
-    A session's events are on the partition its key hashes to: the bus keys
-    ``agent.events`` by session (``Envelope.key``) and the producer uses aiokafka's
-    default partitioner, which this reader applies to the same key.
-    """
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        margin_s: float,
-        *,
-        poll_ms: int = 500,
-        limit_s: float = 30.0,
-    ):
-        self._bootstrap = bootstrap
-        self._topic = topic
-        self._margin_s = margin_s
-        self._poll_ms = poll_ms
-        self._limit_s = limit_s
-
-    async def read(self, turns: Sequence[UnfinishedTurn]) -> dict[str, TurnTrail]:
-        """Read each involved partition from the oldest turn's start to its end offset;
-        ``TimeoutError`` past ``limit_s`` (a broker gone mid-read would otherwise hold the
-        sweep forever: the turns are taken up again by a later sweep)."""
-        if not turns:
-            return {}
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False
-        )
-        await consumer.start()
-        try:
-            async with asyncio.timeout(self._limit_s):
-                return await self._read(consumer, turns)
-        finally:
-            await consumer.stop()
-
-    async def _read(
-        self, consumer: AIOKafkaConsumer, turns: Sequence[UnfinishedTurn]
-    ) -> dict[str, TurnTrail]:
-        partitions = await self._partitions(consumer)
-        since: dict[TopicPartition, int] = {}
-        for turn in turns:
-            tp = TopicPartition(self._topic, partition_of(turn.session_id, partitions))
-            at_ms = int((turn.started_at.timestamp() - self._margin_s) * 1000)
-            since[tp] = min(at_ms, since.get(tp, at_ms))
-        ends = await consumer.end_offsets(list(since))
-        starts = await consumer.offsets_for_times(since)
-        consumer.assign(list(since))
-        for tp in since:
-            found = starts.get(tp)
-            consumer.seek(tp, found.offset if found is not None else ends[tp])
-        wanted = {t.request_id for t in turns}
-        trails = {rid: TurnTrail() for rid in wanted}
-        await self._scan(consumer, ends, wanted, trails)
-        return trails
-
-    async def _partitions(self, consumer: AIOKafkaConsumer) -> list[int]:
-        # The consumer's public partitions_for_topic answers only for topics it already
-        # follows; its client's metadata request covers every topic.
-        cluster = await consumer._client.fetch_all_metadata()
-        found = cluster.partitions_for_topic(self._topic)
-        if not found:
-            raise RuntimeError(f"topic {self._topic} has no partitions in the metadata")
-        return sorted(found)
-
-    async def _scan(
-        self,
-        consumer: AIOKafkaConsumer,
-        ends: dict[TopicPartition, int],
-        wanted: set[str],
-        trails: dict[str, TurnTrail],
-    ) -> None:
-        pending = {tp for tp, end in ends.items() if await consumer.position(tp) < end}
-        while pending:
-            batches = await consumer.getmany(*pending, timeout_ms=self._poll_ms)
-            for records in batches.values():
-                for record in records:
-                    _note(record.value, wanted, trails)
-            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
-
-
-def partition_of(session_id: str, partitions: list[int]) -> int:
-    """The partition of a session's events (``Envelope.key`` and the default partitioner)."""
-    partition: int = DefaultPartitioner()(session_id.encode(), partitions, partitions)
-    return partition
-
-
-def _note(value: bytes | None, wanted: set[str], trails: dict[str, TurnTrail]) -> None:
-    """Fold one record into its turn's trail; records of other turns, or unreadable, are
-    skipped (the turn's own consumers dead-letter those)."""
-    try:
-        event: dict[str, Any] = json.loads(value or b"")
-        rid = event["request_id"]
-        if rid not in wanted:
-            return
-        seq, completed = int(event["seq"]), event["type"] == "complete"
-    except (ValueError, KeyError, TypeError):
-        return
-    trail = trails[rid]
-    trails[rid] = TurnTrail(max(trail.last_seq, seq), trail.completed or completed)
 
 
 @dataclass
