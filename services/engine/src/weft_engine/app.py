@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
-from weft_contracts import ChatRequested, Topic, new_event_id
+from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.retry import RetryWindow
@@ -54,7 +54,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         redis, owner=runtime.instance_id, namespace=s.topic_prefix, ttl_s=s.lease_ttl_s,
         record_ttl_s=ttl,
     )  # fmt: skip
-    sessions = SessionGate(redis, ttl)
+    sessions = SessionGate(redis, ttl, starts_key=f"weft:{s.topic_prefix}engine:starts")
     inbox = SteerInbox(redis, ttl)
     provider = provider_from_settings(s.tracing_exporter, runtime.instance_id)
     tracer = TurnTracer(provider)
@@ -70,11 +70,6 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     )
     finisher.persist_scale = context.persist_scale
 
-    async def requeue(request: ChatRequested) -> None:
-        fresh = request.model_copy(update={"id": new_event_id()})
-        await runtime.bus.publish(Topic.AGENT_REQUESTS, fresh)
-
-    finisher.requeue = requeue
     audit = AuditSettings(
         interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
     )
@@ -117,6 +112,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         scheduler.start()
         listener.append(asyncio.create_task(intake.listen_for_cancels(), name="cancel-listener"))
         listener.append(asyncio.create_task(auditor.run(), name="turn-auditor"))
+        listener.append(asyncio.create_task(intake.retry_starts(), name="pending-starts"))
 
     async def stop_background() -> None:
         await cancel_and_wait(listener)
