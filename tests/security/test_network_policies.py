@@ -94,7 +94,11 @@ OUTSIDE = "<outside the release>"
 
 def _url_callees(settings: type[BaseSettings]) -> set[str]:
     """Weft services whose URL a settings class holds (``<service>_url`` fields)."""
-    names = {name[: -len("_url")].replace("_", "-") for name in settings.model_fields}
+    names = {
+        name.removesuffix("_url").replace("_", "-")
+        for name in settings.model_fields
+        if name.endswith("_url")
+    }
     return names & set(SERVICE_PORTS)
 
 
@@ -108,10 +112,10 @@ def _calls_the_llm(settings: type[BaseSettings]) -> bool:
 
 
 def _tools_env_callees() -> set[str]:
-    """Weft services whose ``WEFT_<NAME>_URL`` the tool implementations read."""
+    """Weft services whose ``WEFT_<NAME>_URL`` the tool implementations name."""
     found: set[str] = set()
     for source in Path(weft_tools.__file__).parent.glob("*.py"):
-        for var in re.findall(r"environ\.get\(\s*\"WEFT_([A-Z_]+)_URL\"", source.read_text()):
+        for var in re.findall(r"[\"']WEFT_([A-Z_]+)_URL[\"']", source.read_text()):
             found.add(var.lower().replace("_", "-"))
     return found & set(SERVICE_PORTS)
 
