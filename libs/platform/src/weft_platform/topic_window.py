@@ -10,10 +10,12 @@ partition order. Bounded in time, so a broker lost mid-read never holds the call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
 RecordsHandler = Callable[[Sequence[Any]], Awaitable[None]]
@@ -35,16 +37,16 @@ async def read_window(
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
     )
-    await consumer.start()
     try:
-        async with asyncio.timeout(limit_s):
+        async with asyncio.timeout(limit_s):  # the connection too
+            await consumer.start()
             if isinstance(since_ms, int):
                 since = {p: since_ms for p in await partitions_of(consumer, topic)}
             else:
                 since = dict(since_ms)
             return await _read(consumer, topic, since, handle, poll_ms)
     finally:
-        await consumer.stop()
+        await stop_quietly(consumer)
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
@@ -82,3 +84,11 @@ async def _read(
                 await handle(wanted)
         pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
     return count
+
+
+async def stop_quietly(consumer: AIOKafkaConsumer, limit_s: float = 5.0) -> None:
+    """Stop a standalone consumer without letting a broker that went away hold the
+    caller: a step or a sweep must never wait on a reader's cleanup."""
+    with contextlib.suppress(TimeoutError, KafkaError, OSError):
+        async with asyncio.timeout(limit_s):
+            await consumer.stop()

@@ -22,6 +22,7 @@ from weft_engine.leases import TurnLeases
 from weft_engine.loop import TurnLoop
 from weft_engine.parked_images import ImageResolvingModel, ParkedImages
 from weft_engine.reporting import ResultReporter
+from weft_engine.requests_replay import RequestsReplay, kafka_requests
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.settings import EngineSettings
@@ -101,6 +102,14 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         trails=trails,
         sentinel_key=f"weft:{s.topic_prefix}engine:sentinel", cancel_channel=cancel_channel,
         owner=runtime.instance_id, state_ttl_s=ttl,
+        replay=RequestsReplay(
+            redis=redis, trails=trails, handle=intake.on_chat_requested,
+            requests=kafka_requests(
+                s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_REQUESTS)
+            ),
+            window_s=s.audit_requests_window_s,
+            lock_key=f"weft:{s.topic_prefix}engine:requests-replayed",
+        ),
     )  # fmt: skip
     runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, intake.on_chat_requested)
     # Recording a result is idempotent: no consumer de-duplication (two Redis round trips).

@@ -13,7 +13,10 @@ ever advance it. Every replica sweeps every few seconds:
    a ``complete`` there means memory only lags, and nothing is done; otherwise the
    turn's ``seq`` counter is set back to the highest seq found (clients that resume see
    no seq twice), any step still running it is cancelled, and it ends with ``error``
-   ``turn_state_lost`` and one ``complete`` (failed) through the ``Finisher``.
+   ``turn_state_lost`` and one ``complete`` (failed) through the ``Finisher``;
+4. after a loss, the requests that waited only in Redis (queued behind a running turn)
+   are read back from ``agent.requests`` and handed to the intake again
+   (``requests_replay``).
 
 A turn whose state exists is never touched, however long it waits (a 10-minute shell
 call, an approval): only lost state counts.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -133,6 +137,8 @@ class SweepReport:
     foreign: list[str] = field(default_factory=list)
     """Of those, the ones with no event in this deployment's ``agent.events``: another
     deployment's turns on a shared database (test stacks, a staging copy), left alone."""
+    replayed: list[str] = field(default_factory=list)
+    """Requests that waited only in the lost Redis, handed to the intake again."""
 
 
 class TurnAuditor:
@@ -150,8 +156,10 @@ class TurnAuditor:
         cancel_channel: str,
         owner: str,
         state_ttl_s: int,
+        replay: Callable[[float], Awaitable[list[str]]] | None = None,
     ):
         self._redis = redis
+        self._replay = replay
         self._finisher = finisher
         self._turns = turns
         self._trails = trails
@@ -213,6 +221,8 @@ class TurnAuditor:
             else:
                 more = False
         if self._recovering:
+            if self._replay is not None:  # after the lost turns ended: sessions are free
+                report.replayed = await self._replay(now)
             await self._vouch()
         if report.lost:
             log.warning("turn_audit", unfinished=report.unfinished, lost=report.lost,

@@ -166,8 +166,11 @@ class Finisher:
         await self._store.delete(state.request_id)
         await self._leases.clear_deadline(state.request_id)
         await self._emitter.clear_streaming(state.request_id)
-        rid = state.request_id
-        handed = await self._sessions.hand_over(state.tenant_id, state.session_id, rid)
+        await self.pass_on(state.tenant_id, state.session_id, state.request_id)
+
+    async def pass_on(self, tenant_id: str, session_id: str, ended: str) -> None:
+        """Hand the session of the ended turn ``ended`` to its next queued request, if any."""
+        handed = await self._sessions.hand_over(tenant_id, session_id, ended)
         if handed is not None and self.start_queued is not None:
             await self._start_next(self.start_queued, handed)
 

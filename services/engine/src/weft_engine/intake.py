@@ -117,11 +117,16 @@ class TurnIntake:
         pending start. Raises when opening fails: the pending start stays, due later."""
         request, rid = handed.request, handed.request.request_id
         known = await self._store.load(rid)
-        if (known is None or known.phase == "opening") and not await self._emitter.completed(rid):
-            if known is None:
-                await self.start(request, handed.previous)
-            else:  # an earlier try saved the opening state, then stopped
-                await self._open(request, known, handed.previous)
+        if await self._emitter.completed(rid):
+            # A duplicate queued entry of a turn that ran already (the requests replay after
+            # a loss of Redis can queue one): the session goes on to the next request.
+            await self._sessions.started(handed)
+            await self._finisher.pass_on(request.tenant_id, request.session_id, rid)
+            return
+        if known is None:
+            await self.start(request, handed.previous)
+        elif known.phase == "opening":  # an earlier try saved the opening state, then stopped
+            await self._open(request, known, handed.previous)
         await self._sessions.started(handed)
 
     async def retry_starts(self, interval_s: float = 2.0) -> None:

@@ -81,5 +81,5 @@ async def catch_up(trails: TurnTrails, emitter: EventEmitter, state: TurnState) 
     if trail is None or trail.last_seq == 0:  # not even turn_started: not this topic's turn
         return
     given_back = await emitter.recount(state.request_id, trail.last_seq)
-    if given_back > 0:
-        log.info("takeover_seqs_recounted", request_id=state.request_id, given_back=given_back)
+    log.info("takeover_caught_up", request_id=state.request_id, last_seq=trail.last_seq,
+             given_back=given_back)  # fmt: skip

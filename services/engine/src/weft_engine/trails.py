@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import TopicPartition
+from weft_platform.topic_window import partitions_of, stop_quietly
 
 
 class TurnRef(Protocol):
@@ -82,17 +83,17 @@ class KafkaTurnTrails:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False
         )
-        await consumer.start()
         try:
-            async with asyncio.timeout(self._limit_s):
+            async with asyncio.timeout(self._limit_s):  # the connection too
+                await consumer.start()
                 return await self._read(consumer, turns)
         finally:
-            await consumer.stop()
+            await stop_quietly(consumer)
 
     async def _read(
         self, consumer: AIOKafkaConsumer, turns: Sequence[TurnRef]
     ) -> dict[str, TurnTrail]:
-        partitions = await self._partitions(consumer)
+        partitions = await partitions_of(consumer, self._topic)
         since: dict[TopicPartition, int] = {}
         for turn in turns:
             tp = TopicPartition(self._topic, partition_of(turn.session_id, partitions))
@@ -108,15 +109,6 @@ class KafkaTurnTrails:
         trails = {rid: TurnTrail() for rid in wanted}
         await self._scan(consumer, ends, wanted, trails)
         return trails
-
-    async def _partitions(self, consumer: AIOKafkaConsumer) -> list[int]:
-        # The consumer's public partitions_for_topic answers only for topics it already
-        # follows; its client's metadata request covers every topic.
-        cluster = await consumer._client.fetch_all_metadata()
-        found = cluster.partitions_for_topic(self._topic)
-        if not found:
-            raise RuntimeError(f"topic {self._topic} has no partitions in the metadata")
-        return sorted(found)
 
     async def _scan(
         self,
