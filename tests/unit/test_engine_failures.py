@@ -20,6 +20,7 @@ from weft_contracts import (
     ErrorCode,
     ErrorData,
 )
+from weft_engine import sessions as sessions_module
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import (
     MODEL_BUSY,
@@ -165,13 +166,19 @@ async def _due(redis: FakeAsyncRedis) -> float:
     return float(due)
 
 
-async def test_a_start_cancelled_midway_stays_pending_for_its_lease() -> None:
-    redis = FakeAsyncRedis()
+async def _queued_behind_req_1(redis: FakeAsyncRedis) -> SessionGate:
+    """A gate whose session runs req-1 with req-2 queued behind it."""
     sessions = SessionGate(redis, 60, starts_key="weft:test:starts")
     data = ChatRequestedData(query="q", user_id="u", agent=AgentConfig(agent_id="a", model="m"))
     await sessions.claim("t", "s", "req-1")
     await sessions.enqueue(ChatRequested(tenant_id="t", session_id="s", request_id="req-2",
                                          data=data))  # fmt: skip
+    return sessions
+
+
+async def test_a_start_cancelled_midway_stays_pending_for_its_lease() -> None:
+    redis = FakeAsyncRedis()
+    sessions = await _queued_behind_req_1(redis)
 
     async def cancelled(handed: HandedOver) -> None:
         raise asyncio.CancelledError
@@ -189,4 +196,21 @@ async def test_a_start_cancelled_midway_stays_pending_for_its_lease() -> None:
         await finisher.forget(state)
     due = await _due(redis)
     assert due - time.time() > START_LEASE_S - 5  # a shutdown mid-start: due after the lease
+    await redis.aclose()
+
+
+async def test_a_start_in_progress_keeps_its_pending_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a replica opens a handed-over turn (which may wait out a broker outage), it
+    renews the pending start, so no other replica takes it; once it stops renewing, the
+    start is due within the short lease."""
+    monkeypatch.setattr(sessions_module, "START_RENEW_S", 0.05)
+    redis = FakeAsyncRedis()
+    sessions = await _queued_behind_req_1(redis)
+    handed = await sessions.hand_over("t", "s", "req-1")
+    assert handed is not None
+    await sessions.postpone(handed, 0.2)  # about to be due
+    async with sessions.starting(handed):
+        await asyncio.sleep(0.5)
+        assert await sessions.due_starts() == [], "renewed while the start runs"
+    assert START_LEASE_S - 1 < await _due(redis) - time.time() <= START_LEASE_S
     await redis.aclose()

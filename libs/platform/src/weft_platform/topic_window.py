@@ -59,6 +59,21 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
     return sorted(found)
 
 
+async def seek_since(
+    consumer: AIOKafkaConsumer, since: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Assign ``consumer`` the partitions of ``since``, each at its first record at or
+    after its time (epoch ms), else at its end; their end offsets as of now, where a read
+    of the window stops."""
+    ends: dict[TopicPartition, int] = await consumer.end_offsets(list(since))
+    starts = await consumer.offsets_for_times(dict(since))
+    consumer.assign(list(since))
+    for tp in since:
+        found = starts.get(tp)
+        consumer.seek(tp, found.offset if found is not None else ends[tp])
+    return ends
+
+
 async def _read(
     consumer: AIOKafkaConsumer,
     topic: str,
@@ -66,13 +81,7 @@ async def _read(
     handle: RecordsHandler,
     poll_ms: int,
 ) -> int:
-    at = {TopicPartition(topic, p): ms for p, ms in since.items()}
-    ends = await consumer.end_offsets(list(at))
-    starts = await consumer.offsets_for_times(at)
-    consumer.assign(list(at))
-    for tp in at:
-        found = starts.get(tp)
-        consumer.seek(tp, found.offset if found is not None else ends[tp])
+    ends = await seek_since(consumer, {TopicPartition(topic, p): ms for p, ms in since.items()})
     count = 0
     pending = {tp for tp, end in ends.items() if await consumer.position(tp) < end}
     while pending:

@@ -44,8 +44,8 @@ from weft_contracts import AgentConfig, ErrorCode
 from weft_platform.health import Degraded
 
 from weft_engine.finalize import Finisher, TurnFailure
-from weft_engine.keys import audit_lock_key, completed_key, seq_key, state_key
-from weft_engine.state import TurnState
+from weft_engine.keys import audit_lock_key, seq_key
+from weft_engine.state import TurnState, without_trace
 from weft_engine.trails import TurnTrail, TurnTrails
 
 log = structlog.get_logger(__name__)
@@ -260,13 +260,7 @@ class TurnAuditor:
 
     async def _stateless(self, turns: list[UnfinishedTurn]) -> list[UnfinishedTurn]:
         """The turns with neither a stored state nor a ``complete`` flag."""
-        if not turns:
-            return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for turn in turns:
-                pipe.exists(state_key(turn.request_id), completed_key(turn.request_id))
-            found = await pipe.execute()
-        return [t for t, n in zip(turns, found, strict=True) if int(n) == 0]
+        return await without_trace(self._redis, turns)
 
     async def _take(self, turn: UnfinishedTurn) -> bool:
         """Whether this replica recovers the turn (one replica does, for ``lock_ttl_s``)."""

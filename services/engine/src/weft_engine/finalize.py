@@ -181,7 +181,8 @@ class Finisher:
         (``TurnIntake.retry_starts``), so it is never lost, and the ending turn still
         ends."""
         try:
-            await start(handed)
+            async with self._sessions.starting(handed):
+                await start(handed)
         except Exception as exc:
             log.warning("queued_start_failed", request_id=handed.request.request_id,
                         error=repr(exc))  # fmt: skip

@@ -138,7 +138,8 @@ class TurnIntake:
                 for handed in await self._sessions.due_starts():
                     log.info("queued_start_retried", request_id=handed.request.request_id)
                     try:
-                        await self.start_handed_over(handed)
+                        async with self._sessions.starting(handed):
+                            await self.start_handed_over(handed)
                     except Exception as exc:
                         log.warning("queued_start_failed", error=repr(exc),
                                     request_id=handed.request.request_id)  # fmt: skip

@@ -32,7 +32,7 @@ from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
 from weft_platform.topic_window import read_window
 
-from weft_engine.keys import completed_key, state_key
+from weft_engine.state import without_trace
 from weft_engine.trails import TurnTrails
 
 log = structlog.get_logger(__name__)
@@ -125,7 +125,7 @@ class RequestsReplay:
         trails = await self._trails.read(logged)
         silent = [r for r in logged if trails.get(r.request_id) is None
                   or trails[r.request_id].last_seq == 0]  # fmt: skip
-        untouched = await self._untouched(silent)
+        untouched = await without_trace(self._redis, silent)
         replayed: list[str] = []
         for entry in untouched:
             await self._handle(entry.request)
@@ -133,13 +133,3 @@ class RequestsReplay:
         if replayed:
             log.warning("requests_replayed", requests=replayed)
         return replayed
-
-    async def _untouched(self, logged: list[LoggedRequest]) -> list[LoggedRequest]:
-        """The requests with neither a state nor a ``complete`` flag in Redis."""
-        if not logged:
-            return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for entry in logged:
-                pipe.exists(state_key(entry.request_id), completed_key(entry.request_id))
-            found = await pipe.execute()
-        return [e for e, n in zip(logged, found, strict=True) if int(n) == 0]

@@ -14,12 +14,16 @@ away past its window, memory down) or whose replica died stays there, and any re
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from weft_contracts import ChatRequested
 
 from weft_engine.keys import inbox_key
@@ -64,9 +68,12 @@ return due
 
 START_RETRY_S = 5.0
 """How soon a pending start whose start failed is tried again."""
-START_LEASE_S = 180.0
-"""How long a pending start belongs to the replica starting it: above a start's longest
-legitimate wait (the publish window, 60 s, plus memory's retry window, 20 s)."""
+START_LEASE_S = 15.0
+"""How long a pending start belongs to the replica starting it without a renewal: the
+replica renews it every ``START_RENEW_S`` while the start runs (a start can wait out the
+publish window, 60 s, and memory's retry window, 20 s), so another replica takes it over
+this long after that replica stopped."""
+START_RENEW_S = 5.0
 
 
 def active_key(tenant_id: str, session_id: str) -> str:
@@ -148,6 +155,25 @@ class SessionGate:
     async def postpone(self, handed: HandedOver, delay_s: float) -> None:
         """Try the pending start again in ``delay_s`` (its start failed)."""
         await self._redis.zadd(self._starts_key, {handed.entry: time.time() + delay_s}, xx=True)
+
+    @contextlib.asynccontextmanager
+    async def starting(self, handed: HandedOver) -> AsyncIterator[None]:
+        """Hold the pending start while its turn is opened: its due time is pushed back
+        every ``START_RENEW_S``, so no other replica takes it while this one lives."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(START_RENEW_S)
+                with contextlib.suppress(RedisError):
+                    await self.postpone(handed, START_LEASE_S)
+
+        renewal = asyncio.create_task(renew(), name="pending-start-renewal")
+        try:
+            yield
+        finally:
+            renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewal
 
     async def due_starts(self, limit: int = 20) -> list[HandedOver]:
         """Pending starts past their due time (a failed start, a replica that died), each

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from redis.asyncio import Redis
@@ -11,6 +12,7 @@ from weft_llm import ChatMessage
 
 from weft_engine.keys import (
     acked_key,
+    completed_key,
     images_key,
     seq_key,
     state_key,
@@ -287,3 +289,23 @@ class TurnStore:
             *self._keys(request_id), images_key(request_id), acked_key(request_id),
             takeovers_key(request_id),
         )  # fmt: skip
+
+
+class _Named(Protocol):
+    @property
+    def request_id(self) -> str: ...
+
+
+_T = TypeVar("_T", bound=_Named)
+
+
+async def without_trace(redis: Redis, turns: Sequence[_T]) -> list[_T]:
+    """The turns (or requests) with neither a stored state nor a ``complete`` flag in
+    Redis: lost with its data, or never opened."""
+    if not turns:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for turn in turns:
+            pipe.exists(state_key(turn.request_id), completed_key(turn.request_id))
+        found = await pipe.execute()
+    return [t for t, n in zip(turns, found, strict=True) if int(n) == 0]

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import TopicPartition
-from weft_platform.topic_window import partitions_of, stop_quietly
+from weft_platform.topic_window import partitions_of, seek_since, stop_quietly
 
 
 class TurnRef(Protocol):
@@ -99,12 +99,7 @@ class KafkaTurnTrails:
             tp = TopicPartition(self._topic, partition_of(turn.session_id, partitions))
             at_ms = int((turn.started_at.timestamp() - self._margin_s) * 1000)
             since[tp] = min(at_ms, since.get(tp, at_ms))
-        ends = await consumer.end_offsets(list(since))
-        starts = await consumer.offsets_for_times(since)
-        consumer.assign(list(since))
-        for tp in since:
-            found = starts.get(tp)
-            consumer.seek(tp, found.offset if found is not None else ends[tp])
+        ends = await seek_since(consumer, since)
         wanted = {t.request_id for t in turns}
         trails = {rid: TurnTrail() for rid in wanted}
         await self._scan(consumer, ends, wanted, trails)
