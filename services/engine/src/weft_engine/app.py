@@ -8,6 +8,8 @@ from fastapi import FastAPI
 from weft_contracts import ChatRequested, Topic, new_event_id
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.credentials import RECORDS
+from weft_platform.record_credentials import record_scope
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_platform.tasks import cancel_and_wait
@@ -31,6 +33,8 @@ from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
 from weft_engine.vision import ImageDescriber
 
+ENGINE_ISSUER = "engine"
+"""Issuer of the engine's service credential (its own key pair)."""
 REQUESTS_GROUP = "weft-engine"
 RESULTS_GROUP = "weft-engine-results"
 CONTROL_GROUP = "weft-engine-control"
@@ -95,8 +99,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     audit = AuditSettings(
         interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
     )
-    memory_turns = MemoryTurns(s.memory_url)
+    signer = runtime.signer(ENGINE_ISSUER)
+    memory_turns = MemoryTurns(
+        s.memory_url, credential=lambda: signer.service("memory", ["memory:turns.read"])
+    )
     auditor = TurnAuditor(
+        record_credential=lambda: signer.service(RECORDS, [record_scope(Topic.AGENT_EVENTS)]),
         redis=redis, finisher=finisher, turns=memory_turns, settings=audit,
         trails=KafkaTurnTrails(
             s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from weft_platform.credentials import ensure_dev_keys
+from weft_platform.runtime import DEV_ISSUERS
+
+from weft_testkit.credentials import DevCredentials
 
 SERVICES = (
     "gateway",
@@ -119,6 +123,13 @@ class LocalStack:
         self.api_key = f"key-{secrets.token_hex(16)}"
         self.ports: dict[str, list[int]] = {}
         self._procs: list[_Proc] = []
+        self.credentials_dir = config.log_dir / "credentials"
+        """This stack's service credential keys (development pairs, made at start)."""
+
+    @property
+    def credentials(self) -> DevCredentials:
+        """Signers for tests that stand in for the gateway or an operator."""
+        return DevCredentials.load(self.credentials_dir)
 
     @property
     def gateway_url(self) -> str:
@@ -149,6 +160,7 @@ class LocalStack:
     def start(self) -> None:
         """Create topics, start every process, wait until all are ready."""
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        ensure_dev_keys(self.credentials_dir, DEV_ISSUERS)
         for name in ("scripted_llm", *SERVICES):
             count = self.config.replicas.get(name, 1)
             self.ports[name] = [free_port() for _ in range(count)]
@@ -194,6 +206,8 @@ class LocalStack:
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",
             "OPENAI_API_KEY": "scripted-llm-test-double",
             "WEFT_LLM_MODEL": "weft-scripted",
+            "WEFT_CREDENTIALS_DIR": str(self.credentials_dir),
+            "WEFT_CREDENTIALS_DEV_KEYS": "false",
             **self._own_infra(),
             **self.config.extra_env,
         }
