@@ -25,6 +25,7 @@ from weft_contracts import (
     Topic,
 )
 from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
+from weft_testkit.credentials import signed
 
 AGENT = "builtin-smart-reasoning"
 
@@ -36,6 +37,7 @@ async def _publish(stack: LocalStack, message: Envelope, to: Topic = Topic.AGENT
     await producer.start()
     try:
         topic = stack.prefix + to.value
+        message = signed(stack.credentials, message)  # as the gateway's records are
         await producer.send_and_wait(topic, message.model_dump_json().encode(), key=message.key())
     finally:
         await producer.stop()

@@ -21,6 +21,7 @@ from weft_contracts import CompleteData, CompleteEvent, Topic, TurnStatus
 from weft_platform.runtime import ServiceRuntime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_ingest import IngestionQueue
+from weft_testkit.credentials import DevCredentials
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 
 from tests.integration.kafka_helpers import service_runtime
@@ -51,7 +52,8 @@ async def _csv_document(sessions: async_sessionmaker[AsyncSession], tenant: str)
 
 
 async def _state(port: int) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=10) as http:
+    headers = DevCredentials.load().operator_headers("tool-exec", "tool-exec:state")
+    async with httpx.AsyncClient(timeout=10, headers=headers) as http:
         state: dict[str, Any] = (await http.get(f"http://127.0.0.1:{port}/internal/state")).json()
     return state
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jwt
-from jwt.types import Options
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from jwt.types import Options
 
 ALGORITHM = "EdDSA"
 GATEWAY = "gateway"
@@ -215,8 +215,9 @@ class CredentialSigner:
         ttl_s: float,
         session_id: str | None = None,
         request_id: str | None = None,
+        issued_at: float | None = None,
     ) -> str:
-        """A request credential (the gateway only)."""
+        """A request credential (the gateway only); ``issued_at`` defaults to now."""
         if self.issuer != GATEWAY:
             raise ValueError("only the gateway signs request credentials")
         claims: dict[str, Any] = {"typ": "request", "ten": tenant_id, "sub": user_id}
@@ -224,7 +225,7 @@ class CredentialSigner:
             claims["ses"] = session_id
         if request_id is not None:
             claims["req"] = request_id
-        return self._sign(claims, audience, ttl_s)
+        return self._sign(claims, audience, ttl_s, issued_at)
 
     def service(self, audience: str, scopes: Iterable[str], ttl_s: float = 300.0) -> str:
         """A service credential for ``audience``; reused until half its life is gone."""
@@ -237,8 +238,14 @@ class CredentialSigner:
         self._service_cache[wanted] = (now + ttl_s / 2, token)
         return token
 
-    def _sign(self, claims: dict[str, Any], audience: Iterable[str], ttl_s: float) -> str:
-        now = int(time.time())
+    def _sign(
+        self,
+        claims: dict[str, Any],
+        audience: Iterable[str],
+        ttl_s: float,
+        issued_at: float | None = None,
+    ) -> str:
+        now = int(time.time() if issued_at is None else issued_at)
         payload = {**claims, "iss": self.issuer, "aud": list(audience), "iat": now}
         payload["exp"] = now + max(1, int(ttl_s))
         return jwt.encode(

@@ -13,9 +13,10 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from weft_contracts import Envelope
 from weft_platform.credentials import (
     GATEWAY,
     RECORDS,
@@ -24,6 +25,8 @@ from weft_platform.credentials import (
     load_signer,
 )
 from weft_platform.runtime import DEV_ISSUERS
+
+E = TypeVar("E", bound=Envelope)
 
 EVERY_SERVICE = ("memory", "agent-config", "tool-exec", RECORDS)
 OPERATOR_SCOPES = {
@@ -129,3 +132,9 @@ def _body(request: httpx.Request) -> dict[str, Any]:
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
+
+
+def signed(credentials: DevCredentials, message: E, user_id: str = "test-user") -> E:
+    """``message`` carrying the turn credential the gateway would have given its turn."""
+    token = credentials.request(message.tenant_id, user_id, message.session_id, message.request_id)
+    return message.model_copy(update={"credential": token})

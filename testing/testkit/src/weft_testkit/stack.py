@@ -20,7 +20,7 @@ import httpx
 from weft_platform.credentials import ensure_dev_keys
 from weft_platform.runtime import DEV_ISSUERS
 
-from weft_testkit.credentials import DevCredentials
+from weft_testkit.credentials import DevCredentials, TrustedTransport
 
 SERVICES = (
     "gateway",
@@ -145,6 +145,16 @@ class LocalStack:
         """A client of the public API, authenticated as the stack's tenant."""
         headers = {"Authorization": f"Bearer {self.api_key}"}
         return httpx.AsyncClient(base_url=self.gateway_url, headers=headers, timeout=timeout)
+
+    def internal_client(
+        self, service: str, index: int = 0, timeout: float = 30
+    ) -> httpx.AsyncClient:
+        """A client of one replica's internal routes that presents, on each request, the
+        credential the gateway (or, for a system route, an operator) would."""
+        transport = TrustedTransport(httpx.AsyncHTTPTransport(), self.credentials)
+        return httpx.AsyncClient(
+            base_url=self.url(service, index), transport=transport, timeout=timeout
+        )
 
     def url(self, service: str, index: int = 0) -> str:
         """Base URL of one replica of ``service``."""
