@@ -227,9 +227,20 @@ class CredentialSigner:
             claims["req"] = request_id
         return self._sign(claims, audience, ttl_s, issued_at)
 
-    def service(self, audience: str, scopes: Iterable[str], ttl_s: float = 300.0) -> str:
-        """A service credential for ``audience``; reused until half its life is gone."""
+    def service(
+        self,
+        audience: str,
+        scopes: Iterable[str],
+        ttl_s: float = 300.0,
+        *,
+        issued_at: float | None = None,
+    ) -> str:
+        """A service credential for ``audience``; reused until half its life is gone
+        (``issued_at``: a fresh one issued then, never cached)."""
         wanted = (audience, tuple(sorted(scopes)))
+        if issued_at is not None:
+            claims = {"typ": "service", "scope": list(wanted[1])}
+            return self._sign(claims, [audience], ttl_s, issued_at)
         now = time.time()
         cached = self._service_cache.get(wanted)
         if cached is not None and cached[0] > now:
