@@ -21,7 +21,7 @@ from weft_contracts import CompleteData, CompleteEvent, Topic, TurnStatus
 from weft_platform.runtime import ServiceRuntime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_ingest import IngestionQueue
-from weft_testkit.credentials import DevCredentials
+from weft_testkit.credentials import DevCredentials, signed
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 
 from tests.integration.kafka_helpers import service_runtime
@@ -103,13 +103,12 @@ async def test_complete_drops_the_turns_tables_on_every_worker(  # SPEC T-04, T-
 
     other = f"s-{secrets.token_hex(4)}"  # a turn of another session: nothing of ours dropped
     for session_id in (other, session):
-        await engine_bus.bus.publish(
-            Topic.AGENT_EVENTS,
-            CompleteEvent(
-                tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
-                data=CompleteData(status=TurnStatus.COMPLETED, final_answer="done"),
-            ),
+        complete = CompleteEvent(
+            tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
+            data=CompleteData(status=TurnStatus.COMPLETED, final_answer="done"),
         )  # fmt: skip
+        # Signed as the engine's records are: the workers skip an unsigned complete.
+        await engine_bus.bus.publish(Topic.AGENT_EVENTS, signed(DevCredentials.load(), complete))
     for port in ports.values():
         state = await _wait_until_dropped(port, session, cleaned=2)
         assert state["duckdb_tables_by_session"] == {}
