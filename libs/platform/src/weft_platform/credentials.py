@@ -21,6 +21,7 @@ waits for every verifier to hold it, moves signers over, then removes the old ``
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import tempfile
@@ -312,9 +313,12 @@ def ensure_dev_keys(directory: Path, issuers: Iterable[str], kid: str = "dev1") 
 
 
 def new_key_pair(directory: Path, issuer: str, kid: str) -> tuple[Path, Path]:
-    """Write a fresh ``<issuer>.<kid>.key`` / ``.pub`` (a rollover's new key)."""
+    """Write a fresh ``<issuer>.<kid>.key`` / ``.pub`` (a rollover's new key); refuses
+    to replace an existing pair."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     key_path = directory / f"{issuer}.{kid}.key"
+    if key_path.exists() or key_path.with_suffix(".pub").exists():
+        raise FileExistsError(f"{issuer}.{kid} already exists in {directory}")
     pem = _new_private_pem()
     _write_once(key_path, pem)
     public_path = key_path.with_suffix(".pub")
@@ -362,3 +366,21 @@ def _optional_str(value: Any) -> str | None:
 def _audience(claims: dict[str, Any]) -> tuple[str, ...]:
     aud = claims.get("aud")
     return (aud,) if isinstance(aud, str) else tuple(aud or ())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m weft_platform.credentials new-pair DIR ISSUER KID``: write a key pair
+    (a deployment's keys, or a rollover's new one)."""
+    parser = argparse.ArgumentParser(prog="python -m weft_platform.credentials")
+    commands = parser.add_subparsers(dest="command", required=True)
+    pair = commands.add_parser("new-pair", help="write <issuer>.<kid>.key and .pub")
+    pair.add_argument("directory", type=Path)
+    pair.add_argument("issuer", help="gateway, engine or operator")
+    pair.add_argument("kid", help="key id; later keys sort after earlier ones (a date)")
+    args = parser.parse_args(argv)
+    for path in new_key_pair(args.directory, args.issuer, args.kid):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
