@@ -95,12 +95,12 @@ class GatewaySettings(ServiceSettings):
         "for one API request (weft_platform.credentials).",
     )
     turn_credential_ttl_s: float = Field(
-        default=1800.0,
+        default=3600.0,
         gt=0,
         description="Life of a turn's request credential, which the engine and tool "
-        "workers forward on the turn's calls and records: above the engine's "
-        "turn_deadline_s (20 min, itself above the longest tool timeout) with room for "
-        "a queued request.",
+        "workers forward on the turn's calls and records: three times the engine's "
+        "turn_deadline_s (20 min, itself above the longest tool timeout), so a request "
+        "enqueued behind two full-length turns (double-texting) still runs its own.",
     )
     internal_max_connections: int = Field(
         default=200, ge=10, description="Connection pool of each internal HTTP client."
