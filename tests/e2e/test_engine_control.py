@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from httpx_sse import aconnect_sse
+from redis.asyncio import Redis
 from weft_contracts import (
     AgentConfig,
     CancelRequested,
@@ -24,7 +25,7 @@ from weft_contracts import (
     SteerMessageData,
     Topic,
 )
-from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
+from weft_testkit import LocalStack, SseEvent, chat_requests, infra_env, read_turn
 from weft_testkit.credentials import signed
 
 AGENT = "builtin-smart-reasoning"
@@ -219,6 +220,13 @@ async def test_a_second_message_waits_for_the_running_turn(
     replayed = [(m["role"], m.get("content")) for m in second_call["messages"]]
     assert ("user", "FIRST one") in replayed
     assert ("assistant", "first answer") in replayed
+    # While it was being opened, the queued request was a pending start in Redis (a start
+    # that failed would be retried from there); once open, nothing is left pending.
+    redis = Redis.from_url(infra_env()["WEFT_REDIS_URL"])
+    try:
+        assert await redis.zcard(f"weft:{stack.prefix}engine:starts") == 0
+    finally:
+        await redis.aclose()
 
 
 async def test_the_engine_rejects_a_message_the_gateway_let_through_to_a_busy_session(

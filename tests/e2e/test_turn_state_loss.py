@@ -1,7 +1,8 @@
 """Redis loses every turn's state (FLUSHDB) while turns run: each ends with ``error``
 ``turn_state_lost`` and exactly one ``complete`` instead of hanging (ARCHITECTURE
-invariant 2), clients see no seq twice, memory stores no turn as running any more, and the
-engine's ``/readyz`` reports the emptied Redis until its recovery sweep ran.
+invariant 2), clients see no seq twice, memory stores no turn as running any more, the
+engine's ``/readyz`` reports the emptied Redis until its recovery sweep ran, and a request
+that was queued behind a running turn (in Redis alone) is read back from the log and runs.
 
 The stack has its own Redis database (12, the only one this module ever flushes) and its
 own PostgreSQL database (see ``StackConfig.database_url``), two engine replicas and no tool
@@ -104,10 +105,12 @@ async def script(loss_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
 
 async def _script(script: httpx.AsyncClient, queries: list[str]) -> None:
     """One step per query (each step answers once): SLOWSTREAM streams a long answer
-    slowly, WAITTOOL calls web_fetch, which nobody answers."""
+    slowly, QUEUED answers at once, WAITTOOL calls web_fetch, which nobody answers."""
     steps = [
         {"match": q, "content": SLOW_WORDS, "chunk_delay_ms": 250}
-        if q.startswith("SLOWSTREAM") else {"match": q, "tool_calls": [FETCH]}
+        if q.startswith("SLOWSTREAM")
+        else {"match": q, "content": "queued answer"} if q.startswith("QUEUED")
+        else {"match": q, "tool_calls": [FETCH]}
         for q in queries
     ]  # fmt: skip
     resp = await script.post("/_script", json={"steps": steps})
@@ -216,7 +219,8 @@ async def test_turns_whose_state_redis_lost_end_with_an_error_and_one_complete(
     client: httpx.AsyncClient, loss_stack: LocalStack, script: httpx.AsyncClient
 ) -> None:  # invariant 2: Redis emptied under load
     kinds = [("SLOWSTREAM", "final_answer", 4), ("WAITTOOL", "tool_call", 1)]
-    await _script(script, [f"{query} {i}" for query, _, _ in kinds for i in range(3)])
+    queries = [f"{query} {i}" for query, _, _ in kinds for i in range(3)]
+    await _script(script, [*queries, "QUEUED behind a wait"])
     turns = [
         _Turn(await _session(client), f"{query} {i}", trigger, need, drop=i == 0)
         for query, trigger, need in kinds
@@ -228,6 +232,11 @@ async def test_turns_whose_state_redis_lost_end_with_an_error_and_one_complete(
     rids = [t.request_id for t in turns]
     assert set((await _until_stored(rids, {"running"})).values()) == {"running"}
     assert [code for code, _ in await _readiness(loss_stack)] == [200, 200]
+    # A second message to a session whose turn waits for its tool: queued (double-texting
+    # "enqueue") in Redis alone, so the wipe loses it; Kafka still has it.
+    queued = _Turn(turns[-1].session_id, "QUEUED behind a wait", "turn_started")
+    queued_reader = asyncio.create_task(queued.read(client))
+    await _until_queued(loss_stack.tenant, queued.session_id)
 
     redis = Redis.from_url(_redis_url())
     try:
@@ -248,11 +257,32 @@ async def test_turns_whose_state_redis_lost_end_with_an_error_and_one_complete(
         assert complete["data"]["status"] == "failed"
     stored = await _until_stored(rids, {"failed"})
     assert set(stored.values()) == {"failed"}
+    # The queued request is read back from agent.requests and runs once its session's
+    # lost turn has ended.
+    async with asyncio.timeout(BOUND_S):
+        await queued_reader
+    _assert_clean_stream(queued.events)
+    assert queued.events[0].event == "turn_started"
+    assert queued.events[-1].data["data"]["status"] == "completed"
+    assert queued.events[-1].data["data"]["final_answer"] == "queued answer"
     await _until_ready(loss_stack)
 
     print("\n[turn state loss] wipe -> complete (s):",
           {t.query: round(t.completed_at - wiped, 2) for t in turns},
           "readiness while degraded:", degraded)  # fmt: skip
+
+
+async def _until_queued(tenant: str, session_id: str) -> None:
+    """Until the engine holds one request in the session's queue."""
+    redis = Redis.from_url(_redis_url())
+    try:
+        async with asyncio.timeout(BOUND_S):
+            while True:
+                if await redis.llen(f"weft:session:{tenant}:{session_id}:active:queue"):
+                    return
+                await asyncio.sleep(0.05)
+    finally:
+        await redis.aclose()
 
 
 async def _until_degraded(stack: LocalStack) -> list[str]:

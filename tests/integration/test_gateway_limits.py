@@ -173,7 +173,7 @@ async def test_heartbeats_come_from_the_shared_timer_while_the_turn_is_silent(
 async def test_latest_turn_start_pages_back_to_the_newest_turn(redis: Redis) -> None:
     from weft_gateway.streams import SessionStreams
 
-    streams = SessionStreams(redis, max_len=10_000, retention_s=120)
+    streams = SessionStreams(redis, max_len=10_000, retention_s=120, marks_key="weft:test:marks")
     tenant = _tenant()
     key = stream_key(tenant, "s")
     assert await streams.latest_turn_start(tenant, "s") is None

@@ -126,8 +126,9 @@ def _request(tenant: str, session: str) -> ChatRequested:
 async def test_the_session_gate_names_the_previous_turn_and_hands_over_atomically(
     redis: Redis,
 ) -> None:
-    gate = SessionGate(redis, 60)
     tenant, session = f"t-{secrets.token_hex(4)}", f"ses_{secrets.token_hex(6)}"
+    starts = f"weft:test:{tenant}:starts"
+    gate = SessionGate(redis, 60, starts_key=starts)
     first, second, third = (_request(tenant, session) for _ in range(3))
 
     claim = await gate.claim(tenant, session, first.request_id)
@@ -139,7 +140,11 @@ async def test_the_session_gate_names_the_previous_turn_and_hands_over_atomicall
     # The first turn ends: the queued one runs in the session at once, so a third message
     # finds it busy instead of starting beside it.
     handed = await gate.hand_over(tenant, session, first.request_id)
-    assert handed is not None and handed.request_id == second.request_id
+    assert handed is not None and handed.request.request_id == second.request_id
+    assert handed.previous == first.request_id
+    assert await redis.zcard(starts) == 1  # a pending start until its turn is open
+    await gate.started(handed)
+    assert await redis.zcard(starts) == 0
     assert await gate.active(tenant, session) == second.request_id
     assert (await gate.claim(tenant, session, third.request_id)).holder == second.request_id
 

@@ -17,7 +17,8 @@ from weft_contracts import (
     TurnStartedEvent,
     TurnStatus,
 )
-from weft_engine.auditor import KafkaTurnTrails, TurnTrail, UnfinishedTurn
+from weft_engine.auditor import UnfinishedTurn
+from weft_engine.trails import KafkaTurnTrails, TurnTrail
 
 from tests.integration.kafka_helpers import service_runtime
 

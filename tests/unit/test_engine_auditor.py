@@ -23,20 +23,14 @@ from weft_contracts import (
     Topic,
     TurnStatus,
 )
-from weft_engine.auditor import (
-    TURN_STATE_LOST,
-    AuditSettings,
-    TurnAuditor,
-    TurnTrail,
-    UnfinishedTurn,
-    partition_of,
-)
+from weft_engine.auditor import TURN_STATE_LOST, AuditSettings, TurnAuditor, UnfinishedTurn
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
 from weft_engine.keys import completed_key, seq_key
 from weft_engine.leases import TurnLeases
 from weft_engine.sessions import SessionGate
 from weft_engine.state import TurnState, TurnStateLost, TurnStore
+from weft_engine.trails import TurnRef, TurnTrail, partition_of
 from weft_platform.bus import EventBus
 from weft_platform.health import Degraded
 
@@ -81,7 +75,7 @@ class _Kafka:
     trails: dict[str, TurnTrail]
     reads: list[list[str]] = field(default_factory=list)
 
-    async def read(self, turns: Sequence[UnfinishedTurn]) -> dict[str, TurnTrail]:
+    async def read(self, turns: Sequence[TurnRef]) -> dict[str, TurnTrail]:
         self.reads.append([t.request_id for t in turns])
         return {t.request_id: self.trails.get(t.request_id, TurnTrail()) for t in turns}
 

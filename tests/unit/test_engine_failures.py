@@ -11,6 +11,7 @@ from unittest.mock import AsyncMock
 
 import pytest
 from aiokafka.errors import KafkaTimeoutError
+from fakeredis import FakeAsyncRedis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from weft_contracts import (
     AgentConfig,
@@ -29,7 +30,7 @@ from weft_engine.finalize import (
     llm_failure,
 )
 from weft_engine.leases import TurnLeases
-from weft_engine.sessions import SessionGate
+from weft_engine.sessions import START_LEASE_S, START_RETRY_S, HandedOver, SessionGate
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer, build_provider
 from weft_llm import ContextOverflowError, LLMCallError, ModelStalledError, TransientLLMError
@@ -113,42 +114,79 @@ async def test_the_error_event_is_clean_and_the_span_keeps_the_detail() -> None:
     assert "gpu-pool-7.internal" in str(execute.status.description)
 
 
-def _finisher_handing_over(queued: ChatRequested) -> Finisher:
-    sessions = AsyncMock()
-    sessions.hand_over.return_value = queued
-    return Finisher(
-        emitter=cast(EventEmitter, _Emitter()), store=cast(TurnStore, AsyncMock()),
-        leases=cast(TurnLeases, AsyncMock()), sessions=cast(SessionGate, sessions),
-    )  # fmt: skip
-
-
-async def test_a_queued_request_whose_start_fails_goes_back_to_the_bus() -> None:
-    """``hand_over`` took the next request off the session's queue; when starting it
-    fails (here: its ``turn_started`` could not be published), it is handed back to
-    ``agent.requests`` instead of being lost, and the ending turn still ends cleanly."""
+async def test_a_queued_request_whose_start_fails_stays_a_pending_start() -> None:
+    """``hand_over`` took the next request off the session's queue and made it the running
+    turn; when opening it fails (here: its ``turn_started`` could not be published), it
+    stays in Redis as a pending start, due again shortly, for any replica to start, and
+    the ending turn still ends cleanly. The engine never writes ``agent.requests``
+    (ARCHITECTURE: only the gateway does). A cancelled start leaves it due after its
+    lease."""
+    redis = FakeAsyncRedis()
+    sessions = SessionGate(redis, 60, starts_key="weft:test:starts")
     data = ChatRequestedData(query="q", user_id="u", agent=AgentConfig(agent_id="a", model="m"))
     queued = ChatRequested(tenant_id="t", session_id="s", request_id="req-2", data=data)
     state = TurnState(
         tenant_id="t", session_id="s", request_id="req-1", user_id="u",
         agent=AgentConfig(agent_id="a", model="m"), messages=[], started_at=time.time(),
     )  # fmt: skip
-    requeued: list[ChatRequested] = []
+    await sessions.claim("t", "s", "req-1")
+    await sessions.enqueue(queued)
+    tried: list[HandedOver] = []
 
-    async def requeue(request: ChatRequested) -> None:
-        requeued.append(request)
-
-    async def start(request: ChatRequested, previous: str) -> None:
+    async def start(handed: HandedOver) -> None:
+        tried.append(handed)
         raise KafkaTimeoutError("turn_started not acknowledged")
 
-    finisher = _finisher_handing_over(queued)
-    finisher.start_queued, finisher.requeue = start, requeue
+    finisher = Finisher(
+        emitter=cast(EventEmitter, _Emitter()), store=cast(TurnStore, AsyncMock()),
+        leases=cast(TurnLeases, AsyncMock()), sessions=sessions,
+    )  # fmt: skip
+    finisher.start_queued = start
     await finisher.forget(state)
-    assert requeued == [queued]
+    [handed] = tried
+    assert (handed.request, handed.previous) == (queued, "req-1")
+    assert await sessions.active("t", "s") == "req-2"  # the session waits for it
+    assert await sessions.due_starts() == []  # not due yet
+    due = await _due(redis)
+    assert 0 < due - time.time() <= START_RETRY_S
+    await sessions.postpone(handed, -1)  # its retry time came
+    [again] = await sessions.due_starts()
+    assert again.request == queued and again.previous == "req-1"
+    assert await sessions.due_starts() == [], "taken by this replica for its lease"
+    await sessions.started(again)
+    assert await redis.zcard("weft:test:starts") == 0
+    await redis.aclose()
 
-    async def cancelled(request: ChatRequested, previous: str) -> None:
+
+async def _due(redis: FakeAsyncRedis) -> float:
+    """The one pending start's due time."""
+    entries: Any = await redis.zrange("weft:test:starts", 0, -1, withscores=True)
+    [(_, due)] = entries
+    return float(due)
+
+
+async def test_a_start_cancelled_midway_stays_pending_for_its_lease() -> None:
+    redis = FakeAsyncRedis()
+    sessions = SessionGate(redis, 60, starts_key="weft:test:starts")
+    data = ChatRequestedData(query="q", user_id="u", agent=AgentConfig(agent_id="a", model="m"))
+    await sessions.claim("t", "s", "req-1")
+    await sessions.enqueue(ChatRequested(tenant_id="t", session_id="s", request_id="req-2",
+                                         data=data))  # fmt: skip
+
+    async def cancelled(handed: HandedOver) -> None:
         raise asyncio.CancelledError
 
+    finisher = Finisher(
+        emitter=cast(EventEmitter, _Emitter()), store=cast(TurnStore, AsyncMock()),
+        leases=cast(TurnLeases, AsyncMock()), sessions=sessions,
+    )  # fmt: skip
     finisher.start_queued = cancelled
+    state = TurnState(
+        tenant_id="t", session_id="s", request_id="req-1", user_id="u",
+        agent=AgentConfig(agent_id="a", model="m"), messages=[], started_at=time.time(),
+    )  # fmt: skip
     with pytest.raises(asyncio.CancelledError):
         await finisher.forget(state)
-    assert requeued == [queued, queued], "a shutdown mid-start hands it back too"
+    due = await _due(redis)
+    assert due - time.time() > START_LEASE_S - 5  # a shutdown mid-start: due after the lease
+    await redis.aclose()

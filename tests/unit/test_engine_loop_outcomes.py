@@ -59,6 +59,7 @@ from weft_engine.settings import EngineSettings
 from weft_engine.state import PendingCall, TurnState, TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
+from weft_engine.trails import TurnTrails
 from weft_llm import ContextOverflowError, LLMCallError
 from weft_platform.bus import EventBus
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer, replies, tool_calls
@@ -99,6 +100,7 @@ class _Engine:
     inbox: SteerInbox
     leases: TurnLeases
     model: FunctionModel | None = None
+    trails: TurnTrails | None = None
 
     def loop(self, model: FunctionModel) -> TurnLoop:
         self.model = model
@@ -116,7 +118,7 @@ class _Engine:
             model=model, finisher=finisher, reporter=ResultReporter(self.store, emitter),
             inbox=self.inbox, leases=self.leases, context=context,
             think_settings=ThinkSettings(retry_backoff_s=(), coalesce_window_s=0.0),
-            tool_timeout_s=60,
+            tool_timeout_s=60, trails=self.trails,
         )  # fmt: skip
 
     async def step(self, model: FunctionModel, state: TurnState, takeover: bool = False) -> None:

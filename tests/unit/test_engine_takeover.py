@@ -7,12 +7,15 @@ a bus that keeps what it is given, ``weft_testkit.function_model``).
   recorded as acknowledged (by the write that releases the step's lease) are left alone.
 - A round that was streaming when its replica stopped is closed by the rerun marker and
   thought again; the turn keeps one ``complete`` and none of the discarded text.
+- Seqs the stopped replica reserved but never published are handed out again: the events
+  clients get count on from the last one Kafka holds, without a gap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
@@ -20,10 +23,11 @@ from weft_contracts import OUTCOME_UNKNOWN, ToolCallCompletedData, Topic
 from weft_engine.keys import acked_key
 from weft_engine.leases import AckedDispatch
 from weft_engine.state import PendingCall, TurnState
+from weft_engine.trails import TurnRef, TurnTrail
 from weft_llm import LLMRequest, LLMResponse, StreamSink
 from weft_testkit.function_model import answer, replies, tool_calls
 
-from tests.unit.test_engine_loop_outcomes import _agent, _Engine, _turn
+from tests.unit.test_engine_loop_outcomes import _agent, _Bus, _Engine, _turn
 from tests.unit.test_engine_loop_outcomes import engine as engine  # the same fixture
 
 
@@ -221,3 +225,41 @@ async def test_a_rerun_after_the_tools_answered_thinks_the_next_round_again(
     answers = engine.data(state, "final_answer")
     assert (answers[0].superseded_by, answers[0].round) == ("rerun", 1)
     assert engine.complete(state).final_answer == "Trains run hourly."
+
+
+class _PublishedTrails:
+    """The trail of what the bus was given (the topic, as a takeover reads it back)."""
+
+    def __init__(self, bus: _Bus):
+        self._bus = bus
+
+    async def read(self, turns: Sequence[TurnRef]) -> dict[str, TurnTrail]:
+        trails = {}
+        for turn in turns:
+            seqs = [cast(Any, m).seq for t, m in self._bus.sent
+                    if t is Topic.AGENT_EVENTS and m.request_id == turn.request_id]  # fmt: skip
+            trails[turn.request_id] = TurnTrail(last_seq=max(seqs, default=0))
+        return trails
+
+
+@pytest.mark.parametrize("with_trails", [True, False], ids=["read-back", "no-read-back"])
+async def test_seqs_reserved_by_the_stopped_replica_leave_no_gap(
+    engine: _Engine, with_trails: bool
+) -> None:
+    """Invariant 1: the replica streaming round 0 reserved two more seqs (deltas it never
+    published) when it stopped; the takeover reads the turn back from the topic and counts
+    on from its last event. Without the read back, clients would see the gap (the
+    ``no-read-back`` case shows the test can tell)."""
+    engine.trails = _PublishedTrails(engine.bus) if with_trails else None
+    state = await _turn(engine)
+    stalled = _StallsMidAnswer()
+    first = asyncio.create_task(engine.step(cast(Any, stalled), state))
+    await asyncio.wait_for(stalled.streamed.wait(), 5)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await engine.redis.incrby(f"weft:turn:{state.request_id}:seq", 2)
+    await engine.step(replies(answer("Take the train to Lisbon.")), state, takeover=True)
+    seqs = [cast(Any, e).seq for e in engine.events(state)]
+    contiguous = seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    assert contiguous is with_trails, seqs

@@ -57,6 +57,22 @@ Handler = Callable[[Any], Awaitable[None]]
 BatchHandler = Callable[[list[Any]], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class Logged:
+    """A decoded record and where it sits in its topic (``consume_batch(positions=True)``):
+    for consumers that derive ids from the log itself, so that writing the log again
+    gives the same ids."""
+
+    event: Any
+    partition: int
+    offset: int
+
+    @property
+    def id(self) -> str:
+        """The event's envelope id."""
+        return str(self.event.id)
+
+
 def create_broker(settings: ServiceSettings) -> KafkaBroker:
     """A broker for one service process; the producer waits for the leader's ack and
     waits out a broker outage of up to ``publish_window_s``.
@@ -408,6 +424,7 @@ class EventBus:
         wait_ms: int = 100,
         types: Collection[str] | None = None,
         linger_ms: int | None = None,
+        positions: bool = False,
     ) -> None:
         """Register ``handler`` for batches of decoded messages of ``topic``, in record order.
 
@@ -423,7 +440,8 @@ class EventBus:
         handlers de-duplicate themselves (invariant 3). ``types`` filters on the ``type``
         header before decoding, as in :meth:`consume`. With ``linger_ms`` the broker holds
         each fetch up to that long until 64 KiB are there: fewer, larger batches (fewer
-        handler calls and commits) for consumers that do not need low latency.
+        handler calls and commits) for consumers that do not need low latency. With
+        ``positions`` the handler gets :class:`Logged` records (message, partition, offset).
         """
         adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
         wanted = None if types is None else frozenset(types)
@@ -461,8 +479,9 @@ class EventBus:
                 refused = self._refused(topic, message)
                 if refused is not None:
                     set_aside.append((record, body, refused, REFUSED))
-                else:
-                    decoded.append(message)
+                    continue
+                decoded.append(Logged(message, record.partition, record.offset) if positions
+                               else message)  # fmt: skip
             if decoded and not await self._handle_batch(topic, decoded, handler):
                 return False
             for record, body, reason, kind in set_aside:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
-from weft_contracts import ChatRequested, Topic, new_event_id
+from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.credentials import RECORDS
-from weft_platform.record_credentials import record_scope
+from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_platform.tasks import cancel_and_wait
 
-from weft_engine.auditor import AuditSettings, KafkaTurnTrails, MemoryTurns, TurnAuditor
+from weft_engine.auditor import AuditSettings, MemoryTurns, TurnAuditor
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher
@@ -24,6 +24,7 @@ from weft_engine.leases import TurnLeases
 from weft_engine.loop import TurnLoop
 from weft_engine.parked_images import ImageResolvingModel, ParkedImages
 from weft_engine.reporting import ResultReporter
+from weft_engine.requests_replay import RequestsReplay, kafka_requests
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.settings import EngineSettings
@@ -31,6 +32,7 @@ from weft_engine.state import TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
+from weft_engine.trails import KafkaTurnTrails
 from weft_engine.vision import ImageDescriber
 
 ENGINE_ISSUER = "engine"
@@ -57,7 +59,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         redis, owner=runtime.instance_id, namespace=s.topic_prefix, ttl_s=s.lease_ttl_s,
         record_ttl_s=ttl,
     )  # fmt: skip
-    sessions = SessionGate(redis, ttl)
+    sessions = SessionGate(redis, ttl, starts_key=f"weft:{s.topic_prefix}engine:starts")
     inbox = SteerInbox(redis, ttl)
     provider = provider_from_settings(s.tracing_exporter, runtime.instance_id)
     tracer = TurnTracer(provider)
@@ -73,11 +75,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     )
     finisher.persist_scale = context.persist_scale
 
-    async def requeue(request: ChatRequested) -> None:
-        fresh = request.model_copy(update={"id": new_event_id()})
-        await runtime.bus.publish(Topic.AGENT_REQUESTS, fresh)
-
-    finisher.requeue = requeue
+    audit = AuditSettings(
+        interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
+    )
+    trails = KafkaTurnTrails(
+        s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s
+    )
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
         finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,
@@ -85,6 +88,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
             retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
         ),
         tool_timeout_s=s.tool_deadline_s, tracer=tracer, vision=ImageDescriber(model, emitter),
+        trails=trails,
     )  # fmt: skip
     scheduler = StepScheduler(
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s
@@ -96,9 +100,6 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         cancel_channel=cancel_channel, ttl_s=ttl, images=images,
         turn_deadline_s=s.turn_deadline_s,
     )  # fmt: skip
-    audit = AuditSettings(
-        interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
-    )
     signer = runtime.signer(ENGINE_ISSUER)
     memory_turns = MemoryTurns(
         s.memory_url, credential=lambda: signer.service("memory", ["memory:turns.read"])
@@ -106,11 +107,18 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     auditor = TurnAuditor(
         record_credential=lambda: signer.service(RECORDS, [record_scope(Topic.AGENT_EVENTS)]),
         redis=redis, finisher=finisher, turns=memory_turns, settings=audit,
-        trails=KafkaTurnTrails(
-            s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s
-        ),
+        trails=trails,
         sentinel_key=f"weft:{s.topic_prefix}engine:sentinel", cancel_channel=cancel_channel,
         owner=runtime.instance_id, state_ttl_s=ttl,
+        replay=RequestsReplay(
+            redis=redis, trails=trails, handle=intake.on_chat_requested,
+            requests=kafka_requests(
+                s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_REQUESTS),
+                RecordCheck(runtime.verifier),
+            ),
+            window_s=s.audit_requests_window_s,
+            lock_key=f"weft:{s.topic_prefix}engine:requests-replayed",
+        ),
     )  # fmt: skip
     runtime.bus.consume(Topic.AGENT_REQUESTS, REQUESTS_GROUP, intake.on_chat_requested)
     # Recording a result is idempotent: no consumer de-duplication (two Redis round trips).
@@ -122,6 +130,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         scheduler.start()
         listener.append(asyncio.create_task(intake.listen_for_cancels(), name="cancel-listener"))
         listener.append(asyncio.create_task(auditor.run(), name="turn-auditor"))
+        listener.append(asyncio.create_task(intake.retry_starts(), name="pending-starts"))
 
     async def stop_background() -> None:
         await cancel_and_wait(listener)

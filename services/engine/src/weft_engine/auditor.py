@@ -13,7 +13,10 @@ ever advance it. Every replica sweeps every few seconds:
    a ``complete`` there means memory only lags, and nothing is done; otherwise the
    turn's ``seq`` counter is set back to the highest seq found (clients that resume see
    no seq twice), any step still running it is cancelled, and it ends with ``error``
-   ``turn_state_lost`` and one ``complete`` (failed) through the ``Finisher``.
+   ``turn_state_lost`` and one ``complete`` (failed) through the ``Finisher``;
+4. after a loss, the requests that waited only in Redis (queued behind a running turn)
+   are read back from ``agent.requests`` and handed to the intake again
+   (``requests_replay``).
 
 A turn whose state exists is never touched, however long it waits (a 10-minute shell
 call, an approval): only lost state counts.
@@ -26,19 +29,15 @@ while it is missing (or was rewritten by another replica's recovery), ``/readyz`
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 import structlog
-from aiokafka import AIOKafkaConsumer
-from aiokafka.partitioner import DefaultPartitioner
-from aiokafka.structs import TopicPartition
 from pydantic import BaseModel
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, ErrorCode
@@ -48,6 +47,7 @@ from weft_platform.internal_auth import bearer
 from weft_engine.finalize import Finisher, TurnFailure
 from weft_engine.keys import audit_lock_key, completed_key, seq_key, state_key
 from weft_engine.state import TurnState
+from weft_engine.trails import TurnTrail, TurnTrails
 
 log = structlog.get_logger(__name__)
 
@@ -105,22 +105,6 @@ class UnfinishedTurns(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class TurnTrail:
-    """What Kafka holds of one turn."""
-
-    last_seq: int = 0
-    completed: bool = False
-
-
-class TurnTrails(Protocol):
-    """Reads turns' events back from ``agent.events``."""
-
-    async def read(self, turns: Sequence[UnfinishedTurn]) -> dict[str, TurnTrail]:
-        """Each turn's trail by request id (a turn without events: an empty trail)."""
-        ...
-
-
 class MemoryTurns:
     """:class:`UnfinishedTurns` over memory's internal HTTP API."""
 
@@ -150,111 +134,6 @@ class MemoryTurns:
         await self._http.aclose()
 
 
-class KafkaTurnTrails:
-    """:class:`TurnTrails` with a standalone consumer (no group, nothing committed).
-
-    A session's events are on the partition its key hashes to: the bus keys
-    ``agent.events`` by session (``Envelope.key``) and the producer uses aiokafka's
-    default partitioner, which this reader applies to the same key.
-    """
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        margin_s: float,
-        *,
-        poll_ms: int = 500,
-        limit_s: float = 30.0,
-    ):
-        self._bootstrap = bootstrap
-        self._topic = topic
-        self._margin_s = margin_s
-        self._poll_ms = poll_ms
-        self._limit_s = limit_s
-
-    async def read(self, turns: Sequence[UnfinishedTurn]) -> dict[str, TurnTrail]:
-        """Read each involved partition from the oldest turn's start to its end offset;
-        ``TimeoutError`` past ``limit_s`` (a broker gone mid-read would otherwise hold the
-        sweep forever: the turns are taken up again by a later sweep)."""
-        if not turns:
-            return {}
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False
-        )
-        await consumer.start()
-        try:
-            async with asyncio.timeout(self._limit_s):
-                return await self._read(consumer, turns)
-        finally:
-            await consumer.stop()
-
-    async def _read(
-        self, consumer: AIOKafkaConsumer, turns: Sequence[UnfinishedTurn]
-    ) -> dict[str, TurnTrail]:
-        partitions = await self._partitions(consumer)
-        since: dict[TopicPartition, int] = {}
-        for turn in turns:
-            tp = TopicPartition(self._topic, partition_of(turn.session_id, partitions))
-            at_ms = int((turn.started_at.timestamp() - self._margin_s) * 1000)
-            since[tp] = min(at_ms, since.get(tp, at_ms))
-        ends = await consumer.end_offsets(list(since))
-        starts = await consumer.offsets_for_times(since)
-        consumer.assign(list(since))
-        for tp in since:
-            found = starts.get(tp)
-            consumer.seek(tp, found.offset if found is not None else ends[tp])
-        wanted = {t.request_id for t in turns}
-        trails = {rid: TurnTrail() for rid in wanted}
-        await self._scan(consumer, ends, wanted, trails)
-        return trails
-
-    async def _partitions(self, consumer: AIOKafkaConsumer) -> list[int]:
-        # The consumer's public partitions_for_topic answers only for topics it already
-        # follows; its client's metadata request covers every topic.
-        cluster = await consumer._client.fetch_all_metadata()
-        found = cluster.partitions_for_topic(self._topic)
-        if not found:
-            raise RuntimeError(f"topic {self._topic} has no partitions in the metadata")
-        return sorted(found)
-
-    async def _scan(
-        self,
-        consumer: AIOKafkaConsumer,
-        ends: dict[TopicPartition, int],
-        wanted: set[str],
-        trails: dict[str, TurnTrail],
-    ) -> None:
-        pending = {tp for tp, end in ends.items() if await consumer.position(tp) < end}
-        while pending:
-            batches = await consumer.getmany(*pending, timeout_ms=self._poll_ms)
-            for records in batches.values():
-                for record in records:
-                    _note(record.value, wanted, trails)
-            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
-
-
-def partition_of(session_id: str, partitions: list[int]) -> int:
-    """The partition of a session's events (``Envelope.key`` and the default partitioner)."""
-    partition: int = DefaultPartitioner()(session_id.encode(), partitions, partitions)
-    return partition
-
-
-def _note(value: bytes | None, wanted: set[str], trails: dict[str, TurnTrail]) -> None:
-    """Fold one record into its turn's trail; records of other turns, or unreadable, are
-    skipped (the turn's own consumers dead-letter those)."""
-    try:
-        event: dict[str, Any] = json.loads(value or b"")
-        rid = event["request_id"]
-        if rid not in wanted:
-            return
-        seq, completed = int(event["seq"]), event["type"] == "complete"
-    except (ValueError, KeyError, TypeError):
-        return
-    trail = trails[rid]
-    trails[rid] = TurnTrail(max(trail.last_seq, seq), trail.completed or completed)
-
-
 @dataclass
 class SweepReport:
     """What one sweep did (logged, and read by tests)."""
@@ -269,6 +148,8 @@ class SweepReport:
     foreign: list[str] = field(default_factory=list)
     """Of those, the ones with no event in this deployment's ``agent.events``: another
     deployment's turns on a shared database (test stacks, a staging copy), left alone."""
+    replayed: list[str] = field(default_factory=list)
+    """Requests that waited only in the lost Redis, handed to the intake again."""
 
 
 class TurnAuditor:
@@ -287,10 +168,12 @@ class TurnAuditor:
         owner: str,
         state_ttl_s: int,
         record_credential: Callable[[], str | None] = lambda: None,
+        replay: Callable[[float], Awaitable[list[str]]] | None = None,
     ):
         """``record_credential``: the engine's service credential on the events that end
         a lost turn (its own request credential was lost with its state)."""
         self._redis = redis
+        self._replay = replay
         self._finisher = finisher
         self._turns = turns
         self._trails = trails
@@ -353,6 +236,8 @@ class TurnAuditor:
             else:
                 more = False
         if self._recovering:
+            if self._replay is not None:  # after the lost turns ended: sessions are free
+                report.replayed = await self._replay(now)
             await self._vouch()
         if report.lost:
             log.warning("turn_audit", unfinished=report.unfinished, lost=report.lost,

@@ -21,6 +21,17 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 return redis.call('INCRBY', KEYS[1], ARGV[1])
 """
 
+# Count on from ARGV[1], the turn's last seq in Kafka, when the counter is past it; the
+# number of seqs given back (-1: no counter).
+_RECOUNT = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if current < 0 then return -1 end
+local published = tonumber(ARGV[1])
+if current <= published then return 0 end
+redis.call('SET', KEYS[1], published, 'KEEPTTL')
+return current - published
+"""
+
 
 class EventEmitter:
     """Publishes a turn's events to ``agent.events`` in ``seq`` order.
@@ -35,6 +46,7 @@ class EventEmitter:
         self._ttl = ttl_s
         self._streaming: set[str] = set()
         self._next_seqs = redis.register_script(_NEXT_SEQS)
+        self._recount = redis.register_script(_RECOUNT)
         self._unacked: dict[str, list[asyncio.Future[Any]]] = {}
 
     async def emit(
@@ -85,6 +97,13 @@ class EventEmitter:
             if last < 0:
                 raise TurnStateLost(request_id)
         return range(last - count + 1, last + 1)
+
+    async def recount(self, request_id: str, published: int) -> int:
+        """Count on from ``published``, the turn's last ``seq`` in Kafka: seqs a stopped
+        replica reserved but never published are handed out again, so clients see no gap.
+        Only when nobody else can be reserving the turn's seqs (a takeover's step holds
+        the lease, and no tool result can be recorded). The number of seqs given back."""
+        return int(await self._recount(keys=[seq_key(request_id)], args=[published]))
 
     async def queue_reserved(
         self,

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
+from redis.exceptions import RedisError
 from weft_contracts import (
     AgentStep,
-    ChatRequested,
     CompleteData,
     ErrorCode,
     ErrorData,
@@ -24,17 +24,14 @@ from weft_llm import ContextOverflowError, LLMCallError, ModelStalledError, Tran
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import TurnLeases
 from weft_engine.outcomes import Answer
-from weft_engine.sessions import SessionGate
+from weft_engine.sessions import START_RETRY_S, HandedOver, SessionGate
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
 
 log = structlog.get_logger(__name__)
 
-StartQueued = Callable[[ChatRequested, str], Awaitable[None]]
-"""Starts a queued request as the session's next turn, after the turn named."""
-Requeue = Callable[[ChatRequested], Awaitable[None]]
-"""Hands a request back to ``agent.requests`` (a fresh envelope id, so that the requests
-consumer's dedupe does not take it for the delivery it already handled)."""
+StartQueued = Callable[[HandedOver], Awaitable[None]]
+"""Opens the turn of a queued request that became its session's running turn."""
 
 MODEL_BUSY = "The model is rate-limiting requests. Try again in a moment."
 MODEL_UNAVAILABLE = "The model is unavailable right now. Try again in a moment."
@@ -95,8 +92,6 @@ class Finisher:
         self._sessions = sessions
         self._tracer = tracer or TurnTracer(None)
         self.start_queued: StartQueued | None = None
-        self.requeue: Requeue | None = None
-        """Where a queued request goes when starting it here failed (``forget``)."""
         self.persist_scale: Callable[[TurnState], Awaitable[None]] | None = None
         """Stores a token scale measured in the turn (``ContextManager.persist_scale``);
         before the session is handed over, so that its next turn reads it."""
@@ -171,25 +166,27 @@ class Finisher:
         await self._store.delete(state.request_id)
         await self._leases.clear_deadline(state.request_id)
         await self._emitter.clear_streaming(state.request_id)
-        rid = state.request_id
-        queued = await self._sessions.hand_over(state.tenant_id, state.session_id, rid)
-        if queued is not None and self.start_queued is not None:
-            await self._start_next(self.start_queued, queued, rid)
+        await self.pass_on(state.tenant_id, state.session_id, state.request_id)
 
-    async def _start_next(self, start: StartQueued, queued: ChatRequested, ended: str) -> None:
-        """Start the request ``hand_over`` took off the session's queue. It is in no other
-        store now: if starting it fails (the broker away past its window, Redis), it goes
-        back to ``agent.requests``, whose consumer starts it with its retry and redelivery
-        rules (the session is already claimed for it), so it is never lost."""
+    async def pass_on(self, tenant_id: str, session_id: str, ended: str) -> None:
+        """Hand the session of the ended turn ``ended`` to its next queued request, if any."""
+        handed = await self._sessions.hand_over(tenant_id, session_id, ended)
+        if handed is not None and self.start_queued is not None:
+            await self._start_next(self.start_queued, handed)
+
+    async def _start_next(self, start: StartQueued, handed: HandedOver) -> None:
+        """Open the turn ``hand_over`` made the session's running one. The request is a
+        pending start in Redis until its turn is open: when opening it fails here (the
+        broker away past its window, memory down), any replica starts it again soon
+        (``TurnIntake.retry_starts``), so it is never lost, and the ending turn still
+        ends."""
         try:
-            await start(queued, ended)
-        except BaseException as exc:
-            log.warning("queued_start_failed", request_id=queued.request_id, error=repr(exc))
-            if self.requeue is None:
-                raise
-            await asyncio.shield(self.requeue(queued))
-            if not isinstance(exc, Exception):
-                raise  # cancelled: handed back, and the cancellation goes on
+            await start(handed)
+        except Exception as exc:
+            log.warning("queued_start_failed", request_id=handed.request.request_id,
+                        error=repr(exc))  # fmt: skip
+            with contextlib.suppress(RedisError):  # else it is due after its lease
+                await self._sessions.postpone(handed, START_RETRY_S)
 
 
 def final_step(state: TurnState, reasoning: str) -> list[AgentStep]:

@@ -33,7 +33,7 @@ from weft_engine.keys import cancel_key
 from weft_engine.parked_images import ParkedImages
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
-from weft_engine.sessions import SessionGate, SteerInbox
+from weft_engine.sessions import START_RETRY_S, HandedOver, SessionGate, SteerInbox
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 from weft_engine.vision import route_images
 
@@ -83,7 +83,7 @@ class TurnIntake:
         self._turn_deadline_s = turn_deadline_s
         self._opened: OrderedDict[str, None] = OrderedDict()
         """Turns whose ``turn_started`` this replica sent, newest last (bounded)."""
-        finisher.start_queued = self.start
+        finisher.start_queued = self.start_handed_over
 
     async def on_chat_requested(self, request: ChatRequested) -> None:
         """Start the turn, or apply the double-texting strategy when the session is busy.
@@ -110,6 +110,42 @@ class TurnIntake:
             case "interrupt":
                 await self._sessions.enqueue(request)
                 await self.cancel(holder)
+
+    async def start_handed_over(self, handed: HandedOver) -> None:
+        """Open the turn of a queued request that became its session's running turn (the
+        session is claimed for it), unless an earlier try opened it already, then drop its
+        pending start. Raises when opening fails: the pending start stays, due later."""
+        request, rid = handed.request, handed.request.request_id
+        known = await self._store.load(rid)
+        if await self._emitter.completed(rid):
+            # A duplicate queued entry of a turn that ran already (the requests replay after
+            # a loss of Redis can queue one): the session goes on to the next request.
+            await self._sessions.started(handed)
+            await self._finisher.pass_on(request.tenant_id, request.session_id, rid)
+            return
+        if known is None:
+            await self.start(request, handed.previous)
+        elif known.phase == "opening":  # an earlier try saved the opening state, then stopped
+            await self._open(request, known, handed.previous)
+        await self._sessions.started(handed)
+
+    async def retry_starts(self, interval_s: float = 2.0) -> None:
+        """Start the pending starts that are due: queued requests whose start failed or
+        whose replica died after taking them off the queue (``SessionGate``). Runs for the
+        life of the replica."""
+        while True:
+            try:
+                for handed in await self._sessions.due_starts():
+                    log.info("queued_start_retried", request_id=handed.request.request_id)
+                    try:
+                        await self.start_handed_over(handed)
+                    except Exception as exc:
+                        log.warning("queued_start_failed", error=repr(exc),
+                                    request_id=handed.request.request_id)  # fmt: skip
+                        await self._sessions.postpone(handed, START_RETRY_S)
+            except RedisError as exc:
+                log.warning("pending_starts_unreadable", error=repr(exc))
+            await asyncio.sleep(interval_s)
 
     async def start(self, request: ChatRequested, previous: str | None = None) -> None:
         """Open the turn: its state first (so that a started turn always has a stored

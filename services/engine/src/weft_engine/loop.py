@@ -65,9 +65,10 @@ from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepStart
 from weft_engine.sessions import SteerInbox
 from weft_engine.state import TurnState, TurnStore
-from weft_engine.takeover import read_takeover
+from weft_engine.takeover import catch_up, read_takeover
 from weft_engine.think import Thinker, ThinkSettings
 from weft_engine.tracing import TurnTracer
+from weft_engine.trails import TurnTrails
 from weft_engine.vision import ImageDescriber
 
 MAX_ITERATIONS_REASON = "You have reached the maximum number of reasoning steps."
@@ -101,8 +102,10 @@ class TurnLoop:
         tool_timeout_s: float,
         tracer: TurnTracer | None = None,
         vision: ImageDescriber | None = None,
+        trails: TurnTrails | None = None,
     ):
         self._redis = redis
+        self._trails = trails
         self._store = store
         self._emitter = emitter
         self._finisher = finisher
@@ -281,6 +284,8 @@ class TurnLoop:
             return Ended(AlreadyCompleted(state))
         if seen.attempt > MAX_TAKEOVERS:
             return Ended(TooManyTakeovers(state))
+        if self._trails is not None and (state.phase == "think" or state.tools_answered()):
+            await catch_up(self._trails, self._emitter, state)
         if state.phase == "waiting" and not _overdue(state):
             state = await self._tools.recover(state, seen.acked)
         result = await self._go_on(state)

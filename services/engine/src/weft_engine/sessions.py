@@ -4,10 +4,18 @@
 reads it to reject double-texting); enqueued requests wait in a Redis list, in order, and
 ``...:last`` names the session's last ended turn, whose end the next turn's history must
 hold (memory waits for it, SPEC E-01 and M-08).
+
+A queued request taken off its queue is not held by one replica's memory alone: the same
+script that makes it the session's running turn records it as a pending start (a sorted
+set by due time, ``starts_key``) until its turn is open. A start that failed (the broker
+away past its window, memory down) or whose replica died stays there, and any replica's
+``TurnIntake.retry_starts`` starts it once it is due (the session is claimed for it).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +33,10 @@ redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return {'', redis.call('GET', KEYS[2]) or ''}
 """
 
-# KEYS: active, queue, last. ARGV: ended request id, ttl. Unless another turn holds the
-# session, the ended turn becomes its last one and the oldest queued request (returned)
-# its running turn, in one step: no third message can slip in between.
+# KEYS: active, queue, last, pending starts. ARGV: ended request id, ttl, due time.
+# Unless another turn holds the session, the ended turn becomes its last one and the
+# oldest queued request its running turn, in one step (no third message can slip in
+# between), and a pending start, due at ARGV[3] (returned: the entry).
 _HAND_OVER = """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return false end
@@ -38,13 +47,50 @@ if not queued then
   return false
 end
 redis.call('SET', KEYS[1], cjson.decode(queued)['request_id'], 'EX', ARGV[2])
-return queued
+local entry = cjson.encode({previous = ARGV[1], request = queued})
+redis.call('ZADD', KEYS[4], ARGV[3], entry)
+return entry
 """
+
+# KEYS: pending starts. ARGV: now, lease (s), limit. The due entries, each pushed back by
+# the lease so that no other replica takes it meanwhile.
+_DUE_STARTS = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+for _, entry in ipairs(due) do
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), entry)
+end
+return due
+"""
+
+START_RETRY_S = 5.0
+"""How soon a pending start whose start failed is tried again."""
+START_LEASE_S = 180.0
+"""How long a pending start belongs to the replica starting it: above a start's longest
+legitimate wait (the publish window, 60 s, plus memory's retry window, 20 s)."""
 
 
 def active_key(tenant_id: str, session_id: str) -> str:
     """Redis key of a session's running turn."""
     return f"weft:session:{tenant_id}:{session_id}:active"
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """A queued request that became its session's running turn, until its turn is open."""
+
+    request: ChatRequested
+    previous: str
+    """The turn that ended before it (its history must hold that one)."""
+    entry: str
+    """Its pending-start entry (``SessionGate.started`` removes it)."""
+
+    @classmethod
+    def decode(cls, entry: Any) -> HandedOver:
+        text = entry.decode() if isinstance(entry, bytes) else str(entry)
+        fields = json.loads(text)
+        # As TurnStore.load: a later engine's fields are ignored (weft_contracts.compat).
+        request = ChatRequested.model_validate_json(fields["request"], extra="ignore")
+        return cls(request=request, previous=fields["previous"], entry=text)
 
 
 @dataclass(frozen=True)
@@ -60,11 +106,13 @@ class SessionClaim:
 class SessionGate:
     """Claims sessions for turns and keeps their queues."""
 
-    def __init__(self, redis: Redis, ttl_s: int):
+    def __init__(self, redis: Redis, ttl_s: int, starts_key: str = "weft:engine:starts"):
         self._redis = redis
         self._ttl = ttl_s
+        self._starts_key = starts_key
         self._claim = redis.register_script(_CLAIM)
         self._hand_over = redis.register_script(_HAND_OVER)
+        self._due_starts = redis.register_script(_DUE_STARTS)
 
     @staticmethod
     def _keys(tenant_id: str, session_id: str) -> tuple[str, str, str]:
@@ -84,14 +132,30 @@ class SessionGate:
         holder: Any = await self._redis.get(active_key(tenant_id, session_id))
         return holder.decode() if holder else None
 
-    async def hand_over(self, tenant_id: str, session_id: str, ended: str) -> ChatRequested | None:
+    async def hand_over(self, tenant_id: str, session_id: str, ended: str) -> HandedOver | None:
         """The turn ``ended`` frees the session: the oldest queued request, now running in
-        it, or None (the session is free). Nothing changes if another turn holds it."""
-        raw: Any = await self._hand_over(
-            keys=list(self._keys(tenant_id, session_id)), args=[ended, self._ttl]
+        it and a pending start, or None (the session is free). Nothing changes if another
+        turn holds it."""
+        keys = [*self._keys(tenant_id, session_id), self._starts_key]
+        due = time.time() + START_LEASE_S
+        raw: Any = await self._hand_over(keys=keys, args=[ended, self._ttl, due])
+        return HandedOver.decode(raw) if raw else None
+
+    async def started(self, handed: HandedOver) -> None:
+        """The handed-over request's turn is open: it is no pending start any more."""
+        await self._redis.zrem(self._starts_key, handed.entry)
+
+    async def postpone(self, handed: HandedOver, delay_s: float) -> None:
+        """Try the pending start again in ``delay_s`` (its start failed)."""
+        await self._redis.zadd(self._starts_key, {handed.entry: time.time() + delay_s}, xx=True)
+
+    async def due_starts(self, limit: int = 20) -> list[HandedOver]:
+        """Pending starts past their due time (a failed start, a replica that died), each
+        now this replica's for ``START_LEASE_S``."""
+        raw: Any = await self._due_starts(
+            keys=[self._starts_key], args=[time.time(), START_LEASE_S, limit]
         )
-        # As TurnStore.load: a later engine's fields are ignored (weft_contracts.compat).
-        return ChatRequested.model_validate_json(raw, extra="ignore") if raw else None
+        return [HandedOver.decode(entry) for entry in raw]
 
     async def enqueue(self, request: ChatRequested) -> None:
         """Keep ``request`` until the running turn ends (double-texting "enqueue")."""

@@ -58,6 +58,13 @@ class EngineSettings(ServiceSettings):
     audit_lookback_s: float = Field(
         default=6 * 3600, gt=0, description="TurnAuditor: turns started this recently."
     )
+    audit_requests_window_s: float = Field(
+        default=25 * 60,
+        gt=0,
+        description="After Redis lost its data, requests this recent that left no trace "
+        "(queued behind a running turn) are read back from agent.requests and started; "
+        "above the turn deadline, the longest a queued request can wait.",
+    )
     tracing_exporter: TracingExporter = Field(
         default="none", description="SPEC E-23 spans: none, console (stdout) or otlp (HTTP)."
     )

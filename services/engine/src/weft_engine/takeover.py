@@ -4,18 +4,27 @@ One round trip, at the start of the takeover's step: the attempt count (bounded 
 ``MAX_TAKEOVERS``), the round whose text was half-streamed (that round runs again after
 a superseded marker, ``TurnLoop._take_over``), whether the turn's ``complete`` was sent
 already (then only its state is left to forget), and how far Kafka acknowledged the
-turn's dispatched calls (``ToolRound.recover``).
+turn's dispatched calls (``ToolRound.recover``). A takeover of a thinking turn also counts
+its events on from the last one Kafka holds (:func:`catch_up`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+import structlog
+from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 
+from weft_engine.emitter import EventEmitter
 from weft_engine.keys import acked_key, completed_key, streaming_key, takeovers_key
 from weft_engine.leases import AckedDispatch
+from weft_engine.state import TurnState
+from weft_engine.trails import TurnTrails
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,3 +55,31 @@ async def read_takeover(redis: Redis, request_id: str) -> TakeoverRead:
         completed=bool(completed),
         acked=AckedDispatch.decode(acked),
     )
+
+
+@dataclass(frozen=True)
+class _TurnRef:
+    session_id: str
+    request_id: str
+    started_at: datetime
+
+
+async def catch_up(trails: TurnTrails, emitter: EventEmitter, state: TurnState) -> None:
+    """Count the turn's events on from the last one in Kafka: the stopped replica may have
+    reserved seqs (a delta, a thought) that it never published, and clients would see the
+    gap. Only for a turn whose dispatched calls all have their results (it thinks, or
+    was about to): no result recorder reserves the turn's seqs meanwhile (a duplicate
+    result reserves none), and the takeover's step holds the lease. A trail that cannot be
+    read leaves the counter as it is: a gap is better than a seq handed out twice."""
+    started = datetime.fromtimestamp(state.started_at, UTC)
+    try:
+        found = await trails.read([_TurnRef(state.session_id, state.request_id, started)])
+    except (TimeoutError, KafkaError, OSError) as exc:
+        log.warning("takeover_trail_unread", request_id=state.request_id, error=repr(exc))
+        return
+    trail = found.get(state.request_id)
+    if trail is None or trail.last_seq == 0:  # not even turn_started: not this topic's turn
+        return
+    given_back = await emitter.recount(state.request_id, trail.last_seq)
+    log.info("takeover_caught_up", request_id=state.request_id, last_seq=trail.last_seq,
+             given_back=given_back)  # fmt: skip

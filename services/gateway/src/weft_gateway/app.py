@@ -21,7 +21,7 @@ from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import BodySizeLimit, TenantLimits
-from weft_gateway.projector import StreamProjector
+from weft_gateway.projector import StreamProjector, log_rebuild
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
@@ -30,17 +30,29 @@ from weft_gateway.streams import SessionStreams
 PROJECTOR_GROUP = "weft-gateway-projector"
 
 
+def session_streams(redis: Redis, s: GatewaySettings) -> SessionStreams:
+    """The session streams as the gateway's settings shape them."""
+    return SessionStreams(
+        redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s,
+        marks_key=f"weft:{s.topic_prefix}projector:marks",
+    )  # fmt: skip
+
+
 def register_projector(
     bus: EventBus, s: GatewaySettings, streams: SessionStreams, limits: TenantLimits
 ) -> None:
     """Subscribe the projector group to ``agent.events`` in batches: one Redis pipeline
-    and one offset commit per Kafka fetch; it de-duplicates exactly by (turn, seq)."""
-    projector = StreamProjector(streams, limits)
+    and one offset commit per Kafka fetch; it de-duplicates exactly by (turn, seq), and
+    writes the recent log again when Redis lost the streams (``StreamProjector``)."""
+    topic = bus.topic_name(Topic.AGENT_EVENTS)
+    rebuild = log_rebuild(s.kafka_bootstrap, topic, s.projector_rebuild_s, streams)
+    projector = StreamProjector(streams, limits, rebuild)
     bus.consume_batch(
         Topic.AGENT_EVENTS,
         PROJECTOR_GROUP,
         projector.handle_batch,
         max_records=s.projector_batch_max,
+        positions=True,
     )
 
 
@@ -52,9 +64,7 @@ def create_projector_app(settings: GatewaySettings | None = None) -> FastAPI:
     s = settings or GatewaySettings(service_name="gateway-projector")
     runtime = create_runtime(s)
     init_logging(runtime)
-    streams = SessionStreams(
-        runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
-    )
+    streams = session_streams(runtime.redis, s)
     limits = TenantLimits(
         runtime.redis,
         requests_per_minute=s.rate_limit_per_minute,
@@ -76,7 +86,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         s.redis_url, max_connections=s.redis_max_connections, timeout=s.redis_wait_s
     )
     redis = Redis(connection_pool=pool)
-    streams = SessionStreams(redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s)
+    streams = session_streams(redis, s)
     retry = RetryWindow(window_s=s.internal_retry_window_s)
     memory = SessionsClient(
         s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections, retry=retry

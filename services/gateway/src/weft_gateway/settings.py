@@ -64,6 +64,13 @@ class GatewaySettings(ServiceSettings):
     projector_batch_max: int = Field(
         default=500, ge=1, le=10_000, description="Kafka records per projector batch."
     )
+    projector_rebuild_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="When Redis lost the session streams, the projector writes this much "
+        "of the recent agent.events log again, under the ids the events had, so clients "
+        "still get the events Redis held that they had not read.",
+    )
     session_cache_ttl_s: int = Field(
         default=60,
         ge=1,

@@ -4,21 +4,46 @@ Stream ``weft:stream:{tenant}:{session}`` holds each agent event once, in ``seq`
 per turn (invariant 1): the projector's script drops any event whose ``seq`` is not above
 the last one written for its turn, which removes Kafka redeliveries. The entry id is the
 SSE ``id``, a stable position any gateway replica can resume from.
+
+An entry's id comes from the log: ``{offset + 1}-0``, the event's offset in its
+``agent.events`` partition (a session's events are all on one partition), so writing the
+log again after Redis lost the streams gives every event the id it had, and a client's
+``Last-Event-ID`` (or the fan-out's read position) still means the same place. An id at
+or below the stream's newest (a stream from before this scheme, or a topic whose
+partitions changed) becomes the newest's successor instead: order holds, only a rebuild
+could then give different ids.
+
+Redis coming back empty is noticed by the projector, per partition: its appends are
+guarded by a mark (``marks_key``, one field per partition) that an empty Redis does not
+have. An append of a partition without its mark writes nothing and says so; the projector
+then writes the partition's recent log again (unguarded), sets the mark, and goes on
+(``StreamProjector``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
+from weft_platform.bus import Logged
 
+# KEYS: stream, its turns' last seqs, the partition marks. ARGV: request id, seq, type,
+# event JSON, max length, retention, offset + 1, partition, guarded ('1' or '0').
 _APPEND = """
+if ARGV[9] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[8]) == 0 then return -1 end
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if tonumber(ARGV[2]) <= last then return 0 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*',
+local id = ARGV[7] .. '-0'
+local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+if newest then
+  local ms, n = string.match(newest[1], '^(%d+)-(%d+)$')
+  if tonumber(ARGV[7]) <= tonumber(ms) then id = ms .. '-' .. string.format('%d', n + 1) end
+end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], id,
            'request_id', ARGV[1], 'seq', ARGV[2], 'type', ARGV[3], 'event', ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[6])
@@ -29,6 +54,16 @@ return 1
 TERMINAL = "complete"
 _TURN_SCAN_PAGE = 100
 _TURN_SCAN_PAGES = 20
+
+
+class Appended(IntEnum):
+    """What an append did with one event."""
+
+    UNMARKED = -1
+    """Nothing: its partition has no mark (Redis lost the streams)."""
+    KNOWN = 0
+    """Nothing: its turn has this ``seq`` already (a redelivery)."""
+    WRITTEN = 1
 
 
 def stream_key(tenant_id: str, session_id: str) -> str:
@@ -61,49 +96,48 @@ class StreamEntry:
 class SessionStreams:
     """Append and follow session streams."""
 
-    def __init__(self, redis: Redis, *, max_len: int, retention_s: int):
+    def __init__(self, redis: Redis, *, max_len: int, retention_s: int, marks_key: str):
         self._redis = redis
         self._max_len = max_len
         self._retention = retention_s
+        self._marks_key = marks_key
         self._append = redis.register_script(_APPEND)
 
-    async def append(self, event: Any) -> bool:
-        """Write ``event`` unless its turn already has this ``seq``; True when written."""
-        key = stream_key(event.tenant_id, event.session_id)
-        written = await self._append(keys=[key, key + ":seq"], args=self._args(event))
-        return bool(written)
-
-    async def append_many(self, events: Sequence[Any]) -> list[bool]:
-        """Write ``events`` in order in one round trip (a non-transactional pipeline of the
-        same de-duplicating script), so each session's events keep their order; one flag
-        per event, True when written, False for a (turn, seq) already there."""
-        if len(events) <= 1:
-            return [await self.append(event) for event in events]
+    async def append_many(
+        self, records: Sequence[Logged], *, guarded: bool = True
+    ) -> list[Appended]:
+        """Write ``records`` (agent events with their log positions) in order in one round
+        trip: a non-transactional pipeline of the de-duplicating script, so each session's
+        events keep their order. ``guarded``: a record of a partition without its mark is
+        not written (:attr:`Appended.UNMARKED`)."""
+        if not records:
+            return []
         try:
-            return await self._append_pipelined(events)
+            return await self._append_pipelined(records, guarded)
         except NoScriptError:  # Redis restarted or flushed its scripts: load it, go again
             await self._redis.script_load(_APPEND)
-            return await self._append_pipelined(events)  # the script skips what is there
+            return await self._append_pipelined(records, guarded)  # the script skips dupes
 
-    async def _append_pipelined(self, events: Sequence[Any]) -> list[bool]:
+    async def _append_pipelined(self, records: Sequence[Logged], guarded: bool) -> list[Appended]:
         # EVALSHA itself, not the registered script on the pipeline: redis-py then sends
         # SCRIPT EXISTS before every pipeline, a second round trip per batch.
         async with self._redis.pipeline(transaction=False) as pipe:
-            for event in events:
+            for record in records:
+                event = record.event
                 key = stream_key(event.tenant_id, event.session_id)
-                pipe.evalsha(self._append.sha, 2, key, key + ":seq", *self._args(event))
+                pipe.evalsha(
+                    self._append.sha, 3, key, key + ":seq", self._marks_key,
+                    event.request_id, event.seq, event.type, event.model_dump_json(),
+                    self._max_len, self._retention, record.offset + 1, record.partition,
+                    "1" if guarded else "0",
+                )  # fmt: skip
             results = await pipe.execute()
-        return [bool(r) for r in results]
+        return [Appended(int(r)) for r in results]
 
-    def _args(self, event: Any) -> list[Any]:
-        return [
-            event.request_id,
-            event.seq,
-            event.type,
-            event.model_dump_json(),
-            self._max_len,
-            self._retention,
-        ]
+    async def mark(self, offsets: dict[int, int]) -> None:
+        """Set the marks of these partitions (to the offset they were written up to): their
+        streams are whole again."""
+        await self._redis.hset(self._marks_key, mapping={str(p): o for p, o in offsets.items()})
 
     async def last_position(self, tenant_id: str, session_id: str) -> str:
         """The id of the newest entry, or ``0-0`` for an empty stream."""
