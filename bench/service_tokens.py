@@ -51,7 +51,11 @@ def _micros(action: Callable[[], object], calls: int) -> dict[str, Any]:
     return summary(times)
 
 
-def _app(guard: InternalAuth | None) -> FastAPI:
+async def _noop() -> None:
+    """A dependency that checks nothing: what any router dependency costs by itself."""
+
+
+def _app(guard: Callable[..., Any] | None) -> FastAPI:
     router = APIRouter(prefix="/internal")
 
     @router.get("/sessions/{session_id}/history")
@@ -134,6 +138,7 @@ async def main(calls: int) -> None:
     trips = await _round_trips(
         {
             "without_credential": (_app(None), dict),
+            "noop_dependency": (_app(_noop), lambda: bearer),
             "with_credential": (_app(guard), lambda: bearer),
             "with_credential_signed_per_call": (
                 _app(guard),
@@ -153,6 +158,7 @@ async def main(calls: int) -> None:
     }
     bare = trips["without_credential"]["p50"]
     result["added_p50_us"] = {
+        "noop_dependency_and_header": round(trips["noop_dependency"]["p50"] - bare, 1),
         "verify_per_call": round(trips["with_credential"]["p50"] - bare, 1),
         "sign_and_verify_per_call": round(
             trips["with_credential_signed_per_call"]["p50"] - bare, 1
