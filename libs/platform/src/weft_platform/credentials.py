@@ -48,6 +48,9 @@ TURN_AUDIENCE = ("memory", "agent-config", "tool-exec", RECORDS)
 LEEWAY_S = 30.0
 """Clock skew tolerated between the signer's and a verifier's clock."""
 
+VERIFIED_CACHE = 10_000
+"""Tokens whose signature a verifier remembers (about 4 MB at most)."""
+
 Kind = Literal["request", "service"]
 
 
@@ -100,6 +103,7 @@ class CredentialVerifier:
 
     def __init__(self, keys: Iterable[_Key]):
         self._keys = {f"{k.issuer}.{k.kid}": k for k in keys}
+        self._verified: dict[str, dict[str, Any]] = {}
 
     @property
     def key_ids(self) -> frozenset[str]:
@@ -159,32 +163,51 @@ class CredentialVerifier:
         return value if isinstance(value, str) else None
 
     def _decode(self, token: str, audience: str, kind: Kind, at: float | None) -> dict[str, Any]:
+        """The claims of ``token`` once its signature, audience, life (at ``at``, default
+        now) and kind are checked."""
+        claims = self._signed(token)
+        if audience not in _audience(claims):
+            raise CredentialRejected(401, f"credential not meant for {audience!r}")
+        when = time.time() if at is None else at
+        if not claims["iat"] - LEEWAY_S <= when <= claims["exp"] + LEEWAY_S:
+            late = when > claims["exp"] + LEEWAY_S
+            reason = "credential expired" if late else "credential not valid yet"
+            raise CredentialRejected(
+                401, reason if at is None else "credential was not valid at that time"
+            )
+        if claims["typ"] != kind:
+            raise CredentialRejected(401, f"a {claims['typ']} credential where a {kind} is due")
+        return claims
+
+    def _signed(self, token: str) -> dict[str, Any]:
+        """The claims of a token whose signature and issuer are good. Cached per token
+        (bounded): a turn presents one token on every call and record it makes, and the
+        signature is most of the cost; life and audience are checked on every use."""
+        cached = self._verified.get(token)
+        if cached is not None:
+            return cached
         key = self._key_of(token)
-        # With ``at``, life is checked below against that time instead of now.
         options: Options = {
             "require": ["exp", "iat", "iss", "aud", "typ"],
-            "verify_exp": at is None,
+            "verify_exp": False,
+            "verify_iat": False,
+            "verify_aud": False,
         }
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
                 key.public,
                 algorithms=[ALGORITHM],
-                audience=audience,
                 issuer=key.issuer,  # a key signs only for its own issuer
-                leeway=LEEWAY_S,
                 options=options,
             )
-        except jwt.ExpiredSignatureError:
-            raise CredentialRejected(401, "credential expired") from None
-        except jwt.InvalidAudienceError:
-            raise CredentialRejected(401, f"credential not meant for {audience!r}") from None
         except jwt.PyJWTError as exc:
             raise CredentialRejected(401, f"invalid credential: {exc}") from None
-        if at is not None and not claims["iat"] - LEEWAY_S <= at <= claims["exp"] + LEEWAY_S:
-            raise CredentialRejected(401, "credential was not valid at that time")
-        if claims["typ"] != kind:
-            raise CredentialRejected(401, f"a {claims['typ']} credential where a {kind} is due")
+        if not all(isinstance(claims[c], int | float) for c in ("exp", "iat")):
+            raise CredentialRejected(401, "invalid credential: exp and iat must be numbers")
+        if len(self._verified) >= VERIFIED_CACHE:
+            self._verified.clear()  # bounded; a token is cheap to verify again
+        self._verified[token] = claims
         return claims
 
     def _key_of(self, token: str) -> _Key:
