@@ -1,7 +1,10 @@
 """What service credentials add to one internal call (docs/security.md "Service
-credentials"): the gateway's Ed25519 signature, a service's verification, a consumer's
-record check, and an HTTP round trip to a route with and without the ``InternalAuth``
-guard (uvicorn on loopback, sequential requests, the same route body in both).
+credentials"): the gateway's Ed25519 signature, a service's verification (of a token it
+has not seen, and of one it has: a turn presents one token on all its calls and records),
+a consumer's record check, and an HTTP round trip to a route without a dependency, with a
+no-op one, with the ``InternalAuth`` guard and a token it has seen, and with a fresh token
+per call (signed and verified each time: the gateway's API requests). Uvicorn on
+loopback, sequential requests, the variants interleaved call by call.
 
 Keys are generated into a temporary folder. Prints the numbers and writes
 ``bench/results/service_tokens.json``.
@@ -24,7 +27,7 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Query
-from weft_contracts import CancelRequested, CancelRequestedData, Topic
+from weft_contracts import CancelRequested, CancelRequestedData, Topic, new_event_id
 from weft_platform.credentials import (
     GATEWAY,
     TURN_AUDIENCE,
@@ -53,6 +56,17 @@ def _micros(action: Callable[[], object], calls: int) -> dict[str, Any]:
 
 async def _noop() -> None:
     """A dependency that checks nothing: what any router dependency costs by itself."""
+
+
+def _first_uses(verifier: Any, sign: Callable[..., str], calls: int) -> dict[str, Any]:
+    """Verifying tokens the verifier has not seen (the signature is checked)."""
+    tokens = [sign(request_id=f"r{i}") for i in range(calls)]
+    times = []
+    for token in tokens:
+        started = time.perf_counter()
+        verifier.verify_request(token, "memory")
+        times.append((time.perf_counter() - started) * 1e6)
+    return summary(times)
 
 
 def _app(guard: Callable[..., Any] | None) -> FastAPI:
@@ -121,9 +135,9 @@ async def main(calls: int) -> None:
     signer = load_signer(folder, GATEWAY)
     verifier = load_verifier(folder)
 
-    def sign() -> str:
+    def sign(request_id: str = "r1") -> str:
         return signer.request(
-            tenant_id="t1", user_id="u1", session_id="s1", request_id="r1",
+            tenant_id="t1", user_id="u1", session_id="s1", request_id=request_id,
             audience=TURN_AUDIENCE, ttl_s=1800,
         )  # fmt: skip
 
@@ -142,7 +156,7 @@ async def main(calls: int) -> None:
             "with_credential": (_app(guard), lambda: bearer),
             "with_credential_signed_per_call": (
                 _app(guard),
-                lambda: {"Authorization": f"Bearer {sign()}"},
+                lambda: {"Authorization": f"Bearer {sign(new_event_id())}"},
             ),
         },
         calls,
@@ -152,7 +166,8 @@ async def main(calls: int) -> None:
         "calls": calls,
         "token_bytes": len(token),
         "sign_us": _micros(sign, calls),
-        "verify_us": _micros(lambda: verifier.verify_request(token, "memory"), calls),
+        "verify_cached_us": _micros(lambda: verifier.verify_request(token, "memory"), calls),
+        "verify_first_use_us": _first_uses(verifier, sign, calls),
         "record_check_us": _micros(lambda: check.refusal(Topic.AGENT_CONTROL, record), calls),
         "http_round_trip_us": trips,
     }

@@ -156,6 +156,9 @@ class CredentialVerifier:
 
     def kind(self, token: str) -> str | None:
         """The unverified ``typ`` claim (which check applies); None when unreadable."""
+        cached = self._verified.get(token)
+        if cached is not None:
+            return str(cached["typ"])
         try:
             value = jwt.decode(token, options={"verify_signature": False}).get("typ")
         except jwt.PyJWTError:
