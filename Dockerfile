@@ -82,11 +82,15 @@ ENV PATH=/app/.venv/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     WEFT_SERVICE_NAME=${SERVICE} \
     WEFT_HTTP_HOST=0.0.0.0 \
-    WEFT_LOG_FORMAT=json
+    WEFT_LOG_FORMAT=json \
+    WEFT_CREDENTIALS_DIR=/var/lib/weft/credentials
 
+# /var/lib/weft/credentials: service credential keys (a secret mounted there, or in compose
+# a shared volume the services generate development keys into; docs/security.md).
 RUN groupadd --system --gid 10001 weft \
     && useradd --system --uid 10001 --gid weft --home-dir /app --no-create-home \
-       --shell /usr/sbin/nologin weft
+       --shell /usr/sbin/nologin weft \
+    && install -d -o 10001 -g 10001 -m 700 /var/lib/weft/credentials
 
 COPY --from=builder --chown=root:root /app/.venv /app/.venv
 

@@ -30,6 +30,7 @@ from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_platform.topics import delete_topics, ensure_topics
 from weft_testkit import infra_env
+from weft_testkit.credentials import DevCredentials, credentials_dir
 
 BATCH_TIMEOUT_MS = 100
 
@@ -45,8 +46,10 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
         redis_url=env["WEFT_REDIS_URL"],
         database_url=env["WEFT_DATABASE_URL"],
         topic_prefix=prefix,
+        credentials_dir=str(credentials_dir()),
     )
     runtime = create_runtime(settings)
+    credential = DevCredentials.load().request("bench", session_id="s", request_id="r")
     stock = KafkaBroker(bootstrap)
     waited: dict[str, list[float]] = {"faststream_batch_subscriber": [], "weft_consume_batch": []}
     joined = {name: asyncio.Event() for name in waited}
@@ -78,7 +81,7 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
         for n in range(records + 1):
             event = ThoughtEvent(
                 tenant_id="bench", session_id="s", request_id="r", seq=n,
-                data=ThoughtData(round=0, delta="x"),
+                credential=credential, data=ThoughtData(round=0, delta="x"),
             )  # fmt: skip
             await runtime.bus.publish(Topic.AGENT_EVENTS, event)
             if n == 0:  # both groups joined and read the first record: start measuring

@@ -28,6 +28,7 @@ from benchlib import machine, save
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import create_async_engine
 from weft_storage.models import ChatSession, Message
+from weft_testkit.credentials import DevCredentials, credentials_dir
 from weft_testkit.stack import free_port, infra_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +84,8 @@ def _start(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]
          "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
         env={**os.environ, **env}, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
-    proc_env = {**os.environ, **env, "WEFT_HTTP_PORT": str(port), "WEFT_TOPIC_PREFIX": prefix}
+    proc_env = {**os.environ, **env, "WEFT_HTTP_PORT": str(port), "WEFT_TOPIC_PREFIX": prefix,
+                "WEFT_CREDENTIALS_DIR": str(credentials_dir())}  # fmt: skip
     out = open(log, "ab")  # noqa: SIM115 - handed to the child process
     return subprocess.Popen([sys.executable, "-m", "weft_memory"], env=proc_env, stdout=out,
                             stderr=subprocess.STDOUT)  # fmt: skip
@@ -105,7 +107,8 @@ async def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 async def _measure(url: str, tenant: str, sid: str, budget: int, runs: int) -> dict[str, Any]:
     times, body = [], {}
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    headers = DevCredentials.load().headers(tenant, session_id=sid)  # as the engine's call
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as http:
         params = {"tenant_id": tenant, "token_budget": budget}
         for i in range(runs + 1):
             started = time.perf_counter()

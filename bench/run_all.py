@@ -17,6 +17,7 @@ BENCHES = [
     "vision_overhead.py",
     "tool_spans.py",
     "batch_idle_latency.py",
+    "service_tokens.py",
 ]
 
 

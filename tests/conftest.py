@@ -13,6 +13,10 @@ from weft_testkit import infra_env
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
+# Services built in-process by tests generate the development credential keys (in
+# $WEFT_HOME/credentials) instead of refusing to start without them.
+os.environ.setdefault("WEFT_CREDENTIALS_DEV_KEYS", "true")
+
 # The stack (e2e, security), database (integration, security) and private broker (outage
 # tests) fixtures, shared by suites.
 pytest_plugins = ["tests.stack_fixtures", "tests.db_fixtures", "tests.private_broker"]

@@ -18,6 +18,11 @@ export WEFT_KAFKA_VERSION="${WEFT_KAFKA_VERSION:-4.1.1}"
 # log4j2 version for the slf4j binding; must match the log4j-core that Kafka depends on.
 export WEFT_LOG4J_VERSION="${WEFT_LOG4J_VERSION:-2.24.3}"
 
+# --- service credentials ---------------------------------------------------------------------
+# Development key pairs are generated into $WEFT_HOME/credentials at first start
+# (weft_platform.credentials); a deployment provides its own keys and leaves this off.
+export WEFT_CREDENTIALS_DEV_KEYS="${WEFT_CREDENTIALS_DEV_KEYS:-true}"
+
 # --- infrastructure ports (all on 127.0.0.1) ---------------------------------------------------
 export WEFT_KAFKA_PORT="${WEFT_KAFKA_PORT:-19092}"
 export WEFT_KAFKA_CONTROLLER_PORT="${WEFT_KAFKA_CONTROLLER_PORT:-19093}"

@@ -24,7 +24,7 @@ SECRET = "SECRET-PROMPT-7f3a: answer like a pirate."
 @pytest.fixture
 async def internal(stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
     """agent-config's internal API (organisations are managed there)."""
-    async with httpx.AsyncClient(base_url=stack.url("agent_config"), timeout=30) as c:
+    async with stack.internal_client("agent_config", timeout=30) as c:
         yield c
 
 

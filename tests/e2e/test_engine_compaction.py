@@ -68,7 +68,7 @@ def _summary_prompts(requests: list[dict[str, Any]]) -> list[str]:
 
 
 async def _memory_history(stack: LocalStack, session_id: str) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=stack.url("memory"), timeout=30) as memory:
+    async with stack.internal_client("memory", timeout=30) as memory:
         resp = await memory.get(
             f"/internal/sessions/{session_id}/history",
             params={"tenant_id": stack.tenant, "token_budget": 20_000},

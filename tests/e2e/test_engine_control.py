@@ -26,6 +26,7 @@ from weft_contracts import (
     Topic,
 )
 from weft_testkit import LocalStack, SseEvent, chat_requests, infra_env, read_turn
+from weft_testkit.credentials import signed
 
 AGENT = "builtin-smart-reasoning"
 
@@ -37,6 +38,7 @@ async def _publish(stack: LocalStack, message: Envelope, to: Topic = Topic.AGENT
     await producer.start()
     try:
         topic = stack.prefix + to.value
+        message = signed(stack.credentials, message)  # as the gateway's records are
         await producer.send_and_wait(topic, message.model_dump_json().encode(), key=message.key())
     finally:
         await producer.stop()

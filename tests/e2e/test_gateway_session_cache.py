@@ -90,7 +90,7 @@ async def test_memory_down_cached_session_chats_uncached_is_503(
     is followed to its end, with memory back, so it leaves nothing running for later
     tests; ``llm`` resets the scripted model's request log after it.)"""
     cached = await _session(api)
-    async with httpx.AsyncClient(base_url=stack.url("memory")) as memory:
+    async with stack.internal_client("memory") as memory:
         behind = await memory.post(  # created in memory directly: the gateway never saw it
             "/internal/sessions",
             json={"tenant_id": stack.tenant, "user_id": "dev", "agent_id": AGENT},

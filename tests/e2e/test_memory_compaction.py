@@ -56,7 +56,7 @@ async def test_stopped_turn_is_stored_with_its_partial_answer(
     assistant = done[0]
     assert assistant["status"] == "cancelled" and not assistant["is_completed"]
     assert assistant["content"] == "".join(streamed) and assistant["content"].startswith("w0")
-    async with httpx.AsyncClient(base_url=stack.url("memory"), timeout=30) as memory:
+    async with stack.internal_client("memory", timeout=30) as memory:
         row = (
             await memory.get(
                 f"/internal/sessions/{session_id}/messages",
@@ -93,7 +93,7 @@ async def test_facts_extracted_after_a_turn_are_recalled_only_in_the_callers_sco
         {"match": "User: OTHERUSER", "content": "[]"},
     ]  # fmt: skip
     assert (await llm.post("/_script", json={"steps": steps})).status_code == 200
-    async with httpx.AsyncClient(base_url=stack.url("memory"), timeout=30) as memory:
+    async with stack.internal_client("memory", timeout=30) as memory:
         first = await _session(api, on)
         await _turn_with(api, stack, first, "My project codename is BLUEHERON.")
         extraction = await _extraction_done(memory, stack, await _persisted_request(api, first))

@@ -16,7 +16,7 @@ CSV = b"Region,Qty\nNorth,3\nSouth,10\nNorth,1\n"
 
 
 async def _tool_exec_state(stack: LocalStack) -> dict[str, int]:
-    async with httpx.AsyncClient(base_url=stack.url("tool_exec"), timeout=10) as c:
+    async with stack.internal_client("tool_exec", timeout=10) as c:
         state: dict[str, Any] = (await c.get("/internal/state")).json()
     tables: dict[str, int] = state["duckdb_tables_by_session"]
     return tables

@@ -14,6 +14,7 @@ from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.turns_api import turns_router
 from weft_storage.models import ChatSession, Message
+from weft_testkit.credentials import trusted
 
 
 async def seed_completed_turns(
@@ -79,6 +80,6 @@ async def turns_api(
     """A client of memory's ``/internal/turns`` routes, in process, on the real database."""
     app = FastAPI()
     app.include_router(turns_router(sessions))
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+    transport = trusted(app, raise_app_exceptions=raise_app_exceptions)
     async with httpx.AsyncClient(transport=transport, base_url="http://memory") as client:
         yield client

@@ -12,6 +12,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from faststream.kafka import TestKafkaBroker
 from weft_contracts import Topic
+from weft_platform.bus import EventBus
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_platform.topics import delete_topics, ensure_topics
@@ -38,9 +39,14 @@ async def service_runtime(
     prefix: str | None = None,
     partitions: int = 2,
     start: bool = False,
+    check_credentials: bool = False,
     **settings: Any,
 ) -> AsyncIterator[ServiceRuntime]:
     """A service's runtime on the real Kafka/PostgreSQL/Redis, closed on exit.
+
+    ``check_credentials``: its consumers verify records' credentials, as a service's do;
+    off by default, so tests of other contracts publish records without signing them
+    (the check has its own tests, tests/security/test_service_credentials.py).
 
     Without ``prefix`` it gets topics of its own (``partitions`` each, deleted on exit);
     with one it joins topics another part of the test created. ``start`` starts the broker
@@ -48,7 +54,14 @@ async def service_runtime(
     if prefix is None:
         async with (
             own_topics(infra, partitions) as own,
-            service_runtime(infra, name, prefix=own, start=start, **settings) as rt,
+            service_runtime(
+                infra,
+                name,
+                prefix=own,
+                start=start,
+                check_credentials=check_credentials,
+                **settings,
+            ) as rt,
         ):
             yield rt
         return
@@ -62,6 +75,8 @@ async def service_runtime(
             **settings,
         )
     )
+    if not check_credentials:
+        rt.bus = EventBus(rt.broker, rt.settings, rt.redis)
     if start:
         await rt.broker.start()
     try:
@@ -91,6 +106,7 @@ async def in_memory_runtime(
             **settings,
         )
     )
+    rt.bus = EventBus(rt.broker, rt.settings, rt.redis)  # as service_runtime's default
     try:
         # connect_only: the test starts the broker itself once its subscribers are there.
         async with TestKafkaBroker(rt.broker, connect_only=True):

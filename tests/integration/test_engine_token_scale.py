@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
@@ -23,6 +22,7 @@ from weft_engine.token_cache import CachedTokenEstimator
 from weft_llm import Usage
 from weft_memory.history_api import history_router
 from weft_storage.models import Message
+from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, answer
 
 from tests.integration.history_rows import seed_completed_turns
@@ -36,7 +36,7 @@ RESULT = "Revenue by region and product line for the last four quarters. " * 40
 async def manager(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[ContextManager]:
     app = FastAPI()
     app.include_router(history_router(sessions))
-    client = HistoryClient("http://memory", transport=httpx.ASGITransport(app=app))
+    client = HistoryClient("http://memory", transport=trusted(app))
     m = ContextManager(
         memory=client, model=FunctionModel(reply=lambda call: answer("unused")),
         emitter=cast(EventEmitter, None), estimator=CachedTokenEstimator(),

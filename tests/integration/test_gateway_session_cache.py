@@ -9,7 +9,6 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI, HTTPException
 from redis.asyncio import Redis
@@ -17,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_gateway.clients import SessionsClient
 from weft_gateway.session_cache import TOMBSTONE, SessionDirectory, session_key
 from weft_memory.api import session_router
+from weft_testkit.credentials import trusted
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ async def memory(engine: AsyncEngine) -> AsyncIterator[SessionsClient]:
     """A SessionsClient talking to memory's real session routes (in-process, real PG)."""
     app = FastAPI()
     app.include_router(session_router(async_sessionmaker(engine, expire_on_commit=False)))
-    client = SessionsClient("http://memory", "memory", transport=httpx.ASGITransport(app=app))
+    client = SessionsClient("http://memory", "memory", transport=trusted(app))
     yield client
     await client.aclose()
 

@@ -31,6 +31,7 @@ from weft_contracts import (
 from weft_engine.sessions import SessionGate
 from weft_memory.history_api import history_router
 from weft_memory.recorder import MessageRecorder
+from weft_testkit.credentials import trusted
 
 WAIT_S = 3.0
 
@@ -41,7 +42,7 @@ async def memory(
 ) -> AsyncIterator[httpx.AsyncClient]:
     app = FastAPI()
     app.include_router(history_router(sessions, redis, WAIT_S))
-    transport = httpx.ASGITransport(app=app)
+    transport = trusted(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://memory") as client:
         yield client
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -17,6 +16,7 @@ from weft_memory.extraction import MemoryExtractor
 from weft_memory.history_api import history_router
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
+from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 from tests.integration.history_rows import seed_completed_turns
@@ -41,7 +41,7 @@ async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[Hi
     app.include_router(
         memory_router(sessions, memory, MemoryExtractor(sessions, _model(), "m", memory))
     )
-    c = HistoryClient("http://memory", transport=httpx.ASGITransport(app=app))
+    c = HistoryClient("http://memory", transport=trusted(app))
     yield c
     await c.aclose()
 

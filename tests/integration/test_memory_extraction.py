@@ -31,6 +31,7 @@ from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
 from weft_memory.recorder import MessageRecorder
 from weft_storage.models_memory import Memory, MemoryExtraction
+from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 
@@ -201,9 +202,7 @@ async def test_model_failure_is_retried_then_reported_not_raised(
 
     app = FastAPI()
     app.include_router(memory_router(sessions, LongTermMemory(sessions), None, queue))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://memory"
-    ) as client:
+    async with httpx.AsyncClient(transport=trusted(app), base_url="http://memory") as client:
         url = f"/internal/memories/extractions/{ids['request_id']}"
         shown = await client.get(url, params={"tenant_id": ids["tenant_id"]})
         assert shown.status_code == 200 and shown.json()["status"] == "failed"

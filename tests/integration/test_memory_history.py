@@ -20,6 +20,7 @@ from weft_context.summary import summary_text
 from weft_memory.api import session_router
 from weft_memory.history_api import history_router
 from weft_storage.models import Message
+from weft_testkit.credentials import trusted
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[ht
     app = FastAPI()
     app.include_router(session_router(sessions))
     app.include_router(history_router(sessions))
-    transport = httpx.ASGITransport(app=app)
+    transport = trusted(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://memory") as c:
         yield c
 

@@ -20,6 +20,7 @@ from weft_memory.extraction import MemoryExtractor
 from weft_memory.longterm import LongTermMemory, parse_facts
 from weft_memory.memory_api import memory_router
 from weft_storage.models import Message
+from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, Reply, answer, queued
 from weft_tools.memory_tools import MemoryServiceClient, memory_tools
 from weft_tools.registry import ToolInvocation
@@ -48,7 +49,7 @@ async def app(sessions: async_sessionmaker[AsyncSession], model: FunctionModel) 
 
 @pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
+    transport = trusted(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://memory") as c:
         yield c
 
@@ -148,7 +149,7 @@ async def test_memory_tools_search_in_the_callers_scope(
     )  # fmt: skip
     await _turn(client, sessions, tenant, "alice", "How do I tune autovacuum?", "Use cost limits.")
     await _turn(client, sessions, tenant, "bob", "autovacuum secrets of bob", "no")
-    client_ = MemoryServiceClient("http://memory", transport=httpx.ASGITransport(app=app))
+    client_ = MemoryServiceClient("http://memory", transport=trusted(app))
     search_memory, search_conversations = memory_tools(client_)
 
     def call(query: str, limit: int | None = None) -> ToolInvocation:

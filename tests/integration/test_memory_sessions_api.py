@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_memory.api import session_router
 from weft_memory.history_api import history_router
 from weft_storage.models import Message
+from weft_testkit.credentials import trusted
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ async def client(engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
     app = FastAPI()
     app.include_router(session_router(sessions))
     app.include_router(history_router(sessions))
-    transport = httpx.ASGITransport(app=app)
+    transport = trusted(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://memory") as c:
         c.sessions = sessions  # type: ignore[attr-defined]
         yield c

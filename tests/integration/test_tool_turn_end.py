@@ -21,6 +21,7 @@ from weft_contracts import CompleteData, CompleteEvent, Topic, TurnStatus
 from weft_platform.runtime import ServiceRuntime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_ingest import IngestionQueue
+from weft_testkit.credentials import DevCredentials, signed
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 
 from tests.integration.kafka_helpers import service_runtime
@@ -51,7 +52,8 @@ async def _csv_document(sessions: async_sessionmaker[AsyncSession], tenant: str)
 
 
 async def _state(port: int) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=10) as http:
+    headers = DevCredentials.load().operator_headers("tool-exec", "tool-exec:state")
+    async with httpx.AsyncClient(timeout=10, headers=headers) as http:
         state: dict[str, Any] = (await http.get(f"http://127.0.0.1:{port}/internal/state")).json()
     return state
 
@@ -101,13 +103,12 @@ async def test_complete_drops_the_turns_tables_on_every_worker(  # SPEC T-04, T-
 
     other = f"s-{secrets.token_hex(4)}"  # a turn of another session: nothing of ours dropped
     for session_id in (other, session):
-        await engine_bus.bus.publish(
-            Topic.AGENT_EVENTS,
-            CompleteEvent(
-                tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
-                data=CompleteData(status=TurnStatus.COMPLETED, final_answer="done"),
-            ),
+        complete = CompleteEvent(
+            tenant_id=tenant, session_id=session_id, request_id=f"r-{session_id}",
+            data=CompleteData(status=TurnStatus.COMPLETED, final_answer="done"),
         )  # fmt: skip
+        # Signed as the engine's records are: the workers skip an unsigned complete.
+        await engine_bus.bus.publish(Topic.AGENT_EVENTS, signed(DevCredentials.load(), complete))
     for port in ports.values():
         state = await _wait_until_dropped(port, session, cleaned=2)
         assert state["duckdb_tables_by_session"] == {}

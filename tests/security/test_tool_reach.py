@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext, Topic
 from weft_sandbox.app import NOT_AVAILABLE
 from weft_testkit import LocalStack, chat_requests, read_turn
+from weft_testkit.credentials import signed
 from weft_tools.specs import BUILTIN_SPECS
 
 from tests.integration.kafka_helpers import records_so_far, records_until
@@ -155,6 +156,7 @@ async def _publish_and_wait(
     await producer.start()
     try:
         for call in calls:
+            call = signed(stack.credentials, call)  # a turn's own credential, as the engine's
             await producer.send_and_wait(stack.prefix + topic.value, _body(call), key=call.key())
     finally:
         await producer.stop()
@@ -173,7 +175,7 @@ def _call_id(record: dict[str, Any]) -> object:
 
 
 async def _tables_by_session(stack: LocalStack) -> dict[str, int]:
-    async with httpx.AsyncClient(base_url=stack.url("tool_exec"), timeout=10) as c:
+    async with stack.internal_client("tool_exec", timeout=10) as c:
         tables: dict[str, int] = (await c.get("/internal/state")).json()["duckdb_tables_by_session"]
     return tables
 

@@ -169,11 +169,19 @@ class _Memory(HistoryClient):
         super().__init__(base_url="http://memory.invalid")
         self.scales: list[tuple[str, float]] = []
 
-    async def store_checkpoint(self, tenant_id: str, session_id: str, result: Any) -> bool:
+    async def store_checkpoint(
+        self, tenant_id: str, session_id: str, result: Any, *, credential: str | None = None
+    ) -> bool:
         return False
 
     async def store_token_scale(
-        self, tenant_id: str, session_id: str, turn_id: str, scale: float
+        self,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        scale: float,
+        *,
+        credential: str | None = None,
     ) -> bool:
         self.scales.append((turn_id, scale))
         return True

@@ -44,6 +44,13 @@ class Envelope(BaseModel):
     seq: int = Field(default=0, ge=0, description="Per-turn sequence number of agent events.")
     time: datetime = Field(default_factory=utc_now)
     traceparent: str | None = Field(default=None, description="W3C trace context header.")
+    credential: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="The turn's request credential (a JWT the gateway signed), or a service "
+        "credential for system work; consumers dead-letter a record whose credential is "
+        "missing or names another tenant or session.",
+    )
 
     def key(self) -> bytes:
         """The Kafka record key: the session, so a session's messages share one partition."""

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.types import ASGIApp
 
 from weft_platform.health import Check, health_router
+from weft_platform.internal_auth import InternalAuth
 from weft_platform.logs import configure_logging
 from weft_platform.request_text import refuse_unstorable_text
 from weft_platform.runtime import ServiceRuntime
@@ -37,10 +38,12 @@ def create_service_app(
     on_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
     readiness: Mapping[str, Check] | None = None,
+    internal: InternalAuth | None = None,
 ) -> FastAPI:
     """A FastAPI app with health routes, dependency errors mapped to 503, broker lifecycle,
     and request text that cannot be stored refused with 422 on every route. ``readiness``:
-    the service's own ``/readyz`` checks, beside Kafka, PostgreSQL and Redis."""
+    the service's own ``/readyz`` checks, beside Kafka, PostgreSQL and Redis. ``internal``:
+    every route of ``routers`` (not the health routes) verifies the caller's credential."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -63,8 +66,9 @@ def create_service_app(
     app = FastAPI(title=title, lifespan=lifespan, dependencies=[Depends(refuse_unstorable_text)])
     app.state.runtime = runtime
     app.include_router(health_router(runtime, readiness))
+    guard = [Depends(internal)] if internal is not None else []
     for router in routers:
-        app.include_router(router)
+        app.include_router(router, dependencies=guard)
     _install_dependency_error_handlers(app)
     return app
 

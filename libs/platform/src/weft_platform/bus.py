@@ -42,12 +42,16 @@ from weft_contracts import DeadLetter, DeadLetterData, Envelope, Topic, Unsuppor
 from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
 
+from weft_platform.record_credentials import RecordCheck
 from weft_platform.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
 
 LINGER_BYTES = 64 * 1024
 """A lingering consumer's fetch is answered once this much is there (or its time is up)."""
+
+REFUSED = "credential_rejected"
+"""Dead letter reason of a record whose credential is missing, invalid or another tenant's."""
 
 Handler = Callable[[Any], Awaitable[None]]
 BatchHandler = Callable[[list[Any]], Awaitable[None]]
@@ -248,10 +252,20 @@ class _Redelivery:
 class EventBus:
     """Publishes Weft envelopes and registers consumers with decode/retry/DLQ rules."""
 
-    def __init__(self, broker: KafkaBroker, settings: ServiceSettings, redis: Redis | None = None):
+    def __init__(
+        self,
+        broker: KafkaBroker,
+        settings: ServiceSettings,
+        redis: Redis | None = None,
+        *,
+        records: RecordCheck | None = None,
+    ):
+        """``records``: the credential check of consumed records (every service process
+        has one, ``create_runtime``); without it records are not checked."""
         self.broker = broker
         self._settings = settings
         self._redis = redis
+        self._records = records
         self._commits: list[_Commits] = []
 
     def topic_name(self, topic: Topic) -> str:
@@ -326,6 +340,10 @@ class EventBus:
             except (ValidationError, UnsupportedSchemaVersion) as exc:
                 await self._dead_letter(topic, group_id, record, body, exc, _refusal(exc))
                 return
+            refused = self._refused(topic, decoded)
+            if refused is not None:
+                await self._dead_letter(topic, group_id, record, body, refused, REFUSED)
+                return
             if dedupe and await self._seen(group_id, decoded.id):
                 log.info("duplicate_skipped", topic=topic.value, id=decoded.id)
                 return
@@ -370,6 +388,10 @@ class EventBus:
             try:
                 decoded = read_json(adapter, delivery.body)
             except (ValidationError, UnsupportedSchemaVersion):
+                return
+            refused = self._refused(topic, decoded)
+            if refused is not None:  # a group consumer of the topic dead-letters it
+                log.warning("record_refused", topic=topic.value, id=decoded.id, reason=str(refused))
                 return
             try:
                 await handler(decoded)
@@ -445,21 +467,25 @@ class EventBus:
 
         async def process(bodies: list[bytes], records: tuple[Any, ...]) -> bool:
             decoded: list[Any] = []
-            undecodable: list[tuple[Any, bytes, ValidationError | UnsupportedSchemaVersion]] = []
+            set_aside: list[tuple[Any, bytes, Exception, str]] = []
             for record, body in zip(records, bodies, strict=True):
                 if not _wanted(wanted, record):
                     continue
                 try:
                     message = read_json(adapter, body)
-                except (ValidationError, UnsupportedSchemaVersion) as refused:
-                    undecodable.append((record, body, refused))
+                except (ValidationError, UnsupportedSchemaVersion) as unreadable:
+                    set_aside.append((record, body, unreadable, _refusal(unreadable)))
+                    continue
+                refused = self._refused(topic, message)
+                if refused is not None:
+                    set_aside.append((record, body, refused, REFUSED))
                     continue
                 decoded.append(Logged(message, record.partition, record.offset) if positions
                                else message)  # fmt: skip
             if decoded and not await self._handle_batch(topic, decoded, handler):
                 return False
-            for record, body, error in undecodable:
-                await self._dead_letter(topic, group_id, record, body, error, _refusal(error))
+            for record, body, reason, kind in set_aside:
+                await self._dead_letter(topic, group_id, record, body, reason, kind)
             return True
 
         min_bytes, max_wait_ms = _fetch_linger(linger_ms)
@@ -477,6 +503,10 @@ class EventBus:
         )
         _prompt(subscriber)
         subscriber(on_batch)
+
+    def _refused(self, topic: Topic, message: Envelope) -> Exception | None:
+        """Why ``message``'s credential does not vouch for it (None: accepted)."""
+        return None if self._records is None else self._records.refusal(topic, message)
 
     async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> bool:
         """Whether the handler succeeded within ``consumer_attempts`` tries."""

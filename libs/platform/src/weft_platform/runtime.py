@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
@@ -16,6 +17,15 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from weft_platform.bus import EventBus, create_broker
+from weft_platform.credentials import (
+    GATEWAY,
+    CredentialSigner,
+    CredentialVerifier,
+    ensure_dev_keys,
+    load_signer,
+    load_verifier,
+)
+from weft_platform.record_credentials import RecordCheck
 from weft_platform.settings import ServiceSettings
 
 
@@ -35,6 +45,12 @@ class ServiceRuntime:
     """Factory of ORM sessions bound to ``db``."""
     redis: Redis
     """Redis client (decoded responses off: values are bytes)."""
+    verifier: CredentialVerifier
+    """Verifies the credentials of internal calls and consumed records."""
+
+    def signer(self, issuer: str) -> CredentialSigner:
+        """The signer of ``issuer`` (its private key must be in ``credentials_dir``)."""
+        return load_signer(Path(self.settings.credentials_dir), issuer)
 
     @property
     def instance_id(self) -> str:
@@ -43,15 +59,31 @@ class ServiceRuntime:
 
 
 def create_runtime(settings: ServiceSettings) -> ServiceRuntime:
-    """Create (not yet connect) the clients of one service process."""
+    """Create (not yet connect) the clients of one service process; refuses to start
+    without the credential keys (``MissingKeys``) unless ``credentials_dev_keys``."""
+    verifier = credential_verifier(settings)
     broker = create_broker(settings)
     redis = Redis.from_url(settings.redis_url)
     db = create_async_engine(settings.database_url, pool_size=5, max_overflow=5, pool_pre_ping=True)
     return ServiceRuntime(
         settings=settings,
         broker=broker,
-        bus=EventBus(broker, settings, redis),
+        bus=EventBus(broker, settings, redis, records=RecordCheck(verifier)),
         db=db,
         sessions=async_sessionmaker(db, expire_on_commit=False),
         redis=redis,
+        verifier=verifier,
     )
+
+
+DEV_ISSUERS = (GATEWAY, "engine", "operator")
+"""Key pairs development and tests generate: request credentials (gateway), the engine's
+service credential, and the operator's (admin routes, tests)."""
+
+
+def credential_verifier(settings: ServiceSettings) -> CredentialVerifier:
+    """The key set of ``settings.credentials_dir`` (generated first in development)."""
+    directory = Path(settings.credentials_dir)
+    if settings.credentials_dev_keys:
+        ensure_dev_keys(directory, DEV_ISSUERS)
+    return load_verifier(directory)

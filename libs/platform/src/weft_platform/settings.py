@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_credentials_dir() -> str:
+    home = os.environ.get("WEFT_HOME") or str(Path.cwd() / ".weft")
+    return str(Path(home) / "credentials")
+
 
 TracingExporter = Literal["none", "console", "otlp"]
 """``WEFT_TRACING_EXPORTER`` of the services that write spans (``weft_platform.tracing``)."""
@@ -55,4 +63,15 @@ class ServiceSettings(BaseSettings):
     topic_prefix: str = Field(
         default="",
         description="Prepended to every topic and consumer group name: isolates test stacks.",
+    )
+    credentials_dir: str = Field(
+        default_factory=_default_credentials_dir,
+        description="Service credential keys (weft_platform.credentials): <issuer>.<kid>.pub "
+        "for every verifier, <issuer>.<kid>.key only on that issuer. Default "
+        "$WEFT_HOME/credentials.",
+    )
+    credentials_dev_keys: bool = Field(
+        default=False,
+        description="Generate missing key pairs into credentials_dir at start (development "
+        "and tests only). Off: a service without its keys refuses to start.",
     )

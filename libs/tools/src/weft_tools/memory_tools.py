@@ -38,15 +38,19 @@ class MemoryServiceClient:
         self._timeout_s = timeout_s
         self._transport = transport
 
-    async def get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
-        """GET ``path``; raises ``httpx.HTTPError`` on failure."""
+    async def get(
+        self, path: str, params: dict[str, Any], credential: str | None = None
+    ) -> dict[str, Any]:
+        """GET ``path`` presenting the turn's ``credential``; raises ``httpx.HTTPError``
+        on failure (memory answers 401/403 without a credential for this caller)."""
+        headers = {"Authorization": f"Bearer {credential}"} if credential else {}
         async with httpx.AsyncClient(
             base_url=self._base_url,
             timeout=self._timeout_s,
             transport=self._transport,
             verify=tls_context(),
         ) as http:
-            resp = await http.get(path, params=params)
+            resp = await http.get(path, params=params, headers=headers)
             resp.raise_for_status()
             data: dict[str, Any] = resp.json()
             return data
@@ -72,7 +76,7 @@ class _MemorySearchTool:
             "limit": limit,
         }
         try:
-            data = await self._client.get(self._path, params)
+            data = await self._client.get(self._path, params, call.credential)
         except httpx.HTTPError as exc:
             return ToolOutcome(success=False, error=f"memory service unavailable: {exc}")
         results = data.get(self._key, [])

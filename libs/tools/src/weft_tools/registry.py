@@ -75,6 +75,8 @@ class ToolInvocation:
     context: ToolContext
     parsed: ToolArguments | None = None
     """The arguments as the tool's model, once the registry validated them (SPEC T-02)."""
+    credential: str | None = None
+    """The turn's request credential: a tool that calls a Weft service presents it."""
 
     def args(self, model: type[A]) -> A:
         """The arguments as ``model``: the registry's validated instance, or (a tool run

@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 from weft_contracts import AgentConfig, ReasoningEffort
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
 
@@ -203,6 +204,15 @@ async def _existing(svc: AgentService, tenant_id: str, agent_id: str) -> StoredA
     return stored
 
 
+_ORGANISATIONS = SystemRoute("agent-config:organisations", frozenset({"operator"}))
+SYSTEM_ROUTES = {
+    "/internal/organisations": _ORGANISATIONS,
+    "/internal/organisations/{org_id}/members/{member_tenant}": _ORGANISATIONS,
+}
+"""Organisations span tenants: operators only, with a service credential. Every other
+internal route acts for the tenant of a request credential."""
+
+
 def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
     """Wire the resolver and CRUD APIs."""
     s = settings or AgentConfigSettings()
@@ -224,4 +234,5 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
         # The sharing routes first: their fixed paths (/internal/agents/shared) must not be
         # taken for an agent id.
         routers=[resolve_router(resolver), sharing_router(shares), agents_router(service, shares)],
+        internal=InternalAuth(runtime.verifier, "agent-config", SYSTEM_ROUTES),
     )

@@ -8,6 +8,8 @@ from fastapi import FastAPI
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.credentials import RECORDS
+from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_platform.tasks import cancel_and_wait
@@ -33,6 +35,8 @@ from weft_engine.tracing import TurnTracer, provider_from_settings
 from weft_engine.trails import KafkaTurnTrails
 from weft_engine.vision import ImageDescriber
 
+ENGINE_ISSUER = "engine"
+"""Issuer of the engine's service credential (its own key pair)."""
 REQUESTS_GROUP = "weft-engine"
 RESULTS_GROUP = "weft-engine-results"
 CONTROL_GROUP = "weft-engine-control"
@@ -96,8 +100,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         cancel_channel=cancel_channel, ttl_s=ttl, images=images,
         turn_deadline_s=s.turn_deadline_s,
     )  # fmt: skip
-    memory_turns = MemoryTurns(s.memory_url)
+    signer = runtime.signer(ENGINE_ISSUER)
+    memory_turns = MemoryTurns(
+        s.memory_url, credential=lambda: signer.service("memory", ["memory:turns.read"])
+    )
     auditor = TurnAuditor(
+        record_credential=lambda: signer.service(RECORDS, [record_scope(Topic.AGENT_EVENTS)]),
         redis=redis, finisher=finisher, turns=memory_turns, settings=audit,
         trails=trails,
         sentinel_key=f"weft:{s.topic_prefix}engine:sentinel", cancel_channel=cancel_channel,
@@ -105,7 +113,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         replay=RequestsReplay(
             redis=redis, trails=trails, handle=intake.on_chat_requested,
             requests=kafka_requests(
-                s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_REQUESTS)
+                s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_REQUESTS),
+                RecordCheck(runtime.verifier),
             ),
             window_s=s.audit_requests_window_s,
             lock_key=f"weft:{s.topic_prefix}engine:requests-replayed",

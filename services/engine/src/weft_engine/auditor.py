@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from redis.asyncio import Redis
 from weft_contracts import AgentConfig, ErrorCode
 from weft_platform.health import Degraded
+from weft_platform.internal_auth import bearer
 
 from weft_engine.finalize import Finisher, TurnFailure
 from weft_engine.keys import audit_lock_key, seq_key
@@ -107,13 +108,23 @@ class UnfinishedTurns(Protocol):
 class MemoryTurns:
     """:class:`UnfinishedTurns` over memory's internal HTTP API."""
 
-    def __init__(self, base_url: str, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float = 10.0,
+        *,
+        credential: Callable[[], str | None] = lambda: None,
+    ):
+        """``credential``: the engine's service credential for this cross-tenant route
+        (``memory:turns.read``); no turn is at hand to vouch for the call."""
         self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+        self._credential = credential
 
     async def page(self, started_after: datetime, limit: int) -> tuple[list[UnfinishedTurn], bool]:
         """One page of ``GET /internal/turns/unfinished``."""
         params: dict[str, str | int] = {"started_after": started_after.isoformat(), "limit": limit}
-        resp = await self._http.get("/internal/turns/unfinished", params=params)
+        headers = bearer(self._credential())
+        resp = await self._http.get("/internal/turns/unfinished", params=params, headers=headers)
         resp.raise_for_status()
         body = resp.json()
         return [UnfinishedTurn.model_validate(t) for t in body["turns"]], bool(body["more"])
@@ -156,8 +167,11 @@ class TurnAuditor:
         cancel_channel: str,
         owner: str,
         state_ttl_s: int,
+        record_credential: Callable[[], str | None] = lambda: None,
         replay: Callable[[float], Awaitable[list[str]]] | None = None,
     ):
+        """``record_credential``: the engine's service credential on the events that end
+        a lost turn (its own request credential was lost with its state)."""
         self._redis = redis
         self._replay = replay
         self._finisher = finisher
@@ -168,6 +182,7 @@ class TurnAuditor:
         self._cancel_channel = cancel_channel
         self._owner = owner
         self._ttl = state_ttl_s
+        self._record_credential = record_credential
         self._raise_seq = redis.register_script(_RAISE_SEQ)
         self._sentinel: bytes | str | None = None
         """The sentinel value this replica last saw (None: not seen yet)."""
@@ -283,10 +298,10 @@ class TurnAuditor:
             code=ErrorCode.TURN_STATE_LOST, message=TURN_STATE_LOST, retryable=True,
             detail=f"no state and no complete in redis; last seq in kafka {trail.last_seq}",
         )  # fmt: skip
-        await self._finisher.fail(_lost_state(turn), failure)
+        await self._finisher.fail(_lost_state(turn, self._record_credential()), failure)
 
 
-def _lost_state(turn: UnfinishedTurn) -> TurnState:
+def _lost_state(turn: UnfinishedTurn, credential: str | None) -> TurnState:
     """What the Finisher needs of a turn whose state is gone: its ids and start. The agent
     is unknown (it lived in the state); nothing of it is read when failing a turn."""
     return TurnState(
@@ -294,6 +309,7 @@ def _lost_state(turn: UnfinishedTurn) -> TurnState:
         session_id=turn.session_id,
         request_id=turn.request_id,
         user_id="",
+        credential=credential,
         agent=AgentConfig(agent_id="unknown", model="unknown"),
         messages=[],
         started_at=turn.started_at.timestamp(),

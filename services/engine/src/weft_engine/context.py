@@ -138,12 +138,12 @@ class ContextManager:
             history = await self._memory.history(
                 tenant_id, session_id, token_budget=agent.context_window,
                 retain_retrieval_history=agent.retain_retrieval_history, vision=agent.vision,
-                after=previous,
+                after=previous, credential=ids.get("credential"),
             )  # fmt: skip
         except MemoryUnavailable as exc:
             raise HistoryUnavailable(str(exc)) from exc
         if history.previous_turn_stored is False:
-            log.warning("history_misses_previous_turn", previous=previous, **ids)
+            log.warning("history_misses_previous_turn", previous=previous, **_loggable(ids))
         facts = await self._recall(agent, tenant_id, user_id, query, ids)
         system = system_message(agent, query, user_name=user_id)
         user = user_message(agent, query, session_id, images=images)
@@ -159,9 +159,11 @@ class ContextManager:
         if not agent.memory_enabled:
             return ""  # SPEC M-10: a memory-disabled agent neither reads nor writes
         try:
-            recalled = await self._memory.recall(tenant_id, user_id, query)
+            recalled = await self._memory.recall(
+                tenant_id, user_id, query, credential=ids.get("credential")
+            )
         except MemoryUnavailable:
-            log.warning("memory_recall_unavailable", **ids)
+            log.warning("memory_recall_unavailable", **_loggable(ids))
             return ""
         if not recalled:
             return ""
@@ -212,7 +214,11 @@ class ContextManager:
         anchor = next((t for t in reversed(state.turn_ids) if t), state.request_id)
         try:
             stored = await self._memory.store_token_scale(
-                state.tenant_id, state.session_id, anchor, state.token_scale
+                state.tenant_id,
+                state.session_id,
+                anchor,
+                state.token_scale,
+                credential=state.credential,
             )
         except MemoryUnavailable:
             stored = False
@@ -221,10 +227,17 @@ class ContextManager:
 
     async def _store_checkpoint(self, state: TurnState, result: Any) -> None:
         try:
-            await self._memory.store_checkpoint(state.tenant_id, state.session_id, result)
+            await self._memory.store_checkpoint(
+                state.tenant_id, state.session_id, result, credential=state.credential
+            )
         except MemoryUnavailable:
             log.warning("checkpoint_not_stored", request_id=state.request_id)
 
     async def aclose(self) -> None:
         """Close the memory client."""
         await self._memory.aclose()
+
+
+def _loggable(ids: dict[str, Any]) -> dict[str, Any]:
+    """The turn's ids without its credential (a bearer token never goes to the logs)."""
+    return {k: v for k, v in ids.items() if k != "credential"}

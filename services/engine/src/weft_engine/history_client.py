@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 from weft_llm import CHAT_MESSAGES, ChatMessage
+from weft_platform.internal_auth import bearer
 from weft_platform.retry import RetryWindow, request_within
 
 from weft_engine.compaction import Checkpoint, CompactionResult
@@ -99,6 +100,7 @@ class HistoryClient:
         retain_retrieval_history: bool = False,
         vision: bool = False,
         after: str | None = None,
+        credential: str | None = None,
     ) -> LoadedHistory:
         """History within ``token_budget`` (pass the whole context window, SPEC M-08);
         with ``vision``, stored images come back as image parts (SPEC E-26). ``after``:
@@ -112,7 +114,12 @@ class HistoryClient:
         }
         if after is not None:
             params["after"] = after
-        resp = await self._call("GET", f"/internal/sessions/{session_id}/history", params=params)
+        resp = await self._call(
+            "GET",
+            f"/internal/sessions/{session_id}/history",
+            params=params,
+            headers=bearer(credential),
+        )
         if resp.status_code == 404:
             return LoadedHistory(messages=[], turn_ids=[])
         _raise_for(resp)
@@ -130,7 +137,12 @@ class HistoryClient:
         )  # fmt: skip
 
     async def store_checkpoint(
-        self, tenant_id: str, session_id: str, result: CompactionResult
+        self,
+        tenant_id: str,
+        session_id: str,
+        result: CompactionResult,
+        *,
+        credential: str | None = None,
     ) -> bool:
         """Persist ``result.checkpoint`` (SPEC M-07); False when there is none or memory has
         no such assistant message (the reference only logs that)."""
@@ -143,37 +155,67 @@ class HistoryClient:
             "tokens_before": result.tokens_before,
             "tokens_after": result.tokens_after,
         }
-        return await self._put_context(tenant_id, session_id, checkpoint.turn_id, body)
+        return await self._put_context(tenant_id, session_id, checkpoint.turn_id, body, credential)
 
     async def store_token_scale(
-        self, tenant_id: str, session_id: str, turn_id: str, scale: float
+        self,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        scale: float,
+        *,
+        credential: str | None = None,
     ) -> bool:
         """Persist a measured calibration scale on a stored turn (SPEC M-02)."""
-        return await self._put_context(tenant_id, session_id, turn_id, {"token_scale": scale})
+        body = {"token_scale": scale}
+        return await self._put_context(tenant_id, session_id, turn_id, body, credential)
 
     async def _put_context(
-        self, tenant_id: str, session_id: str, turn_id: str, body: dict[str, Any]
+        self,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        body: dict[str, Any],
+        credential: str | None,
     ) -> bool:
         path = f"/internal/sessions/{session_id}/turns/{turn_id}/context"
-        resp = await self._call("PUT", path, params={"tenant_id": tenant_id}, json=body)
+        resp = await self._call(
+            "PUT", path, params={"tenant_id": tenant_id}, json=body, headers=bearer(credential)
+        )
         if resp.status_code == 404:
             return False
         _raise_for(resp)
         return True
 
     async def recall(
-        self, tenant_id: str, user_id: str, query: str, limit: int = 10
+        self,
+        tenant_id: str,
+        user_id: str,
+        query: str,
+        limit: int = 10,
+        *,
+        credential: str | None = None,
     ) -> list[Recalled]:
         """Long-term memories of the caller for ``query`` (only for memory-enabled agents)."""
         params = {"tenant_id": tenant_id, "user_id": user_id, "query": query, "limit": limit}
-        resp = await self._call("GET", "/internal/memories/search", params=params)
+        resp = await self._call(
+            "GET", "/internal/memories/search", params=params, headers=bearer(credential)
+        )
         _raise_for(resp)
         return [
             Recalled(id=m["id"], content=m["content"], score=m.get("score", 0.0))
             for m in resp.json()["memories"]
         ]
 
-    async def extract(self, tenant_id: str, user_id: str, session_id: str, request_id: str) -> int:
+    async def extract(
+        self,
+        tenant_id: str,
+        user_id: str,
+        session_id: str,
+        request_id: str,
+        *,
+        credential: str | None = None,
+    ) -> int:
         """Learn from a completed turn; the number of facts stored (0 when the turn is not
         stored yet: memory persists from events asynchronously)."""
         body = {
@@ -184,7 +226,13 @@ class HistoryClient:
         }
         # Not resent once it may have reached memory: a second extraction of the same
         # turn could store its facts twice.
-        resp = await self._call("POST", "/internal/memories/extract", resend=False, json=body)
+        resp = await self._call(
+            "POST",
+            "/internal/memories/extract",
+            resend=False,
+            json=body,
+            headers=bearer(credential),
+        )
         if resp.status_code == 404:
             return 0
         _raise_for(resp)

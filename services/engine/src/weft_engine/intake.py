@@ -321,4 +321,5 @@ def _ids(request: ChatRequested) -> dict[str, Any]:
         "session_id": request.session_id,
         "request_id": request.request_id,
         "traceparent": request.traceparent,
+        "credential": request.credential,
     }

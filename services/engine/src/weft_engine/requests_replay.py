@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from weft_contracts import ChatRequested, Topic, UnsupportedSchemaVersion
 from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
+from weft_platform.record_credentials import RecordCheck
 from weft_platform.topic_window import read_window
 
 from weft_engine.state import without_trace
@@ -63,10 +64,10 @@ RequestLog = Callable[[float], Awaitable[list[LoggedRequest]]]
 """The requests the log holds since an epoch time (seconds), in log order."""
 
 
-def kafka_requests(bootstrap: str, topic: str) -> RequestLog:
+def kafka_requests(bootstrap: str, topic: str, check: RecordCheck | None = None) -> RequestLog:
     """A :data:`RequestLog` over ``agent.requests`` (a standalone consumer, nothing
-    committed). Records that are not chat requests, or do not decode, are skipped: the
-    requests consumer dead-letters those."""
+    committed). Records that are not chat requests, do not decode, or whose credential
+    ``check`` refuses are skipped: the requests consumer dead-letters those."""
     adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[Topic.AGENT_REQUESTS])
 
     async def since(epoch_s: float) -> list[LoggedRequest]:
@@ -77,6 +78,8 @@ def kafka_requests(bootstrap: str, topic: str) -> RequestLog:
                 try:
                     message = read_json(adapter, record.value or b"")
                 except (ValidationError, UnsupportedSchemaVersion):
+                    continue
+                if check is not None and check.refusal(Topic.AGENT_REQUESTS, message):
                     continue
                 if isinstance(message, ChatRequested):
                     at = datetime.fromtimestamp(record.timestamp / 1000, UTC)

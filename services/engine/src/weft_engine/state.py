@@ -92,6 +92,11 @@ class TurnState(BaseModel):
     request_id: str
     user_id: str
     traceparent: str | None = None
+    credential: str | None = Field(
+        default=None,
+        description="The turn's request credential (from its ChatRequested): forwarded on "
+        "the turn's internal calls and in every record the turn produces.",
+    )
     agent: AgentConfig
     messages: StoredMessages = Field(description="OpenAI messages sent to the model.")
     turn_ids: list[str | None] = Field(
@@ -146,6 +151,7 @@ class TurnState(BaseModel):
             "session_id": self.session_id,
             "request_id": self.request_id,
             "traceparent": self.traceparent,
+            "credential": self.credential,
         }
 
     def all_results_in(self) -> bool:

@@ -24,6 +24,7 @@ from weft_contracts import (
     Topic,
 )
 from weft_platform.bus import EventBus
+from weft_platform.credentials import TURN_AUDIENCE, CredentialSigner
 
 from weft_gateway.auth import Principal
 from weft_gateway.clients import AgentConfigClient, SessionsClient
@@ -120,6 +121,22 @@ class Gateway:
     agents: AgentConfigClient
     limits: TenantLimits
     knowledge: KnowledgeScope
+    signer: CredentialSigner | None = None
+    """Signs the request credential of each turn and command (records carry it)."""
+
+    def turn_credential(self, who: Principal, session_id: str, request_id: str) -> str | None:
+        """The credential of a turn's records and of the internal calls made for it: this
+        tenant, user, session and turn; it lives past the turn deadline (SPEC E-20)."""
+        if self.signer is None:
+            return None
+        return self.signer.request(
+            tenant_id=who.tenant_id,
+            user_id=who.user_id,
+            session_id=session_id,
+            request_id=request_id,
+            audience=TURN_AUDIENCE,
+            ttl_s=self.settings.turn_credential_ttl_s,
+        )
 
     async def start_turn(
         self,
@@ -148,10 +165,12 @@ class Gateway:
         require_image_upload(agent, images)
         if body.double_texting == "reject":
             await self._reject_if_running(who.tenant_id, session_id)
+        request_id = f"req_{ULID()}"
         request = ChatRequested(
             tenant_id=who.tenant_id,
             session_id=session_id,
-            request_id=f"req_{ULID()}",
+            request_id=request_id,
+            credential=self.turn_credential(who, session_id, request_id),
             data=ChatRequestedData(
                 query=body.query,
                 user_id=who.user_id,
@@ -208,6 +227,7 @@ class Gateway:
                 tenant_id=who.tenant_id,
                 session_id=session_id,
                 request_id=request_id,
+                credential=self.turn_credential(who, session_id, request_id),
                 data=CancelRequestedData(),
             ),
         )
@@ -222,6 +242,7 @@ class Gateway:
                 tenant_id=who.tenant_id,
                 session_id=session_id,
                 request_id=request_id,
+                credential=self.turn_credential(who, session_id, request_id),
                 data=SteerMessageData(content=body.content),
             ),
         )

@@ -7,6 +7,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.bus import EventBus
+from weft_platform.credentials import GATEWAY
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import create_runtime
 from weft_storage.knowledge import KnowledgeStore
@@ -110,7 +111,14 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     documents = DocumentReader(runtime.sessions)
     kb_scope = KnowledgeScope(knowledge, documents)
     fanout = StreamFanout(redis)
-    auth = ApiKeyAuth(runtime.sessions, limits, cache_s=s.auth_cache_s)
+    signer = runtime.signer(GATEWAY)
+    auth = ApiKeyAuth(
+        runtime.sessions,
+        limits,
+        cache_s=s.auth_cache_s,
+        signer=signer,
+        credential_ttl_s=s.api_credential_ttl_s,
+    )
     gateway = Gateway(
         settings=s,
         bus=runtime.bus,
@@ -122,6 +130,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         agents=agents,
         limits=limits,
         knowledge=kb_scope,
+        signer=signer,
     )
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)

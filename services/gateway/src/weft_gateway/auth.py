@@ -13,6 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_platform.credentials import API_AUDIENCE, CredentialSigner
+from weft_platform.internal_auth import outbound_credential
 from weft_storage.models import ApiKey
 
 from weft_gateway.limits import TenantLimits
@@ -42,10 +44,16 @@ class ApiKeyAuth:
         limits: TenantLimits | None = None,
         *,
         cache_s: float = 30.0,
+        signer: CredentialSigner | None = None,
+        credential_ttl_s: float = 120.0,
     ):
+        """``signer``: each accepted request gets a request credential (tenant and user)
+        that the gateway's internal calls made while serving it carry."""
         self._sessions = sessions
         self._limits = limits
         self._cache_s = cache_s
+        self._signer = signer
+        self._credential_ttl_s = credential_ttl_s
         # A burst of thousands of SSE connects must not queue on the database pool: keys
         # are cached briefly (a revocation takes effect within ``cache_s``) and concurrent
         # lookups of one key share one query.
@@ -61,6 +69,17 @@ class ApiKeyAuth:
             raise HTTPException(401, "invalid or revoked API key")
         if self._limits is not None:
             await self._limits.check_rate(principal.tenant_id)
+        if self._signer is not None:
+            # A context variable rather than a parameter of every client method: each
+            # request runs in its own context, so a call can only carry its own caller's.
+            outbound_credential.set(
+                self._signer.request(
+                    tenant_id=principal.tenant_id,
+                    user_id=principal.user_id,
+                    audience=API_AUDIENCE,
+                    ttl_s=self._credential_ttl_s,
+                )
+            )
         return principal
 
     async def _lookup(self, digest: str) -> Principal | None:

@@ -8,6 +8,7 @@ from urllib.parse import quote
 import httpx
 from fastapi import HTTPException
 from weft_contracts import AgentConfig
+from weft_platform.internal_auth import bearer, outbound_credential
 from weft_platform.retry import RetryWindow, request_within
 
 KEEPALIVE_EXPIRY_S = 2.0
@@ -61,6 +62,8 @@ class ServiceClient:
         for a caller that must fail fast."""
         window = self._retry if retry else NO_RETRY
         idempotent = method in IDEMPOTENT if resend is None else resend
+        # The credential of the request being served (ApiKeyAuth); none: the service 401s.
+        kwargs["headers"] = {**kwargs.get("headers", {}), **bearer(outbound_credential.get())}
         try:
             resp = await request_within(
                 self._http, window, method, path, resend=idempotent, **kwargs

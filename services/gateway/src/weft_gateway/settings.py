@@ -95,6 +95,20 @@ class GatewaySettings(ServiceSettings):
         "never left), then answered 503 with Retry-After: the gateway holds a caller's "
         "request, so it absorbs a blip and leaves a restart to the caller's retry.",
     )
+    api_credential_ttl_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Life of the request credential the gateway's internal calls carry "
+        "for one API request (weft_platform.credentials).",
+    )
+    turn_credential_ttl_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Life of a turn's request credential, which the engine and tool "
+        "workers forward on the turn's calls and records: three times the engine's "
+        "turn_deadline_s (20 min, itself above the longest tool timeout), so a request "
+        "enqueued behind two full-length turns (double-texting) still runs its own.",
+    )
     internal_max_connections: int = Field(
         default=200, ge=10, description="Connection pool of each internal HTTP client."
     )

@@ -7,6 +7,7 @@ from pydantic import AliasChoices, Field
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
 
@@ -62,6 +63,15 @@ class MemorySettings(ServiceSettings):
     )
 
 
+SYSTEM_ROUTES = {
+    "/internal/turns/unfinished": SystemRoute(
+        "memory:turns.read", frozenset({"engine", "operator"})
+    ),
+}
+"""Routes across tenants: the engine's turn auditor (and operators) with a service
+credential; every other internal route acts for the tenant of a request credential."""
+
+
 def create_app(settings: MemorySettings | None = None) -> FastAPI:
     """Wire the recorder to ``agent.events`` and the internal API."""
     settings = settings or MemorySettings()
@@ -105,6 +115,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         runtime,
         title="weft memory",
         routers=routers,
+        internal=InternalAuth(runtime.verifier, "memory", SYSTEM_ROUTES),
         on_startup=[worker.start],
         on_shutdown=[worker.stop, model.aclose],
     )

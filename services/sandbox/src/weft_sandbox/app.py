@@ -57,6 +57,7 @@ class SandboxUnavailable:
                 session_id=call.session_id,
                 request_id=call.request_id,
                 traceparent=call.traceparent,
+                credential=call.credential,
                 data=ToolCallCompletedData(
                     call_id=call.data.call_id,
                     tool_name=call.data.tool_name,

@@ -8,6 +8,7 @@ from fastapi import APIRouter, FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
@@ -78,6 +79,10 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
     )
 
 
+SYSTEM_ROUTES = {"/internal/state": SystemRoute("tool-exec:state", frozenset({"operator"}))}
+"""Operators' view of a worker; tool-exec has no tenant route."""
+
+
 def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     """Wire ``tool_concurrency`` consumers of ``tool.calls`` and the ingestion loop."""
     settings = settings or ToolExecSettings()
@@ -102,6 +107,7 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
         runtime,
         title="weft tool-exec",
         routers=[state_router(runtime, deps, cleaner)],
+        internal=InternalAuth(runtime.verifier, "tool-exec", SYSTEM_ROUTES),
         on_startup=[ingestion.start, cleaner.start],
         on_shutdown=[ingestion.stop, cleaner.stop, lambda: _flush(provider)],
     )

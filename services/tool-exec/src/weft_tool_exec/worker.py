@@ -110,6 +110,7 @@ class ToolWorker:
             session_id=call.session_id,
             request_id=call.request_id,
             traceparent=call.traceparent,
+            credential=call.credential,  # the result is the turn's, like the call
             data=ToolCallCompletedData(
                 call_id=call.data.call_id,
                 tool_name=call.data.tool_name,
@@ -135,6 +136,7 @@ class ToolWorker:
             request_id=call.request_id,
             arguments=call.data.arguments,
             context=call.data.context,
+            credential=call.credential,
         )
         try:
             async with asyncio.timeout(remaining):

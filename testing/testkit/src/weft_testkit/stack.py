@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from weft_platform.credentials import ensure_dev_keys
+from weft_platform.runtime import DEV_ISSUERS
+
+from weft_testkit.credentials import DevCredentials, TrustedTransport
 
 SERVICES = (
     "gateway",
@@ -119,6 +123,13 @@ class LocalStack:
         self.api_key = f"key-{secrets.token_hex(16)}"
         self.ports: dict[str, list[int]] = {}
         self._procs: list[_Proc] = []
+        self.credentials_dir = config.log_dir / "credentials"
+        """This stack's service credential keys (development pairs, made at start)."""
+
+    @property
+    def credentials(self) -> DevCredentials:
+        """Signers for tests that stand in for the gateway or an operator."""
+        return DevCredentials.load(self.credentials_dir)
 
     @property
     def gateway_url(self) -> str:
@@ -135,6 +146,16 @@ class LocalStack:
         headers = {"Authorization": f"Bearer {self.api_key}"}
         return httpx.AsyncClient(base_url=self.gateway_url, headers=headers, timeout=timeout)
 
+    def internal_client(
+        self, service: str, index: int = 0, timeout: float = 30
+    ) -> httpx.AsyncClient:
+        """A client of one replica's internal routes that presents, on each request, the
+        credential the gateway (or, for a system route, an operator) would."""
+        transport = TrustedTransport(httpx.AsyncHTTPTransport(), self.credentials)
+        return httpx.AsyncClient(
+            base_url=self.url(service, index), transport=transport, timeout=timeout
+        )
+
     def url(self, service: str, index: int = 0) -> str:
         """Base URL of one replica of ``service``."""
         return f"http://127.0.0.1:{self.ports[service][index]}"
@@ -149,6 +170,7 @@ class LocalStack:
     def start(self) -> None:
         """Create topics, start every process, wait until all are ready."""
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        ensure_dev_keys(self.credentials_dir, DEV_ISSUERS)
         for name in ("scripted_llm", *SERVICES):
             count = self.config.replicas.get(name, 1)
             self.ports[name] = [free_port() for _ in range(count)]
@@ -194,6 +216,8 @@ class LocalStack:
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",
             "OPENAI_API_KEY": "scripted-llm-test-double",
             "WEFT_LLM_MODEL": "weft-scripted",
+            "WEFT_CREDENTIALS_DIR": str(self.credentials_dir),
+            "WEFT_CREDENTIALS_DEV_KEYS": "false",
             **self._own_infra(),
             **self.config.extra_env,
         }

@@ -20,6 +20,7 @@ import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 
+from weft_testkit.credentials import DevCredentials, credentials_dir, signed
 from weft_testkit.stack import create_topics, delete_topics, free_port, infra_env
 
 
@@ -43,7 +44,8 @@ class ToolWorkerPool:
         env = {
             **os.environ, **infra_env(), "PYTHONUNBUFFERED": "1", "WEFT_HTTP_PORT": str(port),
             "WEFT_TOPIC_PREFIX": self.prefix, "WEFT_INSTANCE_ID": name, "WEFT_LOG_FORMAT": "json",
-            "WEFT_EMBEDDING_MODEL": "", **self.extra_env,
+            "WEFT_EMBEDDING_MODEL": "", "WEFT_CREDENTIALS_DIR": str(credentials_dir()),
+            **self.extra_env,
         }  # fmt: skip
         log = open(self.log_dir / f"{self.prefix}{name}.log", "ab")  # noqa: SIM115
         process = subprocess.Popen(
@@ -86,8 +88,10 @@ class ToolWorkerPool:
 class ToolCallClient:
     """Publishes ``ToolCallRequested`` like the engine and collects the results."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, credentials: DevCredentials | None = None):
+        """``credentials``: signers of the workers' key folder (default: this run's)."""
         self.prefix = prefix
+        self._credentials = credentials or DevCredentials.load()
         self.bootstrap = infra_env()["WEFT_KAFKA_BOOTSTRAP"]
         self.results: dict[str, list[dict[str, Any]]] = {}
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
@@ -158,6 +162,7 @@ class ToolCallClient:
                     context=ToolContext(user_id="u", agent_id="a", allowed_tools=[tool]),
                 ),
             )  # fmt: skip
+            message = signed(self._credentials, message, user_id="u")  # as the engine forwards
             topic = f"{self.prefix}weft.tool.calls.v1"
             body = message.model_dump_json().encode()
             pending.append(await self._producer.send(topic, body, key=message.key()))

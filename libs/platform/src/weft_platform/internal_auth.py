@@ -1,0 +1,129 @@
+"""The FastAPI dependency every internal route of a service goes through.
+
+A route is either a **tenant route** (the default: it acts for one tenant and user) or a
+**system route** (named in ``system_routes`` with the scope it needs). A tenant route
+wants a request credential for this service whose tenant, user and session agree with
+every ``tenant_id``, ``user_id`` and ``session_id`` the request names (query, path or
+JSON body); a system route wants a service credential with its scope. Neither kind opens
+the other's routes. Missing, malformed, expired or wrong-audience: 401; valid but for
+another tenant, user, session or scope: 403.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException, Request
+
+from weft_platform.credentials import (
+    CredentialRejected,
+    CredentialVerifier,
+    RequestCredential,
+    ServiceCredential,
+)
+
+HEADER = "authorization"
+SCHEME = "bearer "
+
+outbound_credential: ContextVar[str | None] = ContextVar("outbound_credential", default=None)
+"""The credential the current request's internal calls carry (the gateway sets it once
+per accepted request, its clients send it on every call made while serving it)."""
+
+
+@dataclass(frozen=True)
+class SystemRoute:
+    """A route for system work: the scope it needs and the issuers that may hold it."""
+
+    scope: str
+    issuers: frozenset[str]
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    """The header that presents ``token`` (none when there is no token)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class InternalAuth:
+    """Verifies the credential of a request to one service's internal routes."""
+
+    def __init__(
+        self,
+        verifier: CredentialVerifier,
+        audience: str,
+        system_routes: Mapping[str, SystemRoute] | None = None,
+    ):
+        self._verifier = verifier
+        self._audience = audience
+        self._system = dict(system_routes or {})
+
+    @property
+    def system_routes(self) -> Mapping[str, SystemRoute]:
+        """Route paths (as declared) that want a service credential, with their scope."""
+        return self._system
+
+    async def __call__(self, request: Request) -> RequestCredential | ServiceCredential:
+        token = _presented(request)
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        try:
+            if token is None:
+                raise CredentialRejected(401, "missing service credential (Authorization)")
+            system = self._system.get(route)
+            if system is not None:
+                return self._verifier.verify_service(
+                    token, self._audience, system.scope, issuers=system.issuers
+                )
+            credential = self._verifier.verify_request(token, self._audience)
+            _agrees(credential, await _named(request))
+        except CredentialRejected as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            raise HTTPException(exc.status, exc.reason, headers) from None
+        request.state.credential = credential
+        return credential
+
+
+def _presented(request: Request) -> str | None:
+    value = request.headers.get(HEADER, "")
+    if not value.lower().startswith(SCHEME):
+        return None
+    return value[len(SCHEME) :].strip() or None
+
+
+def _agrees(credential: RequestCredential, named: Iterator[tuple[str, str]]) -> None:
+    """403 unless every tenant, user and session the request names is the credential's
+    (a credential without a session may name any session of its user)."""
+    for name, value in named:
+        if name == "tenant_id" and value != credential.tenant_id:
+            raise CredentialRejected(403, "credential is for another tenant")
+        if name == "user_id" and value and value != credential.user_id:
+            raise CredentialRejected(403, "credential is for another user")
+        if name == "session_id" and credential.session_id and value != credential.session_id:
+            raise CredentialRejected(403, "credential is for another session")
+
+
+async def _named(request: Request) -> Iterator[tuple[str, str]]:
+    """Every (name, value) the request gives for tenant_id, user_id and session_id."""
+    found: list[tuple[str, str]] = []
+    wanted = ("tenant_id", "user_id", "session_id")
+    for name in wanted:
+        found += [(name, v) for v in request.query_params.getlist(name)]
+        if name in request.path_params:
+            found.append((name, str(request.path_params[name])))
+    body = await _json_body(request)
+    for name in wanted:
+        if isinstance(body.get(name), str):
+            found.append((name, body[name]))
+    return iter(found)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    if "json" not in request.headers.get("content-type", ""):
+        return {}
+    try:
+        body = json.loads(await request.body() or b"null")
+    except (ValueError, UnicodeDecodeError):
+        return {}  # the route's own validation answers 422
+    return body if isinstance(body, dict) else {}

@@ -1,0 +1,273 @@
+"""Every internal route of memory, agent-config and tool-exec, attacked the way a network
+neighbour would (docs/security.md "Service credentials"): without a credential, with an
+expired one, with another tenant's, user's or session's, with one meant for another
+service or of the other kind (a request credential on a system route, a service credential
+on a tenant route).
+
+The route table comes from each service's real app (its OpenAPI document), so a route
+added without the guard fails here. Apps run in process on the real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from weft_agent_config.app import create_app as agent_config_app
+from weft_memory.app import create_app as memory_app
+from weft_platform.credentials import load_signer
+from weft_testkit.credentials import DevCredentials, credentials_dir
+from weft_tool_exec.app import create_app as tool_exec_app
+
+TENANT, OTHER_TENANT = "tenant-cred-a", "tenant-cred-b"
+USER, OTHER_USER = "user-a", "user-b"
+SESSION, OTHER_SESSION = "ses_cred_a", "ses_cred_b"
+
+APPS: dict[str, Callable[[], FastAPI]] = {
+    "memory": memory_app,
+    "agent-config": agent_config_app,
+    "tool-exec": tool_exec_app,
+}
+SYSTEM: dict[str, tuple[str, str]] = {
+    "/internal/turns/unfinished": ("memory", "memory:turns.read"),
+    "/internal/organisations": ("agent-config", "agent-config:organisations"),
+    "/internal/organisations/{org_id}/members/{member_tenant}": (
+        "agent-config",
+        "agent-config:organisations",
+    ),
+    "/internal/state": ("tool-exec", "tool-exec:state"),
+}
+"""The system routes and the scope each wants; any other route is a tenant route."""
+
+
+@dataclass
+class Route:
+    """One operation of a service's internal API, as its OpenAPI document lists it."""
+
+    service: str
+    method: str
+    path: str
+    query: set[str] = field(default_factory=set)
+    body: set[str] | None = None
+    """Top-level fields of the JSON body (None: the route takes no body)."""
+
+    @property
+    def system(self) -> bool:
+        return self.path in SYSTEM
+
+    def names(self, name: str) -> bool:
+        """Whether the request names ``name`` (tenant_id, user_id, session_id)."""
+        return name in self.query or name in (self.body or ()) or f"{{{name}}}" in self.path
+
+    def request(self, headers: dict[str, str]) -> httpx.Request:
+        """The request as a caller acting for TENANT / USER / SESSION sends it."""
+        path = self.path.replace("{session_id}", SESSION)
+        while "{" in path:
+            start, end = path.index("{"), path.index("}")
+            path = path[:start] + "x-1" + path[end + 1 :]
+        values = {"tenant_id": TENANT, "user_id": USER, "session_id": SESSION}
+        params = {k: v for k, v in values.items() if k in self.query}
+        body = None if self.body is None else {k: v for k, v in values.items() if k in self.body}
+        url = f"http://{self.service}{path}"
+        return httpx.Request(self.method, url, params=params, json=body, headers=headers)
+
+
+def _routes(service: str, app: FastAPI) -> list[Route]:
+    doc = app.openapi()
+    schemas = doc.get("components", {}).get("schemas", {})
+    found = []
+    for path, operations in doc["paths"].items():
+        if not path.startswith("/internal"):
+            continue
+        for method, op in operations.items():
+            query = {p["name"] for p in op.get("parameters", []) if p["in"] == "query"}
+            body = _body_fields(op, schemas)
+            found.append(Route(service, method.upper(), path, query, body))
+    return found
+
+
+def _body_fields(op: dict[str, Any], schemas: dict[str, Any]) -> set[str] | None:
+    if "requestBody" not in op:
+        return None
+    schema = op["requestBody"]["content"]["application/json"]["schema"]
+    ref = schema.get("$ref", "")
+    properties = schemas.get(ref.rsplit("/", 1)[-1], schema).get("properties", {})
+    return set(properties)
+
+
+Services = dict[str, tuple[list[Route], httpx.AsyncClient]]
+"""Per service: its internal routes and an in-process client of its app."""
+
+
+@pytest.fixture
+async def services(
+    migrated: str,
+) -> AsyncIterator[dict[str, tuple[list[Route], httpx.AsyncClient]]]:
+    """Each service's app (as deployed: its credential guard on) and its internal routes."""
+    built: Services = {}
+    for name, factory in APPS.items():
+        app = factory()
+        transport = httpx.ASGITransport(app=app)
+        built[name] = (_routes(name, app), httpx.AsyncClient(transport=transport))
+    yield built
+    for _, client in built.values():
+        await client.aclose()
+
+
+@pytest.fixture(scope="module")
+def keys() -> DevCredentials:
+    """The signers of the key folder the in-process apps verify with."""
+    return DevCredentials.load(credentials_dir())
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _expired(keys: DevCredentials, route: Route) -> str:
+    two_hours_ago = time.time() - 7200
+    if route.system:
+        audience, scope = SYSTEM[route.path]
+        return keys.operator.service(audience, [scope], 60, issued_at=two_hours_ago)
+    return keys.gateway.request(
+        tenant_id=TENANT,
+        user_id=USER,
+        audience=[route.service],
+        ttl_s=60,
+        issued_at=two_hours_ago,
+    )
+
+
+def _right(keys: DevCredentials, route: Route) -> str:
+    if route.system:
+        audience, scope = SYSTEM[route.path]
+        return keys.operator.service(audience, [scope])
+    return keys.gateway.request(
+        tenant_id=TENANT, user_id=USER, session_id=SESSION, audience=[route.service], ttl_s=60
+    )
+
+
+Case = Callable[[DevCredentials, Route], tuple[dict[str, str], set[int] | None]]
+"""Headers to send and the statuses expected (None: anything but 401 and 403: served)."""
+
+
+def _none(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    return {}, {401}
+
+
+def _malformed(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    return _bearer("not.a.jwt"), {401}
+
+
+def _expired_case(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    return _bearer(_expired(keys, route)), {401}
+
+
+def _other_tenant(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    if route.system:  # a request credential never opens a system route
+        token = keys.request(OTHER_TENANT, USER)
+        return _bearer(token), {401}
+    token = keys.gateway.request(
+        tenant_id=OTHER_TENANT, user_id=USER, audience=[route.service], ttl_s=60
+    )
+    return _bearer(token), {403} if route.names("tenant_id") else None
+
+
+def _other_user(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    if route.system:
+        return _bearer(keys.request(TENANT, OTHER_USER)), {401}
+    token = keys.gateway.request(
+        tenant_id=TENANT, user_id=OTHER_USER, audience=[route.service], ttl_s=60
+    )
+    return _bearer(token), {403} if route.names("user_id") else None
+
+
+def _other_session(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    if route.system:
+        return _bearer(keys.request(TENANT, USER, OTHER_SESSION)), {401}
+    token = keys.gateway.request(
+        tenant_id=TENANT, user_id=USER, session_id=OTHER_SESSION, audience=[route.service], ttl_s=60
+    )
+    return _bearer(token), {403} if route.names("session_id") else None
+
+
+def _other_audience(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    elsewhere = next(name for name in APPS if name != route.service)
+    if route.system:
+        _, scope = SYSTEM[route.path]
+        return _bearer(keys.operator.service(elsewhere, [scope])), {401}
+    token = keys.gateway.request(tenant_id=TENANT, user_id=USER, audience=[elsewhere], ttl_s=60)
+    return _bearer(token), {401}
+
+
+def _other_kind(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    if route.system:  # the operator's credential, but for another system scope
+        audience, _ = SYSTEM[route.path]
+        return _bearer(keys.operator.service(audience, ["some:other.scope"])), {403}
+    # A service credential (no tenant) on a tenant route.
+    return _bearer(keys.operator.service(route.service, ["memory:turns.read"])), {401}
+
+
+def _right_case(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
+    return _bearer(_right(keys, route)), None
+
+
+CASES: dict[str, Case] = {
+    "no credential": _none,
+    "malformed": _malformed,
+    "expired": _expired_case,
+    "another tenant": _other_tenant,
+    "another user": _other_user,
+    "another session": _other_session,
+    "another audience": _other_audience,
+    "other kind or scope": _other_kind,
+    "the right credential": _right_case,
+}
+
+
+@pytest.mark.parametrize("service", list(APPS))
+@pytest.mark.parametrize("case", list(CASES))
+async def test_every_internal_route_checks_the_credential(
+    services: Services,
+    keys: DevCredentials,
+    service: str,
+    case: str,
+) -> None:
+    routes, client = services[service]
+    assert routes, f"{service} lists no internal route"
+    wrong = []
+    for route in routes:
+        headers, expected = CASES[case](keys, route)
+        resp = await client.send(route.request(headers))
+        served = resp.status_code not in (401, 403)
+        if (expected is None and not served) or (
+            expected is not None and resp.status_code not in expected
+        ):
+            wrong.append(f"{route.method} {route.path}: {resp.status_code} {resp.text[:160]}")
+    assert not wrong, f"{case}: " + "; ".join(wrong)
+
+
+async def test_the_engine_may_read_unfinished_turns_but_not_manage_organisations(
+    services: Services, tmp_path: Any
+) -> None:
+    """A system scope names its issuers: the engine's own key opens the turn audit route,
+    not the operator's organisations, even with the right scope."""
+    engine = load_signer(credentials_dir(), "engine")
+    _, memory = services["memory"]
+    turns = await memory.get(
+        "http://memory/internal/turns/unfinished",
+        params={"started_after": "2026-01-01T00:00:00Z"},
+        headers=_bearer(engine.service("memory", ["memory:turns.read"])),
+    )
+    assert turns.status_code == 200, turns.text
+    _, agent_config = services["agent-config"]
+    token = engine.service("agent-config", ["agent-config:organisations"])
+    org = await agent_config.post(
+        "http://agent-config/internal/organisations", json={"name": "x"}, headers=_bearer(token)
+    )
+    assert org.status_code == 403, org.text
