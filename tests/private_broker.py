@@ -29,6 +29,15 @@ class PrivateBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def client_env(self) -> dict[str, str]:
+        """``WEFT_KAFKA_*`` of its super user (what infra.sh wrote at format; SASL unless
+        ``WEFT_KAFKA_SECURITY=plaintext``), and where its other users' passwords are
+        (``WEFT_KAFKA_USERS_FILE``, for the services of a stack on it)."""
+        data = self.home / "data"
+        pairs = (line.split("=", 1) for line in (data / "kafka-client.env").read_text().split())
+        return {**dict(pairs), "WEFT_KAFKA_USERS_FILE": str(data / "kafka-users")}
+
     def _infra(self, command: str) -> None:
         env = {
             **os.environ,

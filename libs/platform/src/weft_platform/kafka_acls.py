@@ -1,0 +1,250 @@
+"""Who may read and write what on Kafka: the one table of principals, topics and consumer
+groups (:data:`ACCESS`), and the ACLs the topics job makes of it.
+
+Each service connects as its own SCRAM principal (``WEFT_KAFKA_USERNAME``); the broker's
+``StandardAuthorizer`` refuses whatever this table does not grant (ARCHITECTURE, "Topics",
+and invariant 5). ``docs/security.md`` shows the table as :func:`markdown_table` renders it
+(a unit test keeps them equal). Names are the deployment's: a topic prefix (test stacks)
+prefixes every topic and group the ACLs name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.protocol.admin import (
+    CreateAclsRequest_v0,
+    CreateAclsRequest_v1,
+    DeleteAclsRequest_v0,
+    DeleteAclsRequest_v1,
+)
+from aiokafka.protocol.api import Request
+from weft_contracts import Topic
+
+SESSION_NOTICES = "weft.session.notices.v1"
+"""Session events that are not a turn's (ARCHITECTURE): granted before the topic exists,
+so that its first producer and consumer need no ACL change."""
+
+DLQ_REPLAY = "weft-dlq-replay"
+"""The principal that reads dead letters and puts them back on their topic: separate from
+every service, so that no service can read what others dead-lettered."""
+
+SUPER_USER = "weft-admin"
+"""The broker's super user: the topics job (creates topics and these ACLs) and tests'
+inspection clients. No service runs as it."""
+
+_EVERY_WRITER_TOPIC = Topic.DLQ.value
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What one principal may do: produce to ``writes``, consume ``reads`` (with or without
+    a group), and join the consumer ``groups``."""
+
+    writes: frozenset[str] = field(default_factory=frozenset)
+    reads: frozenset[str] = field(default_factory=frozenset)
+    groups: frozenset[str] = field(default_factory=frozenset)
+
+
+def _access(
+    writes: Iterable[str] = (), reads: Iterable[str] = (), groups: Iterable[str] = ()
+) -> Access:
+    # Every service may dead-letter what it could not handle (ARCHITECTURE, "Topics").
+    return Access(frozenset([*writes, _EVERY_WRITER_TOPIC]), frozenset(reads), frozenset(groups))
+
+
+ACCESS: dict[str, Access] = {
+    "weft-gateway": _access(
+        writes=[Topic.AGENT_REQUESTS, Topic.AGENT_CONTROL],
+        reads=[Topic.AGENT_EVENTS, SESSION_NOTICES],
+        groups=["weft-gateway-projector"],
+    ),
+    "weft-agent-config": _access(),
+    "weft-engine": _access(
+        # agent.requests: a queued request that could not start here goes back on it
+        # (Finisher.requeue), for whichever replica takes it up.
+        writes=[
+            Topic.AGENT_EVENTS,
+            Topic.TOOL_CALLS,
+            Topic.SANDBOX_CALLS,
+            SESSION_NOTICES,
+            Topic.AGENT_REQUESTS,
+        ],
+        # agent.events: the auditor reads a dead turn's trail back (no group).
+        reads=[Topic.AGENT_REQUESTS, Topic.AGENT_CONTROL, Topic.TOOL_RESULTS, Topic.AGENT_EVENTS],
+        groups=["weft-engine", "weft-engine-results", "weft-engine-control"],
+    ),
+    "weft-tool-exec": _access(
+        writes=[Topic.TOOL_RESULTS, SESSION_NOTICES],
+        # agent.events: each worker follows turn ends (no group) to clean up after them.
+        reads=[Topic.TOOL_CALLS, Topic.AGENT_EVENTS],
+        groups=["weft-tool-exec"],
+    ),
+    "weft-sandbox": _access(
+        writes=[Topic.TOOL_RESULTS], reads=[Topic.SANDBOX_CALLS], groups=["weft-sandbox"]
+    ),
+    "weft-memory": _access(reads=[Topic.AGENT_EVENTS], groups=["weft-memory"]),
+    "weft-suggestions": _access(
+        writes=[SESSION_NOTICES], reads=[Topic.AGENT_EVENTS], groups=["weft-suggestions"]
+    ),
+    # A replayed record goes back to the topic its consumer reads; never to agent.events,
+    # whose only writer is the engine (it owns the per-turn seq).
+    DLQ_REPLAY: Access(
+        writes=frozenset(
+            [
+                Topic.AGENT_REQUESTS,
+                Topic.AGENT_CONTROL,
+                Topic.TOOL_CALLS,
+                Topic.SANDBOX_CALLS,
+                Topic.TOOL_RESULTS,
+            ]
+        ),
+        reads=frozenset([Topic.DLQ]),
+        groups=frozenset([DLQ_REPLAY]),
+    ),
+}
+"""Principal -> what it may do. Every principal not listed here (and every anonymous
+client) is refused everything but the super user's."""
+
+SERVICE_PRINCIPALS: dict[str, str] = {
+    "gateway": "weft-gateway",
+    "agent_config": "weft-agent-config",
+    "engine": "weft-engine",
+    "tool_exec": "weft-tool-exec",
+    "sandbox": "weft-sandbox",
+    "memory": "weft-memory",
+    "suggestions": "weft-suggestions",
+}
+"""Service (its package name without ``weft_``) -> the principal it connects as."""
+
+
+class _Resource(IntEnum):
+    TOPIC = 2
+    GROUP = 3
+
+
+class _Operation(IntEnum):
+    ANY = 1
+    READ = 3
+    WRITE = 4
+
+
+_LITERAL = 3
+_ANY_PATTERN = 1
+_ALLOW = 3
+_ANY_PERMISSION = 1
+_SECURITY_DISABLED = 54
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AclBinding:
+    """One ALLOW rule: ``principal`` may ``operation`` the literal resource ``name``."""
+
+    principal: str
+    resource: _Resource
+    name: str
+    operation: _Operation
+
+
+def bindings(prefix: str = "") -> list[AclBinding]:
+    """The ACLs of :data:`ACCESS` for the deployment whose names start with ``prefix``.
+    READ and WRITE each imply DESCRIBE, which metadata requests need."""
+    out: set[AclBinding] = set()
+    for principal, access in ACCESS.items():
+        for topic in access.writes:
+            out.add(AclBinding(principal, _Resource.TOPIC, prefix + topic, _Operation.WRITE))
+        for topic in access.reads:
+            out.add(AclBinding(principal, _Resource.TOPIC, prefix + topic, _Operation.READ))
+        for group in access.groups:
+            out.add(AclBinding(principal, _Resource.GROUP, prefix + group, _Operation.READ))
+    return sorted(out)
+
+
+class AuthorizerMissing(RuntimeError):
+    """The broker runs without an authorizer: it grants everything, and ACLs mean nothing."""
+
+
+class _CreateAcls(Request[CreateAclsRequest_v0 | CreateAclsRequest_v1]):  # type: ignore[misc]
+    """CreateAcls with many creations in one request (aiokafka's own sends one)."""
+
+    API_KEY = 30
+
+    def __init__(self, acls: Sequence[AclBinding]):
+        self._acls = acls
+
+    def build(
+        self, request_struct_class: type[CreateAclsRequest_v0 | CreateAclsRequest_v1]
+    ) -> CreateAclsRequest_v0 | CreateAclsRequest_v1:
+        if request_struct_class.API_VERSION < 1:
+            return request_struct_class(
+                [(a.resource, a.name, f"User:{a.principal}", "*", a.operation, _ALLOW)
+                 for a in self._acls]
+            )  # fmt: skip
+        return request_struct_class(
+            [(a.resource, a.name, _LITERAL, f"User:{a.principal}", "*", a.operation, _ALLOW)
+             for a in self._acls]
+        )  # fmt: skip
+
+
+class _DeleteAcls(Request[DeleteAclsRequest_v0 | DeleteAclsRequest_v1]):  # type: ignore[misc]
+    """DeleteAcls of every rule on the given literal resources (any principal)."""
+
+    API_KEY = 31
+
+    def __init__(self, resources: Sequence[tuple[_Resource, str]]):
+        self._resources = resources
+
+    def build(
+        self, request_struct_class: type[DeleteAclsRequest_v0 | DeleteAclsRequest_v1]
+    ) -> DeleteAclsRequest_v0 | DeleteAclsRequest_v1:
+        if request_struct_class.API_VERSION < 1:
+            return request_struct_class(
+                [(kind, name, None, None, _Operation.ANY, _ANY_PERMISSION)
+                 for kind, name in self._resources]
+            )  # fmt: skip
+        return request_struct_class(
+            [(kind, name, _LITERAL, None, None, _Operation.ANY, _ANY_PERMISSION)
+             for kind, name in self._resources]
+        )  # fmt: skip
+
+
+async def create_acls(admin: AIOKafkaAdminClient, prefix: str = "") -> int:
+    """Create the ACLs of :func:`bindings` (creating an existing one is a no-op); return
+    how many. :class:`AuthorizerMissing` when the broker has no authorizer."""
+    acls = bindings(prefix)
+    response: Any = await admin._send_request(_CreateAcls(acls))
+    errors = [(code, msg) for code, msg in response.creation_responses if code]
+    if any(code == _SECURITY_DISABLED for code, _ in errors):
+        raise AuthorizerMissing("the broker has no authorizer: ACLs were not created")
+    if errors:
+        raise RuntimeError(f"ACLs refused by the broker: {errors[:3]}")
+    return len(acls)
+
+
+async def delete_acls(admin: AIOKafkaAdminClient, prefix: str) -> None:
+    """Delete every ACL on the topics and groups of the deployment named by ``prefix``."""
+    resources = sorted({(a.resource, a.name) for a in bindings(prefix)})
+    response: Any = await admin._send_request(_DeleteAcls(resources))
+    codes = {row[0] for row in response.filter_responses} - {0}
+    if codes - {_SECURITY_DISABLED}:
+        raise RuntimeError(f"ACLs of {prefix} not deleted: error codes {sorted(codes)}")
+
+
+def markdown_table() -> str:
+    """:data:`ACCESS` as the Markdown table of ``docs/security.md``."""
+    topics = sorted({*(t.value for t in Topic), SESSION_NOTICES})
+    rows = ["| principal | " + " | ".join(f"`{t}`" for t in topics) + " | consumer groups |"]
+    rows.append("|---" * (len(topics) + 2) + "|")
+    for principal, access in ACCESS.items():
+        cells = []
+        for topic in topics:
+            ops = [op for op, has in (("R", topic in access.reads), ("W", topic in access.writes))
+                   if has]  # fmt: skip
+            cells.append("".join(ops) or "-")
+        groups = ", ".join(f"`{g}`" for g in sorted(access.groups)) or "-"
+        rows.append(f"| `{principal}` | " + " | ".join(cells) + f" | {groups} |")
+    return "\n".join(rows)
