@@ -10,6 +10,8 @@ prefixes every topic and group the ACLs name.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -21,6 +23,7 @@ from aiokafka.protocol.admin import (
     CreateAclsRequest_v1,
     DeleteAclsRequest_v0,
     DeleteAclsRequest_v1,
+    DescribeAclsRequest,
 )
 from aiokafka.protocol.api import Request
 from weft_contracts import Topic
@@ -133,6 +136,7 @@ class _Operation(IntEnum):
     WRITE = 4
 
 
+_ANY_RESOURCE = 1
 _LITERAL = 3
 _ANY_PATTERN = 1
 _ALLOW = 3
@@ -212,9 +216,10 @@ class _DeleteAcls(Request[DeleteAclsRequest_v0 | DeleteAclsRequest_v1]):  # type
         )  # fmt: skip
 
 
-async def create_acls(admin: AIOKafkaAdminClient, prefix: str = "") -> int:
-    """Create the ACLs of :func:`bindings` (creating an existing one is a no-op); return
-    how many. :class:`AuthorizerMissing` when the broker has no authorizer."""
+async def create_acls(admin: AIOKafkaAdminClient, prefix: str = "", wait_s: float = 30.0) -> int:
+    """Create the ACLs of :func:`bindings` (creating an existing one is a no-op) and wait
+    until the broker enforces them; return how many. :class:`AuthorizerMissing` when the
+    broker has no authorizer."""
     acls = bindings(prefix)
     response: Any = await admin._send_request(_CreateAcls(acls))
     errors = [(code, msg) for code, msg in response.creation_responses if code]
@@ -222,7 +227,45 @@ async def create_acls(admin: AIOKafkaAdminClient, prefix: str = "") -> int:
         raise AuthorizerMissing("the broker has no authorizer: ACLs were not created")
     if errors:
         raise RuntimeError(f"ACLs refused by the broker: {errors[:3]}")
+    await _until_enforced(admin, set(acls), wait_s)
     return len(acls)
+
+
+async def _until_enforced(
+    admin: AIOKafkaAdminClient, wanted: set[AclBinding], wait_s: float
+) -> None:
+    """The controller has the new ACLs once CreateAcls answers; the broker's authorizer
+    applies them from the metadata log a moment later. A service started in between would
+    be refused, so wait until the broker lists them all."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        missing = wanted - await _listed(admin)
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{len(missing)} ACLs not in force after {wait_s}s, e.g. {min(missing)}"
+            )
+        await asyncio.sleep(0.1)
+
+
+async def _listed(admin: AIOKafkaAdminClient) -> set[AclBinding]:
+    """Every literal ALLOW rule on topics and groups the broker enforces."""
+    request = DescribeAclsRequest(
+        _ANY_RESOURCE, None, _LITERAL, None, None, _Operation.ANY, _ANY_PERMISSION
+    )
+    response: Any = await admin._send_request(request)
+    if response.error_code:
+        raise RuntimeError(f"DescribeAcls failed: {response.error_code} {response.error_message}")
+    listed: set[AclBinding] = set()
+    for kind, name, _pattern, rules in response.resources:
+        if kind not in (_Resource.TOPIC, _Resource.GROUP):
+            continue
+        for principal, _host, operation, permission in rules:
+            if permission == _ALLOW and operation in (_Operation.READ, _Operation.WRITE):
+                user = principal.removeprefix("User:")
+                listed.add(AclBinding(user, _Resource(kind), name, _Operation(operation)))
+    return listed
 
 
 async def delete_acls(admin: AIOKafkaAdminClient, prefix: str) -> None:

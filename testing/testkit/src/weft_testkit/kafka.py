@@ -63,11 +63,15 @@ def kafka_users() -> dict[str, str]:
     return {row[0]: row[1] for row in rows if len(row) == 2}
 
 
-def principal_env(env: dict[str, str], principal: str) -> dict[str, str]:
+def principal_env(env: dict[str, str], principal: str | None) -> dict[str, str]:
     """``env`` with the Kafka login of ``principal`` instead of its own (unchanged when the
-    broker takes no logins)."""
+    broker takes no logins; without a login for a process that is no Weft service)."""
     if not env.get("WEFT_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").startswith("SASL_"):
         return env
+    if principal is None:
+        return {
+            k: v for k, v in env.items() if k not in ("WEFT_KAFKA_USERNAME", "WEFT_KAFKA_PASSWORD")
+        }
     users = kafka_users()
     if principal not in users:
         raise RuntimeError(f"no SCRAM user {principal!r} for the local broker (infra.sh up)")

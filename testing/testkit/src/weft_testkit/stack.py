@@ -187,7 +187,7 @@ class LocalStack:
         """Environment of one service process (logged in to Kafka as its own principal)."""
         return {
             **os.environ,
-            **principal_env(infra_env(), SERVICE_PRINCIPALS.get(name, "")),
+            **principal_env(infra_env(), SERVICE_PRINCIPALS.get(name)),
             "PYTHONUNBUFFERED": "1",
             "WEFT_HTTP_PORT": str(port),
             "WEFT_TOPIC_PREFIX": self.prefix,
