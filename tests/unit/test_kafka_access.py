@@ -43,9 +43,9 @@ def _readers(topic: str) -> set[str]:
 
 
 def test_the_table_follows_who_writes_which_topic() -> None:
-    """ARCHITECTURE, "Topics"; the engine also requeues requests (docs/security.md)."""
+    """ARCHITECTURE, "Topics" (the replay identity puts dead letters back on their topic)."""
     assert _writers(Topic.AGENT_EVENTS) == {"weft-engine"}, "only the engine writes events"
-    assert _writers(Topic.AGENT_REQUESTS) == {"weft-gateway", "weft-engine", DLQ_REPLAY}
+    assert _writers(Topic.AGENT_REQUESTS) == {"weft-gateway", DLQ_REPLAY}
     assert _writers(Topic.AGENT_CONTROL) == {"weft-gateway", DLQ_REPLAY}
     assert _writers(Topic.TOOL_CALLS) == {"weft-engine", DLQ_REPLAY}
     assert _writers(Topic.SANDBOX_CALLS) == {"weft-engine", DLQ_REPLAY}

@@ -68,15 +68,7 @@ ACCESS: dict[str, Access] = {
     ),
     "weft-agent-config": _access(),
     "weft-engine": _access(
-        # agent.requests: a queued request that could not start here goes back on it
-        # (Finisher.requeue), for whichever replica takes it up.
-        writes=[
-            Topic.AGENT_EVENTS,
-            Topic.TOOL_CALLS,
-            Topic.SANDBOX_CALLS,
-            SESSION_NOTICES,
-            Topic.AGENT_REQUESTS,
-        ],
+        writes=[Topic.AGENT_EVENTS, Topic.TOOL_CALLS, Topic.SANDBOX_CALLS, SESSION_NOTICES],
         # agent.events: the auditor reads a dead turn's trail back (no group).
         reads=[Topic.AGENT_REQUESTS, Topic.AGENT_CONTROL, Topic.TOOL_RESULTS, Topic.AGENT_EVENTS],
         groups=["weft-engine", "weft-engine-results", "weft-engine-control"],
