@@ -69,7 +69,7 @@ ACCESS: dict[str, Access] = {
     "weft-agent-config": _access(),
     "weft-engine": _access(
         writes=[Topic.AGENT_EVENTS, Topic.TOOL_CALLS, Topic.SANDBOX_CALLS, SESSION_NOTICES],
-        # agent.events: the auditor reads a dead turn's trail back (no group).
+        # agent.events: a takeover and the auditor read a turn's events back (no group).
         reads=[Topic.AGENT_REQUESTS, Topic.AGENT_CONTROL, Topic.TOOL_RESULTS, Topic.AGENT_EVENTS],
         groups=["weft-engine", "weft-engine-results", "weft-engine-control"],
     ),
