@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     KafkaConnectionError,
@@ -22,7 +23,16 @@ from aiokafka.errors import (
 )
 from pydantic import SecretStr
 from weft_contracts import Topic
-from weft_platform.kafka_acls import ACCESS, DLQ_REPLAY, SUPER_USER
+from weft_platform.kafka_acls import (
+    ACCESS,
+    DLQ_REPLAY,
+    SUPER_USER,
+    AclBinding,
+    _CreateAcls,
+    _Operation,
+    _Resource,
+    _until_enforced,
+)
 from weft_platform.settings import KafkaAccess
 from weft_platform.topics import delete_topics, ensure_topics
 from weft_testkit import infra_env
@@ -187,3 +197,25 @@ async def test_the_broker_enforces_exactly_the_table(sasl_broker: SaslBroker, pr
                 if allowed != granted:
                     wrong.append(f"{principal} {operation} {topic}: {allowed=} {granted=}")
     assert not wrong, wrong
+
+
+async def test_a_rule_the_table_does_not_grant_is_removed_by_the_topics_job(
+    sasl_broker: SaslBroker, prefix: str
+) -> None:
+    """A grant dropped from the table (or added by hand) does not outlive the next
+    ``topics ensure``."""
+    admin_login = sasl_broker.login(SUPER_USER)
+    requests = prefix + Topic.AGENT_REQUESTS
+    extra = AclBinding("weft-memory", _Resource.TOPIC, requests, _Operation.WRITE)
+    admin = AIOKafkaAdminClient(**admin_login.client_options())
+    await admin.start()
+    try:
+        await admin._send_request(_CreateAcls([extra]))
+        await _until_enforced(admin, {extra}, set(), 30)
+    finally:
+        await admin.close()
+    await _write(sasl_broker.login("weft-memory"), requests)  # the extra rule works
+
+    await ensure_topics(admin_login, {"WEFT_TOPIC_PARTITIONS": "1"}, prefix=prefix)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await _write(sasl_broker.login("weft-memory"), requests)

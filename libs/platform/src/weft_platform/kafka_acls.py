@@ -186,32 +186,41 @@ class _CreateAcls(Request[CreateAclsRequest_v0 | CreateAclsRequest_v1]):  # type
         )  # fmt: skip
 
 
+_Filter = tuple[_Resource, str, str | None, _Operation]
+"""What DeleteAcls removes: rules on a literal resource, of one principal (None: any),
+for one operation (ANY: all of them)."""
+
+
 class _DeleteAcls(Request[DeleteAclsRequest_v0 | DeleteAclsRequest_v1]):  # type: ignore[misc]
-    """DeleteAcls of every rule on the given literal resources (any principal)."""
+    """DeleteAcls of the rules matching each filter."""
 
     API_KEY = 31
 
-    def __init__(self, resources: Sequence[tuple[_Resource, str]]):
-        self._resources = resources
+    def __init__(self, filters: Sequence[_Filter]):
+        self._filters = [
+            (kind, name, None if who is None else f"User:{who}", None if who is None else "*", op)
+            for kind, name, who, op in filters
+        ]
 
     def build(
         self, request_struct_class: type[DeleteAclsRequest_v0 | DeleteAclsRequest_v1]
     ) -> DeleteAclsRequest_v0 | DeleteAclsRequest_v1:
         if request_struct_class.API_VERSION < 1:
             return request_struct_class(
-                [(kind, name, None, None, _Operation.ANY, _ANY_PERMISSION)
-                 for kind, name in self._resources]
+                [(kind, name, who, host, op, _ANY_PERMISSION)
+                 for kind, name, who, host, op in self._filters]
             )  # fmt: skip
         return request_struct_class(
-            [(kind, name, _LITERAL, None, None, _Operation.ANY, _ANY_PERMISSION)
-             for kind, name in self._resources]
+            [(kind, name, _LITERAL, who, host, op, _ANY_PERMISSION)
+             for kind, name, who, host, op in self._filters]
         )  # fmt: skip
 
 
 async def create_acls(admin: AIOKafkaAdminClient, prefix: str = "", wait_s: float = 30.0) -> int:
-    """Create the ACLs of :func:`bindings` (creating an existing one is a no-op) and wait
-    until the broker enforces them; return how many. :class:`AuthorizerMissing` when the
-    broker has no authorizer."""
+    """Make the read and write rules on the deployment's topics and groups exactly those of
+    :func:`bindings`: create the missing ones (creating an existing one is a no-op), delete
+    the ones the table no longer grants, and wait until the broker enforces that; return
+    how many rules there are. :class:`AuthorizerMissing` when the broker has no authorizer."""
     acls = bindings(prefix)
     response: Any = await admin._send_request(_CreateAcls(acls))
     errors = [(code, msg) for code, msg in response.creation_responses if code]
@@ -219,19 +228,33 @@ async def create_acls(admin: AIOKafkaAdminClient, prefix: str = "", wait_s: floa
         raise AuthorizerMissing("the broker has no authorizer: ACLs were not created")
     if errors:
         raise RuntimeError(f"ACLs refused by the broker: {errors[:3]}")
-    await _until_enforced(admin, set(acls), wait_s)
+    wanted = set(acls)
+    ours = {(a.resource, a.name) for a in acls}
+    stale = {a for a in await _listed(admin) if (a.resource, a.name) in ours} - wanted
+    if stale:
+        filters = [(a.resource, a.name, a.principal, a.operation) for a in sorted(stale)]
+        await _delete(admin, filters)
+    await _until_enforced(admin, wanted, stale, wait_s)
     return len(acls)
 
 
+async def _delete(admin: AIOKafkaAdminClient, filters: Sequence[_Filter]) -> None:
+    response: Any = await admin._send_request(_DeleteAcls(filters))
+    codes = {row[0] for row in response.filter_responses} - {0}
+    if codes - {_SECURITY_DISABLED}:
+        raise RuntimeError(f"ACLs not deleted: error codes {sorted(codes)}")
+
+
 async def _until_enforced(
-    admin: AIOKafkaAdminClient, wanted: set[AclBinding], wait_s: float
+    admin: AIOKafkaAdminClient, wanted: set[AclBinding], gone: set[AclBinding], wait_s: float
 ) -> None:
     """The controller has the new ACLs once CreateAcls answers; the broker's authorizer
     applies them from the metadata log a moment later. A service started in between would
     be refused, so wait until the broker lists them all."""
     deadline = time.monotonic() + wait_s
     while True:
-        missing = wanted - await _listed(admin)
+        listed = await _listed(admin)
+        missing = (wanted - listed) | (gone & listed)
         if not missing:
             return
         if time.monotonic() > deadline:
@@ -263,10 +286,7 @@ async def _listed(admin: AIOKafkaAdminClient) -> set[AclBinding]:
 async def delete_acls(admin: AIOKafkaAdminClient, prefix: str) -> None:
     """Delete every ACL on the topics and groups of the deployment named by ``prefix``."""
     resources = sorted({(a.resource, a.name) for a in bindings(prefix)})
-    response: Any = await admin._send_request(_DeleteAcls(resources))
-    codes = {row[0] for row in response.filter_responses} - {0}
-    if codes - {_SECURITY_DISABLED}:
-        raise RuntimeError(f"ACLs of {prefix} not deleted: error codes {sorted(codes)}")
+    await _delete(admin, [(kind, name, None, _Operation.ANY) for kind, name in resources])
 
 
 def markdown_table() -> str:

@@ -10,8 +10,9 @@ Topics are never auto-created: partition counts are a deployment decision
 ``WEFT_TOPIC_MIN_INSYNC_REPLICAS`` (local broker 1/1; production 3/2, so that an ``acks=all``
 write survives one broker's loss). Topics that exist already keep theirs.
 
-``ensure`` also creates the ACLs of ``weft_platform.kafka_acls`` for the deployment's
-topics and consumer groups, unless the broker has no authorizer (it says so); ``delete``
+``ensure`` also makes the ACLs on the deployment's topics and consumer groups those of
+``weft_platform.kafka_acls`` (missing rules created, rules the table dropped deleted),
+unless the broker has no authorizer (it says so); ``delete``
 removes them with the topics. Both connect as ``WEFT_KAFKA_USERNAME``, which must be the
 broker's super user when ACLs are on.
 """
