@@ -27,10 +27,11 @@ from benchlib import machine, save, summary
 from faststream.kafka import KafkaBroker
 from weft_contracts import ThoughtData, ThoughtEvent, Topic
 from weft_platform.runtime import create_runtime
-from weft_platform.settings import ServiceSettings
+from weft_platform.settings import KafkaAccess, ServiceSettings
 from weft_platform.topics import delete_topics, ensure_topics
 from weft_testkit import infra_env
 from weft_testkit.credentials import DevCredentials, credentials_dir
+from weft_testkit.kafka import settings_fields
 
 BATCH_TIMEOUT_MS = 100
 
@@ -38,11 +39,11 @@ BATCH_TIMEOUT_MS = 100
 async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
     env = infra_env()
     prefix = f"bench{secrets.token_hex(4)}."
-    bootstrap = env["WEFT_KAFKA_BOOTSTRAP"]
-    await ensure_topics(bootstrap, {"WEFT_TOPIC_PARTITIONS": "1"}, prefix=prefix)
+    access = KafkaAccess(**settings_fields(env))  # type: ignore[arg-type]
+    await ensure_topics(access, {"WEFT_TOPIC_PARTITIONS": "1"}, prefix=prefix)
     settings = ServiceSettings(
         service_name="bench-batch",
-        kafka_bootstrap=bootstrap,
+        **settings_fields(env),  # type: ignore[arg-type]
         redis_url=env["WEFT_REDIS_URL"],
         database_url=env["WEFT_DATABASE_URL"],
         topic_prefix=prefix,
@@ -50,7 +51,7 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
     )
     runtime = create_runtime(settings)
     credential = DevCredentials.load().request("bench", session_id="s", request_id="r")
-    stock = KafkaBroker(bootstrap)
+    stock = KafkaBroker(access.kafka_bootstrap, security=access.faststream_security())
     waited: dict[str, list[float]] = {"faststream_batch_subscriber": [], "weft_consume_batch": []}
     joined = {name: asyncio.Event() for name in waited}
     """Set once the consumer read a record: its group has joined and been assigned."""
@@ -95,7 +96,7 @@ async def run(records: int, pause_s: tuple[float, float]) -> dict[str, Any]:
         await runtime.broker.stop()
         await runtime.redis.aclose()
         await runtime.db.dispose()
-        await delete_topics(bootstrap, prefix)
+        await delete_topics(access, prefix)
     return {
         "machine": machine(),
         "records": records,

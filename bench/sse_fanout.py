@@ -53,7 +53,8 @@ from weft_contracts import (
     TurnStatus,
 )
 from weft_contracts.envelope import Envelope
-from weft_testkit import LocalStack, StackConfig
+from weft_testkit import LocalStack, StackConfig, infra_env
+from weft_testkit.kafka import client_options
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,10 +90,7 @@ class _Publisher:
 
     def __init__(self, stack: LocalStack):
         self.topic = f"{stack.prefix}weft.agent.events.v1"
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
-            linger_ms=0,
-        )
+        self.producer = AIOKafkaProducer(**client_options(infra_env()), linger_ms=0)
 
     async def send(self, event: Envelope) -> None:
         await self.producer.send(self.topic, event.model_dump_json().encode(), key=event.key())
@@ -103,7 +101,7 @@ async def _kafka_probe(topic: str, started: asyncio.Event, stop: asyncio.Event) 
     process: the floor that Kafka and the machine's load put under the projector."""
     consumer = AIOKafkaConsumer(
         topic,
-        bootstrap_servers=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+        **client_options(infra_env()),
         group_id=f"bench-probe-{secrets.token_hex(4)}",
         auto_offset_reset="latest",
     )

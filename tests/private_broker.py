@@ -24,17 +24,30 @@ class PrivateBroker:
     home: Path
     port: int
     controller_port: int
+    security: str | None = None
+    """``WEFT_KAFKA_SECURITY`` of its format (sasl, plaintext); None: the environment's."""
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _infra(self, command: str) -> None:
+    @property
+    def client_env(self) -> dict[str, str]:
+        """``WEFT_KAFKA_*`` of its super user (what infra.sh wrote at format; SASL unless
+        ``WEFT_KAFKA_SECURITY=plaintext``), and where its other users' passwords are
+        (``WEFT_KAFKA_USERS_FILE``, for the services of a stack on it)."""
+        data = self.home / "data"
+        pairs = (line.split("=", 1) for line in (data / "kafka-client.env").read_text().split())
+        return {**dict(pairs), "WEFT_KAFKA_USERS_FILE": str(data / "kafka-users")}
+
+    def infra(self, command: str) -> None:
+        """``deploy/local/infra.sh COMMAND kafka`` on this broker."""
         env = {
             **os.environ,
             "WEFT_HOME": str(self.home),
             "WEFT_KAFKA_PORT": str(self.port),
             "WEFT_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+            **({"WEFT_KAFKA_SECURITY": self.security} if self.security else {}),
         }
         subprocess.run(
             [str(REPO / "deploy/local/infra.sh"), command, "kafka"],
@@ -43,11 +56,11 @@ class PrivateBroker:
 
     async def up(self) -> None:
         """Start (or start again, on the same data) and wait until it answers."""
-        await asyncio.to_thread(self._infra, "up")
+        await asyncio.to_thread(self.infra, "up")
 
     async def down(self) -> None:
         """SIGTERM the broker and wait for it to exit."""
-        await asyncio.to_thread(self._infra, "down")
+        await asyncio.to_thread(self.infra, "down")
 
 
 @pytest.fixture

@@ -32,6 +32,10 @@ export WEFT_REDIS_PORT="${WEFT_REDIS_PORT:-56379}"
 # Kafka JVM: ~512 MiB heap; C1 only (-XX:TieredStopAtLevel=1) starts faster on 2 cores.
 export WEFT_KAFKA_HEAP_OPTS="${WEFT_KAFKA_HEAP_OPTS:--Xms512m -Xmx512m}"
 export WEFT_KAFKA_JVM_OPTS="${WEFT_KAFKA_JVM_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -XX:TieredStopAtLevel=1 -Djava.awt.headless=true}"
+# The local broker's listener: sasl (SCRAM-SHA-512 logins and ACLs, one user per service;
+# the default) or plaintext (anyone may do anything). Chosen at storage format: a data dir
+# of the other mode is formatted again (docs/kafka-local.md).
+export WEFT_KAFKA_SECURITY="${WEFT_KAFKA_SECURITY:-sasl}"
 # Seconds to wait for Kafka to answer an admin request after start.
 export WEFT_KAFKA_START_TIMEOUT="${WEFT_KAFKA_START_TIMEOUT:-90}"
 # Partitions per application topic (read by `python -m weft_platform.topics ensure`).

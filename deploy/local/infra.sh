@@ -24,24 +24,105 @@ KAFKA_DATA="$WEFT_DATA/kafka"
 KAFKA_CONF="$WEFT_RUN/kafka.properties"
 KAFKA_PATTERN="kafka.Kafka"
 KAFKA_BOOTSTRAP_LOCAL="127.0.0.1:$WEFT_KAFKA_PORT"
+# SCRAM users made at format ("principal password" lines; its presence marks a SASL data
+# dir) and the super user's client settings (read by weft_testkit.infra_env and
+# services.sh). Both are deleted with the data dir they belong to.
+KAFKA_USERS="$WEFT_DATA/kafka-users"
+KAFKA_CLIENT_ENV="$WEFT_DATA/kafka-client.env"
 
 kafka_jars() {
     "$HERE/fetch-kafka.sh"
 }
 
+# The security of the data dir: none (not formatted), sasl (formatted with SCRAM users),
+# plaintext (formatted without: also every data dir from before SASL was the default).
+kafka_data_mode() {
+    if [[ ! -f "$KAFKA_DATA/meta.properties" ]]; then
+        echo none
+    elif [[ -s "$KAFKA_USERS" ]]; then
+        echo sasl
+    else
+        echo plaintext
+    fi
+}
+
+kafka_admin_password() {
+    awk '$1 == "weft-admin" { print $2 }' "$KAFKA_USERS"
+}
+
+# kafka_render_conf MODE: the broker's properties for a plaintext or a SASL data dir.
 kafka_render_conf() {
-    local tmp="$KAFKA_CONF.tmp"
-    sed -e "s|@KAFKA_PORT@|$WEFT_KAFKA_PORT|g" \
-        -e "s|@CONTROLLER_PORT@|$WEFT_KAFKA_CONTROLLER_PORT|g" \
-        -e "s|@LOG_DIR@|$KAFKA_DATA|g" \
-        "$HERE/kafka-server.properties.template" >"$tmp"
+    local mode="$1" tmp="$KAFKA_CONF.tmp" listener=PLAINTEXT
+    [[ "$mode" == sasl ]] && listener=SASL_PLAINTEXT
+    (
+        umask 077 # with SASL it holds the super user's password
+        sed -e "s|@KAFKA_PORT@|$WEFT_KAFKA_PORT|g" \
+            -e "s|@CONTROLLER_PORT@|$WEFT_KAFKA_CONTROLLER_PORT|g" \
+            -e "s|@LOG_DIR@|$KAFKA_DATA|g" \
+            -e "s|@LISTENER@|$listener|g" \
+            "$HERE/kafka-server.properties.template" >"$tmp"
+        if [[ "$mode" == sasl ]]; then
+            sed -e "s|@ADMIN_PASSWORD@|$(kafka_admin_password)|g" \
+                "$HERE/kafka-sasl.properties.template" >>"$tmp"
+        fi
+    )
     mv "$tmp" "$KAFKA_CONF"
 }
 
+# One SCRAM user per principal of weft_platform.kafka_acls (the ACL table) plus the super
+# user, each with a random password; kept next to the data dir they were formatted into.
+kafka_make_users() {
+    (
+        umask 077
+        "$WEFT_PYTHON" - "$KAFKA_USERS.tmp" <<'PY'
+import secrets
+import sys
+
+from weft_platform.kafka_acls import ACCESS, SUPER_USER
+
+with open(sys.argv[1], "w") as out:
+    for principal in (SUPER_USER, *ACCESS):
+        out.write(f"{principal} {secrets.token_hex(24)}\n")
+PY
+    ) || die "kafka: could not write the SCRAM users ($WEFT_PYTHON, weft_platform.kafka_acls)"
+    mv "$KAFKA_USERS.tmp" "$KAFKA_USERS"
+}
+
+# The super user's client settings, for the topics job, tests and services.sh.
+kafka_write_client_env() {
+    local mode="$1"
+    (
+        umask 077
+        {
+            echo "WEFT_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP_LOCAL"
+            if [[ "$mode" == sasl ]]; then
+                echo "WEFT_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT"
+                echo "WEFT_KAFKA_SASL_MECHANISM=SCRAM-SHA-512"
+                echo "WEFT_KAFKA_USERNAME=weft-admin"
+                echo "WEFT_KAFKA_PASSWORD=$(kafka_admin_password)"
+            else
+                echo "WEFT_KAFKA_SECURITY_PROTOCOL=PLAINTEXT"
+            fi
+        } >"$KAFKA_CLIENT_ENV.tmp"
+    )
+    mv "$KAFKA_CLIENT_ENV.tmp" "$KAFKA_CLIENT_ENV"
+}
+
+# A data dir formatted for the other mode is discarded (local data only: topics of dev and
+# test runs), since SCRAM users can only be added at format.
+kafka_reset_if_other_mode() {
+    local want="$1" have
+    have="$(kafka_data_mode)"
+    [[ "$have" == none || "$have" == "$want" ]] && return 0
+    warn "kafka: $KAFKA_DATA was formatted $have, WEFT_KAFKA_SECURITY=$want: discarding it and formatting again"
+    rm -rf "$KAFKA_DATA" "$KAFKA_USERS" "$KAFKA_CLIENT_ENV"
+}
+
 # Format the storage once (idempotent: --ignore-formatted, and skipped when meta.properties
-# exists, which saves a JVM start).
+# exists, which saves a JVM start). With SASL, the SCRAM users are created here.
 kafka_format() {
-    local jars="$1" cluster_id
+    local jars="$1" mode="$2" cluster_id principal password
+    local scram=()
     mkdir -p "$KAFKA_DATA"
     [[ -f "$KAFKA_DATA/meta.properties" ]] && return 0
     cluster_id="$(java -cp "$jars/*" kafka.tools.StorageTool random-uuid 2>>"$KAFKA_LOG" | tail -n 1)"
@@ -49,13 +130,19 @@ kafka_format() {
         tail_log "$KAFKA_LOG"
         die "kafka: StorageTool random-uuid failed"
     }
+    if [[ "$mode" == sasl ]]; then
+        while read -r principal password; do
+            scram+=(--add-scram "SCRAM-SHA-512=[name=$principal,password=$password]")
+        done <"$KAFKA_USERS"
+    fi
     if ! java -cp "$jars/*" -Dlog4j2.configurationFile="$HERE/log4j2.properties" -Dweft.kafka.log.level=WARN \
         kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" -c "$KAFKA_CONF" \
-        >>"$KAFKA_LOG" 2>&1; then
+        "${scram[@]}" >>"$KAFKA_LOG" 2>&1; then
         tail_log "$KAFKA_LOG"
+        rm -rf "$KAFKA_DATA"
         die "kafka: storage format failed (data dir $KAFKA_DATA)"
     fi
-    say "kafka: formatted storage in $KAFKA_DATA (cluster id $cluster_id)"
+    say "kafka: formatted storage in $KAFKA_DATA (cluster id $cluster_id, $mode)"
 }
 
 # The topics step doubles as the readiness check: it needs a working admin connection.
@@ -91,7 +178,14 @@ PY
 
 kafka_topics_step() {
     if topics_module_present; then
-        timeout 60 "$WEFT_PYTHON" -m weft_platform.topics ensure --bootstrap "$KAFKA_BOOTSTRAP_LOCAL"
+        # As the super user of this broker (it creates the ACLs too).
+        (
+            set -a
+            # shellcheck source=/dev/null
+            source "$KAFKA_CLIENT_ENV"
+            set +a
+            timeout 60 "$WEFT_PYTHON" -m weft_platform.topics ensure --bootstrap "$KAFKA_BOOTSTRAP_LOCAL"
+        )
     else
         echo "weft_platform.topics is not importable yet: checked readiness with aiokafka only"
         kafka_admin_ping
@@ -142,6 +236,11 @@ kafka_up() {
     t0="$(now_s)"
     if pid="$(running_pid "$KAFKA_PID" "$KAFKA_PATTERN")"; then
         say "kafka: already running (pid $pid), reusing"
+        local have
+        have="$(kafka_data_mode)"
+        [[ "$have" == "$WEFT_KAFKA_SECURITY" ]] ||
+            warn "kafka: the running broker is $have, WEFT_KAFKA_SECURITY=$WEFT_KAFKA_SECURITY: run 'infra.sh down kafka' then 'up kafka' to switch"
+        [[ -f "$KAFKA_CLIENT_ENV" ]] || kafka_write_client_env "$have"
         kafka_wait_ready "$t0"
         return 0
     fi
@@ -151,9 +250,18 @@ kafka_up() {
     fi
     command -v java >/dev/null 2>&1 || die "java not found: run make bootstrap"
     [[ -x "$WEFT_PYTHON" ]] || die "$WEFT_PYTHON not found: run make bootstrap"
+    case "$WEFT_KAFKA_SECURITY" in
+        sasl | plaintext) ;;
+        *) die "WEFT_KAFKA_SECURITY=$WEFT_KAFKA_SECURITY: expected sasl or plaintext" ;;
+    esac
     jars="$(kafka_jars)"
-    kafka_render_conf
-    kafka_format "$jars"
+    kafka_reset_if_other_mode "$WEFT_KAFKA_SECURITY"
+    if [[ "$WEFT_KAFKA_SECURITY" == sasl && "$(kafka_data_mode)" == none ]]; then
+        kafka_make_users
+    fi
+    kafka_render_conf "$WEFT_KAFKA_SECURITY"
+    kafka_format "$jars" "$WEFT_KAFKA_SECURITY"
+    kafka_write_client_env "$WEFT_KAFKA_SECURITY"
     # shellcheck disable=SC2086 # the *_OPTS variables are word lists on purpose
     spawn "$KAFKA_PID" "$KAFKA_LOG" java $WEFT_KAFKA_HEAP_OPTS $WEFT_KAFKA_JVM_OPTS \
         -Dlog4j2.configurationFile="$HERE/log4j2.properties" \

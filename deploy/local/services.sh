@@ -56,8 +56,25 @@ ready() {
     curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$1/readyz" 2>/dev/null
 }
 
+# kafka_login MODULE: the Kafka login of a service (weft_tool_exec logs in as weft-tool-exec,
+# its principal in weft_platform.kafka_acls) as env assignments, when the local broker
+# takes SASL logins (infra.sh wrote its users). Settings in the caller's environment win.
+kafka_login() {
+    local principal="${1//_/-}" client="$WEFT_DATA/kafka-client.env" users="$WEFT_DATA/kafka-users"
+    local password
+    [[ -z "${WEFT_KAFKA_SECURITY_PROTOCOL:-}" ]] || return 0
+    grep -qx "WEFT_KAFKA_BOOTSTRAP=$WEFT_KAFKA_BOOTSTRAP" "$client" 2>/dev/null || return 0
+    grep -qx "WEFT_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT" "$client" || return 0
+    password="$(awk -v p="$principal" '$1 == p { print $2 }' "$users")"
+    [[ -n "$password" ]] || {
+        echo "no SCRAM user $principal in $users: format the broker again (infra.sh down kafka; rm -rf $WEFT_DATA/kafka; infra.sh up kafka)" >&2
+        return 1
+    }
+    echo "WEFT_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT WEFT_KAFKA_USERNAME=$principal WEFT_KAFKA_PASSWORD=$password"
+}
+
 start_one() {
-    local name="$1" module="$2" port="$3" pid
+    local name="$1" module="$2" port="$3" pid login=""
     local pidfile="$WEFT_RUN/$name.pid" logfile="$WEFT_LOGS/$name.log"
     if pid="$(running_pid "$pidfile" "-m $module")"; then
         say "$name: already running (pid $pid, port $port)"
@@ -66,17 +83,23 @@ start_one() {
     if port_open "$port"; then
         die "$name: port $port is taken by a process that is not ours (another stack running?)"
     fi
+    if [[ "$name" != scripted-llm ]]; then
+        login="$(kafka_login "$module")" || die "$name: no Kafka login"
+    fi
     if [[ "$name" == scripted-llm ]]; then
         spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
             "$WEFT_PYTHON" -m "$module" serve --port "$port" --policy "$WEFT_SCRIPTED_LLM_POLICY"
     elif [[ "$name" == gateway-projector ]]; then
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+        # shellcheck disable=SC2086 # $login is a list of assignments (hex values)
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
             "$WEFT_PYTHON" -m "$module" projector
     elif [[ "$name" == gateway ]]; then
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+        # shellcheck disable=SC2086
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
             WEFT_PROJECTOR="$(gateway_projector_mode)" "$WEFT_PYTHON" -m "$module"
     else
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+        # shellcheck disable=SC2086
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
             "$WEFT_PYTHON" -m "$module"
     fi
     say "$name: started (pid $(read_pid "$pidfile"), port $port)"

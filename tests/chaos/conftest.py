@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from weft_testkit import LocalStack, StackConfig
+from weft_testkit.kafka import CLIENT_KEYS
 from weft_testkit.stack import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,12 +90,20 @@ def private_infra(infra: dict[str, str]) -> Iterator[PrivateInfra]:
         "WEFT_REDIS_PORT": str(redis),
     }
     private = PrivateInfra(home, env)
-    saved = {k: os.environ.get(k) for k in ("WEFT_KAFKA_BOOTSTRAP", "WEFT_REDIS_URL")}
+    kafka_keys = ("WEFT_KAFKA_BOOTSTRAP", *CLIENT_KEYS, "WEFT_KAFKA_USERS_FILE")
+    saved = {k: os.environ.get(k) for k in (*kafka_keys, "WEFT_REDIS_URL")}
     try:
         private.run("up", "redis")
         private.run("up", "kafka")
-        # LocalStack (topics, migrations, every service) reads these through infra_env().
-        os.environ["WEFT_KAFKA_BOOTSTRAP"] = f"127.0.0.1:{kafka}"
+        # LocalStack (topics, migrations, every service) reads these through infra_env():
+        # the broker's address and logins (SASL unless WEFT_KAFKA_SECURITY=plaintext).
+        for key in kafka_keys:
+            os.environ.pop(key, None)
+        data = home / "data"
+        for line in (data / "kafka-client.env").read_text().split():
+            name, _, setting = line.partition("=")
+            os.environ[name] = setting
+        os.environ["WEFT_KAFKA_USERS_FILE"] = str(data / "kafka-users")
         os.environ["WEFT_REDIS_URL"] = f"redis://127.0.0.1:{redis}/0"
         yield private
     finally:

@@ -12,7 +12,8 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from weft_contracts import Topic
-from weft_testkit import LocalStack, read_turn
+from weft_testkit import LocalStack, infra_env, read_turn
+from weft_testkit.kafka import client_options
 
 AGENT = "builtin-smart-reasoning"
 
@@ -110,7 +111,7 @@ CONSUMED = {
 async def test_garbage_on_every_topic_is_dead_lettered_and_consumers_keep_going(
     api: httpx.AsyncClient, stack: LocalStack, knowledge_base: str
 ) -> None:
-    bootstrap = stack.service_env("gateway", 0)["WEFT_KAFKA_BOOTSTRAP"]
+    kafka = client_options(infra_env())
     marker = secrets.token_hex(6)
     payloads = {
         "not_json": f"garbage {marker}".encode(),
@@ -118,12 +119,12 @@ async def test_garbage_on_every_topic_is_dead_lettered_and_consumers_keep_going(
     }
     dlq = AIOKafkaConsumer(
         stack.prefix + Topic.DLQ.value,
-        bootstrap_servers=bootstrap,
+        **kafka,
         group_id=f"test-dlq-{marker}",
         auto_offset_reset="earliest",
     )
     await dlq.start()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    producer = AIOKafkaProducer(**kafka)
     await producer.start()
     try:
         for topic in CONSUMED:

@@ -27,14 +27,13 @@ from weft_contracts import (
 )
 from weft_testkit import LocalStack, SseEvent, chat_requests, infra_env, read_turn
 from weft_testkit.credentials import signed
+from weft_testkit.kafka import client_options
 
 AGENT = "builtin-smart-reasoning"
 
 
 async def _publish(stack: LocalStack, message: Envelope, to: Topic = Topic.AGENT_CONTROL) -> None:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"]
-    )
+    producer = AIOKafkaProducer(**client_options(infra_env()))
     await producer.start()
     try:
         topic = stack.prefix + to.value
@@ -522,7 +521,7 @@ async def _records_of(
     """The stack's records of one request on ``topics``, from the start; up to 30 s."""
     consumer = AIOKafkaConsumer(
         *(stack.prefix + t.value for t in topics),
-        bootstrap_servers=stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"],
+        **client_options(infra_env()),
         group_id=f"test-records-{secrets.token_hex(4)}",
         auto_offset_reset="earliest",
     )

@@ -78,7 +78,8 @@ def stack_on_private_broker(
     private_broker: PrivateBroker, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[LocalStack]:
     """A whole stack (one engine) whose Kafka is the test's private broker."""
-    monkeypatch.setenv("WEFT_KAFKA_BOOTSTRAP", private_broker.bootstrap)
+    for key, value in private_broker.client_env.items():
+        monkeypatch.setenv(key, value)
     with LocalStack(StackConfig(log_dir=tmp_path / "logs", partitions=1)) as running:
         yield running
 

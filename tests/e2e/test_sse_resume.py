@@ -17,7 +17,8 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 from httpx_sse import aconnect_sse
-from weft_testkit import LocalStack, SseEvent, StackConfig
+from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env
+from weft_testkit.kafka import client_options
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = "builtin-smart-reasoning"
@@ -206,7 +207,7 @@ async def test_steer_and_reject_publish_and_refuse(
     await _script(llm, [{"content": LONG_ANSWER, "chunk_delay_ms": 60}, {"content": "ok"}])
     consumer = AIOKafkaConsumer(
         f"{stack2.prefix}weft.agent.control.v1",
-        bootstrap_servers=os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+        **client_options(infra_env()),
         auto_offset_reset="latest",
         group_id=None,
     )

@@ -14,8 +14,14 @@ from faststream.kafka import TestKafkaBroker
 from weft_contracts import Topic
 from weft_platform.bus import EventBus
 from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_platform.settings import ServiceSettings
+from weft_platform.settings import KafkaAccess, ServiceSettings
 from weft_platform.topics import delete_topics, ensure_topics
+from weft_testkit.kafka import settings_fields
+
+
+def kafka_access(infra: dict[str, str]) -> KafkaAccess:
+    """The tests' own login to the broker of ``infra`` (its super user on a SASL broker)."""
+    return KafkaAccess(**settings_fields(infra))  # type: ignore[arg-type]
 
 
 @asynccontextmanager
@@ -23,12 +29,12 @@ async def own_topics(infra: dict[str, str], partitions: int = 2) -> AsyncIterato
     """A fresh topic prefix with every topic created (``partitions`` each); the topics are
     deleted on exit, so the long-lived local broker does not pile them up."""
     prefix = f"it{secrets.token_hex(4)}."
-    bootstrap = infra["WEFT_KAFKA_BOOTSTRAP"]
-    await ensure_topics(bootstrap, {"WEFT_TOPIC_PARTITIONS": str(partitions)}, prefix=prefix)
+    access = kafka_access(infra)
+    await ensure_topics(access, {"WEFT_TOPIC_PARTITIONS": str(partitions)}, prefix=prefix)
     try:
         yield prefix
     finally:
-        await delete_topics(bootstrap, prefix)
+        await delete_topics(access, prefix)
 
 
 @asynccontextmanager
@@ -68,7 +74,7 @@ async def service_runtime(
     rt = create_runtime(
         ServiceSettings(
             service_name=name,
-            kafka_bootstrap=infra["WEFT_KAFKA_BOOTSTRAP"],
+            **settings_fields(infra),  # type: ignore[arg-type]
             redis_url=infra["WEFT_REDIS_URL"],
             database_url=infra["WEFT_DATABASE_URL"],
             topic_prefix=prefix,
@@ -127,18 +133,18 @@ async def read_topic(
     """The records of ``topic`` in ``rt``'s deployment from the start, decoded, once
     ``enough`` of them are there (fails after 30 s)."""
     topics = [rt.bus.topic_name(topic)]
-    return await records_until(rt.settings.kafka_bootstrap, topics, enough)
+    return await records_until(rt.settings, topics, enough)
 
 
 async def records_until(
-    bootstrap: str, topics: list[str], enough: Callable[[list[dict[str, Any]]], bool]
+    access: KafkaAccess, topics: list[str], enough: Callable[[list[dict[str, Any]]], bool]
 ) -> list[dict[str, Any]]:
     """The JSON-object records of ``topics`` (full names) from the start, once ``enough``
     of them are there (fails after 30 s). Records that are not JSON objects are skipped: a
     shared stack's topics also carry the garbage of the bad-input tests."""
     consumer = AIOKafkaConsumer(
         *topics,
-        bootstrap_servers=bootstrap,
+        **access.client_options(),
         auto_offset_reset="earliest",
         group_id=f"read-{secrets.token_hex(4)}",
     )
@@ -154,12 +160,12 @@ async def records_until(
     return found
 
 
-async def records_so_far(bootstrap: str, topics: list[str]) -> list[dict[str, Any]]:
+async def records_so_far(access: KafkaAccess, topics: list[str]) -> list[dict[str, Any]]:
     """Every JSON-object record already on ``topics`` (full names): read up to the end
     offsets the topics have when called. What was written before the call is all there,
     so a test can assert that something was never written without waiting for it."""
-    partitions = await _partitions(bootstrap, topics)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    partitions = await _partitions(access, topics)
+    consumer = AIOKafkaConsumer(**access.client_options(), enable_auto_commit=False)
     await consumer.start()
     found: list[dict[str, Any]] = []
     try:
@@ -176,10 +182,10 @@ async def records_so_far(bootstrap: str, topics: list[str]) -> list[dict[str, An
     return found
 
 
-async def _partitions(bootstrap: str, topics: list[str]) -> list[TopicPartition]:
+async def _partitions(access: KafkaAccess, topics: list[str]) -> list[TopicPartition]:
     """Every partition of ``topics``: a consumer only knows the metadata of topics it
     subscribed to, the producer fetches it on request."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    producer = AIOKafkaProducer(**access.client_options())
     await producer.start()
     try:
         return [

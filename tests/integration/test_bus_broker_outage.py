@@ -52,7 +52,7 @@ class RefusedLetters:
 async def test_a_broker_outage_loses_no_record_and_skips_none(
     private_broker: PrivateBroker, infra: dict[str, str]
 ) -> None:
-    private = {**infra, "WEFT_KAFKA_BOOTSTRAP": private_broker.bootstrap}
+    private = {**infra, **private_broker.client_env}
     retries: dict[str, Any] = {"consumer_attempts": 2, "consumer_retry_backoff_s": 0.05}
     away = asyncio.Event()
     handled: list[str] = []

@@ -484,7 +484,7 @@ async def test_a_full_replica_leaves_further_requests_in_kafka(
 async def _committed(rt: ServiceRuntime, group: str, *, at_least: int = 0) -> int:
     """The offsets a consumer group committed, summed over the partitions, once they are
     ``at_least`` that many (commits are flushed on an interval; fails after 30 s)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=rt.settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**rt.settings.client_options())
     await admin.start()
     try:
         for _ in range(300):

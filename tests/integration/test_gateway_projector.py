@@ -72,7 +72,7 @@ def _turn(tenant: str) -> list[Envelope]:
 
 async def _publish_raw(rt: ServiceRuntime, records: Sequence[bytes], key: bytes) -> None:
     """Publish before the consumer starts, so one fetch holds them all."""
-    producer = AIOKafkaProducer(bootstrap_servers=rt.settings.kafka_bootstrap)
+    producer = AIOKafkaProducer(**rt.settings.client_options())
     await producer.start()
     try:
         for value in records:
@@ -223,7 +223,7 @@ async def _fetch(rt: ServiceRuntime, events: Sequence[Envelope]) -> list[Logged]
     async def keep(records: Sequence[Any]) -> None:
         got.extend(Logged(_decode(r.value), r.partition, r.offset) for r in records)
 
-    await read_window(rt.settings.kafka_bootstrap, topic, 0, keep)
+    await read_window(rt.settings, topic, 0, keep)
     return [r for r in got if r.event.id in wanted]
 
 
@@ -245,7 +245,7 @@ async def test_streams_redis_lost_are_written_again_under_the_same_ids(
     events = _turn(tenant)
     streams = _streams(runtime, tenant)
     topic = runtime.bus.topic_name(Topic.AGENT_EVENTS)
-    rebuild = log_rebuild(runtime.settings.kafka_bootstrap, topic, 120, streams)
+    rebuild = log_rebuild(runtime.settings, topic, 120, streams)
     projector = StreamProjector(streams, rebuild=rebuild if rebuilds else None)
     first = await _fetch(runtime, events[:3])
     await projector.handle_batch(first)

@@ -12,12 +12,13 @@ from fastapi import FastAPI
 from weft_platform.health import Check, Degraded, health_router
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.settings import ServiceSettings
+from weft_testkit.kafka import settings_fields
 from weft_testkit.stack import free_port
 
 
 async def _runtime(infra: dict[str, str], **overrides: str) -> ServiceRuntime:
     fields: dict[str, Any] = {
-        "kafka_bootstrap": infra["WEFT_KAFKA_BOOTSTRAP"],
+        **settings_fields(infra),
         "database_url": infra["WEFT_DATABASE_URL"],
         "redis_url": infra["WEFT_REDIS_URL"],
         **overrides,

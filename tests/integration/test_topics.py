@@ -9,11 +9,14 @@ import secrets
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from weft_contracts import Topic
+from weft_platform.settings import KafkaAccess
 from weft_platform.topics import delete_topics, ensure_topics
 
+from tests.integration.kafka_helpers import kafka_access
 
-async def _topics(bootstrap: str) -> set[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+
+async def _topics(access: KafkaAccess) -> set[str]:
+    admin = AIOKafkaAdminClient(**access.client_options())
     await admin.start()
     try:
         return set(await admin.list_topics())
@@ -24,26 +27,26 @@ async def _topics(bootstrap: str) -> set[str]:
 async def test_a_prefixed_deployment_is_created_then_deleted_alone(
     infra: dict[str, str],
 ) -> None:
-    bootstrap = infra["WEFT_KAFKA_BOOTSTRAP"]
+    access = kafka_access(infra)
     mine, neighbour = f"it{secrets.token_hex(4)}.", f"it{secrets.token_hex(4)}."
     env = {"WEFT_TOPIC_PARTITIONS": "1"}
-    created = await ensure_topics(bootstrap, env, prefix=mine)
-    await ensure_topics(bootstrap, env, prefix=neighbour)
+    created = (await ensure_topics(access, env, prefix=mine)).created
+    await ensure_topics(access, env, prefix=neighbour)
     assert sorted(created) == sorted(mine + t.value for t in Topic)
-    assert await ensure_topics(bootstrap, env, prefix=mine) == [], "already there"
+    assert (await ensure_topics(access, env, prefix=mine)).created == [], "already there"
 
-    assert await delete_topics(bootstrap, mine) == sorted(created)
+    assert await delete_topics(access, mine) == sorted(created)
     async with asyncio.timeout(30):  # the broker deletes asynchronously
         while True:
-            left = await _topics(bootstrap)
+            left = await _topics(access)
             if not any(name.startswith(mine) for name in left):
                 break
             await asyncio.sleep(0.2)
     assert {neighbour + t.value for t in Topic} <= left, "another deployment's topics went too"
-    await delete_topics(bootstrap, neighbour)
+    await delete_topics(access, neighbour)
 
 
 async def test_deleting_refuses_an_empty_prefix(infra: dict[str, str]) -> None:
     """Never a deployment's own, unprefixed topics."""
     with pytest.raises(ValueError, match="needs a prefix"):
-        await delete_topics(infra["WEFT_KAFKA_BOOTSTRAP"], "")
+        await delete_topics(kafka_access(infra), "")

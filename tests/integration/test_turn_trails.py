@@ -43,9 +43,7 @@ async def test_each_turns_trail_is_read_from_its_sessions_partition(
             if i % 2:
                 done = CompleteData(status=TurnStatus.FAILED)
                 await rt.bus.publish(Topic.AGENT_EVENTS, CompleteEvent(**ids, seq=i + 2, data=done))
-        reader = KafkaTurnTrails(
-            infra["WEFT_KAFKA_BOOTSTRAP"], rt.bus.topic_name(Topic.AGENT_EVENTS), margin_s=60
-        )
+        reader = KafkaTurnTrails(rt.settings, rt.bus.topic_name(Topic.AGENT_EVENTS), margin_s=60)
         trails = await reader.read(turns[1:])  # turn 0 not asked for
         expected = {
             f"r{i}": TurnTrail(last_seq=i + 2 if i % 2 else i + 1, completed=bool(i % 2))

@@ -21,11 +21,11 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext, Topic
 from weft_sandbox.app import NOT_AVAILABLE
-from weft_testkit import LocalStack, chat_requests, read_turn
+from weft_testkit import LocalStack, chat_requests, infra_env, read_turn
 from weft_testkit.credentials import signed
 from weft_tools.specs import BUILTIN_SPECS
 
-from tests.integration.kafka_helpers import records_so_far, records_until
+from tests.integration.kafka_helpers import kafka_access, records_so_far, records_until
 
 KNOWLEDGE_TOOLS = ["search_knowledge", "read_document", "list_documents"]
 HOSTILE_CALLS: dict[str, dict[str, Any]] = {
@@ -107,10 +107,10 @@ async def test_a_hijacked_model_reaches_only_the_agents_tools(
     tool_messages = {m["tool_call_id"]: m["content"] for m in read_back if m["role"] == "tool"}
     assert "is not available to this agent" in tool_messages[refused_ids["database_query"]]
 
-    bootstrap = stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"]
+    access = kafka_access(infra_env())
     turn_events = [
         r
-        for r in await records_so_far(bootstrap, [stack.prefix + Topic.AGENT_EVENTS.value])
+        for r in await records_so_far(access, [stack.prefix + Topic.AGENT_EVENTS.value])
         if r.get("request_id") == request_id
     ]
     assert [r["type"] for r in turn_events].count("complete") == 1  # SPEC E-04
@@ -118,7 +118,7 @@ async def test_a_hijacked_model_reaches_only_the_agents_tools(
     tool_topics = [stack.prefix + t.value for t in (Topic.TOOL_CALLS, Topic.SANDBOX_CALLS)]
     published = {
         _call_id(r)
-        for r in await records_so_far(bootstrap, tool_topics)
+        for r in await records_so_far(access, tool_topics)
         if r.get("request_id") == request_id
     }
     assert published == {allowed_id}, published
@@ -151,8 +151,8 @@ async def _publish_and_wait(
     stack: LocalStack, topic: Topic, calls: list[ToolCallRequested]
 ) -> dict[str, dict[str, Any]]:
     """Publish ``calls`` on ``topic``; their results on tool.results, by call id."""
-    bootstrap = stack.service_env("engine", 0)["WEFT_KAFKA_BOOTSTRAP"]
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    access = kafka_access(infra_env())
+    producer = AIOKafkaProducer(**access.client_options())
     await producer.start()
     try:
         for call in calls:
@@ -162,7 +162,7 @@ async def _publish_and_wait(
         await producer.stop()
     ids = {c.data.call_id for c in calls}
     records = await records_until(
-        bootstrap, [stack.prefix + Topic.TOOL_RESULTS.value],
+        access, [stack.prefix + Topic.TOOL_RESULTS.value],
         lambda found: ids <= {_call_id(r) for r in found},
     )  # fmt: skip
     return {r["data"]["call_id"]: r["data"] for r in records if _call_id(r) in ids}

@@ -20,6 +20,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from weft_platform.kafka_acls import ACCESS, SUPER_USER
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -807,3 +808,43 @@ def test_ensure_helm_installs_only_when_helm_is_missing(tmp_path: Path) -> None:
     fake.chmod(0o755)
     result, marker = _ensure_helm(tmp_path / "present", f"{fake.parent}{os.pathsep}{without_helm}")
     assert result.returncode == 0 and result.stdout == "" and not marker.exists(), result.stdout
+
+
+def test_helm_each_service_logs_in_to_kafka_as_its_own_principal(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    """SASL_SSL (production values): weft-<service> with its password from the Kafka users'
+    Secret, the brokers' CA mounted; the topics job as the super user; the durability of
+    new topics. Every principal is one the ACL table knows (weft_platform.kafka_acls)."""
+    logins: dict[str, str] = {}
+    for name, deployment in _by_kind(production_render, "Deployment").items():
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        if "WEFT_KAFKA_USERNAME" not in env:
+            assert name == "weft-scripted-llm", f"{name} has no Kafka login"
+            continue
+        principal = env["WEFT_KAFKA_USERNAME"]["value"]
+        logins[name] = principal
+        assert env["WEFT_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+        secret = env["WEFT_KAFKA_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert (secret["name"], secret["key"]) == ("weft-kafka-users", principal)
+        assert env["WEFT_KAFKA_SSL_CAFILE"]["value"] == "/etc/weft/kafka-tls/ca.crt"
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["kafka-tls"] == "/etc/weft/kafka-tls"
+    assert logins["weft-gateway-projector"] == "weft-gateway"
+    assert logins["weft-tool-exec"] == "weft-tool-exec"
+    assert set(logins.values()) <= set(ACCESS), "a principal the ACL table does not know"
+    (topics,) = [
+        job for name, job in _by_kind(production_render, "Job").items() if "topics" in name
+    ]
+    (container,) = topics["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["WEFT_KAFKA_USERNAME"] == SUPER_USER
+    assert (env["WEFT_TOPIC_REPLICATION_FACTOR"], env["WEFT_TOPIC_MIN_INSYNC_REPLICAS"]) == (
+        "3",
+        "2",
+    )
+    for name, deployment in _by_kind(test_double_render, "Deployment").items():
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert "WEFT_KAFKA_PASSWORD" not in env, f"{name}: PLAINTEXT takes no login"

@@ -132,3 +132,43 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+Kafka login of one process: env entries (call with dict "root" $ "principal" "weft-<name>").
+The password is the key named after the principal in kafka.sasl.existingSecret; the CA (and
+the client certificate) come from kafka.tls.existingSecret, mounted by weft.kafkaTlsVolume.
+*/}}
+{{- define "weft.kafkaEnv" -}}
+{{- $kafka := .root.Values.kafka -}}
+{{- $protocol := $kafka.securityProtocol | default "PLAINTEXT" -}}
+{{- if not (has $protocol (list "PLAINTEXT" "SASL_PLAINTEXT" "SASL_SSL" "SSL")) -}}
+{{- fail (printf "kafka.securityProtocol %s: expected PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL" $protocol) -}}
+{{- end -}}
+- name: WEFT_KAFKA_SECURITY_PROTOCOL
+  value: {{ $protocol | quote }}
+{{- if hasPrefix "SASL_" $protocol }}
+- name: WEFT_KAFKA_USERNAME
+  value: {{ .principal | quote }}
+- name: WEFT_KAFKA_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "kafka.sasl.existingSecret is required with a SASL kafka.securityProtocol (one key per principal: weft-admin, weft-gateway, ...)" $kafka.sasl.existingSecret | quote }}
+      key: {{ .principal | quote }}
+{{- end }}
+{{- if and (hasSuffix "SSL" $protocol) $kafka.tls.existingSecret }}
+- name: WEFT_KAFKA_SSL_CAFILE
+  value: /etc/weft/kafka-tls/ca.crt
+{{- if $kafka.tls.clientCertificate }}
+- name: WEFT_KAFKA_SSL_CERTFILE
+  value: /etc/weft/kafka-tls/tls.crt
+- name: WEFT_KAFKA_SSL_KEYFILE
+  value: /etc/weft/kafka-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The volume (and its mount) of kafka.tls.existingSecret, when TLS is on. */}}
+{{- define "weft.kafkaTlsOn" -}}
+{{- $kafka := .Values.kafka -}}
+{{- if and (hasSuffix "SSL" ($kafka.securityProtocol | default "PLAINTEXT")) $kafka.tls.existingSecret -}}true{{- end -}}
+{{- end -}}

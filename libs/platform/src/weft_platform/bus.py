@@ -87,9 +87,12 @@ def create_broker(settings: ServiceSettings) -> KafkaBroker:
     that expires while the broker is away (no leader) leaves the producer's sequence
     numbers out of step, and every later publish of the process then fails with
     ``OutOfOrderSequenceNumber`` (seen against the local broker after a 50 s outage).
+    The connection authenticates as the service's own principal when the settings say so
+    (``WEFT_KAFKA_SECURITY_PROTOCOL``, :class:`~weft_platform.settings.KafkaAccess`).
     """
     return KafkaBroker(
         settings.kafka_bootstrap,
+        security=settings.faststream_security(),
         client_id=f"weft-{settings.service_name}",
         acks="all",
         request_timeout_ms=int(settings.publish_window_s * 1000),

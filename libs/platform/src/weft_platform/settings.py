@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Self
 
-from pydantic import Field
+from aiokafka.helpers import create_ssl_context
+from faststream.security import BaseSecurity, SASLScram512
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -19,7 +22,89 @@ TracingExporter = Literal["none", "console", "otlp"]
 """``WEFT_TRACING_EXPORTER`` of the services that write spans (``weft_platform.tracing``)."""
 
 
-class ServiceSettings(BaseSettings):
+KafkaSecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
+"""``WEFT_KAFKA_SECURITY_PROTOCOL``: how every Kafka client of a process connects."""
+
+
+class KafkaAccess(BaseSettings):
+    """Where the Kafka broker is and who this process is to it (``WEFT_KAFKA_*``).
+
+    Every Kafka client of Weft is built from these: the FastStream broker
+    (:meth:`faststream_security`) and the direct aiokafka clients (:meth:`client_options`).
+    SASL always uses SCRAM-SHA-512: each service is its own principal, and the broker's ACLs
+    say what that principal may read and write (docs/security.md, "Kafka").
+    """
+
+    model_config = SettingsConfigDict(env_prefix="WEFT_", extra="ignore")
+
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_security_protocol: KafkaSecurityProtocol = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    kafka_username: str = Field(default="", description="SCRAM user (the Kafka principal).")
+    kafka_password: SecretStr = SecretStr("")
+    kafka_ssl_cafile: str = Field(default="", description="CA bundle that signed the broker.")
+    kafka_ssl_certfile: str = Field(default="", description="Client certificate (mutual TLS).")
+    kafka_ssl_keyfile: str = Field(default="", description="Key of the client certificate.")
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> Self:
+        if self.uses_sasl and not (self.kafka_username and self.kafka_password.get_secret_value()):
+            raise ValueError(
+                f"WEFT_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                "WEFT_KAFKA_USERNAME and WEFT_KAFKA_PASSWORD"
+            )
+        return self
+
+    @property
+    def uses_sasl(self) -> bool:
+        """The connection authenticates with SCRAM."""
+        return self.kafka_security_protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        """The connection is encrypted (and the broker's certificate checked)."""
+        return self.kafka_security_protocol in ("SSL", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of the connection (None without TLS)."""
+        if not self.uses_tls:
+            return None
+        context: ssl.SSLContext = create_ssl_context(
+            cafile=self.kafka_ssl_cafile or None,
+            certfile=self.kafka_ssl_certfile or None,
+            keyfile=self.kafka_ssl_keyfile or None,
+        )
+        return context
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments of any aiokafka client (producer, consumer, admin)."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.kafka_bootstrap,
+            "security_protocol": self.kafka_security_protocol,
+        }
+        if self.uses_tls:
+            options["ssl_context"] = self.ssl_context()
+        if self.uses_sasl:
+            options["sasl_mechanism"] = self.kafka_sasl_mechanism
+            options["sasl_plain_username"] = self.kafka_username
+            options["sasl_plain_password"] = self.kafka_password.get_secret_value()
+        return options
+
+    def faststream_security(self) -> BaseSecurity | None:
+        """The same, as FastStream's ``security=`` of a ``KafkaBroker``."""
+        if self.uses_sasl:
+            return SASLScram512(
+                self.kafka_username,
+                self.kafka_password.get_secret_value(),
+                ssl_context=self.ssl_context(),
+                use_ssl=self.uses_tls,
+            )
+        if self.uses_tls:
+            return BaseSecurity(ssl_context=self.ssl_context(), use_ssl=True)
+        return None
+
+
+class ServiceSettings(KafkaAccess):
     """Connection and runtime settings common to every service.
 
     Services subclass it to add their own fields; build it in the app factory, never at
@@ -29,7 +114,6 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="WEFT_", extra="ignore")
 
     service_name: str = Field(default="weft", description="Name in logs and Kafka client ids.")
-    kafka_bootstrap: str = "127.0.0.1:19092"
     database_url: str = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
     redis_url: str = "redis://127.0.0.1:56379/0"
     http_host: str = "127.0.0.1"

@@ -18,12 +18,14 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
+from weft_platform.settings import KafkaAccess
+
 RecordsHandler = Callable[[Sequence[Any]], Awaitable[None]]
 """Takes the records of one fetch (aiokafka ``ConsumerRecord``s), in partition order."""
 
 
 async def read_window(
-    bootstrap: str,
+    access: KafkaAccess,
     topic: str,
     since_ms: Mapping[int, int] | int,
     handle: RecordsHandler,
@@ -34,9 +36,7 @@ async def read_window(
     """Hand ``handle`` every record of ``topic`` from ``since_ms`` (epoch ms; one value for
     every partition, or one per partition to read only those) to the end offsets of the
     moment the read starts; the number of records read. ``TimeoutError`` past ``limit_s``."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(**access.client_options(), group_id=None, enable_auto_commit=False)
     try:
         async with asyncio.timeout(limit_s):  # the connection too
             await consumer.start()

@@ -78,9 +78,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     audit = AuditSettings(
         interval_s=s.audit_interval_s, grace_s=s.audit_grace_s, lookback_s=s.audit_lookback_s
     )
-    trails = KafkaTurnTrails(
-        s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s
-    )
+    trails = KafkaTurnTrails(s, runtime.bus.topic_name(Topic.AGENT_EVENTS), audit.kafka_margin_s)
     loop = TurnLoop(
         bus=runtime.bus, redis=redis, store=store, emitter=emitter, model=model,
         finisher=finisher, reporter=reporter, inbox=inbox, leases=leases, context=context,
@@ -113,8 +111,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         replay=RequestsReplay(
             redis=redis, trails=trails, handle=intake.on_chat_requested,
             requests=kafka_requests(
-                s.kafka_bootstrap, runtime.bus.topic_name(Topic.AGENT_REQUESTS),
-                RecordCheck(runtime.verifier),
+                s, runtime.bus.topic_name(Topic.AGENT_REQUESTS), RecordCheck(runtime.verifier)
             ),
             window_s=s.audit_requests_window_s,
             lock_key=f"weft:{s.topic_prefix}engine:requests-replayed",

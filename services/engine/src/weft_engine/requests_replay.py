@@ -31,6 +31,7 @@ from weft_contracts import ChatRequested, Topic, UnsupportedSchemaVersion
 from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
 from weft_platform.record_credentials import RecordCheck
+from weft_platform.settings import KafkaAccess
 from weft_platform.topic_window import read_window
 
 from weft_engine.state import without_trace
@@ -64,7 +65,7 @@ RequestLog = Callable[[float], Awaitable[list[LoggedRequest]]]
 """The requests the log holds since an epoch time (seconds), in log order."""
 
 
-def kafka_requests(bootstrap: str, topic: str, check: RecordCheck | None = None) -> RequestLog:
+def kafka_requests(access: KafkaAccess, topic: str, check: RecordCheck | None = None) -> RequestLog:
     """A :data:`RequestLog` over ``agent.requests`` (a standalone consumer, nothing
     committed). Records that are not chat requests, do not decode, or whose credential
     ``check`` refuses are skipped: the requests consumer dead-letters those."""
@@ -85,7 +86,7 @@ def kafka_requests(bootstrap: str, topic: str, check: RecordCheck | None = None)
                     at = datetime.fromtimestamp(record.timestamp / 1000, UTC)
                     found.append(LoggedRequest(message, at))
 
-        await read_window(bootstrap, topic, int(epoch_s * 1000), keep, limit_s=60)
+        await read_window(access, topic, int(epoch_s * 1000), keep, limit_s=60)
         return found
 
     return since

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import TopicPartition
+from weft_platform.settings import KafkaAccess
 from weft_platform.topic_window import partitions_of, seek_since, stop_quietly
 
 
@@ -61,14 +62,14 @@ class KafkaTurnTrails:
 
     def __init__(
         self,
-        bootstrap: str,
+        access: KafkaAccess,
         topic: str,
         margin_s: float,
         *,
         poll_ms: int = 500,
         limit_s: float = 30.0,
     ):
-        self._bootstrap = bootstrap
+        self._access = access
         self._topic = topic
         self._margin_s = margin_s
         self._poll_ms = poll_ms
@@ -81,7 +82,7 @@ class KafkaTurnTrails:
         if not turns:
             return {}
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False
+            **self._access.client_options(), group_id=None, enable_auto_commit=False
         )
         try:
             async with asyncio.timeout(self._limit_s):  # the connection too

@@ -45,7 +45,7 @@ def register_projector(
     and one offset commit per Kafka fetch; it de-duplicates exactly by (turn, seq), and
     writes the recent log again when Redis lost the streams (``StreamProjector``)."""
     topic = bus.topic_name(Topic.AGENT_EVENTS)
-    rebuild = log_rebuild(s.kafka_bootstrap, topic, s.projector_rebuild_s, streams)
+    rebuild = log_rebuild(s, topic, s.projector_rebuild_s, streams)
     projector = StreamProjector(streams, limits, rebuild)
     bus.consume_batch(
         Topic.AGENT_EVENTS,

@@ -12,6 +12,7 @@ from weft_contracts import Topic, UnsupportedSchemaVersion
 from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
 from weft_platform.bus import Logged
+from weft_platform.settings import KafkaAccess
 from weft_platform.topic_window import read_window
 
 from weft_gateway.limits import TenantLimits
@@ -75,7 +76,7 @@ class StreamProjector:
 
 
 def log_rebuild(
-    bootstrap: str, topic: str, window_s: float, streams: SessionStreams, limit_s: float = 120
+    access: KafkaAccess, topic: str, window_s: float, streams: SessionStreams, limit_s: float = 120
 ) -> Rebuild:
     """A :data:`Rebuild` that writes the last ``window_s`` of ``topic`` (``agent.events``)
     into ``streams``, fetch by fetch in partition order, with their log positions. Records
@@ -95,6 +96,6 @@ def log_rebuild(
     async def rebuild(partitions: Sequence[int]) -> int:
         since_ms = int((time.time() - window_s) * 1000)
         since = dict.fromkeys(partitions, since_ms)
-        return await read_window(bootstrap, topic, since, append, limit_s=limit_s)
+        return await read_window(access, topic, since, append, limit_s=limit_s)
 
     return rebuild

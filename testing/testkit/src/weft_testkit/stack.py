@@ -18,9 +18,11 @@ from pathlib import Path
 
 import httpx
 from weft_platform.credentials import ensure_dev_keys
+from weft_platform.kafka_acls import SERVICE_PRINCIPALS
 from weft_platform.runtime import DEV_ISSUERS
 
 from weft_testkit.credentials import DevCredentials, TrustedTransport
+from weft_testkit.kafka import kafka_client_env, principal_env
 
 SERVICES = (
     "gateway",
@@ -34,9 +36,12 @@ SERVICES = (
 
 
 def infra_env() -> dict[str, str]:
-    """Connection settings of the local infrastructure (overridable from the environment)."""
+    """Connection settings of the local infrastructure (overridable from the environment);
+    on a SASL broker, as its super user (``weft_testkit.kafka``)."""
+    bootstrap = os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
     return {
-        "WEFT_KAFKA_BOOTSTRAP": os.environ.get("WEFT_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+        "WEFT_KAFKA_BOOTSTRAP": bootstrap,
+        **kafka_client_env(bootstrap),
         "WEFT_DATABASE_URL": os.environ.get(
             "WEFT_DATABASE_URL", "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
         ),
@@ -200,10 +205,10 @@ class LocalStack:
         )  # fmt: skip
 
     def service_env(self, name: str, port: int) -> dict[str, str]:
-        """Environment of one service process."""
+        """Environment of one service process (logged in to Kafka as its own principal)."""
         return {
             **os.environ,
-            **infra_env(),
+            **principal_env(infra_env(), SERVICE_PRINCIPALS.get(name)),
             "PYTHONUNBUFFERED": "1",
             "WEFT_HTTP_PORT": str(port),
             "WEFT_TOPIC_PREFIX": self.prefix,

@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 
 from weft_testkit.credentials import DevCredentials, credentials_dir, signed
+from weft_testkit.kafka import client_options, principal_env
 from weft_testkit.stack import create_topics, delete_topics, free_port, infra_env
 
 
@@ -42,7 +43,8 @@ class ToolWorkerPool:
         """Start worker ``name`` and wait for its /readyz."""
         port = free_port()
         env = {
-            **os.environ, **infra_env(), "PYTHONUNBUFFERED": "1", "WEFT_HTTP_PORT": str(port),
+            **os.environ, **principal_env(infra_env(), "weft-tool-exec"),
+            "PYTHONUNBUFFERED": "1", "WEFT_HTTP_PORT": str(port),
             "WEFT_TOPIC_PREFIX": self.prefix, "WEFT_INSTANCE_ID": name, "WEFT_LOG_FORMAT": "json",
             "WEFT_EMBEDDING_MODEL": "", "WEFT_CREDENTIALS_DIR": str(credentials_dir()),
             **self.extra_env,
@@ -92,11 +94,11 @@ class ToolCallClient:
         """``credentials``: signers of the workers' key folder (default: this run's)."""
         self.prefix = prefix
         self._credentials = credentials or DevCredentials.load()
-        self.bootstrap = infra_env()["WEFT_KAFKA_BOOTSTRAP"]
+        kafka = client_options(infra_env())
         self.results: dict[str, list[dict[str, Any]]] = {}
-        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+        self._producer = AIOKafkaProducer(**kafka, acks="all")
         self._consumer = AIOKafkaConsumer(
-            f"{prefix}weft.tool.results.v1", bootstrap_servers=self.bootstrap,
+            f"{prefix}weft.tool.results.v1", **kafka,
             group_id=f"{prefix}probe-{secrets.token_hex(3)}", auto_offset_reset="earliest",
         )  # fmt: skip
         self._reader: asyncio.Task[None] | None = None
