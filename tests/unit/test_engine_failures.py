@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, cast
 from unittest.mock import AsyncMock
 
@@ -35,6 +36,7 @@ from weft_engine.sessions import START_LEASE_S, START_RETRY_S, HandedOver, Sessi
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer, build_provider
 from weft_llm import ContextOverflowError, LLMCallError, ModelStalledError, TransientLLMError
+from weft_platform.credentials import ensure_dev_keys, load_signer
 
 UPSTREAM = (
     "model returned HTTP 503: Error code: 503 - {'error': {'message': 'overloaded', "
@@ -214,3 +216,48 @@ async def test_a_start_in_progress_keeps_its_pending_start(monkeypatch: pytest.M
         assert await sessions.due_starts() == [], "renewed while the start runs"
     assert START_LEASE_S - 1 < await _due(redis) - time.time() <= START_LEASE_S
     await redis.aclose()
+
+
+class _Recording(_Emitter):
+    """Keeps the envelope fields of every event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.credentials: list[str | None] = []
+
+    async def emit(self, event_type: Any, ids: dict[str, Any], data: Any, **_: Any) -> None:
+        self.credentials.append(ids.get("credential"))
+
+    async def complete(self, ids: dict[str, Any], data: Any) -> bool:
+        self.credentials.append(ids.get("credential"))
+        return True
+
+
+@pytest.mark.parametrize("issued_ago_s", [0, 3700], ids=["live", "outlived"])
+async def test_a_turn_that_outlived_its_credential_still_ends_where_clients_see_it(
+    tmp_path: Path, issued_ago_s: float
+) -> None:
+    """A request queued behind long turns can start after its request credential ran out;
+    its closing events (here error and complete) would be dead-lettered by every consumer
+    and its client would learn nothing until its idle timeout. They carry the engine's own
+    credential for agent.events instead; a turn with a live credential keeps its own."""
+    ensure_dev_keys(tmp_path, ["gateway"])
+    token = load_signer(tmp_path, "gateway").request(
+        tenant_id="t", user_id="u", session_id="s", request_id="req-1", audience=["kafka"],
+        ttl_s=3600, issued_at=time.time() - issued_ago_s,
+    )  # fmt: skip
+    emitter = _Recording()
+    sessions = AsyncMock()
+    sessions.hand_over.return_value = None
+    finisher = Finisher(
+        emitter=cast(EventEmitter, emitter), store=cast(TurnStore, AsyncMock()),
+        leases=cast(TurnLeases, AsyncMock()), sessions=cast(SessionGate, sessions),
+    )  # fmt: skip
+    finisher.own_credential = lambda: "engine-credential"
+    state = TurnState(
+        tenant_id="t", session_id="s", request_id="req-1", user_id="u", credential=token,
+        agent=AgentConfig(agent_id="a", model="m"), messages=[], started_at=time.time(),
+    )  # fmt: skip
+    await finisher.fail(state, llm_failure(TransientLLMError(UPSTREAM, status=503)))
+    expected = token if issued_ago_s == 0 else "engine-credential"
+    assert emitter.credentials == [expected, expected]

@@ -294,6 +294,19 @@ class CredentialSigner:
         )
 
 
+def outlived(token: str | None, within_s: float = 0.0) -> bool:
+    """Whether ``token`` is expired, or expires within ``within_s`` (its unverified
+    ``exp``: a holder deciding whether to present it, not a verifier); a token without a
+    readable ``exp`` counts as outlived."""
+    if not token:
+        return True
+    try:
+        expires = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    except jwt.PyJWTError:
+        return True
+    return not isinstance(expires, int | float) or expires <= time.time() + within_s
+
+
 def load_verifier(directory: Path) -> CredentialVerifier:
     """Every ``<issuer>.<kid>.pub`` in ``directory``; :class:`MissingKeys` when the
     gateway has none (no request could ever be verified)."""

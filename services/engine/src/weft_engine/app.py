@@ -99,11 +99,17 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         turn_deadline_s=s.turn_deadline_s,
     )  # fmt: skip
     signer = runtime.signer(ENGINE_ISSUER)
+
+    def events_credential() -> str:
+        """The engine's own credential for agent.events (turns whose own one is gone)."""
+        return signer.service(RECORDS, [record_scope(Topic.AGENT_EVENTS)])
+
+    finisher.own_credential = events_credential
     memory_turns = MemoryTurns(
         s.memory_url, credential=lambda: signer.service("memory", ["memory:turns.read"])
     )
     auditor = TurnAuditor(
-        record_credential=lambda: signer.service(RECORDS, [record_scope(Topic.AGENT_EVENTS)]),
+        record_credential=events_credential,
         redis=redis, finisher=finisher, turns=memory_turns, settings=audit,
         trails=trails,
         sentinel_key=f"weft:{s.topic_prefix}engine:sentinel", cancel_channel=cancel_channel,

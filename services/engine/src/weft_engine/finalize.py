@@ -6,6 +6,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from redis.exceptions import RedisError
@@ -20,6 +21,7 @@ from weft_contracts import (
     TurnStatus,
 )
 from weft_llm import ContextOverflowError, LLMCallError, ModelStalledError, TransientLLMError
+from weft_platform.credentials import outlived
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import TurnLeases
@@ -32,6 +34,10 @@ log = structlog.get_logger(__name__)
 
 StartQueued = Callable[[HandedOver], Awaitable[None]]
 """Opens the turn of a queued request that became its session's running turn."""
+
+CREDENTIAL_MARGIN_S = 30.0
+"""A request credential this close to its end is not presented on closing events (a
+record is judged at the time it was made: this covers clock skew between services)."""
 
 MODEL_BUSY = "The model is rate-limiting requests. Try again in a moment."
 MODEL_UNAVAILABLE = "The model is unavailable right now. Try again in a moment."
@@ -92,13 +98,24 @@ class Finisher:
         self._sessions = sessions
         self._tracer = tracer or TurnTracer(None)
         self.start_queued: StartQueued | None = None
+        self.own_credential: Callable[[], str | None] | None = None
+        """The engine's service credential for ``agent.events``: the events that end a turn
+        whose request credential ran out (a request queued a long time) carry it, so the
+        end still reaches its client and memory instead of being dead-lettered."""
         self.persist_scale: Callable[[TurnState], Awaitable[None]] | None = None
         """Stores a token scale measured in the turn (``ContextManager.persist_scale``);
         before the session is handed over, so that its next turn reads it."""
 
+    def _ids(self, state: TurnState) -> dict[str, Any]:
+        """The turn's envelope fields for its closing events."""
+        ids = state.ids()
+        if self.own_credential is not None and outlived(state.credential, CREDENTIAL_MARGIN_S):
+            ids["credential"] = self.own_credential()
+        return ids
+
     async def answer(self, state: TurnState, answer: Answer) -> None:
         """The turn ends with a final answer."""
-        ids = state.ids()
+        ids = self._ids(state)
         if answer.is_fallback:  # a fixed text: it was not streamed by the model
             data = FinalAnswerData(round=state.round, delta=answer.text)
             await self._emitter.emit(FinalAnswerEvent, ids, data)
@@ -127,7 +144,7 @@ class Finisher:
         data = ErrorData(
             code=failure.code.value, message=failure.message, retryable=failure.retryable
         )
-        await self._emitter.emit(ErrorEvent, state.ids(), data)
+        await self._emitter.emit(ErrorEvent, self._ids(state), data)
         await self._complete(
             state,
             CompleteData(
@@ -154,7 +171,7 @@ class Finisher:
     async def _complete(
         self, state: TurnState, data: CompleteData, failure: TurnFailure | None = None
     ) -> None:
-        if await self._emitter.complete(state.ids(), data):
+        if await self._emitter.complete(self._ids(state), data):
             error = (failure.code.value, failure.detail or failure.message) if failure else None
             self._tracer.end_turn(state, data.status.value, error=error)
         if self.persist_scale is not None:
