@@ -730,6 +730,22 @@ def test_helm_keda_scaled_object(
     # KEDA owns the replica count: the Deployment must not set one.
     tool_exec = _by_kind(production_render, "Deployment")["weft-tool-exec"]
     assert "replicas" not in tool_exec["spec"]
+    # The production values' broker wants SASL_SSL logins: KEDA logs in as weft-tool-exec
+    # (whose ACLs let it read its group's offsets), with the password of tool-exec's own
+    # login and the brokers' CA, through a TriggerAuthentication the ScaledObject names.
+    (auth,) = _by_kind(production_render, "TriggerAuthentication").values()
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    plain = {r["parameter"]: r["key"] for r in auth["spec"]["configMapTargetRef"]}
+    env = {e["name"]: e for e in tool_exec["spec"]["template"]["spec"]["containers"][0]["env"]}
+    login = env["WEFT_KAFKA_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert refs["password"] == (login["name"], login["key"]) == (login["name"], "weft-tool-exec")
+    assert refs["ca"] == ("weft-kafka-tls", "ca.crt")
+    config = _by_kind(production_render, "ConfigMap")[auth["metadata"]["name"]]["data"]
+    assert {p: config[k] for p, k in plain.items()} == {
+        "sasl": "scram_sha512", "username": "weft-tool-exec", "tls": "enable",
+    }  # fmt: skip
+    assert env["WEFT_KAFKA_USERNAME"]["value"] == "weft-tool-exec"
 
 
 def test_helm_refuses_incomplete_values(helm: str) -> None:
