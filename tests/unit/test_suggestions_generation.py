@@ -25,8 +25,8 @@ REFS = [
 QUESTION = "What does the Pro plan cost?"
 
 
-def _q(text: str, source: str = "generated") -> SuggestedQuestion:
-    return SuggestedQuestion(id=text[:8] or "x", text=text, source=source)  # type: ignore[arg-type]
+def _q(text: str) -> SuggestedQuestion:
+    return SuggestedQuestion(id=text[:8] or "x", text=text, source="generated")
 
 
 def _request(config: FollowUpConfig, *, exchanges: int = 1) -> FollowUpRequest:

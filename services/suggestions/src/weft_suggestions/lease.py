@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import text
+from sqlalchemy import String, bindparam, column, text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.types import JSON
 
 from weft_suggestions.config import FollowUpConfig
 
@@ -86,7 +86,7 @@ SET state = 'generating', owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_u
 WHERE (s.state = 'generating' AND s.lease_until < now())
    OR (CAST(:regenerate AS boolean) AND s.state IN {FINAL_STATES})
 RETURNING lease_until
-""").bindparams(config=JSON())
+""").bindparams(bindparam("config", type_=JSONB))
 
 _RENEW = text(f"""
 UPDATE message_suggestion_sets
@@ -100,7 +100,7 @@ UPDATE message_suggestion_sets
 SET state = :state, questions = :questions, reason = :reason, owner = NULL,
     lease_until = NULL, updated_at = now()
 WHERE {_KEY_MATCH} AND state = 'generating' AND owner = :owner
-""").bindparams(questions=JSON())
+""").bindparams(bindparam("questions", type_=JSONB))
 
 _EXPIRED = text("""
 SELECT tenant_id, assistant_message_id, placement, config_hash, locale, session_id,
@@ -109,7 +109,16 @@ FROM message_suggestion_sets
 WHERE state = 'generating' AND lease_until < now()
 ORDER BY lease_until
 LIMIT :limit
-""")
+""").columns(
+    column("tenant_id", String),
+    column("assistant_message_id", String),
+    column("placement", String),
+    column("config_hash", String),
+    column("locale", String),
+    column("session_id", String),
+    column("request_id", String),
+    column("config", JSONB),
+)
 
 
 class SuggestionLease:
