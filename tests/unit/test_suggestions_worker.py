@@ -1,0 +1,141 @@
+"""The worker's decisions around the lease (SPEC Q-04), without infrastructure: the set is
+announced only by the generator that still holds its lease, suppressed turns are stored
+as such, and follow-ups off means no claim at all. The lease and turn log are in-memory
+doubles with the same methods; the SQL itself is tested on PostgreSQL
+(tests/integration/test_suggestions_lease.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from weft_contracts import Envelope, SuggestionsReady, Topic
+from weft_suggestions.config import FixedConfigs, FollowUpConfig
+from weft_suggestions.generation import Exchange, FollowUpGenerator
+from weft_suggestions.lease import Claim, FinalState, SetKey
+from weft_suggestions.turns import FinishedTurn
+from weft_suggestions.worker import SuggestionWorker
+from weft_testkit.function_model import answer, replies
+
+CONFIG = FollowUpConfig(enabled=True, mode="generated")
+
+
+def _turn(**changes: Any) -> FinishedTurn:
+    values: dict[str, Any] = {
+        "tenant_id": "t",
+        "session_id": "s",
+        "request_id": "r",
+        "user_id": "u",
+        "agent_id": "a",
+        "user_message_id": "m1",
+        "query": "What does it cost?",
+        "answer": "20 euros.",
+        "status": "completed",
+        "is_fallback": False,
+        "references": [],
+        "credential": "turn-credential",
+        "completed_at": None,
+    }
+    return FinishedTurn(**{**values, **changes})
+
+
+@dataclass
+class Turns:
+    turn_row: FinishedTurn
+
+    async def turn(self, tenant_id: str, request_id: str) -> FinishedTurn | None:
+        return self.turn_row
+
+    async def exchanges(self, turn: FinishedTurn, limit: int) -> list[Exchange]:
+        return [Exchange(question=turn.query, answer=turn.answer)]
+
+
+@dataclass
+class Lease:
+    """Holds one set; ``lost`` makes renew/finish fail as after a take-over."""
+
+    lost_on: str = ""
+    finished: list[tuple[FinalState, list[dict[str, Any]], str]] = field(default_factory=list)
+
+    async def claim(self, key: SetKey, **_: Any) -> Claim | None:
+        return Claim(
+            key=key, owner="me", session_id="s", request_id="r", lease_until=datetime.now(UTC)
+        )
+
+    async def renew(self, claim: Claim) -> bool:
+        return self.lost_on != "renew"
+
+    async def finish(
+        self, claim: Claim, state: FinalState, questions: list[dict[str, Any]], reason: str = ""
+    ) -> bool:
+        if self.lost_on == "finish":
+            return False
+        self.finished.append((state, questions, reason))
+        return True
+
+
+@dataclass
+class Bus:
+    published: list[tuple[Topic, Envelope]] = field(default_factory=list)
+
+    async def publish(self, topic: Topic, message: Envelope) -> None:
+        self.published.append((topic, message))
+
+
+def _worker(
+    turn: FinishedTurn, lease: Lease, bus: Bus, config: FollowUpConfig = CONFIG, *script: Any
+) -> SuggestionWorker:
+    return SuggestionWorker(
+        turns=Turns(turn),  # type: ignore[arg-type]
+        lease=lease,  # type: ignore[arg-type]
+        configs=FixedConfigs(config),
+        generator=FollowUpGenerator(replies(*script), "m"),
+        bus=bus,  # type: ignore[arg-type]
+        locale="en",
+        concurrency=1,
+        sweep_interval_s=3600,
+    )
+
+
+async def _generate(worker: SuggestionWorker) -> None:
+    claimed = await worker.claim_follow_ups("t", "r")
+    assert claimed is not None
+    await worker.generate(claimed.claim, claimed.config)
+
+
+async def test_the_set_is_stored_then_announced_with_the_turns_credential() -> None:
+    lease, bus = Lease(), Bus()
+    await _generate(_worker(_turn(), lease, bus, CONFIG, answer('["Is VAT included?"]')))
+    assert [(state, [q["text"] for q in qs]) for state, qs, _ in lease.finished] == [
+        ("ready", ["Is VAT included?"])
+    ]
+    [(topic, notice)] = bus.published
+    assert topic is Topic.SESSION_NOTICES
+    assert isinstance(notice, SuggestionsReady)
+    assert notice.credential == "turn-credential"
+    assert notice.data.assistant_message_id == "m1a"
+    assert [q.text for q in notice.data.questions] == ["Is VAT included?"]
+
+
+async def test_a_generator_that_lost_its_lease_neither_asks_nor_announces() -> None:
+    for lost_on in ("renew", "finish"):
+        lease, bus = Lease(lost_on=lost_on), Bus()
+        script = () if lost_on == "renew" else (answer('["Is VAT included?"]'),)
+        await _generate(_worker(_turn(), lease, bus, CONFIG, *script))
+        assert bus.published == [], lost_on
+        assert lease.finished == [], lost_on
+
+
+async def test_a_fallback_answer_gets_a_suppressed_set_without_a_model_call() -> None:
+    lease, bus = Lease(), Bus()
+    await _generate(_worker(_turn(is_fallback=True), lease, bus))
+    assert lease.finished == [("suppressed", [], "fallback_answer")]
+    [(_, notice)] = bus.published
+    assert isinstance(notice, SuggestionsReady)
+    assert notice.data.state == "suppressed"
+
+
+async def test_follow_ups_off_claims_nothing() -> None:  # SPEC Q-01: off by default
+    worker = _worker(_turn(), Lease(), Bus(), FollowUpConfig())
+    assert await worker.claim_follow_ups("t", "r") is None
