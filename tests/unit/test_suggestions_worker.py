@@ -139,3 +139,11 @@ async def test_a_fallback_answer_gets_a_suppressed_set_without_a_model_call() ->
 async def test_follow_ups_off_claims_nothing() -> None:  # SPEC Q-01: off by default
     worker = _worker(_turn(), Lease(), Bus(), FollowUpConfig())
     assert await worker.claim_follow_ups("t", "r") is None
+
+
+async def test_a_turn_without_credential_is_stored_but_not_announced() -> None:
+    """Every consumer would dead-letter a notice without a credential."""
+    lease, bus = Lease(), Bus()
+    await _generate(_worker(_turn(credential=None), lease, bus, CONFIG, answer('["Next?"]')))
+    assert [state for state, _, _ in lease.finished] == ["ready"]
+    assert bus.published == []

@@ -167,11 +167,16 @@ class SuggestionWorker:
         if self._bus is None:
             return
         turn = await self._turns.turn(claim.key.tenant_id, claim.request_id)
+        if turn is None or not turn.credential:
+            # Consumers dead-letter a record without a credential: the set stays served by
+            # the API, and nothing is written that every reader would refuse.
+            log.warning("suggestions_notice_without_credential", id=claim.key.assistant_message_id)
+            return
         notice = SuggestionsReady(
             tenant_id=claim.key.tenant_id,
             session_id=claim.session_id,
             request_id=claim.request_id,
-            credential=turn.credential if turn is not None else None,
+            credential=turn.credential,
             data=SuggestionsReadyData(
                 assistant_message_id=claim.key.assistant_message_id,
                 placement=FOLLOW_UP,
