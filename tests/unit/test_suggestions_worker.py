@@ -6,17 +6,26 @@ doubles with the same methods; the SQL itself is tested on PostgreSQL
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from weft_contracts import Envelope, SuggestionsReady, Topic
+from weft_contracts import (
+    CompleteData,
+    CompleteEvent,
+    Envelope,
+    SuggestionsReady,
+    Topic,
+    TurnStatus,
+)
+from weft_llm import ChatModel, LLMResponse
 from weft_suggestions.config import FixedConfigs, FollowUpConfig
 from weft_suggestions.generation import Exchange, FollowUpGenerator
 from weft_suggestions.lease import Claim, FinalState, SetKey
 from weft_suggestions.turns import FinishedTurn
 from weft_suggestions.worker import SuggestionWorker
-from weft_testkit.function_model import answer, replies
+from weft_testkit.function_model import FunctionModel, ModelCall, answer, replies
 
 CONFIG = FollowUpConfig(enabled=True, mode="generated")
 
@@ -43,6 +52,9 @@ def _turn(**changes: Any) -> FinishedTurn:
 @dataclass
 class Turns:
     turn_row: FinishedTurn
+
+    async def record(self, events: Any) -> None:
+        return None
 
     async def turn(self, tenant_id: str, request_id: str) -> FinishedTurn | None:
         return self.turn_row
@@ -84,13 +96,20 @@ class Bus:
 
 
 def _worker(
-    turn: FinishedTurn, lease: Lease, bus: Bus, config: FollowUpConfig = CONFIG, *script: Any
+    turn: FinishedTurn,
+    lease: Lease,
+    bus: Bus,
+    config: FollowUpConfig = CONFIG,
+    *script: Any,
+    model: ChatModel | None = None,
+    max_pending: int = 256,
 ) -> SuggestionWorker:
     return SuggestionWorker(
         turns=Turns(turn),  # type: ignore[arg-type]
         lease=lease,  # type: ignore[arg-type]
         configs=FixedConfigs(config),
-        generator=FollowUpGenerator(replies(*script), "m"),
+        generator=FollowUpGenerator(model or replies(*script), "m"),
+        max_pending=max_pending,
         bus=bus,  # type: ignore[arg-type]
         locale="en",
         concurrency=1,
@@ -147,3 +166,30 @@ async def test_a_turn_without_credential_is_stored_but_not_announced() -> None:
     await _generate(_worker(_turn(credential=None), lease, bus, CONFIG, answer('["Next?"]')))
     assert [state for state, _, _ in lease.finished] == ["ready"]
     assert bus.published == []
+
+
+async def test_generations_beyond_the_bound_are_left_to_the_sweeper() -> None:  # invariant 6
+    """A burst of turns holds at most ``max_pending`` generations in the process; the
+    others keep their claim, whose lease passes and a sweeper takes over."""
+    release = asyncio.Event()
+
+    async def slow(call: ModelCall) -> LLMResponse:
+        await release.wait()
+        return answer('["Next?"]')
+
+    lease, bus = Lease(), Bus()
+    worker = _worker(_turn(), lease, bus, model=FunctionModel(reply=slow), max_pending=2)
+    completes = [
+        CompleteEvent(
+            tenant_id="t",
+            session_id="s",
+            request_id=f"r{i}",
+            data=CompleteData(status=TurnStatus.COMPLETED),
+        )
+        for i in range(5)
+    ]
+    await worker.on_events(completes)
+    assert worker.pending == 2
+    release.set()
+    await worker.idle()
+    assert len(lease.finished) == 2

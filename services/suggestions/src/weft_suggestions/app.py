@@ -58,6 +58,13 @@ class SuggestionsSettings(ServiceSettings):
     )
     generation_stall_timeout_s: float = Field(default=30.0, gt=0)
     generation_concurrency: int = Field(default=8, ge=1, le=64)
+    generation_max_pending: int = Field(
+        default=256,
+        ge=1,
+        le=10_000,
+        description="Generations held per process; beyond it a claimed set waits for its "
+        "lease to pass and a sweeper (invariant 6).",
+    )
     sweep_interval_s: float = Field(default=15.0, gt=0)
     events_linger_ms: int = Field(
         default=200,
@@ -86,6 +93,7 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         locale=settings.locale,
         concurrency=settings.generation_concurrency,
         sweep_interval_s=settings.sweep_interval_s,
+        max_pending=settings.generation_max_pending,
     )
     runtime.bus.consume_batch(
         Topic.AGENT_EVENTS,
