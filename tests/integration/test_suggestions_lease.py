@@ -1,7 +1,8 @@
 """The follow-up generator on the real PostgreSQL with the scripted LLM test double over
 HTTP (SPEC Q-01..Q-04): one claim per set among replicas, a crashed generator's set taken
-over once its lease passes, the lost lease's outcome discarded, and the whole path from a
-turn's events to a stored set through the real ``openai`` client."""
+over once its lease passes, the lost lease's outcome discarded, the whole path from a
+turn's events to a stored set through the real ``openai`` client, and click attribution
+(SPEC Q-05)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from weft_contracts import (
     assistant_message_id,
 )
 from weft_llm import OpenAIChatModel
-from weft_storage.models_suggestions import MessageSuggestionSet
+from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
 from weft_suggestions.config import FixedConfigs, FollowUpConfig
 from weft_suggestions.generation import FollowUpGenerator
 from weft_suggestions.lease import SetKey, SuggestionLease
@@ -216,3 +217,35 @@ async def test_the_sweeper_finishes_a_set_whose_generator_died(
         await dead_model.aclose()
     row = await _set(sessions, key)
     assert (row.state, [q["text"] for q in row.questions]) == ("ready", ["How do I upgrade?"])
+
+
+async def test_a_click_is_attributed_to_the_next_user_message(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:  # SPEC Q-05
+    """A click waits for the session's next ``turn_started``, whose user message it is then
+    attributed to; another session's turn does not take it."""
+    turns = TurnLog(sessions)
+    session = "ses-" + secrets.token_hex(3)
+    first = _turn(tenant, session)
+    await turns.record(first)
+    message = assistant_message_id(first[0].id)
+    click = SuggestionEvent(
+        id="ev-" + secrets.token_hex(6),
+        tenant_id=tenant,
+        session_id=session,
+        user_id="u1",
+        assistant_message_id=message,
+        placement="follow_up",
+        question_id="g0",
+        kind="click",
+    )
+    async with sessions.begin() as s:
+        s.add(click)
+    await turns.record(_turn(tenant, "ses-elsewhere")[:1])
+    async with sessions() as s:
+        assert (await s.get(SuggestionEvent, click.id)).attributed_message_id is None  # type: ignore[union-attr]
+    following = _turn(tenant, session)
+    await turns.record(following[:1])
+    async with sessions() as s:
+        stored = await s.get(SuggestionEvent, click.id)
+    assert stored is not None and stored.attributed_message_id == following[0].id
