@@ -203,7 +203,7 @@ async def test_the_sweeper_finishes_a_set_whose_generator_died(
     dead, dead_model = _worker(sessions, scripted_llm, lease_s=0.5)
     survivor, model = _worker(sessions, scripted_llm)
     try:
-        await dead._turns.record(events)  # what its batch handler did before it died
+        await TurnLog(sessions).record(events)  # what its batch handler did before it died
         assert await dead.claim_follow_ups(tenant, events[0].request_id) is not None
         key = _key(tenant, assistant_message_id(events[0].id))
 
