@@ -19,11 +19,14 @@ async def test_service_is_ready_with_all_dependencies(stack: LocalStack, service
     assert ready.json()["checks"] == {"kafka": "ok", "postgres": "ok", "redis": "ok", **own}
 
 
-async def test_suggestions_answer_not_available_yet(stack: LocalStack) -> None:
+async def test_suggestions_routes_want_a_credential(stack: LocalStack) -> None:
+    """The suggestions API is internal (SPEC Q-05): no credential, no answer."""
     async with httpx.AsyncClient(base_url=stack.url("suggestions")) as client:
-        resp = await client.get("/api/v1/sessions/s1/suggestions")
-    assert resp.status_code == 501
-    assert "not available yet" in resp.json()["detail"]
+        resp = await client.get(
+            "/internal/sessions/s1/suggestions",
+            params={"tenant_id": "t", "user_id": "u", "assistant_message_id": "m1a"},
+        )
+    assert resp.status_code == 401
 
 
 async def test_sandbox_tool_call_gets_a_readable_refusal(

@@ -149,7 +149,7 @@ def test_caller_table_from_code() -> None:
     callers = callers_from_code()
     assert callers["memory"] == {"gateway", "engine", "tool-exec"}
     assert callers["agent-config"] == {"gateway"}
-    assert callers[TEST_DOUBLE] == {"engine", "memory", "tool-exec"}
+    assert callers[TEST_DOUBLE] == {"engine", "memory", "tool-exec", "suggestions"}
     for service in ("engine", "tool-exec", "sandbox", "suggestions", GATEWAY, PROJECTOR):
         assert callers[service] == set(), service
     projector = inspect.getsource(create_projector_app)

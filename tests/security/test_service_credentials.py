@@ -1,11 +1,8 @@
-"""Every internal route of memory, agent-config and tool-exec, attacked the way a network
-neighbour would (docs/security.md "Service credentials"): without a credential, with an
-expired one, with another tenant's, user's or session's, with one meant for another
-service or of the other kind (a request credential on a system route, a service credential
-on a tenant route).
-
-The route table comes from each service's real app (its OpenAPI document), so a route
-added without the guard fails here. Apps run in process on the real PostgreSQL.
+"""Every internal route of memory, agent-config, tool-exec and suggestions, attacked the
+way a network neighbour would (docs/security.md "Service credentials"): without a
+credential, with an expired one, with another tenant's, user's or session's, with one
+meant for another service or of the other kind (a request credential on a system route, a
+service credential on a tenant route).
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from fastapi import FastAPI
 from weft_agent_config.app import create_app as agent_config_app
 from weft_memory.app import create_app as memory_app
 from weft_platform.credentials import load_signer
+from weft_suggestions.app import create_app as suggestions_app
 from weft_testkit.credentials import DevCredentials, credentials_dir
 from weft_tool_exec.app import create_app as tool_exec_app
 
@@ -32,6 +30,7 @@ APPS: dict[str, Callable[[], FastAPI]] = {
     "memory": memory_app,
     "agent-config": agent_config_app,
     "tool-exec": tool_exec_app,
+    "suggestions": suggestions_app,
 }
 SYSTEM: dict[str, tuple[str, str]] = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),

@@ -12,6 +12,9 @@ from weft_contracts import (
     AgentEvent,
     CompleteData,
     CompleteEvent,
+    SuggestedQuestion,
+    SuggestionsReady,
+    SuggestionsReadyData,
     ThoughtData,
     ThoughtEvent,
     ToolCallData,
@@ -116,3 +119,26 @@ def test_published_schemas_let_readers_meet_added_fields() -> None:
     """proto/ is what other platform services read: no ``additionalProperties: false``."""
     for path, content in render(REPO / "proto").items():
         assert '"additionalProperties": false' not in content, path
+
+
+def test_suggestions_ready_round_trips_through_the_notices_topic() -> None:  # SPEC Q-04
+    notice = SuggestionsReady(
+        **IDS,
+        data=SuggestionsReadyData(
+            assistant_message_id="m1a",
+            placement="follow_up",
+            locale="en",
+            state="ready",
+            questions=[
+                SuggestedQuestion(
+                    id="k0", text="More on pricing?", source="knowledge", document_id="d1"
+                )
+            ],
+        ),
+    )
+    decoded = read_json(TypeAdapter(TOPIC_MODELS[Topic.SESSION_NOTICES]), notice.model_dump_json())
+    assert decoded == notice
+    with pytest.raises(ValidationError, match="state"):
+        SuggestionsReadyData(
+            assistant_message_id="m1a", placement="follow_up", locale="en", state="generating"
+        )

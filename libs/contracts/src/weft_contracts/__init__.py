@@ -51,6 +51,14 @@ from weft_contracts.events import (
     TurnStatus,
     assistant_message_id,
 )
+from weft_contracts.notices import (
+    SessionNotice,
+    SuggestedQuestion,
+    SuggestionPlacement,
+    SuggestionSource,
+    SuggestionsReady,
+    SuggestionsReadyData,
+)
 from weft_contracts.tools import (
     OUTCOME_UNKNOWN,
     ToolCallCompleted,
@@ -98,9 +106,15 @@ __all__ = [
     "Reference",
     "ReferencesData",
     "ReferencesEvent",
+    "SessionNotice",
     "SteerMessage",
     "SteerMessageData",
     "StepToolCall",
+    "SuggestedQuestion",
+    "SuggestionPlacement",
+    "SuggestionSource",
+    "SuggestionsReady",
+    "SuggestionsReadyData",
     "SupersededBy",
     "ThoughtData",
     "ThoughtEvent",

@@ -23,6 +23,8 @@ _DESCRIPTIONS: dict[Topic, str] = {
     Topic.TOOL_CALLS: "Tool calls (engine -> tool-exec). Key: call id.",
     Topic.SANDBOX_CALLS: "Sandbox tool calls (engine -> sandbox). Key: session id.",
     Topic.TOOL_RESULTS: "Tool results (tool-exec, sandbox -> engine). Key: session id.",
+    Topic.SESSION_NOTICES: "Session events that are not a turn's (suggestions ready). "
+    "Key: session id.",
     Topic.DLQ: "Records a consumer could not decode or process, with the reason.",
 }
 

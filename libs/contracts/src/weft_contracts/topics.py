@@ -8,6 +8,7 @@ from typing import Any
 from weft_contracts.commands import AgentControl, AgentRequest
 from weft_contracts.dlq import DeadLetterRecord
 from weft_contracts.events import AgentEvent
+from weft_contracts.notices import SessionNotice
 from weft_contracts.tools import ToolCall, ToolResult
 
 
@@ -20,6 +21,7 @@ class Topic(StrEnum):
     TOOL_CALLS = "weft.tool.calls.v1"
     SANDBOX_CALLS = "weft.sandbox.calls.v1"
     TOOL_RESULTS = "weft.tool.results.v1"
+    SESSION_NOTICES = "weft.session.notices.v1"
     DLQ = "weft.dlq.v1"
 
 
@@ -30,6 +32,7 @@ TOPIC_MODELS: dict[Topic, Any] = {
     Topic.TOOL_CALLS: ToolCall,
     Topic.SANDBOX_CALLS: ToolCall,
     Topic.TOOL_RESULTS: ToolResult,
+    Topic.SESSION_NOTICES: SessionNotice,
     Topic.DLQ: DeadLetterRecord,
 }
 """The (annotated) union type a consumer of each topic decodes with ``TypeAdapter``."""

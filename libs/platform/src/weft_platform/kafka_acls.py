@@ -28,9 +28,8 @@ from aiokafka.protocol.admin import (
 from aiokafka.protocol.api import Request
 from weft_contracts import Topic
 
-SESSION_NOTICES = "weft.session.notices.v1"
-"""Session events that are not a turn's (ARCHITECTURE): granted before the topic exists,
-so that its first producer and consumer need no ACL change."""
+SESSION_NOTICES = Topic.SESSION_NOTICES.value
+"""Session events that are not a turn's (ARCHITECTURE)."""
 
 DLQ_REPLAY = "weft-dlq-replay"
 """The principal that reads dead letters and puts them back on their topic: separate from

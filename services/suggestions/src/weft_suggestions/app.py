@@ -1,67 +1,114 @@
-"""App factory of the suggestions service (a placeholder: it answers that suggested
-questions are not available)."""
+"""App factory of the suggestions service: follow-up questions after each answer
+(SPEC Q-01..Q-05), generated off the consume path of ``agent.events`` and announced on
+``weft.session.notices.v1``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import structlog
-from fastapi import APIRouter, FastAPI
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
+from pydantic import AliasChoices, Field
 from weft_contracts import Topic
+from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.internal_auth import InternalAuth
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
 
-CONSUMER_GROUP = "weft-suggestions"
-NOT_AVAILABLE = "suggested questions are not available yet in this Weft version"
+from weft_suggestions.api import suggestions_router
+from weft_suggestions.config import FixedConfigs, FollowUpConfig
+from weft_suggestions.generation import FollowUpGenerator
+from weft_suggestions.lease import SuggestionLease
+from weft_suggestions.turns import TurnLog
+from weft_suggestions.worker import SuggestionWorker
 
-log = structlog.get_logger(__name__)
+CONSUMER_GROUP = "weft-suggestions"
+
+TURN_TYPES = frozenset({"turn_started", "references", "complete"})
+"""The events suggestions needs: the question, the sources, the end of the turn. Every
+other record of ``agent.events`` (deltas, tool events: nearly all of them) is skipped by
+its ``type`` header without being decoded."""
 
 
 class SuggestionsSettings(ServiceSettings):
-    """suggestions settings."""
+    """suggestions settings; the model uses the ``openai`` package's variable names."""
 
     service_name: str = "suggestions"
     http_port: int = 8086
-
-
-FOLLOW_UP_TRIGGERS = frozenset({"complete"})
-"""The only events follow-ups will need (SPEC Q-*): the end of a turn. Every other record
-of ``agent.events`` (deltas, tool events: nearly all of them) is skipped by its ``type``
-header without being decoded."""
-
-
-async def observe_completions(events: Sequence[object]) -> None:
-    """Follow-ups will be generated on ``complete``; for now the turns are only seen."""
-    log.debug("turns_completed", count=len(events))
-
-
-def suggestions_router() -> APIRouter:
-    """The suggestions API, answering 501 until it is built."""
-    router = APIRouter(prefix="/api/v1", tags=["suggestions"])
-
-    @router.get("/sessions/{session_id}/suggestions", status_code=501)
-    async def get_suggestions(session_id: str) -> JSONResponse:
-        return JSONResponse({"detail": NOT_AVAILABLE, "session_id": session_id}, status_code=501)
-
-    return router
+    openai_base_url: str = Field(
+        default="http://127.0.0.1:8090/v1",
+        validation_alias=AliasChoices("OPENAI_BASE_URL", "WEFT_OPENAI_BASE_URL"),
+    )
+    openai_api_key: str = Field(
+        default="scripted-llm-test-double",
+        validation_alias=AliasChoices("OPENAI_API_KEY", "WEFT_OPENAI_API_KEY"),
+    )
+    llm_model: str = Field(
+        default="weft-scripted", validation_alias=AliasChoices("WEFT_LLM_MODEL", "LLM_MODEL")
+    )
+    follow_ups: FollowUpConfig = Field(
+        default_factory=FollowUpConfig,
+        description="Follow-up settings of every agent (SPEC Q-01/Q-02; off by default), "
+        "as JSON in WEFT_FOLLOW_UPS.",
+    )
+    locale: str = Field(default="en", max_length=35, description="Locale of generated sets.")
+    lease_s: float = Field(
+        default=90.0,
+        gt=0,
+        description="SPEC Q-04: how long a generator holds a set; above the stall timeout, "
+        "so only a crashed or stuck generator loses it.",
+    )
+    generation_stall_timeout_s: float = Field(default=30.0, gt=0)
+    generation_concurrency: int = Field(default=8, ge=1, le=64)
+    generation_max_pending: int = Field(
+        default=256,
+        ge=1,
+        le=10_000,
+        description="Generations held per process; beyond it a claimed set waits for its "
+        "lease to pass and a sweeper (invariant 6).",
+    )
+    sweep_interval_s: float = Field(default=15.0, gt=0)
+    events_linger_ms: int = Field(
+        default=200,
+        ge=0,
+        le=5000,
+        description="Fetches of agent events are held this long until 64 KiB are there: "
+        "fewer, larger batches; follow-ups may start this much later.",
+    )
 
 
 def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
-    """Wire the placeholder consumer and API."""
-    runtime = create_runtime(settings or SuggestionsSettings())
+    """Wire the turn log, the generator and its sweeper, and the internal API."""
+    settings = settings or SuggestionsSettings()
+    runtime = create_runtime(settings)
     init_logging(runtime)
-    # One commit per fetch instead of one per record, and fetches held up to a second so
-    # they are large: the placeholder must not cost CPU in proportion to the event stream
-    # (follow-ups can start a second late).
+    model = OpenAIChatModel(base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+    turns = TurnLog(runtime.sessions)
+    worker = SuggestionWorker(
+        turns=turns,
+        lease=SuggestionLease(runtime.sessions, settings.lease_s),
+        configs=FixedConfigs(settings.follow_ups),
+        generator=FollowUpGenerator(
+            model, settings.llm_model, stall_timeout_s=settings.generation_stall_timeout_s
+        ),
+        bus=runtime.bus,
+        locale=settings.locale,
+        concurrency=settings.generation_concurrency,
+        sweep_interval_s=settings.sweep_interval_s,
+        max_pending=settings.generation_max_pending,
+    )
     runtime.bus.consume_batch(
         Topic.AGENT_EVENTS,
         CONSUMER_GROUP,
-        observe_completions,
-        types=FOLLOW_UP_TRIGGERS,
-        linger_ms=1000,
+        worker.on_events,
+        types=TURN_TYPES,
+        linger_ms=settings.events_linger_ms,
     )
-    return create_service_app(
-        runtime, title="weft suggestions (not available yet)", routers=[suggestions_router()]
+    app = create_service_app(
+        runtime,
+        title="weft suggestions",
+        routers=[suggestions_router(runtime.sessions, turns, worker)],
+        internal=InternalAuth(runtime.verifier, "suggestions"),
+        on_startup=[worker.start],
+        on_shutdown=[worker.stop, model.aclose],
     )
+    app.state.worker = worker
+    return app

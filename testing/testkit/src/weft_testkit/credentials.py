@@ -28,7 +28,7 @@ from weft_platform.runtime import DEV_ISSUERS
 
 E = TypeVar("E", bound=Envelope)
 
-EVERY_SERVICE = ("memory", "agent-config", "tool-exec", RECORDS)
+EVERY_SERVICE = ("memory", "agent-config", "tool-exec", "suggestions", RECORDS)
 OPERATOR_SCOPES = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),

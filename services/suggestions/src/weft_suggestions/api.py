@@ -1,0 +1,174 @@
+"""Internal HTTP API of suggestions (SPEC Q-05), reached through the gateway.
+
+Every route acts for the tenant and user of the caller's request credential
+(``InternalAuth``) and finds the message through that user's session of that tenant: a
+message of another tenant, user or session answers 404, exactly as a missing one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, HTTPException, Query
+from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from ulid import ULID
+from weft_contracts import SuggestedQuestion, SuggestionPlacement
+from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
+
+from weft_suggestions.turns import FinishedTurn, TurnLog
+from weft_suggestions.worker import SuggestionWorker
+
+SetState = Literal["disabled", "pending", "generating", "ready", "suppressed", "failed"]
+"""``disabled``: follow-ups are off for the agent; ``pending``: the turn's end is not
+processed yet; the others are the set's own states (SPEC Q-04)."""
+
+
+class SuggestionSetOut(BaseModel):
+    """The follow-ups of one assistant message."""
+
+    assistant_message_id: str
+    placement: SuggestionPlacement
+    locale: str
+    state: SetState
+    questions: list[SuggestedQuestion] = Field(default_factory=list)
+    reason: str = ""
+    allow_regenerate: bool = False
+
+
+class RegenerateIn(BaseModel):
+    """Ask for new follow-ups of a message (when the agent allows it, SPEC Q-02)."""
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    user_id: str = Field(min_length=1, max_length=128)
+    assistant_message_id: str = Field(min_length=2, max_length=128)
+
+
+class SuggestionEventIn(BaseModel):
+    """What the user did with a suggestion (SPEC Q-05)."""
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    user_id: str = Field(min_length=1, max_length=128)
+    assistant_message_id: str = Field(min_length=2, max_length=128)
+    placement: SuggestionPlacement = "follow_up"
+    question_id: str | None = Field(default=None, max_length=64)
+    kind: Literal["impression", "click", "dismiss", "regenerate"]
+
+
+class SuggestionEventOut(BaseModel):
+    """The stored event."""
+
+    id: str
+
+
+NOT_FOUND = "message not found"
+
+
+def suggestions_router(
+    sessions: async_sessionmaker[AsyncSession], turns: TurnLog, worker: SuggestionWorker
+) -> APIRouter:
+    """GET/POST suggestions and POST suggestion-events."""
+    router = APIRouter(prefix="/internal", tags=["suggestions"])
+
+    async def owned(tenant_id: str, user_id: str, session_id: str, message_id: str) -> FinishedTurn:
+        turn = await turns.owner_turn(tenant_id, user_id, session_id, message_id)
+        if turn is None:
+            raise HTTPException(404, NOT_FOUND)
+        return turn
+
+    async def current(turn: FinishedTurn) -> SuggestionSetOut:
+        config = await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        key = worker.key(turn, config)
+        base = SuggestionSetOut(
+            assistant_message_id=key.assistant_message_id,
+            placement="follow_up",
+            locale=key.locale,
+            state="disabled" if not config.enabled else "pending",
+            allow_regenerate=config.enabled and config.allow_regenerate,
+        )
+        if not config.enabled:
+            return base
+        async with sessions() as s:
+            row = await s.get(
+                MessageSuggestionSet,
+                (
+                    key.tenant_id,
+                    key.assistant_message_id,
+                    key.placement,
+                    key.config_hash,
+                    key.locale,
+                ),
+            )
+        if row is None:
+            return base
+        return base.model_copy(
+            update={
+                "state": row.state,
+                "questions": [SuggestedQuestion.model_validate(q) for q in row.questions],
+                "reason": row.reason,
+            }
+        )
+
+    @router.get("/sessions/{session_id}/suggestions", response_model=SuggestionSetOut)
+    async def get_suggestions(
+        session_id: str,
+        tenant_id: str = Query(min_length=1),
+        user_id: str = Query(min_length=1),
+        assistant_message_id: str = Query(min_length=2, max_length=128),
+    ) -> SuggestionSetOut:
+        turn = await owned(tenant_id, user_id, session_id, assistant_message_id)
+        return await current(turn)
+
+    @router.post("/sessions/{session_id}/suggestions", response_model=SuggestionSetOut)
+    async def regenerate(session_id: str, body: RegenerateIn) -> SuggestionSetOut:
+        turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
+        config = await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        if not (config.enabled and config.allow_regenerate):
+            raise HTTPException(403, "this agent does not allow regenerating suggestions")
+        claimed = await worker.claim_follow_ups(turn.tenant_id, turn.request_id, regenerate=True)
+        if claimed is None:
+            raise HTTPException(409, "the suggestions of this message are being generated")
+        await _store_event(
+            sessions, turn, body.assistant_message_id, "follow_up", None, "regenerate"
+        )
+        await worker.generate(claimed.claim, claimed.config)
+        return await current(turn)
+
+    @router.post(
+        "/sessions/{session_id}/suggestion-events",
+        status_code=201,
+        response_model=SuggestionEventOut,
+    )
+    async def record_event(session_id: str, body: SuggestionEventIn) -> SuggestionEventOut:
+        turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
+        event_id = await _store_event(
+            sessions, turn, body.assistant_message_id, body.placement, body.question_id, body.kind
+        )
+        return SuggestionEventOut(id=event_id)
+
+    return router
+
+
+async def _store_event(
+    sessions: async_sessionmaker[AsyncSession],
+    turn: FinishedTurn,
+    assistant_message_id: str,
+    placement: str,
+    question_id: str | None,
+    kind: str,
+) -> str:
+    event_id = str(ULID())
+    async with sessions.begin() as s:
+        s.add(
+            SuggestionEvent(
+                id=event_id,
+                tenant_id=turn.tenant_id,
+                session_id=turn.session_id,
+                user_id=turn.user_id,
+                assistant_message_id=assistant_message_id,
+                placement=placement,
+                question_id=question_id,
+                kind=kind,
+            )
+        )
+    return event_id
