@@ -9,7 +9,7 @@ from typing import Any, Literal, Self
 
 from aiokafka.helpers import create_ssl_context
 from faststream.security import BaseSecurity, SASLScram512
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -158,4 +158,21 @@ class ServiceSettings(KafkaAccess):
         default=False,
         description="Generate missing key pairs into credentials_dir at start (development "
         "and tests only). Off: a service without its keys refuses to start.",
+    )
+
+
+class ModelClientSettings(ServiceSettings):
+    """A service that calls an OpenAI-compatible model besides the engine (memory's
+    extraction, suggestions); the variables are the ``openai`` package's names."""
+
+    openai_base_url: str = Field(
+        default="http://127.0.0.1:8090/v1",
+        validation_alias=AliasChoices("OPENAI_BASE_URL", "WEFT_OPENAI_BASE_URL"),
+    )
+    openai_api_key: str = Field(
+        default="scripted-llm-test-double",
+        validation_alias=AliasChoices("OPENAI_API_KEY", "WEFT_OPENAI_API_KEY"),
+    )
+    llm_model: str = Field(
+        default="weft-scripted", validation_alias=AliasChoices("WEFT_LLM_MODEL", "LLM_MODEL")
     )

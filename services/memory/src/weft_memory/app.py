@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-from pydantic import AliasChoices, Field
+from pydantic import Field
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import create_runtime
-from weft_platform.settings import ServiceSettings
+from weft_platform.settings import ModelClientSettings
 
 from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
@@ -24,22 +24,11 @@ from weft_memory.turns_api import turns_router
 CONSUMER_GROUP = "weft-memory"
 
 
-class MemorySettings(ServiceSettings):
+class MemorySettings(ModelClientSettings):
     """memory settings; the extraction model uses the ``openai`` package's variable names."""
 
     service_name: str = "memory"
     http_port: int = 8085
-    openai_base_url: str = Field(
-        default="http://127.0.0.1:8090/v1",
-        validation_alias=AliasChoices("OPENAI_BASE_URL", "WEFT_OPENAI_BASE_URL"),
-    )
-    openai_api_key: str = Field(
-        default="scripted-llm-test-double",
-        validation_alias=AliasChoices("OPENAI_API_KEY", "WEFT_OPENAI_API_KEY"),
-    )
-    llm_model: str = Field(
-        default="weft-scripted", validation_alias=AliasChoices("WEFT_LLM_MODEL", "LLM_MODEL")
-    )
     extraction_stall_timeout_s: float = Field(default=60.0, gt=0)
     extraction_concurrency: int = Field(default=2, ge=1, le=32, description="SPEC M-10 workers.")
     extraction_poll_s: float = Field(default=5.0, gt=0)

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-from pydantic import AliasChoices, Field
+from pydantic import Field
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.runtime import create_runtime
-from weft_platform.settings import ServiceSettings
+from weft_platform.settings import ModelClientSettings
 
 from weft_suggestions.api import suggestions_router
 from weft_suggestions.config import FixedConfigs, FollowUpConfig
@@ -28,22 +28,11 @@ other record of ``agent.events`` (deltas, tool events: nearly all of them) is sk
 its ``type`` header without being decoded."""
 
 
-class SuggestionsSettings(ServiceSettings):
+class SuggestionsSettings(ModelClientSettings):
     """suggestions settings; the model uses the ``openai`` package's variable names."""
 
     service_name: str = "suggestions"
     http_port: int = 8086
-    openai_base_url: str = Field(
-        default="http://127.0.0.1:8090/v1",
-        validation_alias=AliasChoices("OPENAI_BASE_URL", "WEFT_OPENAI_BASE_URL"),
-    )
-    openai_api_key: str = Field(
-        default="scripted-llm-test-double",
-        validation_alias=AliasChoices("OPENAI_API_KEY", "WEFT_OPENAI_API_KEY"),
-    )
-    llm_model: str = Field(
-        default="weft-scripted", validation_alias=AliasChoices("WEFT_LLM_MODEL", "LLM_MODEL")
-    )
     follow_ups: FollowUpConfig = Field(
         default_factory=FollowUpConfig,
         description="Follow-up settings of every agent (SPEC Q-01/Q-02; off by default), "
