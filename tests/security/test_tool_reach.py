@@ -13,6 +13,7 @@ LLM test double. The unit-level checks are in tests/unit/test_tool_reach.py.
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaProducer
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext, Topic
+from weft_llm.model import MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_NAME_CHARS
 from weft_sandbox.app import NOT_AVAILABLE
 from weft_testkit import LocalStack, chat_requests, infra_env, read_turn
 from weft_testkit.credentials import signed
@@ -122,6 +124,40 @@ async def test_a_hijacked_model_reaches_only_the_agents_tools(
         if r.get("request_id") == request_id
     }
     assert published == {allowed_id}, published
+
+
+async def test_a_huge_tool_name_and_call_id_are_cut_before_they_are_echoed(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:  # SPEC E-16, E-18
+    """A model talked into a 20,000-character tool name and call id: the events, the
+    refusal and the next model request carry them cut to their limits, and the turn ends
+    normally instead of failing on its own echo."""
+    name, call_id = "n" * 20_000, "c" * 20_000
+    await llm.post("/_script", json={"steps": [
+        {"match": "HUGE", "tool_calls": [{"id": call_id, "name": name, "arguments": {}}]},
+        {"match": "HUGE", "content": "Nothing to run."},
+    ]})  # fmt: skip
+    agent = await api.post("/api/v1/agents", json={
+        "name": "thinks only", "allowed_tools": ["thinking"],
+        "web_search_enabled": False, "memory_enabled": False,
+    })  # fmt: skip
+    assert agent.status_code == 201, agent.text
+    session = await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})
+    assert session.status_code == 201, session.text
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session.json()['id']}", api_key=stack.api_key,
+        json_body={"query": "HUGE names please"},
+    )  # fmt: skip
+    for event in (e for e in events if e.event in {"tool_call", "tool_result"}):
+        data = event.data["data"]
+        assert data["tool_name"] == name[:MAX_TOOL_NAME_CHARS], len(data["tool_name"])
+        assert data["call_id"] == call_id[:MAX_TOOL_CALL_ID_CHARS], len(data["call_id"])
+    result = next(e.data["data"] for e in events if e.event == "tool_result")
+    assert result["success"] is False and len(result["error"]) < 2_000, result["error"][:200]
+    assert events[-1].data["data"]["status"] == "completed"
+    read_back = json.dumps((await chat_requests(llm))[-1]["messages"])
+    assert name[: MAX_TOOL_NAME_CHARS + 1] not in read_back
+    assert call_id[: MAX_TOOL_CALL_ID_CHARS + 1] not in read_back
 
 
 def _forged(

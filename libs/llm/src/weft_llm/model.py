@@ -8,6 +8,9 @@ from typing import Any, Literal, Protocol, get_args
 
 from weft_llm.messages import ChatMessage
 
+MAX_TOOL_NAME_CHARS = 64
+MAX_TOOL_CALL_ID_CHARS = 128
+
 RequestMessages = Sequence[ChatMessage]
 """A request's messages, in the wire format."""
 
@@ -36,6 +39,13 @@ class ToolCallRequest:
     id: str
     name: str
     arguments: str
+
+    def __post_init__(self) -> None:
+        # The name and id are the model's words, echoed into events, logs, span names and
+        # the next request: a hijacked model must not make them arbitrarily long. No real
+        # tool name is longer (OpenAI's own limit for function names is 64).
+        object.__setattr__(self, "name", self.name[:MAX_TOOL_NAME_CHARS])
+        object.__setattr__(self, "id", self.id[:MAX_TOOL_CALL_ID_CHARS])
 
 
 @dataclass(frozen=True, kw_only=True)
