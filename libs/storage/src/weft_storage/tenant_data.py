@@ -85,9 +85,7 @@ class Scope:
         return {"tenant": self.tenant_id, "user": self.user_id or ""}
 
 
-async def count_rows(
-    sessions: async_sessionmaker[AsyncSession], scope: Scope
-) -> dict[str, int]:
+async def count_rows(sessions: async_sessionmaker[AsyncSession], scope: Scope) -> dict[str, int]:
     """Rows of ``scope`` per table (tables without any are listed with 0)."""
     counts: dict[str, int] = {}
     async with sessions() as s:
@@ -100,9 +98,7 @@ async def count_rows(
     return counts
 
 
-async def delete_rows(
-    sessions: async_sessionmaker[AsyncSession], scope: Scope
-) -> dict[str, int]:
+async def delete_rows(sessions: async_sessionmaker[AsyncSession], scope: Scope) -> dict[str, int]:
     """Delete every row of ``scope``; rows deleted per table. Idempotent. Tables whose
     rows select through ``sessions`` go first, ``sessions`` itself last."""
     shapes = await table_shapes(sessions)
@@ -133,9 +129,7 @@ async def _delete_batched(
             return total
 
 
-async def session_ids(
-    sessions: async_sessionmaker[AsyncSession], scope: Scope
-) -> list[str]:
+async def session_ids(sessions: async_sessionmaker[AsyncSession], scope: Scope) -> list[str]:
     """Ids of the scope's sessions (deleted ones included)."""
     sql = "SELECT id FROM sessions WHERE tenant_id = :tenant"
     if scope.user_id is not None:
@@ -157,3 +151,22 @@ async def request_ids(
     async with sessions() as s:
         rows = await s.execute(sql, {"tenant": tenant_id, "sessions": list(session_ids)})
         return [str(r) for r in rows.scalars()]
+
+
+async def delete_messages_older_than(
+    sessions: async_sessionmaker[AsyncSession], tenant_id: str, days: float
+) -> int:
+    """Retention: delete the tenant's messages created more than ``days`` ago; how many."""
+    where = "tenant_id = :tenant AND created_at < now() - make_interval(secs => :secs)"
+    sql = text(
+        f"DELETE FROM messages WHERE ctid IN (SELECT ctid FROM messages WHERE {where} "
+        f"LIMIT {BATCH})"
+    )
+    total = 0
+    while True:
+        async with sessions.begin() as s:
+            result = await s.execute(sql, {"tenant": tenant_id, "secs": days * 86400.0})
+        count = int(getattr(result, "rowcount", 0) or 0)
+        total += count
+        if count < BATCH:
+            return total
