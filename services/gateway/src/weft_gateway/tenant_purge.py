@@ -62,12 +62,16 @@ class Residue(BaseModel):
 
 
 def _session_keys(tenant_id: str, session_id: str) -> list[str]:
+    """Every fixed-name key of one session: its stream and the stream's per-turn seq
+    hash (gateway), directory entry (gateway), running, queued and last turn (engine),
+    citation aliases (tools). Web snapshots are found by pattern."""
+    stream = f"weft:stream:{tenant_id}:{session_id}"
+    turn = f"weft:session:{tenant_id}:{session_id}"
     return [
-        f"weft:stream:{tenant_id}:{session_id}",
-        f"weft:gw:session:{tenant_id}:{session_id}",
-        f"weft:session:{tenant_id}:{session_id}:active",
+        stream, f"{stream}:seq", f"weft:gw:session:{tenant_id}:{session_id}",
+        f"{turn}:active", f"{turn}:queue", f"{turn}:last",
         f"weft:aliases:{tenant_id}:{session_id}",
-    ]
+    ]  # fmt: skip
 
 
 def _turn_keys(request_id: str) -> list[str]:
@@ -122,7 +126,9 @@ class DataPurger:
         for pattern in self._patterns(scope, sids):
             keys[pattern] = await self._count_scan(pattern)
         exact = [k for s in sids for k in _session_keys(scope.tenant_id, s)]
-        keys["session keys"] = int(await self._redis.exists(*exact)) if exact else 0
+        keys["session keys"] = 0
+        for start in range(0, len(exact), 1000):
+            keys["session keys"] += int(await self._redis.exists(*exact[start : start + 1000]))
         clean = not any(rows.values()) and not any(keys.values())
         return Residue(rows=rows, keys=keys, clean=clean)
 
