@@ -52,9 +52,11 @@ class Idp:
         now = int(time.time())
         body = {"iss": self.issuer, "aud": AUDIENCE, "sub": sub, "iat": now, "exp": now + 300}
         body.update(claims)
-        key, kid = {"RS256": (self.rsa, "rsa-1"), "ES256": (self.ec, "ec-1"),
-                    "EdDSA": (self.ed, "ed-1")}[alg]  # fmt: skip
-        return jwt.encode(body, key, algorithm=alg, headers={"kid": kid})
+        if alg == "RS256":
+            return jwt.encode(body, self.rsa, algorithm=alg, headers={"kid": "rsa-1"})
+        if alg == "ES256":
+            return jwt.encode(body, self.ec, algorithm=alg, headers={"kid": "ec-1"})
+        return jwt.encode(body, self.ed, algorithm=alg, headers={"kid": "ed-1"})
 
 
 @pytest.fixture(scope="module")
