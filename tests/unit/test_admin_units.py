@@ -139,3 +139,17 @@ async def test_end_user_token_checks_with_an_inline_key_set() -> None:
         assert caught.value.status_code == 401
         assert reason in str(caught.value.detail), (reason, caught.value.detail)
     await auth.aclose()
+
+
+async def test_an_unreachable_identity_provider_is_a_503_not_a_pass() -> None:
+    provider = IdentityProvider(
+        issuer="https://idp", audience="weft", jwks_url="http://127.0.0.1:9/jwks.json"
+    )
+    auth = EndUserAuth(_Registry({"https://idp": ("acme", "active", provider)}))
+    signer = ed25519.Ed25519PrivateKey.generate()
+    claims = {"iss": "https://idp", "aud": "weft", "sub": "u", "exp": int(time.time()) + 60}
+    token = jwt.encode(claims, signer, algorithm="EdDSA", headers={"kid": "k"})
+    with pytest.raises(HTTPException) as caught:
+        await auth.authenticate(token)
+    assert caught.value.status_code == 503
+    await auth.aclose()
