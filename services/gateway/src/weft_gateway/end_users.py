@@ -46,6 +46,9 @@ class _Issuer:
     tenant_id: str
     status: str
     provider: IdentityProvider
+    inline_keys: dict[str, jwt.PyJWK] | None
+    """An inline JWK set, parsed once per issuer lookup (parsing costs more than the
+    signature check)."""
 
 
 class EndUserAuth:
@@ -70,6 +73,10 @@ class EndUserAuth:
         self._issuers: dict[str, tuple[float, _Issuer | None]] = {}
         self._jwks: dict[str, _Jwks] = {}
         self._fetch_lock = asyncio.Lock()
+        # A burst of SSE connects presents one token many times: a verified token is
+        # remembered (until its exp, at most ``issuer_cache_s``) with its issuer, whose
+        # tenant and status are still looked up (cached) on every request.
+        self._verified: dict[str, tuple[float, str, Principal]] = {}
 
     async def aclose(self) -> None:
         """Close the JWKS client."""
@@ -77,6 +84,19 @@ class EndUserAuth:
 
     async def authenticate(self, token: str) -> tuple[Principal, str]:
         """The token's principal and its tenant's status; 401 with the reason otherwise."""
+        remembered = self._verified.get(token)
+        if remembered is not None and remembered[0] > time.time():
+            found = await self._issuer(remembered[1])
+            if found is not None and found.tenant_id == remembered[2].tenant_id:
+                return remembered[2], found.status
+        principal, status, issuer, expires = await self._verify_token(token)
+        if len(self._verified) >= 10_000:
+            self._verified.clear()
+        until = min(expires, time.time() + self._issuer_cache_s)
+        self._verified[token] = (until, issuer, principal)
+        return principal, status
+
+    async def _verify_token(self, token: str) -> tuple[Principal, str, str, float]:
         try:
             header = jwt.get_unverified_header(token)
             claims = jwt.decode(token, options={"verify_signature": False})
@@ -99,7 +119,8 @@ class EndUserAuth:
         subject = verified.get("sub")
         if not isinstance(subject, str) or not 1 <= len(subject) <= 128:
             raise _unauthorized("subject (sub) must be a string of 1 to 128 characters")
-        return Principal(tenant_id=found.tenant_id, user_id=subject), found.status
+        principal = Principal(tenant_id=found.tenant_id, user_id=subject)
+        return principal, found.status, issuer, float(verified["exp"])
 
     def _verify(
         self, token: str, key: jwt.PyJWK, alg: str, provider: IdentityProvider
@@ -131,7 +152,11 @@ class EndUserAuth:
         if cached is not None and cached[0] > now:
             return cached[1]
         row = await self._tenants.by_issuer(issuer)
-        found = _Issuer(*row) if row is not None else None
+        found = None
+        if row is not None:
+            tenant_id, status, provider = row
+            inline = _parse_jwks(provider.jwks) if provider.jwks is not None else None
+            found = _Issuer(tenant_id, status, provider, inline)
         if len(self._issuers) >= 10_000:
             self._issuers.clear()  # bounded against a stream of made-up issuers
         self._issuers[issuer] = (now + self._issuer_cache_s, found)
@@ -139,9 +164,8 @@ class EndUserAuth:
 
     async def _signing_key(self, found: _Issuer, kid: object) -> jwt.PyJWK:
         provider = found.provider
-        if provider.jwks is not None:
-            keys = _parse_jwks(provider.jwks)
-            return _pick(keys, kid)
+        if found.inline_keys is not None:
+            return _pick(found.inline_keys, kid)
         cache_key = f"{found.tenant_id}\n{provider.jwks_url}"
         now = time.monotonic()
         cached = self._jwks.get(cache_key)
