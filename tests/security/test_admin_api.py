@@ -146,6 +146,21 @@ async def test_key_requests_are_validated(admin_stack: AdminStack) -> None:
         assert resp.status_code == 422, (tenant_id, resp.text)
     dup = await admin.post("/admin/v1/tenants", json={"id": tenant})
     assert dup.status_code == 409
+    for params in ({"limit": 0}, {"limit": 1001}, {"outcome": "maybe"}, {"before_id": "x"},
+                   {"since": "yesterday"}):  # fmt: skip
+        resp = await admin.get("/admin/v1/audit", params=params)
+        assert resp.status_code == 422, (params, resp.text)
+    for body in ({"settings": {"retention": {"messages_days": -1}}},
+                 {"settings": {"unknown": 1}}, {"settings": {"retention": {"forever": 1}}},
+                 {"name": "x" * 201}):  # fmt: skip
+        resp = await admin.patch(f"/admin/v1/tenants/{tenant}", json=body)
+        assert resp.status_code == 422, (body, resp.text)
+    for params in ({"status": "gone"}, {"limit": 501}, {"offset": -1}):
+        assert (await admin.get("/admin/v1/tenants", params=params)).status_code == 422
+    rotate = await admin.post(
+        f"/admin/v1/tenants/{other}/keys/{key['id']}/rotate", json={"overlap_s": 8 * 86400}
+    )
+    assert rotate.status_code == 422
 
 
 async def test_suspended_tenant_is_refused_everywhere_until_resumed(
