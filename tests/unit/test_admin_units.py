@@ -8,6 +8,7 @@ import json
 import time
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
@@ -153,3 +154,44 @@ async def test_an_unreachable_identity_provider_is_a_503_not_a_pass() -> None:
         await auth.authenticate(token)
     assert caught.value.status_code == 503
     await auth.aclose()
+
+
+async def test_key_rotation_at_the_provider_is_followed_without_a_fetch_storm() -> None:
+    old, new = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
+    published = {"keys": [_jwk(OKPAlgorithm.to_jwk(old.public_key()), "old")]}
+    fetches = 0
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        nonlocal fetches
+        fetches += 1
+        return httpx.Response(200, json=published)
+
+    provider = IdentityProvider(issuer="https://idp", audience="weft", jwks_url="https://idp/k")
+
+    def auth_with_floor(floor_s: float) -> EndUserAuth:
+        return EndUserAuth(
+            _Registry({"https://idp": ("acme", "active", provider)}),
+            http=httpx.AsyncClient(transport=httpx.MockTransport(serve)),
+            jwks_min_refresh_s=floor_s,
+        )
+
+    claims = {"iss": "https://idp", "aud": "weft", "sub": "u", "exp": int(time.time()) + 60}
+
+    def signed(key: ed25519.Ed25519PrivateKey, kid: str) -> str:
+        return jwt.encode(claims, key, algorithm="EdDSA", headers={"kid": kid})
+
+    patient = auth_with_floor(3600)
+    await patient.authenticate(signed(old, "old"))
+    for n in range(20):  # made-up kids: refused from the cached set, no new fetch
+        with pytest.raises(HTTPException, match="signing key not found"):
+            await patient.authenticate(signed(new, f"bogus-{n}"))
+    assert fetches == 1
+    await patient.aclose()
+
+    eager = auth_with_floor(0)
+    await eager.authenticate(signed(old, "old"))
+    assert fetches == 2
+    published["keys"].append(_jwk(OKPAlgorithm.to_jwk(new.public_key()), "new"))
+    principal, _ = await eager.authenticate(signed(new, "new"))  # unknown kid: fetch again
+    assert principal.user_id == "u" and fetches == 3
+    await eager.aclose()
