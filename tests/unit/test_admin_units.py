@@ -18,7 +18,7 @@ from jwt.algorithms import OKPAlgorithm, RSAAlgorithm
 from pydantic import ValidationError
 from weft_gateway.admin_auth import Operator, OperatorAuth, require_operator
 from weft_gateway.end_users import EndUserAuth
-from weft_gateway.tenant_purge import tenant_patterns
+from weft_gateway.tenant_purge import stream_pattern, tenant_patterns
 from weft_gateway.tenant_registry import IdentityProvider, TenantRegistry, TenantSettings
 
 
@@ -195,3 +195,8 @@ async def test_key_rotation_at_the_provider_is_followed_without_a_fetch_storm() 
     principal, _ = await eager.authenticate(signed(new, "new"))  # unknown kid: fetch again
     assert principal.user_id == "u" and fetches == 3
     await eager.aclose()
+
+
+def test_stream_pattern_is_the_tenants_streams_only() -> None:
+    assert stream_pattern("acme") == "weft:stream:acme:*"
+    assert stream_pattern("a:b") is None

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.tenant_data import Scope, delete_messages_older_than
 
 from weft_gateway.audit_log import AuditLog
-from weft_gateway.tenant_purge import DataPurger, tenant_patterns
+from weft_gateway.tenant_purge import DataPurger, stream_pattern
 from weft_gateway.tenant_registry import Retention, TenantRegistry
 
 log = structlog.get_logger(__name__)
@@ -129,6 +129,7 @@ class TenantLifecycle:
                 log.info("retention_messages", tenant_id=tenant_id, deleted=deleted)
         if retention.streams_days is not None:
             ttl = max(1, int(retention.streams_days * 86400))
-            for pattern in tenant_patterns(tenant_id)[:1]:  # weft:stream:{tenant}:*
+            pattern = stream_pattern(tenant_id)
+            if pattern is not None:
                 async for key in self._redis.scan_iter(match=pattern, count=1000):
                     await self._redis.expire(key, ttl, lt=True)

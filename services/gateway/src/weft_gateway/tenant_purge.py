@@ -89,6 +89,12 @@ def tenant_patterns(tenant_id: str) -> list[str]:
     return [f"weft:{family}:{escaped}:*" for family in TENANT_KEY_FAMILIES]
 
 
+def stream_pattern(tenant_id: str) -> str | None:
+    """SCAN pattern of the tenant's session streams (None: see :func:`tenant_patterns`)."""
+    patterns = tenant_patterns(tenant_id)
+    return patterns[TENANT_KEY_FAMILIES.index("stream")] if patterns else None
+
+
 def _session_patterns(tenant_id: str, sessions: Iterable[str]) -> list[str]:
     t = tenant_id.translate(_GLOB)
     return [f"weft:web_snapshot:{t}:{s.translate(_GLOB)}:*" for s in sessions]
