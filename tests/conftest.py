@@ -19,7 +19,12 @@ os.environ.setdefault("WEFT_CREDENTIALS_DEV_KEYS", "true")
 
 # The stack (e2e, security), database (integration, security) and private broker (outage
 # tests) fixtures, shared by suites.
-pytest_plugins = ["tests.stack_fixtures", "tests.db_fixtures", "tests.private_broker"]
+pytest_plugins = [
+    "tests.stack_fixtures",
+    "tests.db_fixtures",
+    "tests.private_broker",
+    "tests.security.admin_fixtures",
+]
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -175,6 +175,18 @@ class _FakeDb:
         await asyncio.sleep(0.01)
         return _Row() if "key_hash" in str(stmt) else None
 
+    async def execute(self, stmt: object) -> _Found:
+        """The key and its tenant's status (None: a tenant without a row)."""
+        return _Found(await self.scalar(stmt))
+
+
+class _Found:
+    def __init__(self, row: _Row | None) -> None:
+        self._row = row
+
+    def first(self) -> tuple[_Row, str | None] | None:
+        return None if self._row is None else (self._row, None)
+
 
 class _Req:
     def __init__(self, key: str) -> None:

@@ -48,6 +48,8 @@ class ApiKey(Base):
     knowledge_base_ids: Mapped[list[str] | None] = mapped_column(JsonB, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Migration 0010_admin: a key stops working at this time (rotation overlap, expiry).
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Agent(Base):

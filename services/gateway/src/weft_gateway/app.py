@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from redis.asyncio import BlockingConnectionPool, Redis
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.bus import EventBus
@@ -14,10 +15,15 @@ from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
 
+from weft_gateway.admin_api import AdminServices, admin_router
+from weft_gateway.admin_auth import OperatorAuth
 from weft_gateway.api import Gateway
+from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.clients import AgentConfigClient, SessionsClient
+from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
+from weft_gateway.key_registry import KeyRegistry
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import BodySizeLimit, TenantLimits
@@ -26,6 +32,9 @@ from weft_gateway.routes import agents_router, public_router, shared_agents_rout
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
+from weft_gateway.tenant_lifecycle import TenantLifecycle
+from weft_gateway.tenant_purge import DataPurger
+from weft_gateway.tenant_registry import TenantRegistry
 
 PROJECTOR_GROUP = "weft-gateway-projector"
 
@@ -112,13 +121,22 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     kb_scope = KnowledgeScope(knowledge, documents)
     fanout = StreamFanout(redis)
     signer = runtime.signer(GATEWAY)
+    tenants = TenantRegistry(runtime.sessions)
+    end_users = EndUserAuth(
+        tenants,
+        issuer_cache_s=s.end_user_issuer_cache_s,
+        jwks_cache_s=s.end_user_jwks_cache_s,
+        leeway_s=s.end_user_leeway_s,
+    )
     auth = ApiKeyAuth(
         runtime.sessions,
         limits,
         cache_s=s.auth_cache_s,
         signer=signer,
         credential_ttl_s=s.api_credential_ttl_s,
+        end_users=end_users,
     )
+    admin = _admin_services(s, runtime.sessions, redis, tenants)
     gateway = Gateway(
         settings=s,
         bus=runtime.bus,
@@ -136,8 +154,10 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         register_projector(runtime.bus, s, streams, limits)
 
     async def register_dev_key() -> None:
+        # Unset: every development key is revoked, so a production start never keeps one.
         if s.dev_api_key:
-            await auth.register(s.dev_tenant, s.dev_user, s.dev_api_key, name="dev bootstrap key")
+            await tenants.ensure(s.dev_tenant)
+        await admin.keys.apply_dev_key(s.dev_tenant, s.dev_user, s.dev_api_key)
 
     app = create_service_app(
         runtime,
@@ -149,9 +169,33 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             knowledge_router(
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope
             ),
+            admin_router(admin),
         ],
-        on_startup=[register_dev_key],
-        on_shutdown=[fanout.aclose, memory.aclose, agents.aclose, redis.aclose],
-    )
+        on_startup=[register_dev_key, admin.lifecycle.start],
+        on_shutdown=[
+            admin.lifecycle.stop, end_users.aclose, fanout.aclose, memory.aclose,
+            agents.aclose, redis.aclose,
+        ],
+    )  # fmt: skip
+    app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)
     app.add_middleware(BodySizeLimit, max_bytes=s.max_body_bytes)
     return app
+
+
+def _admin_services(
+    s: GatewaySettings,
+    sessions: async_sessionmaker[AsyncSession],
+    redis: Redis,
+    tenants: TenantRegistry,
+) -> AdminServices:
+    audit = AuditLog(sessions)
+    purger = DataPurger(sessions, redis)
+    lifecycle = TenantLifecycle(
+        sessions=sessions, redis=redis, registry=tenants, purger=purger, audit=audit,
+        interval_s=s.maintenance_interval_s,
+        lock_key=f"weft:{s.topic_prefix}admin:maintenance",
+    )  # fmt: skip
+    return AdminServices(
+        tenants=tenants, keys=KeyRegistry(sessions), audit=audit, purger=purger,
+        lifecycle=lifecycle,
+    )  # fmt: skip

@@ -114,3 +114,24 @@ class GatewaySettings(ServiceSettings):
     )
     redis_max_connections: int = Field(default=200, ge=10, description="Gateway Redis pool.")
     redis_wait_s: float = Field(default=30.0, gt=0, description="Wait for a pooled connection.")
+    # Administration (docs/admin.md).
+    admin_token_sha256: str = Field(
+        default="",
+        description="SHA-256 hex digests of the operator tokens of /admin/v1, "
+        "comma-separated (several: rotation with an overlap); empty: no admin API (404).",
+    )
+    maintenance_interval_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Period of the maintenance job (unfinished tenant deletions, retention); "
+        "one gateway runs each period; 0: never.",
+    )
+    end_user_issuer_cache_s: float = Field(
+        default=30.0, ge=0, description="Issuer -> tenant lookups of end-user JWTs cached."
+    )
+    end_user_jwks_cache_s: float = Field(
+        default=300.0, ge=0, description="A tenant identity provider's JWK set is kept this long."
+    )
+    end_user_leeway_s: float = Field(
+        default=30.0, ge=0, le=300, description="Clock skew allowed on exp/nbf of end-user JWTs."
+    )

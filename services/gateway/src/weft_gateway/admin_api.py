@@ -1,0 +1,278 @@
+"""The admin API (``/admin/v1``): tenants, their API keys and users, the audit log.
+
+Only an operator (``require_operator``) reaches it; every change is written to the
+append-only audit log with its outcome, refused and failed attempts included.
+"""
+
+# No ``from __future__ import annotations``: FastAPI must see the route annotations.
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from pydantic import BaseModel, Field
+from weft_storage.models_admin import TenantStatus
+from weft_storage.tenant_data import Scope
+
+from weft_gateway.admin_auth import Operator, require_operator
+from weft_gateway.audit_log import AuditFilter, AuditLog, AuditView, Outcome
+from weft_gateway.key_registry import KeyRegistry, KeyView, NewKey
+from weft_gateway.tenant_lifecycle import TenantLifecycle
+from weft_gateway.tenant_purge import DataPurger, PurgeReport, Residue
+from weft_gateway.tenant_registry import (
+    TENANT_ID_PATTERN,
+    TenantRegistry,
+    TenantSettings,
+    TenantView,
+)
+
+AnyTenantId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+"""Existing tenants may hold ``:`` (ids from before the tenants table)."""
+ObjectId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+Who = Annotated[Operator, Depends(require_operator)]
+MAX_KEY_LIFETIME_S = 10 * 365 * 86400
+MAX_ROTATION_OVERLAP_S = 7 * 86400
+
+
+class TenantCreate(BaseModel):
+    """Body of ``POST /admin/v1/tenants``."""
+
+    id: str = Field(pattern=TENANT_ID_PATTERN)
+    name: str = Field(default="", max_length=200)
+    settings: TenantSettings = Field(default_factory=TenantSettings)
+
+
+class TenantUpdate(BaseModel):
+    """Body of ``PATCH /admin/v1/tenants/{id}``: the settings are replaced as a whole."""
+
+    name: str | None = Field(default=None, max_length=200)
+    settings: TenantSettings | None = None
+
+
+class TenantPage(BaseModel):
+    """A page of tenants."""
+
+    items: list[TenantView]
+    total: int
+
+
+class KeyCreate(BaseModel):
+    """Body of ``POST /admin/v1/tenants/{id}/keys``."""
+
+    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
+    name: str = Field(default="", max_length=200)
+    knowledge_base_ids: list[str] | None = Field(default=None, max_length=100)
+    """Limit the key to these knowledge bases (SPEC A-09); None: all of the tenant's."""
+    expires_in_s: int | None = Field(default=None, ge=1, le=MAX_KEY_LIFETIME_S)
+
+
+class KeyRotate(BaseModel):
+    """Body of ``POST .../keys/{key_id}/rotate``."""
+
+    overlap_s: int = Field(default=0, ge=0, le=MAX_ROTATION_OVERLAP_S)
+    """How long the old key keeps working beside the new one (0: revoked at once)."""
+
+
+class DeletionStarted(BaseModel):
+    """Answer of ``DELETE /admin/v1/tenants/{id}``."""
+
+    tenant_id: str
+    status: str
+    residue_url: str
+
+
+class UserPurge(BaseModel):
+    """Answer of ``DELETE /admin/v1/tenants/{id}/users/{user_id}``."""
+
+    tenant_id: str
+    user_id: str
+    report: PurgeReport
+    clean: bool
+
+
+@dataclass(frozen=True)
+class AdminServices:
+    """What the admin routes work with."""
+
+    tenants: TenantRegistry
+    keys: KeyRegistry
+    audit: AuditLog
+    purger: DataPurger
+    lifecycle: TenantLifecycle
+
+
+def admin_router(svc: AdminServices) -> APIRouter:
+    """Every ``/admin/v1`` route of this module."""
+    router = APIRouter(prefix="/admin/v1", tags=["admin"])
+    _tenant_routes(router, svc)
+    _lifecycle_routes(router, svc)
+    _key_routes(router, svc)
+    _audit_routes(router, svc)
+    return router
+
+
+@asynccontextmanager
+async def _audited(
+    audit: AuditLog, who: Operator, action: str, target_type: str, target_id: str,
+    detail: dict[str, Any] | None = None,
+) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
+    """Record the action with its outcome; the body may add to the yielded detail."""
+    extra: dict[str, Any] = dict(detail or {})
+    outcome: Outcome = "ok"
+    error: str | None = None
+    try:
+        yield extra
+    except HTTPException as exc:
+        outcome = "refused" if exc.status_code < 500 else "failed"
+        error = str(exc.detail)[:2000]
+        raise
+    except Exception as exc:
+        outcome, error = "failed", repr(exc)[:2000]
+        raise
+    finally:
+        await audit.append(
+            actor=who.id, action=action, target_type=target_type, target_id=target_id,
+            outcome=outcome, detail=extra, error=error,
+        )  # fmt: skip
+
+
+def _tenant_routes(router: APIRouter, svc: AdminServices) -> None:
+    @router.post("/tenants", status_code=201)
+    async def create_tenant(who: Who, body: TenantCreate) -> TenantView:
+        async with _audited(svc.audit, who, "tenant.create", "tenant", body.id):
+            return await svc.tenants.create(body.id, body.name, body.settings)
+
+    @router.get("/tenants")
+    async def list_tenants(
+        who: Who,
+        status: TenantStatus | None = None,
+        limit: int = Query(default=50, ge=1, le=500),
+        offset: int = Query(default=0, ge=0, le=1_000_000),
+    ) -> TenantPage:
+        items, total = await svc.tenants.page(status, limit, offset)
+        return TenantPage(items=items, total=total)
+
+    @router.get("/tenants/{tenant_id}")
+    async def get_tenant(who: Who, tenant_id: AnyTenantId) -> TenantView:
+        return await svc.tenants.get(tenant_id)
+
+    @router.patch("/tenants/{tenant_id}")
+    async def update_tenant(who: Who, tenant_id: AnyTenantId, body: TenantUpdate) -> TenantView:
+        changed = sorted(body.model_dump(exclude_unset=True))
+        async with _audited(
+            svc.audit, who, "tenant.update", "tenant", tenant_id, {"fields": changed}
+        ):
+            return await svc.tenants.update(tenant_id, body.name, body.settings)
+
+    @router.post("/tenants/{tenant_id}/suspend")
+    async def suspend_tenant(who: Who, tenant_id: AnyTenantId) -> TenantView:
+        async with _audited(svc.audit, who, "tenant.suspend", "tenant", tenant_id):
+            return await svc.tenants.set_status(tenant_id, "suspended", only_from=("active",))
+
+    @router.post("/tenants/{tenant_id}/resume")
+    async def resume_tenant(who: Who, tenant_id: AnyTenantId) -> TenantView:
+        async with _audited(svc.audit, who, "tenant.resume", "tenant", tenant_id):
+            return await svc.tenants.set_status(tenant_id, "active", only_from=("suspended",))
+
+
+def _lifecycle_routes(router: APIRouter, svc: AdminServices) -> None:
+    @router.delete("/tenants/{tenant_id}", status_code=202)
+    async def delete_tenant(who: Who, tenant_id: AnyTenantId) -> DeletionStarted:
+        """Start (or start again) the deletion of every piece of the tenant's data; poll
+        ``residue_url`` until it is clean. A tenant with no row whose data is still there
+        (ids from before the tenants table, or a write that raced a deletion) is purged
+        too: the call is idempotent."""
+        async with _audited(svc.audit, who, "tenant.delete", "tenant", tenant_id):
+            try:
+                await svc.tenants.set_status(
+                    tenant_id, "deleting", only_from=("active", "suspended")
+                )
+            except HTTPException as exc:
+                if exc.status_code != 404:
+                    raise
+            svc.lifecycle.purge_in_background(tenant_id, who.id)
+        return DeletionStarted(
+            tenant_id=tenant_id,
+            status="deleting",
+            residue_url=f"/admin/v1/tenants/{tenant_id}/residue",
+        )
+
+    @router.get("/tenants/{tenant_id}/residue")
+    async def tenant_residue(who: Who, tenant_id: AnyTenantId) -> Residue:
+        """Rows per table and Redis keys per pattern the tenant still has (all 0: gone)."""
+        return await svc.purger.residue(Scope(tenant_id))
+
+    @router.delete("/tenants/{tenant_id}/users/{user_id}")
+    async def delete_user(who: Who, tenant_id: AnyTenantId, user_id: ObjectId) -> UserPurge:
+        """Delete one user's sessions, messages, memories, suggestions and keys, now; the
+        report lists what is left (all 0). The tenant's shared data (agents, knowledge
+        bases) stays."""
+        async with _audited(svc.audit, who, "user.delete", "user", f"{tenant_id}/{user_id}") as d:
+            report = await svc.purger.purge(Scope(tenant_id, user_id))
+            d.update(deleted_rows=report.deleted_rows, deleted_keys=report.deleted_keys)
+        return UserPurge(tenant_id=tenant_id, user_id=user_id, report=report, clean=report.clean)
+
+    @router.get("/tenants/{tenant_id}/users/{user_id}/residue")
+    async def user_residue(who: Who, tenant_id: AnyTenantId, user_id: ObjectId) -> Residue:
+        """Rows the user still has; Redis keys of the user's remaining sessions."""
+        return await svc.purger.residue(Scope(tenant_id, user_id))
+
+
+def _key_routes(router: APIRouter, svc: AdminServices) -> None:
+    @router.post("/tenants/{tenant_id}/keys", status_code=201)
+    async def create_key(who: Who, tenant_id: AnyTenantId, body: KeyCreate) -> NewKey:
+        """A new API key; ``secret`` is in this answer only."""
+        detail = {"user_id": body.user_id, "kb_scoped": body.knowledge_base_ids is not None}
+        async with _audited(svc.audit, who, "key.create", "tenant", tenant_id, detail) as d:
+            tenant = await svc.tenants.get(tenant_id)
+            if tenant.status != "active":
+                raise HTTPException(409, f"tenant {tenant_id!r} is {tenant.status}")
+            expires = None
+            if body.expires_in_s is not None:
+                expires = datetime.now(UTC) + timedelta(seconds=body.expires_in_s)
+            key = await svc.keys.create(
+                tenant_id, body.user_id, body.name, body.knowledge_base_ids, expires
+            )
+            d["key_id"] = key.id
+            return key
+
+    @router.get("/tenants/{tenant_id}/keys")
+    async def list_keys(
+        who: Who,
+        tenant_id: AnyTenantId,
+        include_inactive: bool = False,
+        limit: int = Query(default=100, ge=1, le=1000),
+        offset: int = Query(default=0, ge=0, le=1_000_000),
+    ) -> list[KeyView]:
+        return await svc.keys.page(tenant_id, include_inactive, limit, offset)
+
+    @router.post("/tenants/{tenant_id}/keys/{key_id}/revoke")
+    async def revoke_key(who: Who, tenant_id: AnyTenantId, key_id: ObjectId) -> KeyView:
+        async with _audited(svc.audit, who, "key.revoke", "key", f"{tenant_id}/{key_id}"):
+            return await svc.keys.revoke(tenant_id, key_id)
+
+    @router.post("/tenants/{tenant_id}/keys/{key_id}/rotate", status_code=201)
+    async def rotate_key(
+        who: Who, tenant_id: AnyTenantId, key_id: ObjectId, body: KeyRotate
+    ) -> NewKey:
+        detail = {"overlap_s": body.overlap_s}
+        async with _audited(
+            svc.audit, who, "key.rotate", "key", f"{tenant_id}/{key_id}", detail
+        ) as d:
+            key = await svc.keys.rotate(tenant_id, key_id, body.overlap_s)
+            d["new_key_id"] = key.id
+            return key
+
+
+def _audit_routes(router: APIRouter, svc: AdminServices) -> None:
+    @router.get("/audit")
+    async def read_audit(
+        who: Who,
+        where: Annotated[AuditFilter, Query()],
+        limit: int = Query(default=100, ge=1, le=1000),
+    ) -> list[AuditView]:
+        """Newest first; the next page: ``before_id`` = the last id of this one."""
+        return await svc.audit.read(where, limit)

@@ -1,0 +1,174 @@
+"""Deleting a tenant's or a user's data everywhere, and proving it: PostgreSQL rows
+(``weft_storage.tenant_data``) and Redis keys (session streams and directory entries,
+active-turn marks, citation aliases, web snapshots, rate and turn-limit counters, the
+engine's and memory's per-turn keys).
+
+Redis first, then PostgreSQL, then Redis once more: the session and turn ids that name
+per-turn keys are read from PostgreSQL before its rows go, and the last pass removes what
+an event in flight (the projector writing a stream) put back meanwhile. Every step is
+idempotent, so a purge interrupted anywhere is simply run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_storage.tenant_data import Scope, count_rows, delete_rows, request_ids, session_ids
+
+TENANT_KEY_FAMILIES = (
+    "stream",
+    "gw:session",
+    "session",
+    "aliases",
+    "web_snapshot",
+    "rate",
+    "tenant",
+)
+"""Redis keys ``weft:{family}:{tenant}:...``: everything of a tenant that Redis names by
+tenant id. A feature adding such a key family adds it here."""
+
+TURN_KEY_SUFFIXES = (
+    "state", "version", "seq", "cancel", "inbox", "lease", "images", "streaming",
+    "completed", "takeovers", "acked", "audit",
+)  # fmt: skip
+"""The engine's per-turn keys ``weft:turn:{request_id}:{suffix}`` (weft_engine.keys)."""
+
+_GLOB = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
+
+
+class PurgeReport(BaseModel):
+    """What a purge deleted and what is left (``left`` all zero: nothing remains)."""
+
+    deleted_rows: dict[str, int]
+    deleted_keys: int
+    left_rows: dict[str, int]
+    left_keys: dict[str, int]
+
+    @property
+    def clean(self) -> bool:
+        """Nothing of the scope is left."""
+        return not any(self.left_rows.values()) and not any(self.left_keys.values())
+
+
+class Residue(BaseModel):
+    """What is left of a scope: rows per table and keys per Redis pattern."""
+
+    rows: dict[str, int]
+    keys: dict[str, int]
+    clean: bool
+
+
+def _session_keys(tenant_id: str, session_id: str) -> list[str]:
+    """Every fixed-name key of one session: its stream and the stream's per-turn seq
+    hash (gateway), directory entry (gateway), running, queued and last turn (engine),
+    citation aliases (tools). Web snapshots are found by pattern."""
+    stream = f"weft:stream:{tenant_id}:{session_id}"
+    turn = f"weft:session:{tenant_id}:{session_id}"
+    return [
+        stream, f"{stream}:seq", f"weft:gw:session:{tenant_id}:{session_id}",
+        f"{turn}:active", f"{turn}:queue", f"{turn}:last",
+        f"weft:aliases:{tenant_id}:{session_id}",
+    ]  # fmt: skip
+
+
+def _turn_keys(request_id: str) -> list[str]:
+    keys = [f"weft:turn:{request_id}:{suffix}" for suffix in TURN_KEY_SUFFIXES]
+    return [*keys, f"weft:memory:answer:{request_id}", f"weft:memory:turn-ended:{request_id}"]
+
+
+def tenant_patterns(tenant_id: str) -> list[str]:
+    """SCAN patterns of every Redis key of the tenant; none for an id holding ``:``
+    (older ids; a pattern could then match another tenant's keys), whose keys are found
+    through its sessions and turns only."""
+    if ":" in tenant_id:
+        return []
+    escaped = tenant_id.translate(_GLOB)
+    return [f"weft:{family}:{escaped}:*" for family in TENANT_KEY_FAMILIES]
+
+
+def stream_pattern(tenant_id: str) -> str | None:
+    """SCAN pattern of the tenant's session streams (None: see :func:`tenant_patterns`)."""
+    patterns = tenant_patterns(tenant_id)
+    return patterns[TENANT_KEY_FAMILIES.index("stream")] if patterns else None
+
+
+def _session_patterns(tenant_id: str, sessions: Iterable[str]) -> list[str]:
+    t = tenant_id.translate(_GLOB)
+    return [f"weft:web_snapshot:{t}:{s.translate(_GLOB)}:*" for s in sessions]
+
+
+class DataPurger:
+    """Deletes and counts the data of a tenant or of one user."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], redis: Redis):
+        self._sessions = sessions
+        self._redis = redis
+
+    async def purge(self, scope: Scope) -> PurgeReport:
+        """Delete everything of ``scope``; the report says what is left (zero when done)."""
+        sids = await session_ids(self._sessions, scope)
+        deleted = await self._delete_session_keys(scope.tenant_id, sids)
+        deleted += await self._delete_scan(self._patterns(scope, sids))
+        rows = await delete_rows(self._sessions, scope)
+        deleted += await self._delete_session_keys(scope.tenant_id, sids, turns=False)
+        deleted += await self._delete_scan(self._patterns(scope, sids))
+        left = await self.residue(scope, sids)
+        return PurgeReport(
+            deleted_rows={t: n for t, n in rows.items() if n},
+            deleted_keys=deleted,
+            left_rows=left.rows,
+            left_keys=left.keys,
+        )
+
+    async def residue(self, scope: Scope, sids: Sequence[str] = ()) -> Residue:
+        """Rows and keys of ``scope`` still there: the tenant's key families, and the keys
+        of ``sids`` (a user's sessions, known only while its rows exist or from a purge)."""
+        rows = await count_rows(self._sessions, scope)
+        sids = list(sids) or await session_ids(self._sessions, scope)
+        keys: dict[str, int] = {}
+        for pattern in self._patterns(scope, sids):
+            keys[pattern] = await self._count_scan(pattern)
+        exact = [k for s in sids for k in _session_keys(scope.tenant_id, s)]
+        keys["session keys"] = 0
+        for start in range(0, len(exact), 1000):
+            keys["session keys"] += int(await self._redis.exists(*exact[start : start + 1000]))
+        clean = not any(rows.values()) and not any(keys.values())
+        return Residue(rows=rows, keys=keys, clean=clean)
+
+    def _patterns(self, scope: Scope, sids: Sequence[str]) -> list[str]:
+        if scope.user_id is None:
+            return tenant_patterns(scope.tenant_id)
+        return _session_patterns(scope.tenant_id, sids)
+
+    async def _delete_session_keys(
+        self, tenant_id: str, sids: Sequence[str], *, turns: bool = True
+    ) -> int:
+        deleted = 0
+        for start in range(0, len(sids), 500):
+            chunk = sids[start : start + 500]
+            keys = [k for s in chunk for k in _session_keys(tenant_id, s)]
+            if turns:
+                rids = await request_ids(self._sessions, tenant_id, chunk)
+                keys += [k for r in rids for k in _turn_keys(r)]
+            for i in range(0, len(keys), 1000):
+                deleted += int(await self._redis.delete(*keys[i : i + 1000]))
+        return deleted
+
+    async def _delete_scan(self, patterns: Sequence[str]) -> int:
+        deleted = 0
+        for pattern in patterns:
+            batch: list[bytes] = []
+            async for key in self._redis.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    deleted += int(await self._redis.delete(*batch))
+                    batch = []
+            if batch:
+                deleted += int(await self._redis.delete(*batch))
+        return deleted
+
+    async def _count_scan(self, pattern: str) -> int:
+        return sum([1 async for _ in self._redis.scan_iter(match=pattern, count=1000)])

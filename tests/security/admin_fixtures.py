@@ -1,0 +1,78 @@
+"""The stack of the admin suites: a gateway with an operator token, a one-second key
+cache and a one-second maintenance period, on real Kafka, PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from weft_testkit import LocalStack, StackConfig
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR_TOKEN = f"op-{secrets.token_hex(24)}"
+AUTH_CACHE_S = 1.0
+
+
+@dataclass(frozen=True)
+class AdminStack:
+    """The running stack and an operator's client of its admin API."""
+
+    stack: LocalStack
+    admin: httpx.AsyncClient
+
+    def public(self, token: str) -> httpx.AsyncClient:
+        """A public-API client presenting ``token`` (an API key or an end-user JWT)."""
+        return httpx.AsyncClient(
+            base_url=self.stack.gateway_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+
+    async def tenant(self, **settings: Any) -> str:
+        """A new tenant (random id) with ``settings``; its id."""
+        tenant_id = f"t-{secrets.token_hex(6)}"
+        body = {"id": tenant_id, "name": tenant_id, "settings": settings}
+        resp = await self.admin.post("/admin/v1/tenants", json=body)
+        assert resp.status_code == 201, resp.text
+        return tenant_id
+
+    async def key(self, tenant_id: str, user_id: str = "u1", **extra: Any) -> dict[str, Any]:
+        """A new key of ``tenant_id`` (the answer, with its ``secret``)."""
+        resp = await self.admin.post(
+            f"/admin/v1/tenants/{tenant_id}/keys", json={"user_id": user_id, **extra}
+        )
+        assert resp.status_code == 201, resp.text
+        created: dict[str, Any] = resp.json()
+        return created
+
+
+@pytest.fixture(scope="session")
+def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
+    """Every service, with the admin settings above on the gateway."""
+    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
+    extra = {
+        "WEFT_ADMIN_TOKEN_SHA256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(),
+        "WEFT_AUTH_CACHE_S": str(AUTH_CACHE_S),
+        "WEFT_MAINTENANCE_INTERVAL_S": "1",
+        "WEFT_END_USER_ISSUER_CACHE_S": "1",
+    }
+    config = StackConfig(log_dir=home / "logs" / "admin", extra_env=extra)
+    with LocalStack(config) as running:
+        yield running
+
+
+@pytest.fixture
+async def admin_stack(admin_stack_process: LocalStack) -> AsyncIterator[AdminStack]:
+    """The admin stack with an operator client, closed after the test."""
+    headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    async with httpx.AsyncClient(
+        base_url=admin_stack_process.gateway_url, headers=headers, timeout=60
+    ) as admin:
+        yield AdminStack(admin_stack_process, admin)

@@ -1,0 +1,189 @@
+"""Deleting a tenant or a user leaves nothing behind, on the real stack: data made through
+the public API (sessions, turns, knowledge bases, agents, keys) by tenants A and B; after
+A's deletion PostgreSQL and Redis hold nothing of A and everything of B. Retention
+deletes a tenant's old messages and streams."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from weft_testkit import read_turn
+
+from tests.security.admin_fixtures import AdminStack
+
+AGENT = "builtin-smart-reasoning"
+
+
+async def _populate(admin_stack: AdminStack, tenant: str, user: str) -> dict[str, Any]:
+    """A key, a KB with a document, an agent, a session with one finished turn."""
+    key = (await admin_stack.key(tenant, user))["secret"]
+    async with admin_stack.public(key) as api:
+        kb = await api.post("/api/v1/knowledge-bases", json={"name": "kb"})
+        assert kb.status_code == 201, kb.text
+        doc = await api.post(
+            f"/api/v1/knowledge-bases/{kb.json()['id']}/documents",
+            json={"title": "notes", "content": f"{tenant} keeps the word TANGERINE."},
+        )
+        assert doc.status_code == 201, doc.text
+        agent = await api.post("/api/v1/agents", json={"name": f"{tenant} agent"})
+        assert agent.status_code == 201, agent.text
+        session = await api.post("/api/v1/sessions", json={"title": "s", "agent_id": AGENT})
+        sid = session.json()["id"]
+        events = await read_turn(
+            api, f"/api/v1/agent-chat/{sid}", api_key=key, json_body={"query": "hello there"}
+        )
+        assert events[-1].event == "complete"
+        await _wait_for(lambda: _messages_done(api, sid))
+    return {"key": key, "session": sid}
+
+
+async def _messages_done(api: httpx.AsyncClient, sid: str) -> bool:
+    messages = (await api.get(f"/api/v1/sessions/{sid}/messages")).json()
+    return len(messages) >= 2 and all(m["status"] != "running" for m in messages)
+
+
+async def _wait_for(check: Any, timeout_s: float = 60) -> None:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.3)
+
+
+async def _pg_rows(engine: AsyncEngine, tenant: str) -> dict[str, int]:
+    """Rows naming ``tenant`` in every public table with a tenant column (catalog-driven,
+    independent of the purge's own count)."""
+    counts = {}
+    async with engine.connect() as conn:
+        tables = await conn.execute(
+            text(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = 'public' AND column_name IN "
+                "('tenant_id', 'owner_tenant_id') ORDER BY 1"
+            )
+        )
+        for table, column in tables.all():
+            sql = f'SELECT count(*) FROM "{table}" WHERE {column} = :t'
+            counts[table] = (await conn.execute(text(sql), {"t": tenant})).scalar_one()
+        counts["tenants"] = (
+            await conn.execute(text("SELECT count(*) FROM tenants WHERE id = :t"), {"t": tenant})
+        ).scalar_one()
+    return counts
+
+
+async def _redis_keys(redis: Redis, fragment: str) -> list[bytes]:
+    return [k async for k in redis.scan_iter(match=f"*{fragment}*", count=1000)]
+
+
+async def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_others(
+    admin_stack: AdminStack, engine: AsyncEngine, redis: Redis
+) -> None:
+    admin = admin_stack.admin
+    tenant_a, tenant_b = await admin_stack.tenant(), await admin_stack.tenant()
+    a = await _populate(admin_stack, tenant_a, "alice")
+    b = await _populate(admin_stack, tenant_b, "bob")
+    rows_a, rows_b = await _pg_rows(engine, tenant_a), await _pg_rows(engine, tenant_b)
+    for table in ("sessions", "messages", "knowledge_bases", "documents", "chunks",
+                  "agents", "api_keys", "tenants"):  # fmt: skip
+        assert rows_a[table] > 0 and rows_b[table] > 0, (table, rows_a, rows_b)
+    assert await _redis_keys(redis, tenant_a) and await _redis_keys(redis, tenant_b)
+    before_b = await _redis_keys(redis, tenant_b)
+
+    started = await admin.delete(f"/admin/v1/tenants/{tenant_a}")
+    assert started.status_code == 202 and started.json()["status"] == "deleting"
+    residue_url = started.json()["residue_url"]
+
+    async def gone() -> bool:
+        residue = (await admin.get(residue_url)).json()
+        tenant = await admin.get(f"/admin/v1/tenants/{tenant_a}")
+        return bool(residue["clean"]) and tenant.status_code == 404
+
+    await _wait_for(gone)
+    assert not any((await _pg_rows(engine, tenant_a)).values()), await _pg_rows(engine, tenant_a)
+    assert await _redis_keys(redis, tenant_a) == []
+    assert await _pg_rows(engine, tenant_b) == rows_b
+    assert set(before_b) <= set(await _redis_keys(redis, tenant_b))
+    async with admin_stack.public(a["key"]) as api_a, admin_stack.public(b["key"]) as api_b:
+        assert (await api_a.get("/api/v1/sessions")).status_code == 401
+        assert (await api_b.get(f"/api/v1/sessions/{b['session']}")).status_code == 200
+    # Idempotent: deleting again is accepted and stays clean.
+    again = await admin.delete(f"/admin/v1/tenants/{tenant_a}")
+    assert again.status_code == 202
+    await _wait_for(gone)
+    audit = (await admin.get("/admin/v1/audit", params={"target_id": tenant_a})).json()
+    actions = [(e["action"], e["outcome"]) for e in audit]
+    assert ("tenant.delete", "ok") in actions and ("tenant.purge", "ok") in actions
+
+
+async def test_deleting_a_user_removes_only_that_user(
+    admin_stack: AdminStack, engine: AsyncEngine, redis: Redis
+) -> None:
+    admin = admin_stack.admin
+    tenant = await admin_stack.tenant()
+    gone_user = await _populate(admin_stack, tenant, "leaver")
+    kept_user = await _populate(admin_stack, tenant, "stayer")
+    resp = await admin.delete(f"/admin/v1/tenants/{tenant}/users/leaver")
+    assert resp.status_code == 200, resp.text
+    report = resp.json()
+    assert report["clean"], report
+    assert report["report"]["deleted_rows"]["messages"] >= 2
+    async with engine.connect() as conn:
+        for table in ("sessions", "messages", "api_keys", "memories", "suggestion_turns"):
+            column = "user_id" if table != "messages" else "session_id"
+            value = "leaver" if table != "messages" else gone_user["session"]
+            sql = f"SELECT count(*) FROM {table} WHERE tenant_id = :t AND {column} = :v"
+            left = (await conn.execute(text(sql), {"t": tenant, "v": value})).scalar_one()
+            assert left == 0, table
+    assert await _redis_keys(redis, gone_user["session"]) == []
+    assert await _redis_keys(redis, kept_user["session"]) != []
+    residue = (await admin.get(f"/admin/v1/tenants/{tenant}/users/leaver/residue")).json()
+    assert residue["clean"], residue
+    async with admin_stack.public(kept_user["key"]) as api:
+        assert (await api.get(f"/api/v1/sessions/{kept_user['session']}")).status_code == 200
+        assert (await api.get("/api/v1/knowledge-bases")).json() != []
+    async with admin_stack.public(gone_user["key"]) as api:
+        await _wait_for(lambda: _is(api.get("/api/v1/sessions"), 401), 15)
+
+
+async def _is(call: Any, status: int) -> bool:
+    return bool((await call).status_code == status)
+
+
+async def test_retention_deletes_old_messages_and_streams(
+    admin_stack: AdminStack, engine: AsyncEngine, redis: Redis
+) -> None:
+    admin = admin_stack.admin
+    tenant = await admin_stack.tenant()
+    other = await admin_stack.tenant()
+    kept = await _populate(admin_stack, other, "u")
+    data = await _populate(admin_stack, tenant, "u")
+    assert await _redis_keys(redis, f"stream:{tenant}:")
+    # About one second: the next maintenance run (every second here) applies it.
+    settings = {"retention": {"messages_days": 1 / 86400, "streams_days": 1 / 86400}}
+    patched = await admin.patch(f"/admin/v1/tenants/{tenant}", json={"settings": settings})
+    assert patched.status_code == 200, patched.text
+
+    async def applied() -> bool:
+        async with engine.connect() as conn:
+            left = (
+                await conn.execute(
+                    text("SELECT count(*) FROM messages WHERE tenant_id = :t"), {"t": tenant}
+                )
+            ).scalar_one()
+        return left == 0 and not await _redis_keys(redis, f"stream:{tenant}:")
+
+    await _wait_for(applied, 30)
+    async with admin_stack.public(data["key"]) as api:
+        assert (await api.get(f"/api/v1/sessions/{data['session']}")).status_code == 200
+    async with engine.connect() as conn:
+        others = (
+            await conn.execute(
+                text("SELECT count(*) FROM messages WHERE session_id = :s"), {"s": kept["session"]}
+            )
+        ).scalar_one()
+    assert others >= 2
