@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import FastAPI
 from redis.asyncio import BlockingConnectionPool, Redis
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
 from weft_platform.bus import EventBus
 from weft_platform.credentials import GATEWAY
 from weft_platform.retry import RetryWindow
-from weft_platform.runtime import create_runtime
+from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.usage import budget_override
 
 from weft_gateway.api import Gateway
 from weft_gateway.auth import ApiKeyAuth
+from weft_gateway.budget_gate import BudgetGate
 from weft_gateway.clients import AgentConfigClient, SessionsClient
 from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
@@ -25,6 +30,7 @@ from weft_gateway.projector import StreamProjector, log_rebuild
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
+from weft_gateway.sse_slots import StreamSlots
 from weft_gateway.streams import SessionStreams
 
 PROJECTOR_GROUP = "weft-gateway-projector"
@@ -75,6 +81,13 @@ def create_projector_app(settings: GatewaySettings | None = None) -> FastAPI:
     return create_service_app(runtime, title="Weft gateway projector")
 
 
+def budget_policy(runtime: ServiceRuntime, s: GatewaySettings) -> TenantBudgetPolicy:
+    """Token budgets: the settings' defaults, overridden by ``tenant_budgets`` rows."""
+    return TenantBudgetPolicy(
+        s.budget_defaults(), partial(budget_override, runtime.sessions), cache_s=s.budget_cache_s
+    )
+
+
 def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     """Wire the public API and the projector."""
     s = settings or GatewaySettings()
@@ -111,6 +124,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     documents = DocumentReader(runtime.sessions)
     kb_scope = KnowledgeScope(knowledge, documents)
     fanout = StreamFanout(redis)
+    slots = StreamSlots(redis, max_per_tenant=s.sse_max_per_tenant, lease_s=s.sse_lease_s)
     signer = runtime.signer(GATEWAY)
     auth = ApiKeyAuth(
         runtime.sessions,
@@ -131,6 +145,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         limits=limits,
         knowledge=kb_scope,
         signer=signer,
+        budget=BudgetGate(TokenBudgets(redis), budget_policy(runtime, s)),
+        slots=slots,
     )
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)
@@ -151,7 +167,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             ),
         ],
         on_startup=[register_dev_key],
-        on_shutdown=[fanout.aclose, memory.aclose, agents.aclose, redis.aclose],
+        on_shutdown=[slots.aclose, fanout.aclose, memory.aclose, agents.aclose, redis.aclose],
     )
     app.add_middleware(BodySizeLimit, max_bytes=s.max_body_bytes)
     return app
