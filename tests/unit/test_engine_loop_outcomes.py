@@ -600,6 +600,20 @@ async def test_under_budget_the_turn_answers_and_reports_its_usage(engine: _Engi
     assert (await budgets.used("t"))["tokens_per_minute"] == 26
 
 
+async def test_an_unreadable_budget_lets_the_turn_go_on(engine: _Engine) -> None:
+    """The budget is a guard, not the record: when its limits cannot be read, the turn
+    runs (the gateway refused it already if it was over) instead of failing."""
+
+    async def unreachable(tenant_id: str) -> tuple[int | None, int | None]:
+        raise OSError("database unreachable")
+
+    policy = TenantBudgetPolicy(BudgetLimits(tokens_per_minute=1), unreachable)
+    engine.meter = TurnMeter(TokenBudgets(engine.redis), policy)
+    state = await _turn(engine)
+    await engine.step(replies(answer("Lisbon.")), state)
+    assert engine.complete(state).status == "completed"
+
+
 def test_every_end_reason_has_its_test_here() -> None:
     """A new way to end a turn is one more case of ``EndReason``: it gets a test above."""
     tested = {

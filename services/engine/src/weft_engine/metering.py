@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import structlog
 from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
 from weft_contracts import TurnUsage
 from weft_llm import Usage
 from weft_platform.budgets import BudgetExceeded, TenantBudgetPolicy, TokenBudgets
@@ -65,6 +66,6 @@ class TurnMeter:
         try:
             limits = await self._policy.limits(state.tenant_id)
             return await self._budgets.exceeded(state.tenant_id, limits)
-        except (RedisError, OSError) as exc:  # the gateway's admission still holds
+        except (RedisError, SQLAlchemyError, OSError) as exc:  # the gateway's admission holds
             log.warning("budget_check_failed", request_id=state.request_id, error=repr(exc))
             return None
