@@ -102,3 +102,42 @@ async def api_keys(stack: LocalStack, infra: dict[str, str]) -> AsyncIterator[Ap
             yield ApiKeys(stack, ApiKeyAuth(async_sessionmaker(engine)), clients)
     finally:
         await engine.dispose()
+
+
+LIMITS_ENV = {
+    "WEFT_TOKEN_BUDGET_PER_MINUTE": "5000",
+    "WEFT_SSE_MAX_PER_TENANT": "2",
+    "WEFT_HEADER_READ_TIMEOUT_S": "2",
+}
+"""The limits stack: 5,000 tokens per tenant per minute, 2 open SSE streams per tenant,
+request heads complete within 2 s (docs/budgets.md)."""
+
+
+@pytest.fixture(scope="session")
+def limits_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
+    """A stack whose gateway and engine enforce small budgets and caps (``LIMITS_ENV``),
+    shared by tests/security/test_budgets.py and test_connection_limits.py."""
+    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
+    config = StackConfig(log_dir=home / "logs" / "e2e-limits", extra_env=LIMITS_ENV)
+    with LocalStack(config) as running:
+        yield running
+
+
+@pytest.fixture
+async def limits_llm(limits_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
+    """The limits stack's scripted LLM, reset before and after the test."""
+    async with httpx.AsyncClient(base_url=limits_stack.llm_url, timeout=30) as c:
+        await c.post("/_reset")
+        yield c
+        await c.post("/_reset")
+
+
+@pytest.fixture
+async def limits_keys(limits_stack: LocalStack, infra: dict[str, str]) -> AsyncIterator[ApiKeys]:
+    """Keys of any tenant on the limits stack."""
+    engine = create_async_engine(infra["WEFT_DATABASE_URL"])
+    try:
+        async with AsyncExitStack() as clients:
+            yield ApiKeys(limits_stack, ApiKeyAuth(async_sessionmaker(engine)), clients)
+    finally:
+        await engine.dispose()

@@ -62,6 +62,7 @@ def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
         "WEFT_AUTH_CACHE_S": str(AUTH_CACHE_S),
         "WEFT_MAINTENANCE_INTERVAL_S": "1",
         "WEFT_END_USER_ISSUER_CACHE_S": "1",
+        "WEFT_BUDGET_CACHE_S": "1",
     }
     config = StackConfig(log_dir=home / "logs" / "admin", extra_env=extra)
     with LocalStack(config) as running:

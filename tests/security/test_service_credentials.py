@@ -34,6 +34,7 @@ APPS: dict[str, Callable[[], FastAPI]] = {
 }
 SYSTEM: dict[str, tuple[str, str]] = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
+    "/internal/usage": ("memory", "memory:usage.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
     "/internal/organisations/{org_id}/members/{member_tenant}": (
         "agent-config",

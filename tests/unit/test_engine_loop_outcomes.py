@@ -13,7 +13,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
 import pytest
@@ -38,6 +38,7 @@ from weft_engine.loop import (
     TURN_DEADLINE,
     TurnLoop,
 )
+from weft_engine.metering import TurnMeter
 from weft_engine.outcomes import (
     AlreadyCompleted,
     AlreadyEnded,
@@ -48,6 +49,7 @@ from weft_engine.outcomes import (
     EndReason,
     IterationLimit,
     ModelFailed,
+    OverBudget,
     QuickAnswered,
     Stopped,
     TooManyTakeovers,
@@ -60,7 +62,8 @@ from weft_engine.state import PendingCall, TurnState, TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.trails import TurnTrails
-from weft_llm import ContextOverflowError, LLMCallError
+from weft_llm import ContextOverflowError, LLMCallError, Usage
+from weft_platform.budgets import BudgetLimits, TenantBudgetPolicy, TokenBudgets
 from weft_platform.bus import EventBus
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer, replies, tool_calls
 
@@ -101,6 +104,7 @@ class _Engine:
     leases: TurnLeases
     model: FunctionModel | None = None
     trails: TurnTrails | None = None
+    meter: TurnMeter | None = None
 
     def loop(self, model: FunctionModel) -> TurnLoop:
         self.model = model
@@ -118,7 +122,7 @@ class _Engine:
             model=model, finisher=finisher, reporter=ResultReporter(self.store, emitter),
             inbox=self.inbox, leases=self.leases, context=context,
             think_settings=ThinkSettings(retry_backoff_s=(), coalesce_window_s=0.0),
-            tool_timeout_s=60, trails=self.trails,
+            tool_timeout_s=60, trails=self.trails, meter=self.meter,
         )  # fmt: skip
 
     async def step(self, model: FunctionModel, state: TurnState, takeover: bool = False) -> None:
@@ -541,11 +545,81 @@ async def test_quick_answer_retrieves_then_its_one_generation_answers(engine: _E
     assert engine.complete(state).final_answer == "Lisbon, from the passages."
 
 
+def _metered(engine: _Engine, per_minute: int) -> TokenBudgets:
+    budgets = TokenBudgets(engine.redis)
+    policy = TenantBudgetPolicy(BudgetLimits(tokens_per_minute=per_minute), None)
+    engine.meter = TurnMeter(budgets, policy)
+    return budgets
+
+
+async def test_over_budget_finishes_the_round_then_stops(engine: _Engine) -> None:
+    """A round that crosses the tenant's budget finishes (its tool call runs); the next
+    round's model call is not made: ``budget_exceeded`` (retryable), then ``complete``
+    with the turn's usage so far."""
+    budgets = _metered(engine, per_minute=100)
+    state = await _turn(engine)
+    costly = replace(
+        tool_calls(("thinking", {"thought": "hm"})),
+        usage=Usage(prompt_tokens=90, completion_tokens=30, total_tokens=120),
+    )
+    await engine.step(replies(costly), state)
+    assert (await budgets.used("t"))["tokens_per_minute"] == 120
+    waiting = await engine.store.load(state.request_id)
+    assert waiting is not None and waiting.metered.tool_calls == 1
+    answered = await engine.store.save(
+        waiting.model_copy(
+            update={"results": {c.call_id: ToolCallCompletedData(
+                call_id=c.call_id, tool_name="thinking", success=True, output="ok",
+            ) for c in waiting.pending}}
+        )
+    )  # fmt: skip
+    model = replies(answer("never asked"))
+    await engine.step(model, answered)
+    assert model.calls == []
+    code, message = engine.error(state)
+    assert code == "budget_exceeded" and "tokens per minute" in message
+    [error] = engine.data(state, "error")
+    assert error.retryable
+    usage = engine.complete(state).usage
+    assert (usage.input_tokens, usage.output_tokens, usage.llm_calls, usage.tool_calls) == (
+        90, 30, 1, 1,
+    )  # fmt: skip
+
+
+async def test_under_budget_the_turn_answers_and_reports_its_usage(engine: _Engine) -> None:
+    """Below the budget nothing changes; ``complete`` carries the tokens of every call."""
+    budgets = _metered(engine, per_minute=1000)
+    state = await _turn(engine)
+    first = answer("", usage=Usage(prompt_tokens=10, completion_tokens=1, total_tokens=11))
+    second = answer("Lisbon.", usage=Usage(prompt_tokens=12, completion_tokens=3, total_tokens=15))
+    await engine.step(replies(first, second), state)
+    complete = engine.complete(state)
+    assert complete.status == "completed"
+    assert (complete.usage.input_tokens, complete.usage.output_tokens) == (22, 4)
+    assert complete.usage.llm_calls == 2
+    assert (await budgets.used("t"))["tokens_per_minute"] == 26
+
+
+async def test_an_unreadable_budget_lets_the_turn_go_on(engine: _Engine) -> None:
+    """The budget is a guard, not the record: when its limits cannot be read, the turn
+    runs (the gateway refused it already if it was over) instead of failing."""
+
+    async def unreachable(tenant_id: str) -> tuple[int | None, int | None]:
+        raise OSError("database unreachable")
+
+    policy = TenantBudgetPolicy(BudgetLimits(tokens_per_minute=1), unreachable)
+    engine.meter = TurnMeter(TokenBudgets(engine.redis), policy)
+    state = await _turn(engine)
+    await engine.step(replies(answer("Lisbon.")), state)
+    assert engine.complete(state).status == "completed"
+
+
 def test_every_end_reason_has_its_test_here() -> None:
     """A new way to end a turn is one more case of ``EndReason``: it gets a test above."""
     tested = {
         Answered, Stopped, IterationLimit, DeadlineExceeded, ModelFailed, ContextOverflow,
         ClosingFailed, TooManyTakeovers, QuickAnswered, AlreadyCompleted, AlreadyEnded,
+        OverBudget,
     }  # fmt: skip
     assert set(get_args(EndReason)) == tested
 

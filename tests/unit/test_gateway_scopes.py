@@ -55,7 +55,9 @@ class FakeKnowledge:
         self.writes.append(f"create {name}")
         return "kb_new"
 
-    async def add_document(self, tenant_id: str, kb_id: str, *args: Any) -> tuple[str, int]:
+    async def add_document(
+        self, tenant_id: str, kb_id: str, *args: Any, **kwargs: Any
+    ) -> tuple[str, int]:
         self.writes.append(f"document in {kb_id}")
         return "doc_new", 1
 

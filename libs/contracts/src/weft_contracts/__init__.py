@@ -49,6 +49,7 @@ from weft_contracts.events import (
     TurnStartedData,
     TurnStartedEvent,
     TurnStatus,
+    TurnUsage,
     assistant_message_id,
 )
 from weft_contracts.notices import (
@@ -131,6 +132,7 @@ __all__ = [
     "TurnStartedData",
     "TurnStartedEvent",
     "TurnStatus",
+    "TurnUsage",
     "UnsupportedSchemaVersion",
     "assistant_message_id",
     "new_event_id",

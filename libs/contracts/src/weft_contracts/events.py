@@ -151,6 +151,18 @@ class AgentStep(Payload):
     tool_calls: list[StepToolCall] = Field(default_factory=list)
 
 
+class TurnUsage(Payload):
+    """What a turn consumed, summed over all its model calls: metered per tenant, user
+    and agent by memory (``usage`` table) and counted against the tenant's budgets."""
+
+    input_tokens: int = Field(
+        default=0, ge=0, description="Prompt tokens, as the provider counted."
+    )
+    output_tokens: int = Field(default=0, ge=0, description="Completion tokens (with reasoning).")
+    llm_calls: int = Field(default=0, ge=0)
+    tool_calls: int = Field(default=0, ge=0, description="Tool calls the turn dispatched.")
+
+
 class CompleteData(Payload):
     """The single terminal event of a turn (E-04)."""
 
@@ -161,6 +173,7 @@ class CompleteData(Payload):
     rounds: int = Field(default=0, ge=0)
     steps: list[AgentStep] = Field(default_factory=list)
     duration_ms: int = Field(default=0, ge=0)
+    usage: TurnUsage = Field(default_factory=TurnUsage)
 
 
 class ErrorCode(StrEnum):
@@ -186,6 +199,9 @@ class ErrorCode(StrEnum):
     TURN_STATE_LOST = "turn_state_lost"
     """The engine lost the turn's stored state (Redis emptied or keys evicted); the turn
     was found unfinished from Kafka and PostgreSQL and ended (``TurnAuditor``)."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The tenant's token budget (per minute or per day) ran out while the turn ran: the
+    round in flight finished, the next model call was not made."""
 
 
 class ErrorData(Payload):
@@ -194,7 +210,7 @@ class ErrorData(Payload):
     code: str = Field(
         description="One of llm_error, history_unavailable, session_busy, "
         "engine_error, turn_deadline_exceeded, stream_idle_timeout, "
-        "stream_unavailable, turn_state_lost "
+        "stream_unavailable, turn_state_lost, budget_exceeded "
         "(weft_contracts.ErrorCode); a later version may add codes, so treat an unknown "
         "one as a generic failure."
     )

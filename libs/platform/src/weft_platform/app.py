@@ -7,6 +7,7 @@ and so goes back to Kafka for another replica.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
@@ -88,9 +89,11 @@ def _install_dependency_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(exc_type, unavailable)
 
 
-def run_service(app: ASGIApp, runtime: ServiceRuntime) -> None:
+def run_service(
+    app: ASGIApp, runtime: ServiceRuntime, *, http: type[asyncio.Protocol] | None = None
+) -> None:
     """Serve the app (a service app, possibly wrapped) until SIGTERM/SIGINT, then shut
-    down gracefully."""
+    down gracefully. ``http``: uvicorn's HTTP protocol class (default: its own choice)."""
     settings = runtime.settings
     uvicorn.run(
         app,
@@ -99,6 +102,7 @@ def run_service(app: ASGIApp, runtime: ServiceRuntime) -> None:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=20,
+        http=http or "auto",
     )
 
 

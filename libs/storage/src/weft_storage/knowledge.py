@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 
 from weft_storage.models import Chunk, Document, KnowledgeBase
+from weft_storage.usage import record_document
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
 KEYWORD_CANDIDATES = 1000
@@ -110,9 +111,17 @@ class KnowledgeStore:
         return found is not None
 
     async def add_document(
-        self, tenant_id: str, kb_id: str, title: str, text: str, file_name: str = ""
+        self,
+        tenant_id: str,
+        kb_id: str,
+        title: str,
+        text: str,
+        file_name: str = "",
+        *,
+        user_id: str = "",
     ) -> tuple[str, int]:
-        """Store a document and its chunks; return (document id, chunk count)."""
+        """Store a document and its chunks, metered as ``user_id``'s ingestion; return
+        (document id, chunk count)."""
         doc_id = f"doc_{ULID()}"
         pieces = split_into_chunks(text)
         async with self._sessions.begin() as s:
@@ -139,6 +148,10 @@ class KnowledgeStore:
                 )
                 for i, piece in enumerate(pieces)
             )
+            await record_document(
+                s, tenant_id=tenant_id, document_id=doc_id, user_id=user_id,
+                size_bytes=len(text.encode()),
+            )  # fmt: skip
         return doc_id, len(pieces)
 
     async def keyword_search(

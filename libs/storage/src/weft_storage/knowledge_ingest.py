@@ -19,6 +19,7 @@ from ulid import ULID
 
 from weft_storage.models import Chunk, Document
 from weft_storage.models_knowledge import DocumentFile
+from weft_storage.usage import record_document
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,8 +49,10 @@ class IngestionQueue:
         file_name: str,
         content: bytes,
         content_type: str = "",
+        user_id: str = "",
     ) -> str:
-        """Store the file as a ``pending`` document; return its id."""
+        """Store the file as a ``pending`` document, metered as ``user_id``'s ingestion;
+        return its id."""
         doc_id = f"doc_{ULID()}"
         async with self._sessions.begin() as s:
             s.add(
@@ -74,6 +77,10 @@ class IngestionQueue:
                     content=content,
                 )
             )
+            await record_document(
+                s, tenant_id=tenant_id, document_id=doc_id, user_id=user_id,
+                size_bytes=len(content),
+            )  # fmt: skip
         return doc_id
 
     async def claim(self) -> PendingDocument | None:

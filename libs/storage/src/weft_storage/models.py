@@ -1,8 +1,9 @@
 """ORM models of every table. Every row carries ``tenant_id`` (invariant 5).
 
 One schema, one migration history for the skeleton; each service touches only the tables
-it owns (gateway: api_keys; agent-config: agents; memory: sessions, messages;
-tool-exec: knowledge_bases, documents, chunks).
+it owns (gateway: api_keys; agent-config: agents; memory: sessions, messages, usage of
+turns; tool-exec: knowledge_bases, documents, chunks; the document routes also write the
+usage of the documents they store; ``tenant_budgets`` is read by the gateway and engine).
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from weft_tools.specs import SANDBOX_TOOLS, offered_tools, spec_by_name
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
+from weft_engine.metering import with_tool_calls
 from weft_engine.observe import ERROR_HINT, observe
 from weft_engine.outcomes import AwaitTools, Continue, Dispatch
 from weft_engine.prompt import display_hint
@@ -220,6 +221,7 @@ class ToolRound:
                 "phase": "waiting",
             }
         )
+        state = with_tool_calls(state, len(pending))
         await prepare_masking(call.tool_name for call in pending)
         calls = [
             ToolCallData(

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from fastapi import FastAPI
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
 from weft_platform.credentials import RECORDS
 from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.retry import RetryWindow
-from weft_platform.runtime import create_runtime
+from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tasks import cancel_and_wait
+from weft_storage.usage import budget_override
 
 from weft_engine.auditor import AuditSettings, MemoryTurns, TurnAuditor
 from weft_engine.context import ContextManager
@@ -22,6 +25,7 @@ from weft_engine.history_client import HistoryClient
 from weft_engine.intake import TurnIntake
 from weft_engine.leases import TurnLeases
 from weft_engine.loop import TurnLoop
+from weft_engine.metering import TurnMeter
 from weft_engine.parked_images import ImageResolvingModel, ParkedImages
 from weft_engine.reporting import ResultReporter
 from weft_engine.requests_replay import RequestsReplay, kafka_requests
@@ -40,6 +44,16 @@ ENGINE_ISSUER = "engine"
 REQUESTS_GROUP = "weft-engine"
 RESULTS_GROUP = "weft-engine-results"
 CONTROL_GROUP = "weft-engine-control"
+
+
+def turn_meter(runtime: ServiceRuntime, s: EngineSettings) -> TurnMeter:
+    """Budget counters in the runtime's Redis, limits from settings and ``tenant_budgets``."""
+    policy = TenantBudgetPolicy(
+        s.budget_defaults(),
+        partial(budget_override, runtime.sessions),
+        cache_s=s.budget_cache_s,
+    )
+    return TurnMeter(TokenBudgets(runtime.redis), policy)
 
 
 def create_app(settings: EngineSettings | None = None) -> FastAPI:
@@ -86,7 +100,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
             retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
         ),
         tool_timeout_s=s.tool_deadline_s, tracer=tracer, vision=ImageDescriber(model, emitter),
-        trails=trails,
+        trails=trails, meter=turn_meter(runtime, s),
     )  # fmt: skip
     scheduler = StepScheduler(
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s

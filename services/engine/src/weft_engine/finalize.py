@@ -171,6 +171,7 @@ class Finisher:
     async def _complete(
         self, state: TurnState, data: CompleteData, failure: TurnFailure | None = None
     ) -> None:
+        data = data.model_copy(update={"usage": state.metered})
         if await self._emitter.complete(self._ids(state), data):
             error = (failure.code.value, failure.detail or failure.message) if failure else None
             self._tracer.end_turn(state, data.status.value, error=error)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import assert_never
 
 from redis.asyncio import Redis
@@ -27,6 +28,7 @@ from weft_contracts import (
     SupersededBy,
 )
 from weft_llm import AssistantMessage, ChatModel, LLMCallError, LLMResponse, UserMessage
+from weft_platform.budgets import BudgetExceeded
 from weft_platform.bus import EventBus
 
 from weft_engine.act import ToolRound
@@ -36,6 +38,7 @@ from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, TurnFailure, final_step, llm_failure
 from weft_engine.keys import cancel_key
 from weft_engine.leases import TurnLeases
+from weft_engine.metering import TurnMeter
 from weft_engine.outcomes import (
     AlreadyCompleted,
     AlreadyEnded,
@@ -52,6 +55,7 @@ from weft_engine.outcomes import (
     Intermediate,
     IterationLimit,
     ModelFailed,
+    OverBudget,
     QuickAnswered,
     Rerun,
     Retry,
@@ -78,6 +82,7 @@ DEADLINE_REASON = "The task ran out of time."
 TURN_DEADLINE = "The turn took longer than the engine allows and was ended."
 QUICK_ANSWER_REASON = "Answer the question using the retrieved passages."
 EVERY_REPLICA_FAILED = "The turn failed on every engine replica that took it over."
+OVER_BUDGET = "This workspace used up its {budget} of {limit} tokens; try again after {resets}."
 MAX_TAKEOVERS = 3
 MAX_STEER_OVERRUNS = 1
 
@@ -103,6 +108,7 @@ class TurnLoop:
         tracer: TurnTracer | None = None,
         vision: ImageDescriber | None = None,
         trails: TurnTrails | None = None,
+        meter: TurnMeter | None = None,
     ):
         self._redis = redis
         self._trails = trails
@@ -114,13 +120,16 @@ class TurnLoop:
         self._leases = leases  # the scheduler's half of a step: tests claim with it
         self._context = context
         self._tracer = tracer or TurnTracer(None)
+        self._meter = meter or TurnMeter(None, None)
         self._vision = vision or ImageDescriber(model, emitter)
         self._thinker = Thinker(model, emitter, think_settings)
         self._tools = ToolRound(
             bus=bus, store=store, emitter=emitter, reporter=reporter, leases=leases,
             tracer=self._tracer, tool_timeout_s=tool_timeout_s,
         )  # fmt: skip
-        self._quick = QuickAnswer(model=model, tools=self._tools, tracer=self._tracer)
+        self._quick = QuickAnswer(
+            model=model, tools=self._tools, tracer=self._tracer, meter=self._meter
+        )
 
     async def run_step(self, start: StepStart) -> None:
         """Advance the turn as far as it can go now."""
@@ -179,6 +188,8 @@ class TurnLoop:
         means."""
         if _overdue(state):  # SPEC E-20: a clock read, no round trip
             return Ended(DeadlineExceeded(state))
+        if exceeded := await self._meter.exceeded(state):
+            return Ended(OverBudget(state, exceeded))
         if state.images_to_describe:  # SPEC E-26: first step of a turn with images
             state = await self._store.save(await self._vision.read_pending(state))
             polled = False  # describing took a while: look for a stop or steer again
@@ -196,6 +207,7 @@ class TurnLoop:
             response = await self._thinker.round(state)
         except LLMCallError as exc:  # SPEC E-07
             return await self._model_failed(state, exc, shed=shed)
+        state = await self._meter.add(state, response.usage)
         state = self._context.observe(self._tracer.add_usage(state, response.usage), response.usage)
         return await self._handle(state, response)
 
@@ -238,6 +250,8 @@ class TurnLoop:
             case DeadlineExceeded(state):
                 overdue = TurnFailure(code=ErrorCode.TURN_DEADLINE_EXCEEDED, message=TURN_DEADLINE)
                 await self._finisher.fail(state, overdue)
+            case OverBudget(state, exceeded):
+                await self._finisher.fail(state, over_budget(exceeded))
             case ModelFailed(state) | ContextOverflow(state) if state.has_tool_results():
                 await self._closing(state, LLM_FAILED_REASON)  # SPEC E-07: rescue
             case ModelFailed(state, error) | ContextOverflow(state, error):
@@ -324,7 +338,7 @@ class TurnLoop:
         except LLMCallError as exc:
             await self._finish(ClosingFailed(state, exc))
             return
-        state = self._tracer.add_usage(state, response.usage)
+        state = self._tracer.add_usage(await self._meter.add(state, response.usage), response.usage)
         text = response.content  # as streamed: stored and streamed answers agree
         answer = Answer(text) if text.strip() else Answer(reason, is_fallback=True)
         await self._finish(Answered(state, answer, response.reasoning))
@@ -393,6 +407,14 @@ class TurnLoop:
         return await self._store.save(
             state.model_copy(update={"messages": [*state.messages, *injected]})
         )
+
+
+def over_budget(exceeded: BudgetExceeded) -> TurnFailure:
+    """The ``budget_exceeded`` failure: retryable once the window resets."""
+    resets = datetime.fromtimestamp(exceeded.resets_at, UTC).strftime("%H:%M UTC")
+    budget = exceeded.budget.replace("_", " ")
+    message = OVER_BUDGET.format(budget=budget, limit=exceeded.limit, resets=resets)
+    return TurnFailure(code=ErrorCode.BUDGET_EXCEEDED, message=message, retryable=True)
 
 
 def _overdue(state: TurnState) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weft_llm import LLMCallError, ToolCallRequest
+from weft_platform.budgets import BudgetExceeded
 
 from weft_engine.state import TurnState
 
@@ -133,6 +134,15 @@ class DeadlineExceeded:
 
 
 @dataclass(frozen=True)
+class OverBudget:
+    """The tenant's token budget ran out (``metering.py``): seen before a round's model
+    call, so the round that crossed it finished and no further call is made."""
+
+    state: TurnState
+    exceeded: BudgetExceeded
+
+
+@dataclass(frozen=True)
 class ModelFailed:
     """The model failed for good, after its retries (SPEC E-07)."""
 
@@ -190,6 +200,7 @@ EndReason = (
     | Stopped
     | IterationLimit
     | DeadlineExceeded
+    | OverBudget
     | ModelFailed
     | ContextOverflow
     | ClosingFailed

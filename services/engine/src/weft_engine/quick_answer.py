@@ -29,6 +29,7 @@ from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest, LLMRespon
 from weft_tools.specs import WEB_SEARCH_MAX_COUNT
 
 from weft_engine.act import ToolRound
+from weft_engine.metering import TurnMeter
 from weft_engine.outcomes import AwaitTools, Continue, Dispatch, Ended, QuickAnswered
 from weft_engine.overflow import current_query, current_turn_start, message_text
 from weft_engine.state import TurnState
@@ -139,8 +140,9 @@ async def rewrite_query(
 class QuickAnswer:
     """A quick-answer turn's step; built once per replica."""
 
-    def __init__(self, *, model: ChatModel, tools: ToolRound, tracer: TurnTracer):
+    def __init__(self, *, model: ChatModel, tools: ToolRound, tracer: TurnTracer, meter: TurnMeter):
         self._model = model
+        self._meter = meter
         self._tools = tools
         self._tracer = tracer
 
@@ -152,6 +154,8 @@ class QuickAnswer:
         query = current_query(state)
         if state.agent.query_rewrite:
             query, rewrite = await rewrite_query(self._model, state, query)
+            if rewrite is not None:
+                state = await self._meter.add(state, rewrite.usage)
             state = self._tracer.add_usage(state, rewrite.usage if rewrite else None)
         calls = retrieval_calls(state.agent, query)
         state = self._tracer.begin_round(state)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import AliasChoices, Field
-from weft_platform.settings import ServiceSettings, TracingExporter
+from weft_platform.budgets import TokenBudgetSettings
+from weft_platform.settings import TracingExporter
 
 
-class EngineSettings(ServiceSettings):
+class EngineSettings(TokenBudgetSettings):
     """Engine settings; the LLM endpoint uses the ``openai`` package's own variable names."""
 
     service_name: str = "engine"

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from redis.asyncio import Redis
-from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData
+from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData, TurnUsage
 from weft_llm import ChatMessage
 
 from weft_engine.keys import (
@@ -130,6 +130,11 @@ class TurnState(BaseModel):
     trace: TurnTrace | None = Field(default=None, description="Only when tracing is on.")
     usage: UsageMark | None = Field(
         default=None, description="Last request's usage; None again after a compaction."
+    )
+    metered: TurnUsage = Field(
+        default_factory=TurnUsage,
+        description="Tokens, model calls and tool calls of the turn so far (metering.py); "
+        "reported on complete.",
     )
     token_scale: float = Field(default=1.0, description="Calibration of text (SPEC M-02).")
     scale_measured: bool = Field(

@@ -6,6 +6,7 @@ import sys
 from weft_platform.app import run_service
 
 from weft_gateway.app import create_app, create_projector_app
+from weft_gateway.slow_clients import header_deadline_protocol
 from weft_gateway.sse_response import ExposeServerSend
 
 PROJECTOR_ARG = "projector"
@@ -20,8 +21,11 @@ def main() -> None:
         run_service(projector, projector.state.runtime)
         return
     app = create_app()
-    # SSE responses write frames straight to uvicorn's transport (see sse_response).
-    run_service(ExposeServerSend(app), app.state.runtime)
+    settings = app.state.runtime.settings
+    # SSE responses write frames straight to uvicorn's transport (see sse_response); the
+    # protocol is uvicorn's httptools one with a header-read timeout (slow_clients).
+    protocol = header_deadline_protocol(settings.header_read_timeout_s)
+    run_service(ExposeServerSend(app), app.state.runtime, http=protocol)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.models_admin import TenantStatus
 from weft_storage.tenant_data import Scope
+from weft_storage.usage import (
+    UsageGroup,
+    UsageTotals,
+    budget_override,
+    set_budget_override,
+    usage_totals,
+)
 
 from weft_gateway.admin_auth import Operator, require_operator
 from weft_gateway.audit_log import AuditFilter, AuditLog, AuditView, Outcome
@@ -35,6 +43,7 @@ ObjectId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0
 Who = Annotated[Operator, Depends(require_operator)]
 MAX_KEY_LIFETIME_S = 10 * 365 * 86400
 MAX_ROTATION_OVERLAP_S = 7 * 86400
+MAX_USAGE_SPAN = timedelta(days=366)
 
 
 class TenantCreate(BaseModel):
@@ -93,6 +102,44 @@ class UserPurge(BaseModel):
     clean: bool
 
 
+class TenantBudgets(BaseModel):
+    """A tenant's own token budgets (``PUT``/``GET .../budget``): None keeps the gateway's
+    default (``WEFT_TOKEN_BUDGET_PER_MINUTE`` / ``_PER_DAY``), 0 is unlimited."""
+
+    tokens_per_minute: int | None = Field(default=None, ge=0, le=10**12)
+    tokens_per_day: int | None = Field(default=None, ge=0, le=10**14)
+
+
+class UsageQuery(BaseModel):
+    """Query of ``GET .../usage``: ``[from, to)`` (default: the last 24 hours), at most
+    366 days, per user or per agent."""
+
+    start: datetime | None = Field(default=None, alias="from")
+    end: datetime | None = Field(default=None, alias="to")
+    group_by: UsageGroup = "user"
+
+    @model_validator(mode="after")
+    def _period(self) -> "UsageQuery":
+        end = self.end or datetime.now(UTC)
+        start = self.start or end - timedelta(days=1)
+        if start.tzinfo is None or end.tzinfo is None:
+            raise ValueError("from and to need a time zone (e.g. 2026-12-01T00:00:00Z)")
+        if not start < end or end - start > MAX_USAGE_SPAN:
+            raise ValueError("from must be before to, at most 366 days apart")
+        self.start, self.end = start, end
+        return self
+
+
+class TenantUsage(BaseModel):
+    """Answer of ``GET .../usage``."""
+
+    tenant_id: str
+    start: datetime = Field(serialization_alias="from")
+    end: datetime = Field(serialization_alias="to")
+    group_by: UsageGroup
+    items: list[UsageTotals]
+
+
 @dataclass(frozen=True)
 class AdminServices:
     """What the admin routes work with."""
@@ -102,6 +149,7 @@ class AdminServices:
     audit: AuditLog
     purger: DataPurger
     lifecycle: TenantLifecycle
+    sessions: async_sessionmaker[AsyncSession]
 
 
 def admin_router(svc: AdminServices) -> APIRouter:
@@ -111,6 +159,7 @@ def admin_router(svc: AdminServices) -> APIRouter:
     _lifecycle_routes(router, svc)
     _key_routes(router, svc)
     _audit_routes(router, svc)
+    _usage_routes(router, svc)
     return router
 
 
@@ -276,3 +325,35 @@ def _audit_routes(router: APIRouter, svc: AdminServices) -> None:
     ) -> list[AuditView]:
         """Newest first; the next page: ``before_id`` = the last id of this one."""
         return await svc.audit.read(where, limit)
+
+
+def _usage_routes(router: APIRouter, svc: AdminServices) -> None:
+    @router.get("/tenants/{tenant_id}/usage", response_model_by_alias=True)
+    async def read_usage(
+        who: Who, tenant_id: AnyTenantId, query: Annotated[UsageQuery, Query()]
+    ) -> TenantUsage:
+        """Tokens in/out, model calls, tool calls and ingested bytes per user or agent
+        (docs/budgets.md); a tenant without usage has no items."""
+        assert query.start is not None and query.end is not None  # set by the validator
+        items = await usage_totals(svc.sessions, tenant_id, query.start, query.end, query.group_by)
+        return TenantUsage(
+            tenant_id=tenant_id, start=query.start, end=query.end, group_by=query.group_by,
+            items=items,
+        )  # fmt: skip
+
+    @router.get("/tenants/{tenant_id}/budget")
+    async def read_budget(who: Who, tenant_id: AnyTenantId) -> TenantBudgets:
+        per_minute, per_day = await budget_override(svc.sessions, tenant_id)
+        return TenantBudgets(tokens_per_minute=per_minute, tokens_per_day=per_day)
+
+    @router.put("/tenants/{tenant_id}/budget")
+    async def set_budget(who: Who, tenant_id: AnyTenantId, body: TenantBudgets) -> TenantBudgets:
+        """Replace the tenant's budgets; gateways and engines see them within their
+        budget cache time (``WEFT_BUDGET_CACHE_S``). Like a key, a budget may name a
+        tenant that has no row (tenants from before the tenants table)."""
+        async with _audited(svc.audit, who, "budget.set", "tenant", tenant_id, body.model_dump()):
+            await set_budget_override(
+                svc.sessions, tenant_id, tokens_per_minute=body.tokens_per_minute,
+                tokens_per_day=body.tokens_per_day,
+            )  # fmt: skip
+        return body

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from fastapi import HTTPException
@@ -27,6 +28,7 @@ from weft_platform.bus import EventBus
 from weft_platform.credentials import TURN_AUDIENCE, CredentialSigner
 
 from weft_gateway.auth import Principal
+from weft_gateway.budget_gate import BudgetGate
 from weft_gateway.clients import AgentConfigClient, SessionsClient
 from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
@@ -36,6 +38,7 @@ from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.sse import StreamFormat, synthetic_failure
 from weft_gateway.sse_response import EventStreamResponse
+from weft_gateway.sse_slots import StreamSlot, StreamSlots
 from weft_gateway.streams import SessionStreams, active_turn_key
 
 AGENT_REQUIRED = "agent_id is required when agent mode is enabled"
@@ -123,6 +126,10 @@ class Gateway:
     knowledge: KnowledgeScope
     signer: CredentialSigner | None = None
     """Signs the request credential of each turn and command (records carry it)."""
+    budget: BudgetGate | None = None
+    """Refuses a turn of a tenant over its token budget (429)."""
+    slots: StreamSlots | None = None
+    """Caps a tenant's open SSE streams across replicas (429)."""
 
     def turn_credential(self, who: Principal, session_id: str, request_id: str) -> str | None:
         """The credential of a turn's records and of the internal calls made for it: this
@@ -149,6 +156,8 @@ class Gateway:
     ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         images = check_images(body.images, self.settings)
+        if self.budget is not None:
+            await self.budget.admit(who.tenant_id)
         session = await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.agent_id)
         # The request's own KB ids are the knowledge routes' business: one outside the
@@ -180,12 +189,11 @@ class Gateway:
                 images=images,
             ),
         )
-        await self.limits.admit_turn(who.tenant_id, request.request_id)
-        position = await self.streams.last_position(who.tenant_id, session_id)
+        slot = await self._stream_slot(who.tenant_id)
         try:
-            await self.bus.publish(Topic.AGENT_REQUESTS, request)
-        except Exception:
-            await self.limits.release_turn(who.tenant_id, request.request_id)
+            position = await self._publish(request)
+        except BaseException:
+            await self._release(slot)
             raise
         return self._response(
             who.tenant_id,
@@ -194,7 +202,21 @@ class Gateway:
             request.request_id,
             fmt,
             {"X-Request-Id": request.request_id},
+            slot,
         )
+
+    async def _publish(self, request: ChatRequested) -> str:
+        """Take a running-turn slot and publish the turn; the stream position it starts
+        after."""
+        tenant_id = request.tenant_id
+        await self.limits.admit_turn(tenant_id, request.request_id)
+        position = await self.streams.last_position(tenant_id, request.session_id)
+        try:
+            await self.bus.publish(Topic.AGENT_REQUESTS, request)
+        except Exception:
+            await self.limits.release_turn(tenant_id, request.request_id)
+            raise
+        return position
 
     async def resume(
         self,
@@ -216,7 +238,8 @@ class Gateway:
                 f"no turn of this session within the stream retention ({retention}s): "
                 "nothing to replay; load the stored messages instead",
             )
-        return self._response(who.tenant_id, session_id, start, None, fmt, {})
+        slot = await self._stream_slot(who.tenant_id)
+        return self._response(who.tenant_id, session_id, start, None, fmt, {}, slot)
 
     async def stop(self, who: Principal, session_id: str) -> ControlAccepted:
         """Publish ``CancelRequested`` for the running turn (any engine replica acts on it)."""
@@ -273,6 +296,7 @@ class Gateway:
         request_id: str | None,
         fmt: StreamFormat,
         headers: dict[str, str],
+        slot: StreamSlot | None = None,
     ) -> EventStreamResponse:
         follow = Follow(
             tenant_id=tenant_id,
@@ -288,7 +312,15 @@ class Gateway:
             send_timeout_s=self.settings.sse_send_timeout_s,
             buffer_bytes=self.settings.sse_buffer_bytes,
             headers=headers,
+            on_close=partial(self._release, slot) if slot is not None else None,
         )
+
+    async def _stream_slot(self, tenant_id: str) -> StreamSlot | None:
+        return await self.slots.acquire(tenant_id) if self.slots is not None else None
+
+    async def _release(self, slot: StreamSlot | None) -> None:
+        if self.slots is not None:
+            await self.slots.release(slot)
 
     async def _stream(self, follow: Follow, sink: Sink) -> bytes:
         """Write one client's frames (shared per-event frames and heartbeats, by the

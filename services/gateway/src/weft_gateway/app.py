@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import FastAPI
 from redis.asyncio import BlockingConnectionPool, Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
 from weft_platform.bus import EventBus
 from weft_platform.credentials import GATEWAY
 from weft_platform.retry import RetryWindow
-from weft_platform.runtime import create_runtime
+from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.usage import budget_override
 
 from weft_gateway.admin_api import AdminServices, admin_router
 from weft_gateway.admin_auth import OperatorAuth
 from weft_gateway.api import Gateway
 from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
+from weft_gateway.budget_gate import BudgetGate
 from weft_gateway.clients import AgentConfigClient, SessionsClient
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
@@ -31,6 +36,7 @@ from weft_gateway.projector import StreamProjector, log_rebuild
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
+from weft_gateway.sse_slots import StreamSlots
 from weft_gateway.streams import SessionStreams
 from weft_gateway.tenant_lifecycle import TenantLifecycle
 from weft_gateway.tenant_purge import DataPurger
@@ -84,6 +90,13 @@ def create_projector_app(settings: GatewaySettings | None = None) -> FastAPI:
     return create_service_app(runtime, title="Weft gateway projector")
 
 
+def budget_policy(runtime: ServiceRuntime, s: GatewaySettings) -> TenantBudgetPolicy:
+    """Token budgets: the settings' defaults, overridden by ``tenant_budgets`` rows."""
+    return TenantBudgetPolicy(
+        s.budget_defaults(), partial(budget_override, runtime.sessions), cache_s=s.budget_cache_s
+    )
+
+
 def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     """Wire the public API and the projector."""
     s = settings or GatewaySettings()
@@ -120,6 +133,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     documents = DocumentReader(runtime.sessions)
     kb_scope = KnowledgeScope(knowledge, documents)
     fanout = StreamFanout(redis)
+    slots = StreamSlots(redis, max_per_tenant=s.sse_max_per_tenant, lease_s=s.sse_lease_s)
     signer = runtime.signer(GATEWAY)
     tenants = TenantRegistry(runtime.sessions)
     end_users = EndUserAuth(
@@ -149,6 +163,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         limits=limits,
         knowledge=kb_scope,
         signer=signer,
+        budget=BudgetGate(TokenBudgets(redis), budget_policy(runtime, s)),
+        slots=slots,
     )
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)
@@ -173,7 +189,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         ],
         on_startup=[register_dev_key, admin.lifecycle.start],
         on_shutdown=[
-            admin.lifecycle.stop, end_users.aclose, fanout.aclose, memory.aclose,
+            admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
             agents.aclose, redis.aclose,
         ],
     )  # fmt: skip
@@ -197,5 +213,5 @@ def _admin_services(
     )  # fmt: skip
     return AdminServices(
         tenants=tenants, keys=KeyRegistry(sessions), audit=audit, purger=purger,
-        lifecycle=lifecycle,
+        lifecycle=lifecycle, sessions=sessions,
     )  # fmt: skip

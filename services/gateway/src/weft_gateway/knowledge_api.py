@@ -64,7 +64,7 @@ def knowledge_router(
     @router.post("/knowledge-bases/{kb_id}/documents", status_code=201)
     async def add_document(who: Who, kb_id: str, body: DocumentCreate) -> dict[str, Any]:
         doc_id, chunks = await store.add_document(
-            who.tenant_id, kb_id, body.title, body.content, body.file_name
+            who.tenant_id, kb_id, body.title, body.content, body.file_name, user_id=who.user_id
         )
         return {"id": doc_id, "knowledge_base_id": kb_id, "chunks": chunks, "status": "ready"}
 
@@ -84,7 +84,7 @@ def knowledge_router(
             raise HTTPException(422, "the file is empty")
         doc_id = await queue.enqueue_file(
             who.tenant_id, kb_id, title=title or name, file_name=name, content=content,
-            content_type=file.content_type or "",
+            content_type=file.content_type or "", user_id=who.user_id,
         )  # fmt: skip
         return {"id": doc_id, "knowledge_base_id": kb_id, "status": "pending"}
 

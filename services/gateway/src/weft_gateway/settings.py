@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-from weft_platform.settings import ServiceSettings
+from weft_platform.budgets import TokenBudgetSettings
 
 
-class GatewaySettings(ServiceSettings):
+class GatewaySettings(TokenBudgetSettings):
     """Gateway settings (prefix ``WEFT_``)."""
 
     service_name: str = "gateway"
@@ -134,4 +134,22 @@ class GatewaySettings(ServiceSettings):
     )
     end_user_leeway_s: float = Field(
         default=30.0, ge=0, le=300, description="Clock skew allowed on exp/nbf of end-user JWTs."
+    )
+    sse_max_per_tenant: int = Field(
+        default=200,
+        ge=0,
+        description="Open SSE streams per tenant across all gateway replicas (0: no cap); "
+        "one more is 429.",
+    )
+    sse_lease_s: float = Field(
+        default=30.0,
+        ge=3,
+        description="A stream's slot lease, renewed every third of it: the slots of a "
+        "killed gateway come back within this.",
+    )
+    header_read_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection whose request headers are not complete this long after "
+        "it opened (or after the request's first byte) is closed (slowloris).",
     )

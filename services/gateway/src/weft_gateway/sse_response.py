@@ -132,6 +132,7 @@ class EventStreamResponse(Response):
         buffer_bytes: int,
         headers: Mapping[str, str] | None = None,
         status_code: int = 200,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ):
         # FastAPI reads the default of ``status_code`` for the OpenAPI document.
         # Like StreamingResponse: no body, so no Content-Length header (chunked).
@@ -144,9 +145,18 @@ class EventStreamResponse(Response):
         self.sending_since = 0.0
         """Monotonic start of the send in progress, 0 when none (read by the watchdog)."""
         self.writer: asyncio.Task[None] | None = None
+        self._on_close = on_close
+        """Runs once the response is over, however it ended (frees the stream's slot)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream until the stream ends, the client disconnects or a send times out."""
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            if self._on_close is not None:
+                await asyncio.shield(self._on_close())
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = {
             "type": "http.response.start",
             "status": self.status_code,

@@ -20,6 +20,7 @@ from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
 from weft_memory.recorder import RECORDED_TYPES, MessageRecorder
 from weft_memory.turns_api import turns_router
+from weft_memory.usage_api import USAGE_ROUTE, USAGE_SCOPE, usage_router
 
 CONSUMER_GROUP = "weft-memory"
 
@@ -56,6 +57,7 @@ SYSTEM_ROUTES = {
     "/internal/turns/unfinished": SystemRoute(
         "memory:turns.read", frozenset({"engine", "operator"})
     ),
+    USAGE_ROUTE: USAGE_SCOPE,
 }
 """Routes across tenants: the engine's turn auditor (and operators) with a service
 credential; every other internal route acts for the tenant of a request credential."""
@@ -99,6 +101,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         history_router(runtime.sessions, runtime.redis, settings.history_wait_s),
         memory_router(runtime.sessions, memory, extractor, queue),
         turns_router(runtime.sessions),
+        usage_router(runtime.sessions),
     ]
     return create_service_app(
         runtime,

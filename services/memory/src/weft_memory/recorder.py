@@ -12,6 +12,10 @@ stored marked ``is_partial`` (as the reference does).
 Once ``complete`` is stored, the turn's end is signalled in Redis for the history request
 of the session's next turn, which may already be waiting for it (``turn_ends``).
 
+Usage (``weft_storage.usage``): ``turn_started`` opens the turn's usage row with its user
+and agent, ``complete`` writes the turn's totals into it, both in the transaction of the
+message rows and idempotent on the turn's request id.
+
 Long-term memory (SPEC M-10): ``turn_started`` of an agent with memory on opens an
 extraction row, ``complete`` marks it pending (or skipped) in the same transaction as the
 assistant row, and ``on_extraction_due`` wakes the extraction worker; the model call
@@ -39,6 +43,7 @@ from weft_contracts import (
     assistant_message_id,
 )
 from weft_storage.models import ChatSession, Message
+from weft_storage.usage import TurnTotals, open_turn, record_turn
 
 from weft_memory.extraction_queue import expect_extraction, turn_ended
 from weft_memory.turn_ends import signal_turn_end
@@ -120,6 +125,10 @@ class MessageRecorder:
             }
             for row in (user, assistant):
                 await s.execute(insert(Message).values(**row).on_conflict_do_nothing())
+            await open_turn(
+                s, tenant_id=event.tenant_id, request_id=event.request_id,
+                user_id=event.data.user_id, agent_id=event.data.agent_id, at=event.time,
+            )  # fmt: skip
             if event.data.memory_enabled:
                 await expect_extraction(
                     s, request_id=event.request_id, tenant_id=event.tenant_id,
@@ -198,6 +207,11 @@ class MessageRecorder:
                 stmt.on_conflict_do_update(constraint="uq_messages_request_role", set_=values)
             )
             due = await turn_ended(s, event.request_id, completed=bool(values["is_completed"]))
+            totals = TurnTotals.model_validate(event.data.usage.model_dump())
+            await record_turn(
+                s, tenant_id=event.tenant_id, request_id=event.request_id, totals=totals,
+                at=event.time,
+            )  # fmt: skip
         if due and self._on_extraction_due is not None:
             self._on_extraction_due()
         if self._redis is not None:

@@ -31,6 +31,7 @@ E = TypeVar("E", bound=Envelope)
 EVERY_SERVICE = ("memory", "agent-config", "tool-exec", "suggestions", RECORDS)
 OPERATOR_SCOPES = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
+    "/internal/usage": ("memory", "memory:usage.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
     "/internal/state": ("tool-exec", "tool-exec:state"),
 }
