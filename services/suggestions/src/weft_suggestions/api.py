@@ -16,6 +16,8 @@ from ulid import ULID
 from weft_contracts import SuggestedQuestion, SuggestionPlacement
 from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
 
+from weft_suggestions.agent_settings import SettingsUnavailable
+from weft_suggestions.config import FollowUpConfig
 from weft_suggestions.turns import FinishedTurn, TurnLog
 from weft_suggestions.worker import SuggestionWorker
 
@@ -76,8 +78,14 @@ def suggestions_router(
             raise HTTPException(404, NOT_FOUND)
         return turn
 
+    async def config_of(turn: FinishedTurn) -> FollowUpConfig:
+        try:
+            return await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        except SettingsUnavailable as exc:
+            raise HTTPException(503, str(exc)[:300], {"Retry-After": "2"}) from None
+
     async def current(turn: FinishedTurn) -> SuggestionSetOut:
-        config = await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        config = await config_of(turn)
         key = worker.key(turn, config)
         base = SuggestionSetOut(
             assistant_message_id=key.assistant_message_id,
@@ -122,7 +130,7 @@ def suggestions_router(
     @router.post("/sessions/{session_id}/suggestions", response_model=SuggestionSetOut)
     async def regenerate(session_id: str, body: RegenerateIn) -> SuggestionSetOut:
         turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
-        config = await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        config = await config_of(turn)
         if not (config.enabled and config.allow_regenerate):
             raise HTTPException(403, "this agent does not allow regenerating suggestions")
         claimed = await worker.claim_follow_ups(turn.tenant_id, turn.request_id, regenerate=True)
