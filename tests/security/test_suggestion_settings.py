@@ -53,7 +53,8 @@ def _refused(settings: dict[str, Any]) -> HTTPException:
 def test_hostile_settings_are_refused_with_the_field(settings: dict[str, Any], field: str) -> None:
     refusal = _refused(settings)
     assert refusal.status_code == 422
-    assert any(field in [str(part) for part in e["loc"]] for e in refusal.detail)
+    errors: list[dict[str, Any]] = refusal.detail  # type: ignore[assignment]
+    assert any(field in [str(part) for part in e["loc"]] for e in errors)
 
 
 def test_sane_settings_are_kept_and_legacy_modes_read_as_today() -> None:
