@@ -26,6 +26,7 @@ from weft_gateway.routes import agents_router, public_router, shared_agents_rout
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.streams import SessionStreams
+from weft_gateway.suggestions_api import SuggestionsClient, suggestions_router
 
 PROJECTOR_GROUP = "weft-gateway-projector"
 
@@ -98,6 +99,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         s.internal_max_connections,
         retry=retry,
     )
+    suggestions = SuggestionsClient(
+        s.suggestions_url,
+        "suggestions",
+        s.internal_timeout_s,
+        s.internal_max_connections,
+        retry=retry,
+    )
     directory = SessionDirectory(
         redis, memory, ttl_s=s.session_cache_ttl_s, lookup_timeout_s=s.session_lookup_timeout_s
     )
@@ -146,12 +154,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             public_router(gateway, auth),
             agents_router(agents, auth, kb_scope),
             shared_agents_router(agents, auth),
+            suggestions_router(suggestions, directory, auth),
             knowledge_router(
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope
             ),
         ],
         on_startup=[register_dev_key],
-        on_shutdown=[fanout.aclose, memory.aclose, agents.aclose, redis.aclose],
+        on_shutdown=[fanout.aclose, memory.aclose, agents.aclose, suggestions.aclose, redis.aclose],
     )
     app.add_middleware(BodySizeLimit, max_bytes=s.max_body_bytes)
     return app

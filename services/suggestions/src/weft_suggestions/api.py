@@ -17,7 +17,8 @@ from weft_contracts import SuggestedQuestion, SuggestionPlacement
 from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
 
 from weft_suggestions.agent_settings import SettingsUnavailable
-from weft_suggestions.config import FollowUpConfig
+from weft_suggestions.config import FollowUpConfig, UnknownAgent
+from weft_suggestions.starters import StarterSets
 from weft_suggestions.turns import FinishedTurn, TurnLog
 from weft_suggestions.worker import SuggestionWorker
 
@@ -180,3 +181,37 @@ async def _store_event(
             )
         )
     return event_id
+
+
+class StarterSetOut(BaseModel):
+    """The starters of a session's agent (SPEC Q-01)."""
+
+    agent_id: str
+    placement: SuggestionPlacement = "starter"
+    locale: str
+    state: Literal["disabled", "generating", "ready", "suppressed", "failed"]
+    questions: list[SuggestedQuestion] = Field(default_factory=list)
+    reason: str = ""
+
+
+def starters_router(starters: StarterSets) -> APIRouter:
+    """``GET /internal/sessions/{session_id}/starters``: the gateway has checked that the
+    session is the caller's; the agent is looked up as the caller's tenant runs it."""
+    router = APIRouter(prefix="/internal", tags=["suggestions"])
+
+    @router.get("/sessions/{session_id}/starters", response_model=StarterSetOut)
+    async def get_starters(
+        session_id: str,
+        tenant_id: str = Query(min_length=1, max_length=128),
+        user_id: str = Query(min_length=1, max_length=128),
+        agent_id: str = Query(min_length=1, max_length=64),
+    ) -> StarterSetOut:
+        try:
+            found = await starters.starters(tenant_id, session_id, agent_id)
+        except UnknownAgent:
+            raise HTTPException(404, f"agent {agent_id!r} not found") from None
+        except SettingsUnavailable as exc:
+            raise HTTPException(503, str(exc)[:300], {"Retry-After": "2"}) from None
+        return StarterSetOut.model_validate(found, from_attributes=True)
+
+    return router

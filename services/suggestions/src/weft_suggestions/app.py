@@ -17,10 +17,11 @@ from weft_platform.settings import ModelClientSettings
 
 from weft_suggestions.agent_settings import SCOPE as SETTINGS_SCOPE
 from weft_suggestions.agent_settings import AgentSettingsClient
-from weft_suggestions.api import suggestions_router
+from weft_suggestions.api import starters_router, suggestions_router
 from weft_suggestions.config import AgentSettings, FixedConfigs, FollowUpConfig
 from weft_suggestions.generation import FollowUpGenerator
 from weft_suggestions.lease import SuggestionLease
+from weft_suggestions.starters import StarterSets
 from weft_suggestions.turns import TurnLog
 from weft_suggestions.worker import SuggestionWorker
 
@@ -106,6 +107,15 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         sweep_interval_s=settings.sweep_interval_s,
         max_pending=settings.generation_max_pending,
     )
+    starters = StarterSets(
+        sessions=runtime.sessions,
+        lease=SuggestionLease(runtime.sessions, settings.lease_s),
+        configs=configs,
+        model=model,
+        default_model=settings.llm_model,
+        locale=settings.locale,
+        stall_timeout_s=settings.generation_stall_timeout_s,
+    )
     runtime.bus.consume_batch(
         Topic.AGENT_EVENTS,
         CONSUMER_GROUP,
@@ -116,7 +126,7 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
     app = create_service_app(
         runtime,
         title="weft suggestions",
-        routers=[suggestions_router(runtime.sessions, turns, worker)],
+        routers=[suggestions_router(runtime.sessions, turns, worker), starters_router(starters)],
         internal=InternalAuth(runtime.verifier, "suggestions"),
         on_startup=[worker.start],
         on_shutdown=[worker.stop, model.aclose, *closers],
