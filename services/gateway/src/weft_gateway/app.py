@@ -21,6 +21,7 @@ from weft_gateway.fanout import StreamFanout
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import BodySizeLimit, TenantLimits
+from weft_gateway.notices import register_notice_projector
 from weft_gateway.projector import StreamProjector, log_rebuild
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
@@ -73,6 +74,9 @@ def create_projector_app(settings: GatewaySettings | None = None) -> FastAPI:
         turn_ttl_s=s.turn_slot_ttl_s,
     )
     register_projector(runtime.bus, s, streams, limits)
+    register_notice_projector(
+        runtime.bus, runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+    )
     return create_service_app(runtime, title="Weft gateway projector")
 
 
@@ -142,6 +146,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     )
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)
+        register_notice_projector(
+            runtime.bus, redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+        )
 
     async def register_dev_key() -> None:
         if s.dev_api_key:

@@ -11,7 +11,9 @@ from pydantic import Field
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.credentials import RECORDS
 from weft_platform.internal_auth import InternalAuth
+from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ModelClientSettings
 
@@ -106,6 +108,7 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         concurrency=settings.generation_concurrency,
         sweep_interval_s=settings.sweep_interval_s,
         max_pending=settings.generation_max_pending,
+        own_credential=lambda: signer.service(RECORDS, [record_scope(Topic.SESSION_NOTICES)]),
     )
     starters = StarterSets(
         sessions=runtime.sessions,
