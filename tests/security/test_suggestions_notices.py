@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -82,7 +83,7 @@ async def test_forged_notices_are_dead_lettered_and_never_projected(
 
 async def _projected(redis: Redis, key: str, *, until: str) -> list[str]:
     async def texts() -> list[str]:
-        entries = await redis.xrange(key)
+        entries: Any = await redis.xrange(key)
         found = []
         for _, fields in entries:
             notice = json.loads(fields[b"event"])
