@@ -12,7 +12,7 @@ service finds the message in that user's session of that tenant (404 otherwise).
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from weft_gateway.api import QUICK_ANSWER_AGENT
 from weft_gateway.auth import ApiKeyAuth, Principal
@@ -26,11 +26,15 @@ MessageId = Annotated[str, Query(min_length=2, max_length=128, pattern=r"^[A-Za-
 class RegenerateBody(BaseModel):
     """Body of ``POST /sessions/{id}/suggestions``: new follow-ups for a message."""
 
+    model_config = ConfigDict(extra="forbid")  # the tenant and user come from the key
+
     assistant_message_id: str = Field(min_length=2, max_length=128)
 
 
 class SuggestionEventBody(BaseModel):
     """Body of ``POST /sessions/{id}/suggestion-events`` (SPEC Q-05)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     assistant_message_id: str = Field(min_length=2, max_length=128)
     placement: Literal["follow_up"] = "follow_up"
