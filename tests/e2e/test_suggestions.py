@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
-from weft_testkit import LocalStack, SseEvent, read_turn
+from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
 GENERATOR_PROMPT = "Suggest the follow-up questions now"
 ANSWER = "The plan costs 20 euros per month."
@@ -137,3 +137,47 @@ async def test_an_empty_session_gets_its_agents_starters(api: httpx.AsyncClient)
     assert body["state"] == "ready" and body["placement"] == "starter"
     assert [q["text"] for q in body["questions"]] == ["What plans exist?", "Any discount?"]
     assert all(q["source"] == "curated" for q in body["questions"])
+
+
+async def test_clicking_a_knowledge_starter_gives_the_model_its_source_first(
+    stack: LocalStack, api: httpx.AsyncClient, llm: httpx.AsyncClient, knowledge_base: str
+) -> None:
+    """SPEC Q-03: the message sent by clicking a knowledge suggestion reaches the model
+    with the suggestion's source (retrieved by the gateway from the stored set, within
+    the caller's knowledge scope) in front of it."""
+    agent = await api.post(
+        "/api/v1/agents",
+        json={
+            "name": "Docs",
+            "kb_selection_mode": "selected",
+            "knowledge_base_ids": [knowledge_base],
+            "question_suggestions": {"starters": {"mode": "knowledge", "count": 2}},
+        },
+    )
+    assert agent.status_code == 201, agent.text
+    session_id = await _session(api, str(agent.json()["id"]))
+    starters = (await api.get(f"/api/v1/sessions/{session_id}/starters")).json()
+    assert starters["state"] == "ready", starters
+    clicked = starters["questions"][0]
+    assert clicked["source"] == "knowledge" and clicked["document_id"]
+
+    await llm.post("/_script", json={"steps": [], "fallback": "demo"})
+    turn = await read_turn(
+        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+        json_body={
+            "query": clicked["text"],
+            "suggestion": {"placement": "starter", "question_id": clicked["id"]},
+        },
+    )  # fmt: skip
+    assert turn[-1].data["data"]["status"] == "completed", turn[-1].data
+    first = (await chat_requests(llm))[0]
+    user = [m for m in first["messages"] if m["role"] == "user"][-1]
+    text = user["content"] if isinstance(user["content"], str) else json.dumps(user["content"])
+    assert f'document_id="{clicked["document_id"]}"' in text
+    assert "<question_source" in text
+
+    unknown = await api.post(
+        f"/api/v1/agent-chat/{session_id}",
+        json={"query": "x", "suggestion": {"placement": "starter", "question_id": "k99"}},
+    )
+    assert unknown.status_code == 404, unknown.text

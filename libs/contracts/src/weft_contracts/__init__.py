@@ -12,6 +12,7 @@ from weft_contracts.commands import (
     CancelRequestedData,
     ChatRequested,
     ChatRequestedData,
+    QuestionOrigin,
     SteerMessage,
     SteerMessageData,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "KnowledgeTitle",
     "MemoryRecalledData",
     "MemoryRecalledEvent",
+    "QuestionOrigin",
     "QuestionSuggestions",
     "ReasoningEffort",
     "RecalledMemory",

@@ -23,6 +23,7 @@ from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import BodySizeLimit, TenantLimits
 from weft_gateway.notices import register_notice_projector
 from weft_gateway.projector import StreamProjector, log_rebuild
+from weft_gateway.question_origin import QuestionOrigins
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
@@ -143,6 +144,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         limits=limits,
         knowledge=kb_scope,
         signer=signer,
+        origins=QuestionOrigins(suggestions, documents),
     )
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)
