@@ -23,6 +23,7 @@ from weft_suggestions.api import starters_router, suggestions_router
 from weft_suggestions.config import AgentSettings, FixedConfigs, FollowUpConfig
 from weft_suggestions.generation import FollowUpGenerator
 from weft_suggestions.lease import SuggestionLease
+from weft_suggestions.retention import TurnRetention
 from weft_suggestions.starters import StarterSets
 from weft_suggestions.turns import TurnLog
 from weft_suggestions.worker import SuggestionWorker
@@ -76,6 +77,13 @@ class SuggestionsSettings(ModelClientSettings):
         "lease to pass and a sweeper (invariant 6).",
     )
     sweep_interval_s: float = Field(default=15.0, gt=0)
+    turn_retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3650,
+        description="suggestion_turns older than this are deleted (WEFT_TURN_RETENTION_DAYS).",
+    )
+    retention_interval_s: float = Field(default=3600.0, gt=0)
     events_linger_ms: int = Field(
         default=200,
         ge=0,
@@ -119,6 +127,11 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         locale=settings.locale,
         stall_timeout_s=settings.generation_stall_timeout_s,
     )
+    retention = TurnRetention(
+        runtime.sessions,
+        days=settings.turn_retention_days,
+        interval_s=settings.retention_interval_s,
+    )
     runtime.bus.consume_batch(
         Topic.AGENT_EVENTS,
         CONSUMER_GROUP,
@@ -131,8 +144,8 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         title="weft suggestions",
         routers=[suggestions_router(runtime.sessions, turns, worker), starters_router(starters)],
         internal=InternalAuth(runtime.verifier, "suggestions"),
-        on_startup=[worker.start],
-        on_shutdown=[worker.stop, model.aclose, *closers],
+        on_startup=[worker.start, retention.start],
+        on_shutdown=[retention.stop, worker.stop, model.aclose, *closers],
     )
     app.state.worker = worker
     return app
