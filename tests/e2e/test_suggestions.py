@@ -137,6 +137,11 @@ async def test_an_empty_session_gets_its_agents_starters(api: httpx.AsyncClient)
     assert body["state"] == "ready" and body["placement"] == "starter"
     assert [q["text"] for q in body["questions"]] == ["What plans exist?", "Any discount?"]
     assert all(q["source"] == "curated" for q in body["questions"])
+    click = await api.post(
+        f"/api/v1/sessions/{session_id}/suggestion-events",
+        json={"placement": "starter", "question_id": body["questions"][0]["id"], "kind": "click"},
+    )
+    assert click.status_code == 201, click.text
 
 
 async def test_clicking_a_knowledge_starter_gives_the_model_its_source_first(

@@ -57,6 +57,10 @@ async def _every_route(
         await client.post(f"{path}/suggestions", json=body),
         await client.post(f"{path}/suggestion-events", json={**body, "kind": "click"}),
         await client.get(f"{path}/starters"),
+        await client.post(
+            f"{path}/suggestion-events",
+            json={"placement": "starter", "question_id": "c0", "kind": "click"},
+        ),
     ]
 
 
@@ -68,7 +72,7 @@ async def test_another_tenant_or_user_finds_nothing_on_every_route(
     other_user = (await api_keys.client(user="someone-else")).http
     for client in (other_tenant, other_user):
         responses = await _every_route(client, session, message)
-        assert [r.status_code for r in responses] == [404, 404, 404, 404]
+        assert [r.status_code for r in responses] == [404] * 5
         assert all(CURATED not in r.text for r in responses)
         # Their own session naming A's message: the message is not in it.
         own = await client.post("/api/v1/sessions", json={})
@@ -84,6 +88,7 @@ async def test_another_tenant_or_user_finds_nothing_on_every_route(
         ("GET", "suggestions?assistant_message_id=a%0Ab", None),
         ("POST", "suggestions", {"assistant_message_id": "x" * 129}),
         ("POST", "suggestion-events", {"assistant_message_id": "m1a", "kind": "steal"}),
+        ("POST", "suggestion-events", {"kind": "click"}),
         ("POST", "suggestion-events", {"assistant_message_id": "m1a", "kind": "click",
                                        "question_id": "q" * 65}),
         ("POST", "suggestion-events", {"assistant_message_id": "m1a", "kind": "click",

@@ -12,7 +12,7 @@ service finds the message in that user's session of that tenant (404 otherwise).
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from weft_gateway.api import QUICK_ANSWER_AGENT
 from weft_gateway.auth import ApiKeyAuth, Principal
@@ -36,10 +36,18 @@ class SuggestionEventBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    assistant_message_id: str = Field(min_length=2, max_length=128)
-    placement: Literal["follow_up"] = "follow_up"
+    assistant_message_id: str | None = Field(
+        default=None, min_length=2, max_length=128, description="Required for a follow-up."
+    )
+    placement: Literal["follow_up", "starter"] = "follow_up"
     question_id: str | None = Field(default=None, max_length=64)
     kind: Literal["impression", "click", "dismiss", "regenerate"]
+
+    @model_validator(mode="after")
+    def _message_of_a_follow_up(self) -> "SuggestionEventBody":
+        if self.placement == "follow_up" and not self.assistant_message_id:
+            raise ValueError("a follow-up event names its assistant_message_id")
+        return self
 
 
 class SuggestionsClient(ServiceClient):
@@ -54,9 +62,13 @@ class SuggestionsClient(ServiceClient):
         path = f"/internal/sessions/{session_id}/suggestions"
         return await self.call("POST", path, json=body, resend=False)
 
-    async def event(self, who: Principal, session_id: str, body: SuggestionEventBody) -> Any:
+    async def event(
+        self, who: Principal, session_id: str, body: SuggestionEventBody, agent_id: str
+    ) -> Any:
         path = f"/internal/sessions/{session_id}/suggestion-events"
         payload = _caller(who) | body.model_dump()
+        if body.placement == "starter":
+            payload["assistant_message_id"] = f"agent:{agent_id}"
         return await self.call("POST", path, json=payload, resend=False)
 
     async def starters(self, who: Principal, session_id: str, agent_id: str) -> Any:
@@ -93,10 +105,10 @@ def suggestions_router(
 
     @router.post("/suggestion-events", status_code=201)
     async def record_event(who: Who, session_id: Id, body: SuggestionEventBody) -> Any:
-        """An impression, click, dismiss or regenerate of a follow-up; a click is
-        attributed to the next user message of the session."""
-        await directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
-        return await client.event(who, session_id, body)
+        """An impression, click, dismiss or regenerate of a follow-up or starter; a
+        click is attributed to the next user message of the session."""
+        session = await directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
+        return await client.event(who, session_id, body, session.agent_id or QUICK_ANSWER_AGENT)
 
     @router.get("/starters")
     async def starters(who: Who, session_id: Id) -> Any:

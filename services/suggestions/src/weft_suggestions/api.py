@@ -7,6 +7,7 @@ message of another tenant, user or session answers 404, exactly as a missing one
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query
@@ -149,18 +150,35 @@ def suggestions_router(
         response_model=SuggestionEventOut,
     )
     async def record_event(session_id: str, body: SuggestionEventIn) -> SuggestionEventOut:
-        turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
+        if body.placement == "starter":
+            # Starters have no turn: the set is the agent's (``agent:<id>``) and the session
+            # is the one the gateway found among the caller's own.
+            if not body.assistant_message_id.startswith("agent:"):
+                raise HTTPException(422, "a starter event names its set as agent:<agent id>")
+            where = FinishedTurnRef(body.tenant_id, session_id, body.user_id)
+        else:
+            turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
+            where = FinishedTurnRef(turn.tenant_id, turn.session_id, turn.user_id)
         event_id = await _store_event(
-            sessions, turn, body.assistant_message_id, body.placement, body.question_id, body.kind
+            sessions, where, body.assistant_message_id, body.placement, body.question_id, body.kind
         )
         return SuggestionEventOut(id=event_id)
 
     return router
 
 
+@dataclass(frozen=True)
+class FinishedTurnRef:
+    """Whose session an event is recorded in."""
+
+    tenant_id: str
+    session_id: str
+    user_id: str
+
+
 async def _store_event(
     sessions: async_sessionmaker[AsyncSession],
-    turn: FinishedTurn,
+    turn: FinishedTurnRef | FinishedTurn,
     assistant_message_id: str,
     placement: str,
     question_id: str | None,
