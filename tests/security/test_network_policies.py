@@ -148,9 +148,10 @@ def test_caller_table_from_code() -> None:
     (and in the chart's `uses`) rather than as a denied call in production."""
     callers = callers_from_code()
     assert callers["memory"] == {"gateway", "engine", "tool-exec"}
-    assert callers["agent-config"] == {"gateway"}
+    assert callers["agent-config"] == {"gateway", "suggestions"}
+    assert callers["suggestions"] == {"gateway"}
     assert callers[TEST_DOUBLE] == {"engine", "memory", "tool-exec", "suggestions"}
-    for service in ("engine", "tool-exec", "sandbox", "suggestions", GATEWAY, PROJECTOR):
+    for service in ("engine", "tool-exec", "sandbox", GATEWAY, PROJECTOR):
         assert callers[service] == set(), service
     projector = inspect.getsource(create_projector_app)
     assert "_url" not in projector, "the projector now calls a service: give it `uses`"

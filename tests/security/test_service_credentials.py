@@ -41,6 +41,10 @@ SYSTEM: dict[str, tuple[str, str]] = {
         "agent-config:organisations",
     ),
     "/internal/state": ("tool-exec", "tool-exec:state"),
+    "/internal/suggestion-settings/{agent_id}": (
+        "agent-config",
+        "agent-config:suggestion-settings",
+    ),
 }
 """The system routes and the scope each wants; any other route is a tenant route."""
 

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from weft_contracts import Topic
 from weft_engine.app import CONTROL_GROUP, REQUESTS_GROUP, RESULTS_GROUP
 from weft_gateway.app import PROJECTOR_GROUP
+from weft_gateway.notices import NOTICES_GROUP
 from weft_memory.app import CONSUMER_GROUP as MEMORY_GROUP
 from weft_platform.kafka_acls import (
     ACCESS,
@@ -66,7 +67,7 @@ def test_every_service_may_dead_letter_and_only_the_replay_identity_reads_dead_l
 def test_the_groups_are_the_services_own() -> None:
     """A renamed consumer group without its ACL would be refused at start."""
     groups = {
-        "weft-gateway": {PROJECTOR_GROUP},
+        "weft-gateway": {PROJECTOR_GROUP, NOTICES_GROUP},
         "weft-engine": {REQUESTS_GROUP, RESULTS_GROUP, CONTROL_GROUP},
         "weft-tool-exec": {TOOL_EXEC_GROUP},
         "weft-sandbox": {SANDBOX_GROUP},

@@ -7,6 +7,7 @@ doubles with the same methods; the SQL itself is tested on PostgreSQL
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,9 +26,16 @@ from weft_suggestions.generation import Exchange, FollowUpGenerator
 from weft_suggestions.lease import Claim, FinalState, SetKey
 from weft_suggestions.turns import FinishedTurn
 from weft_suggestions.worker import SuggestionWorker
+from weft_testkit.credentials import DevCredentials
 from weft_testkit.function_model import FunctionModel, ModelCall, answer, replies
 
 CONFIG = FollowUpConfig(enabled=True, mode="generated")
+_KEYS = DevCredentials.load()
+TURN_CREDENTIAL = _KEYS.request("t", "u", "s", "r", ttl_s=3600)
+EXPIRED_CREDENTIAL = _KEYS.gateway.request(
+    tenant_id="t", user_id="u", session_id="s", request_id="r", audience=["kafka"], ttl_s=1,
+    issued_at=time.time() - 7200,
+)  # fmt: skip
 
 
 def _turn(**changes: Any) -> FinishedTurn:
@@ -43,7 +51,7 @@ def _turn(**changes: Any) -> FinishedTurn:
         "status": "completed",
         "is_fallback": False,
         "references": [],
-        "credential": "turn-credential",
+        "credential": TURN_CREDENTIAL,
         "completed_at": None,
     }
     return FinishedTurn(**{**values, **changes})
@@ -103,6 +111,7 @@ def _worker(
     *script: Any,
     model: ChatModel | None = None,
     max_pending: int = 256,
+    own_credential: str | None = "suggestions-own-credential",
 ) -> SuggestionWorker:
     return SuggestionWorker(
         turns=Turns(turn),  # type: ignore[arg-type]
@@ -114,6 +123,7 @@ def _worker(
         locale="en",
         concurrency=1,
         sweep_interval_s=3600,
+        own_credential=None if own_credential is None else (lambda: own_credential),
     )
 
 
@@ -132,9 +142,18 @@ async def test_the_set_is_stored_then_announced_with_the_turns_credential() -> N
     [(topic, notice)] = bus.published
     assert topic is Topic.SESSION_NOTICES
     assert isinstance(notice, SuggestionsReady)
-    assert notice.credential == "turn-credential"
+    assert notice.credential == TURN_CREDENTIAL
     assert notice.data.assistant_message_id == "m1a"
     assert [q.text for q in notice.data.questions] == ["Is VAT included?"]
+
+
+async def test_a_set_whose_turn_credential_ran_out_is_announced_with_the_services_own() -> None:
+    # A regenerated set, or one a sweeper took over late: the turn's credential is gone.
+    lease, bus = Lease(), Bus()
+    turn = _turn(credential=EXPIRED_CREDENTIAL)
+    await _generate(_worker(turn, lease, bus, CONFIG, answer('["Is VAT included?"]')))
+    [(_, notice)] = bus.published
+    assert notice.credential == "suggestions-own-credential"
 
 
 async def test_a_generator_that_lost_its_lease_neither_asks_nor_announces() -> None:
@@ -161,9 +180,13 @@ async def test_follow_ups_off_claims_nothing() -> None:  # SPEC Q-01: off by def
 
 
 async def test_a_turn_without_credential_is_stored_but_not_announced() -> None:
-    """Every consumer would dead-letter a notice without a credential."""
+    """Every consumer would dead-letter a notice without a credential (a deployment
+    without the suggestions service's own key)."""
     lease, bus = Lease(), Bus()
-    await _generate(_worker(_turn(credential=None), lease, bus, CONFIG, answer('["Next?"]')))
+    worker = _worker(
+        _turn(credential=None), lease, bus, CONFIG, answer('["Next?"]'), own_credential=None
+    )
+    await _generate(worker)
     assert [state for state, _, _ in lease.finished] == ["ready"]
     assert bus.published == []
 

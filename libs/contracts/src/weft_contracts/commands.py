@@ -8,9 +8,28 @@ from pydantic import Field
 
 from weft_contracts.agent import AgentConfig
 from weft_contracts.envelope import Envelope, Payload
+from weft_contracts.text import CleanText
 
 DoubleTexting = Literal["reject", "enqueue", "interrupt"]
 """What to do with a new message while the session already runs a turn."""
+
+
+class QuestionOrigin(Payload):
+    """The suggested question a user clicked to send this message (SPEC Q-03). For a
+    knowledge suggestion the gateway has already retrieved its source (from the stored
+    set, within the caller's knowledge scope): the engine gives it to the model as context
+    of this turn, so the answer starts from that source."""
+
+    assistant_message_id: str = Field(min_length=1, max_length=128)
+    question_id: str = Field(min_length=1, max_length=64)
+    source: Literal["curated", "knowledge", "generated"]
+    document_id: str | None = Field(default=None, max_length=128)
+    chunk_id: str | None = Field(default=None, max_length=128)
+    knowledge_base_id: str | None = Field(default=None, max_length=128)
+    title: CleanText = Field(default="", max_length=500)
+    excerpt: CleanText = Field(
+        default="", max_length=12_000, description="The source's text, as retrieved."
+    )
 
 
 class ChatRequestedData(Payload):
@@ -29,6 +48,7 @@ class ChatRequestedData(Payload):
     )
     mentions: list[str] = Field(default_factory=list)
     double_texting: DoubleTexting = "enqueue"
+    question_origin: QuestionOrigin | None = None
 
 
 class CancelRequestedData(Payload):

@@ -63,7 +63,7 @@ ACCESS: dict[str, Access] = {
     "weft-gateway": _access(
         writes=[Topic.AGENT_REQUESTS, Topic.AGENT_CONTROL],
         reads=[Topic.AGENT_EVENTS, SESSION_NOTICES],
-        groups=["weft-gateway-projector"],
+        groups=["weft-gateway-projector", "weft-gateway-notices"],
     ),
     "weft-agent-config": _access(),
     "weft-engine": _access(

@@ -25,6 +25,7 @@ class SuggestionTurn(Base):
     __tablename__ = "suggestion_turns"
     __table_args__ = (
         Index("ix_suggestion_turns_session", "tenant_id", "session_id", "created_at"),
+        Index("ix_suggestion_turns_created", "created_at"),
     )
     tenant_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     request_id: Mapped[str] = mapped_column(String(128), primary_key=True)

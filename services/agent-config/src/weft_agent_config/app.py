@@ -38,6 +38,12 @@ from weft_agent_config.resolver import (
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.sharing_api import SharingService, sharing_router
 from weft_agent_config.store import AgentStore, StoredAgent
+from weft_agent_config.suggestion_settings import PATH as SUGGESTION_SETTINGS
+from weft_agent_config.suggestion_settings import ROUTE as SUGGESTION_SETTINGS_ROUTE
+from weft_agent_config.suggestion_settings import (
+    KnowledgeTitles,
+    suggestion_settings_router,
+)
 from weft_agent_config.tool_policy import (
     catalog_json,
 )
@@ -208,6 +214,7 @@ _ORGANISATIONS = SystemRoute("agent-config:organisations", frozenset({"operator"
 SYSTEM_ROUTES = {
     "/internal/organisations": _ORGANISATIONS,
     "/internal/organisations/{org_id}/members/{member_tenant}": _ORGANISATIONS,
+    SUGGESTION_SETTINGS: SUGGESTION_SETTINGS_ROUTE,
 }
 """Organisations span tenants: operators only, with a service credential. Every other
 internal route acts for the tenant of a request credential."""
@@ -233,6 +240,11 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
         title="weft agent-config",
         # The sharing routes first: their fixed paths (/internal/agents/shared) must not be
         # taken for an agent id.
-        routers=[resolve_router(resolver), sharing_router(shares), agents_router(service, shares)],
+        routers=[
+            resolve_router(resolver),
+            suggestion_settings_router(resolver, KnowledgeTitles(runtime.sessions)),
+            sharing_router(shares),
+            agents_router(service, shares),
+        ],
         internal=InternalAuth(runtime.verifier, "agent-config", SYSTEM_ROUTES),
     )

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from weft_contracts import AgentMode, ReasoningEffort
+from weft_contracts import AgentMode, QuestionSuggestions, ReasoningEffort
 
 EFFORT_ORDER: tuple[str, ...] = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 """Levels from least to most; ``auto`` stands for the model's own choice (SPEC A-05)."""
@@ -21,23 +21,6 @@ MAX_ITERATIONS_CAP = 100
 SANDBOX_MIN_COMPLETION_TOKENS = 8192
 RUNTIME_COMPLETION_TOKENS = {AgentMode.QUICK_ANSWER: 2048, AgentMode.SMART_REASONING: 4096}
 SANDBOX_COMPLETION_TOKENS = 24576
-
-
-class SuggestionSetting(BaseModel):
-    """Starters or follow-ups of an agent (SPEC Q-*)."""
-
-    model_config = ConfigDict(extra="forbid")
-    enabled: bool
-    mode: Literal["hybrid", "llm", "static"] = "hybrid"
-    count: int = Field(ge=0, le=20)
-
-
-class QuestionSuggestions(BaseModel):
-    """Suggestion defaults of SPEC A-04: starters on/hybrid/6, follow-ups off/hybrid/3."""
-
-    model_config = ConfigDict(extra="forbid")
-    starters: SuggestionSetting = SuggestionSetting(enabled=True, mode="hybrid", count=6)
-    follow_ups: SuggestionSetting = SuggestionSetting(enabled=False, mode="hybrid", count=3)
 
 
 class AgentDefinition(BaseModel):
@@ -78,7 +61,10 @@ class AgentDefinition(BaseModel):
         "search query from the conversation before retrieval (SPEC C-04). Smart-reasoning "
         "agents ignore it (the model writes its own search queries).",
     )
-    question_suggestions: QuestionSuggestions | None = None
+    question_suggestions: QuestionSuggestions | None = Field(
+        default=None,
+        description="Starters and follow-ups (SPEC Q-01/Q-02); unset: the SPEC's defaults.",
+    )
     image_upload_enabled: bool = Field(
         default=False, description="Chat requests may carry images (SPEC E-26)."
     )

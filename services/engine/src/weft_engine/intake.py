@@ -31,6 +31,7 @@ from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, TurnFailure
 from weft_engine.keys import cancel_key
 from weft_engine.parked_images import ParkedImages
+from weft_engine.question_origin import with_question_source
 from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import START_RETRY_S, HandedOver, SessionGate, SteerInbox
@@ -206,6 +207,7 @@ class TurnIntake:
             )  # fmt: skip
             await self._finisher.fail(state, failure)
             return
+        messages = with_question_source(messages, data.question_origin)
         unread = [] if route_images(data.agent, data.images) == "direct" else data.images
         messages, unread = await self._images.park(request.request_id, messages, unread)
         state = state.model_copy(

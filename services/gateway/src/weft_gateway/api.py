@@ -34,6 +34,7 @@ from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
+from weft_gateway.question_origin import QuestionOrigins, SuggestionPick
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.sse import StreamFormat, synthetic_failure
@@ -71,6 +72,11 @@ class ChatBody(BaseModel):
         default_factory=list,
         description="Images of the message (SPEC E-26): https:// URLs or "
         "data:image/png|jpeg|gif|webp;base64 URIs; the agent must have image upload on.",
+    )
+    suggestion: SuggestionPick | None = Field(
+        default=None,
+        description="The suggested question this message was sent by clicking (SPEC Q-03): "
+        "a knowledge suggestion's source is retrieved and given to the model first.",
     )
 
 
@@ -130,6 +136,8 @@ class Gateway:
     """Refuses a turn of a tenant over its token budget (429)."""
     slots: StreamSlots | None = None
     """Caps a tenant's open SSE streams across replicas (429)."""
+    origins: QuestionOrigins | None = None
+    """Resolves a clicked suggested question and its source (SPEC Q-03)."""
 
     def turn_credential(self, who: Principal, session_id: str, request_id: str) -> str | None:
         """The credential of a turn's records and of the internal calls made for it: this
@@ -172,6 +180,9 @@ class Gateway:
             summary_model_id=body.summary_model_id,
         )
         require_image_upload(agent, images)
+        origin = None
+        if body.suggestion is not None and self.origins is not None:
+            origin = await self.origins.resolve(who, session_id, body.suggestion, agent_id)
         if body.double_texting == "reject":
             await self._reject_if_running(who.tenant_id, session_id)
         request_id = f"req_{ULID()}"
@@ -187,6 +198,7 @@ class Gateway:
                 mode=chat_mode(agent),
                 double_texting=body.double_texting,
                 images=images,
+                question_origin=origin,
             ),
         )
         slot = await self._stream_slot(who.tenant_id)

@@ -32,12 +32,15 @@ from weft_gateway.key_registry import KeyRegistry
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import BodySizeLimit, TenantLimits
+from weft_gateway.notices import register_notice_projector
 from weft_gateway.projector import StreamProjector, log_rebuild
+from weft_gateway.question_origin import QuestionOrigins
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
 from weft_gateway.sse_slots import StreamSlots
 from weft_gateway.streams import SessionStreams
+from weft_gateway.suggestions_api import SuggestionsClient, suggestions_router
 from weft_gateway.tenant_lifecycle import TenantLifecycle
 from weft_gateway.tenant_purge import DataPurger
 from weft_gateway.tenant_registry import TenantRegistry
@@ -87,6 +90,9 @@ def create_projector_app(settings: GatewaySettings | None = None) -> FastAPI:
         turn_ttl_s=s.turn_slot_ttl_s,
     )
     register_projector(runtime.bus, s, streams, limits)
+    register_notice_projector(
+        runtime.bus, runtime.redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+    )
     return create_service_app(runtime, title="Weft gateway projector")
 
 
@@ -116,6 +122,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     agents = AgentConfigClient(
         s.agent_config_url,
         "agent-config",
+        s.internal_timeout_s,
+        s.internal_max_connections,
+        retry=retry,
+    )
+    suggestions = SuggestionsClient(
+        s.suggestions_url,
+        "suggestions",
         s.internal_timeout_s,
         s.internal_max_connections,
         retry=retry,
@@ -165,9 +178,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         signer=signer,
         budget=BudgetGate(TokenBudgets(redis), budget_policy(runtime, s)),
         slots=slots,
+        origins=QuestionOrigins(suggestions, documents),
     )
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)
+        register_notice_projector(
+            runtime.bus, redis, max_len=s.stream_max_len, retention_s=s.stream_retention_s
+        )
 
     async def register_dev_key() -> None:
         # Unset: every development key is revoked, so a production start never keeps one.
@@ -182,6 +199,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             public_router(gateway, auth),
             agents_router(agents, auth, kb_scope),
             shared_agents_router(agents, auth),
+            suggestions_router(suggestions, directory, auth),
             knowledge_router(
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope
             ),
@@ -190,7 +208,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         on_startup=[register_dev_key, admin.lifecycle.start],
         on_shutdown=[
             admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
-            agents.aclose, redis.aclose,
+            agents.aclose, suggestions.aclose, redis.aclose,
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)

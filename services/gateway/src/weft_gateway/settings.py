@@ -15,6 +15,7 @@ class GatewaySettings(TokenBudgetSettings):
     http_port: int = 8080
     memory_url: str = "http://127.0.0.1:8085"
     agent_config_url: str = "http://127.0.0.1:8081"
+    suggestions_url: str = "http://127.0.0.1:8086"
     dev_api_key: str = Field(default="", description="Registered at start for dev_tenant if set.")
     dev_tenant: str = "demo"
     dev_user: str = "dev"

@@ -13,6 +13,9 @@ or below the stream's newest (a stream from before this scheme, or a topic whose
 partitions changed) becomes the newest's successor instead: order holds, only a rebuild
 could then give different ids.
 
+The turn hash also keeps ``done:<request id>`` once a turn's ``complete`` is written: a
+session notice about that turn waits for it (``notices``).
+
 Redis coming back empty is noticed by the projector, per partition: its appends are
 guarded by a mark (``marks_key``, one field per partition) that an empty Redis does not
 have. An append of a partition without its mark writes nothing and says so; the projector
@@ -46,6 +49,7 @@ end
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], id,
            'request_id', ARGV[1], 'seq', ARGV[2], 'type', ARGV[3], 'event', ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+if ARGV[3] == 'complete' then redis.call('HSET', KEYS[2], 'done:' .. ARGV[1], id) end
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 redis.call('EXPIRE', KEYS[2], ARGV[6])
 return 1

@@ -7,6 +7,7 @@ message of another tenant, user or session answers 404, exactly as a missing one
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query
@@ -16,6 +17,9 @@ from ulid import ULID
 from weft_contracts import SuggestedQuestion, SuggestionPlacement
 from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
 
+from weft_suggestions.agent_settings import SettingsUnavailable
+from weft_suggestions.config import FollowUpConfig, UnknownAgent
+from weft_suggestions.starters import StarterSets
 from weft_suggestions.turns import FinishedTurn, TurnLog
 from weft_suggestions.worker import SuggestionWorker
 
@@ -76,8 +80,14 @@ def suggestions_router(
             raise HTTPException(404, NOT_FOUND)
         return turn
 
+    async def config_of(turn: FinishedTurn) -> FollowUpConfig:
+        try:
+            return await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        except SettingsUnavailable as exc:
+            raise HTTPException(503, str(exc)[:300], {"Retry-After": "2"}) from None
+
     async def current(turn: FinishedTurn) -> SuggestionSetOut:
-        config = await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        config = await config_of(turn)
         key = worker.key(turn, config)
         base = SuggestionSetOut(
             assistant_message_id=key.assistant_message_id,
@@ -122,7 +132,7 @@ def suggestions_router(
     @router.post("/sessions/{session_id}/suggestions", response_model=SuggestionSetOut)
     async def regenerate(session_id: str, body: RegenerateIn) -> SuggestionSetOut:
         turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
-        config = await worker.configs.follow_ups(turn.tenant_id, turn.agent_id)
+        config = await config_of(turn)
         if not (config.enabled and config.allow_regenerate):
             raise HTTPException(403, "this agent does not allow regenerating suggestions")
         claimed = await worker.claim_follow_ups(turn.tenant_id, turn.request_id, regenerate=True)
@@ -140,18 +150,35 @@ def suggestions_router(
         response_model=SuggestionEventOut,
     )
     async def record_event(session_id: str, body: SuggestionEventIn) -> SuggestionEventOut:
-        turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
+        if body.placement == "starter":
+            # Starters have no turn: the set is the agent's (``agent:<id>``) and the session
+            # is the one the gateway found among the caller's own.
+            if not body.assistant_message_id.startswith("agent:"):
+                raise HTTPException(422, "a starter event names its set as agent:<agent id>")
+            where = FinishedTurnRef(body.tenant_id, session_id, body.user_id)
+        else:
+            turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
+            where = FinishedTurnRef(turn.tenant_id, turn.session_id, turn.user_id)
         event_id = await _store_event(
-            sessions, turn, body.assistant_message_id, body.placement, body.question_id, body.kind
+            sessions, where, body.assistant_message_id, body.placement, body.question_id, body.kind
         )
         return SuggestionEventOut(id=event_id)
 
     return router
 
 
+@dataclass(frozen=True)
+class FinishedTurnRef:
+    """Whose session an event is recorded in."""
+
+    tenant_id: str
+    session_id: str
+    user_id: str
+
+
 async def _store_event(
     sessions: async_sessionmaker[AsyncSession],
-    turn: FinishedTurn,
+    turn: FinishedTurnRef | FinishedTurn,
     assistant_message_id: str,
     placement: str,
     question_id: str | None,
@@ -172,3 +199,37 @@ async def _store_event(
             )
         )
     return event_id
+
+
+class StarterSetOut(BaseModel):
+    """The starters of a session's agent (SPEC Q-01)."""
+
+    agent_id: str
+    placement: SuggestionPlacement = "starter"
+    locale: str
+    state: Literal["disabled", "generating", "ready", "suppressed", "failed"]
+    questions: list[SuggestedQuestion] = Field(default_factory=list)
+    reason: str = ""
+
+
+def starters_router(starters: StarterSets) -> APIRouter:
+    """``GET /internal/sessions/{session_id}/starters``: the gateway has checked that the
+    session is the caller's; the agent is looked up as the caller's tenant runs it."""
+    router = APIRouter(prefix="/internal", tags=["suggestions"])
+
+    @router.get("/sessions/{session_id}/starters", response_model=StarterSetOut)
+    async def get_starters(
+        session_id: str,
+        tenant_id: str = Query(min_length=1, max_length=128),
+        user_id: str = Query(min_length=1, max_length=128),
+        agent_id: str = Query(min_length=1, max_length=64),
+    ) -> StarterSetOut:
+        try:
+            found = await starters.starters(tenant_id, session_id, agent_id)
+        except UnknownAgent:
+            raise HTTPException(404, f"agent {agent_id!r} not found") from None
+        except SettingsUnavailable as exc:
+            raise HTTPException(503, str(exc)[:300], {"Retry-After": "2"}) from None
+        return StarterSetOut.model_validate(found, from_attributes=True)
+
+    return router

@@ -4,23 +4,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import FastAPI
 from pydantic import Field
 from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.credentials import RECORDS
 from weft_platform.internal_auth import InternalAuth
+from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ModelClientSettings
 
-from weft_suggestions.api import suggestions_router
-from weft_suggestions.config import FixedConfigs, FollowUpConfig
+from weft_suggestions.agent_settings import SCOPE as SETTINGS_SCOPE
+from weft_suggestions.agent_settings import AgentSettingsClient
+from weft_suggestions.api import starters_router, suggestions_router
+from weft_suggestions.config import AgentSettings, FixedConfigs, FollowUpConfig
 from weft_suggestions.generation import FollowUpGenerator
 from weft_suggestions.lease import SuggestionLease
+from weft_suggestions.retention import TurnRetention
+from weft_suggestions.starters import StarterSets
 from weft_suggestions.turns import TurnLog
 from weft_suggestions.worker import SuggestionWorker
 
 CONSUMER_GROUP = "weft-suggestions"
+ISSUER = "suggestions"
+"""The issuer of this service's own credentials (agent-config settings, regenerated sets)."""
 
 TURN_TYPES = frozenset({"turn_started", "references", "complete"})
 """The events suggestions needs: the question, the sources, the end of the turn. Every
@@ -33,10 +43,22 @@ class SuggestionsSettings(ModelClientSettings):
 
     service_name: str = "suggestions"
     http_port: int = 8086
-    follow_ups: FollowUpConfig = Field(
-        default_factory=FollowUpConfig,
-        description="Follow-up settings of every agent (SPEC Q-01/Q-02; off by default), "
-        "as JSON in WEFT_FOLLOW_UPS.",
+    agent_config_url: str = "http://127.0.0.1:8081"
+    suggestions_enabled: bool = Field(
+        default=True,
+        description="Service-wide switch (WEFT_SUGGESTIONS_ENABLED): false turns every "
+        "agent's starters and follow-ups off, whatever its own settings say.",
+    )
+    follow_ups: FollowUpConfig | None = Field(
+        default=None,
+        description="Operator override (WEFT_FOLLOW_UPS, JSON of FollowUpConfig): these "
+        "follow-up settings for every agent instead of each agent's own (SPEC Q-01/Q-02).",
+    )
+    settings_ttl_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="How long an agent's settings read from agent-config are reused.",
     )
     locale: str = Field(default="en", max_length=35, description="Locale of generated sets.")
     lease_s: float = Field(
@@ -55,6 +77,13 @@ class SuggestionsSettings(ModelClientSettings):
         "lease to pass and a sweeper (invariant 6).",
     )
     sweep_interval_s: float = Field(default=15.0, gt=0)
+    turn_retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3650,
+        description="suggestion_turns older than this are deleted (WEFT_TURN_RETENTION_DAYS).",
+    )
+    retention_interval_s: float = Field(default=3600.0, gt=0)
     events_linger_ms: int = Field(
         default=200,
         ge=0,
@@ -71,10 +100,14 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
     init_logging(runtime)
     model = OpenAIChatModel(base_url=settings.openai_base_url, api_key=settings.openai_api_key)
     turns = TurnLog(runtime.sessions)
+    signer = runtime.signer(ISSUER)
+    configs, closers = agent_settings(
+        settings, lambda: signer.service("agent-config", [SETTINGS_SCOPE])
+    )
     worker = SuggestionWorker(
         turns=turns,
         lease=SuggestionLease(runtime.sessions, settings.lease_s),
-        configs=FixedConfigs(settings.follow_ups),
+        configs=configs,
         generator=FollowUpGenerator(
             model, settings.llm_model, stall_timeout_s=settings.generation_stall_timeout_s
         ),
@@ -83,6 +116,21 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         concurrency=settings.generation_concurrency,
         sweep_interval_s=settings.sweep_interval_s,
         max_pending=settings.generation_max_pending,
+        own_credential=lambda: signer.service(RECORDS, [record_scope(Topic.SESSION_NOTICES)]),
+    )
+    starters = StarterSets(
+        sessions=runtime.sessions,
+        lease=SuggestionLease(runtime.sessions, settings.lease_s),
+        configs=configs,
+        model=model,
+        default_model=settings.llm_model,
+        locale=settings.locale,
+        stall_timeout_s=settings.generation_stall_timeout_s,
+    )
+    retention = TurnRetention(
+        runtime.sessions,
+        days=settings.turn_retention_days,
+        interval_s=settings.retention_interval_s,
     )
     runtime.bus.consume_batch(
         Topic.AGENT_EVENTS,
@@ -94,10 +142,25 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
     app = create_service_app(
         runtime,
         title="weft suggestions",
-        routers=[suggestions_router(runtime.sessions, turns, worker)],
+        routers=[suggestions_router(runtime.sessions, turns, worker), starters_router(starters)],
         internal=InternalAuth(runtime.verifier, "suggestions"),
-        on_startup=[worker.start],
-        on_shutdown=[worker.stop, model.aclose],
+        on_startup=[worker.start, retention.start],
+        on_shutdown=[retention.stop, worker.stop, model.aclose, *closers],
     )
     app.state.worker = worker
     return app
+
+
+def agent_settings(
+    settings: SuggestionsSettings, credential: Callable[[], str]
+) -> tuple[AgentSettings, list[Callable[[], Awaitable[None]]]]:
+    """Each agent's settings from agent-config, unless the operator fixed them for all
+    (``WEFT_FOLLOW_UPS``) or switched suggestions off; with what closes them."""
+    if not settings.suggestions_enabled:
+        return FixedConfigs(FollowUpConfig(enabled=False), starters_enabled=False), []
+    if settings.follow_ups is not None:
+        return FixedConfigs(settings.follow_ups), []
+    client = AgentSettingsClient(
+        settings.agent_config_url, credential, ttl_s=settings.settings_ttl_s
+    )
+    return client, [client.aclose]

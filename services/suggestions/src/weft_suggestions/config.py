@@ -1,48 +1,24 @@
-"""How an agent's follow-ups are made (SPEC Q-01, Q-02), and the hash that keys a cached
-set on it (Q-04): a changed configuration gets a new set instead of a stale one."""
+"""How an agent's suggestions are made (SPEC Q-01, Q-02) and where those settings come
+from. The settings themselves are ``weft_contracts.suggestions``: agent-config stores them
+in the agent definition and this service reads them back (:mod:`weft_suggestions.agent_settings`);
+their hash keys a cached set (Q-04), so a changed setting gets a new set."""
 
 from __future__ import annotations
 
-import hashlib
-from typing import Literal, Protocol
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from weft_contracts import AgentSuggestionSettings, FollowUpConfig, QuestionSuggestions
+from weft_contracts.suggestions import ALL_CATEGORIES, Category, SuggestionMode
 
-SuggestionMode = Literal["curated", "knowledge", "generated", "hybrid"]
-"""SPEC Q-01: the source of the questions; hybrid (the default) mixes them."""
-
-Category = Literal["clarify", "deepen", "action"]
-"""SPEC Q-02: the kinds of follow-up the model may propose."""
-
-ALL_CATEGORIES: tuple[Category, ...] = ("clarify", "deepen", "action")
-
-
-class FollowUpConfig(BaseModel):
-    """One agent's follow-up settings with the defaults of SPEC Q-01/Q-02."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    enabled: bool = Field(default=False, description="Q-01: follow-ups are off by default.")
-    mode: SuggestionMode = "hybrid"
-    count: int = Field(default=3, ge=1, le=5)
-    model_id: str | None = Field(
-        default=None, max_length=200, description="A dedicated model; None: the service's."
-    )
-    categories: tuple[Category, ...] = Field(default=ALL_CATEGORIES, min_length=1)
-    max_context_turns: int = Field(default=2, ge=1, le=5)
-    additional_instruction: str = Field(default="", max_length=2000)
-    suppress_on_fallback: bool = True
-    suppress_when_answer_asks_question: bool = True
-    knowledge_fallback: bool = True
-    allow_regenerate: bool = False
-    curated: tuple[str, ...] = Field(
-        default=(), max_length=20, description="Questions entered by the agent's author."
-    )
-
-    def config_hash(self) -> str:
-        """SHA-256 of the canonical JSON of every field (part of the set's cache key)."""
-        canonical = self.model_dump_json(exclude_none=False).encode()
-        return hashlib.sha256(canonical).hexdigest()
+__all__ = [
+    "ALL_CATEGORIES",
+    "AgentSettings",
+    "Category",
+    "FixedConfigs",
+    "FollowUpConfig",
+    "FollowUpConfigs",
+    "SuggestionMode",
+]
 
 
 class FollowUpConfigs(Protocol):
@@ -53,15 +29,35 @@ class FollowUpConfigs(Protocol):
         ...
 
 
+class AgentSettings(FollowUpConfigs, Protocol):
+    """Follow-up settings, and everything a starter set is made from."""
+
+    async def agent(self, tenant_id: str, agent_id: str) -> AgentSuggestionSettings:
+        """The agent's settings, name, description and knowledge titles; an unknown
+        agent raises :class:`UnknownAgent`."""
+        ...
+
+
+class UnknownAgent(LookupError):
+    """The tenant has no agent of that id (deleted, or never its own)."""
+
+
 class FixedConfigs:
-    """Every agent gets the same settings (the service's own, ``WEFT_FOLLOW_UPS``).
+    """Every agent gets the same settings: the operator's override (``WEFT_FOLLOW_UPS``)
+    or the service-wide off switch, instead of each agent's own."""
 
-    The per-agent settings live in agent-config (``question_suggestions``); until this
-    service asks it for them, a deployment switches follow-ups on for all agents here."""
-
-    def __init__(self, config: FollowUpConfig):
+    def __init__(self, config: FollowUpConfig, starters_enabled: bool = True):
         self._config = config
+        self._settings = QuestionSuggestions(follow_ups=config)
+        if not starters_enabled:
+            self._settings = self._settings.model_copy(
+                update={"starters": self._settings.starters.model_copy(update={"enabled": False})}
+            )
 
     async def follow_ups(self, tenant_id: str, agent_id: str) -> FollowUpConfig:
         """The fixed settings."""
         return self._config
+
+    async def agent(self, tenant_id: str, agent_id: str) -> AgentSuggestionSettings:
+        """The fixed settings, without name, description or knowledge."""
+        return AgentSuggestionSettings(agent_id=agent_id, settings=self._settings)

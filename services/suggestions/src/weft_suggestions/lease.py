@@ -12,6 +12,7 @@ from typing import Any, Literal
 from sqlalchemy import String, bindparam, column, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts import StarterConfig
 
 from weft_suggestions.config import FollowUpConfig
 
@@ -106,7 +107,7 @@ _EXPIRED = text("""
 SELECT tenant_id, assistant_message_id, placement, config_hash, locale, session_id,
        request_id, config
 FROM message_suggestion_sets
-WHERE state = 'generating' AND lease_until < now()
+WHERE state = 'generating' AND lease_until < now() AND placement = 'follow_up'
 ORDER BY lease_until
 LIMIT :limit
 """).columns(
@@ -134,7 +135,7 @@ class SuggestionLease:
         *,
         session_id: str,
         request_id: str,
-        config: FollowUpConfig,
+        config: FollowUpConfig | StarterConfig,
         regenerate: bool = False,
     ) -> Claim | None:
         """The claim on ``key`` if this replica is now its generator; None when another

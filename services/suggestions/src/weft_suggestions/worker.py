@@ -10,7 +10,7 @@ replica stops between the claim and the stored set.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -23,6 +23,7 @@ from weft_contracts import (
     assistant_message_id,
 )
 from weft_platform.bus import EventBus
+from weft_platform.credentials import outlived
 from weft_platform.tasks import cancel_and_wait
 
 from weft_suggestions.config import FollowUpConfig, FollowUpConfigs
@@ -34,6 +35,10 @@ from weft_suggestions.turns import FinishedTurn, TurnEvent, TurnLog
 log = structlog.get_logger(__name__)
 
 FOLLOW_UP = "follow_up"
+CREDENTIAL_MARGIN_S = 60.0
+"""A turn credential this close to its end is not put on a record: a consumer lagging a
+little would still accept it (records are judged at their time), but not one that lags
+more; this service's own credential has no such limit."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +73,7 @@ class SuggestionWorker:
         concurrency: int,
         sweep_interval_s: float,
         max_pending: int = 256,
+        own_credential: Callable[[], str] | None = None,
     ):
         """``max_pending``: generations held in this process at most (running or waiting
         for one of the ``concurrency`` slots); a set claimed beyond it is left to its lease
@@ -83,6 +89,7 @@ class SuggestionWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._max_pending = max_pending
+        self._own_credential = own_credential
 
     @property
     def configs(self) -> FollowUpConfigs:
@@ -173,11 +180,14 @@ class SuggestionWorker:
         return Outcome(state="ready", questions=questions)
 
     async def _announce(self, claim: Claim, outcome: Outcome) -> None:
-        """``suggestions_ready`` on the session's notices, with the turn's credential."""
+        """``suggestions_ready`` on the session's notices, with the turn's credential
+        while it lives, else this service's own (a regenerated set, a set a sweeper took
+        over late): a service credential scoped ``records:weft.session.notices.v1``."""
         if self._bus is None:
             return
         turn = await self._turns.turn(claim.key.tenant_id, claim.request_id)
-        if turn is None or not turn.credential:
+        credential = self._credential(turn.credential if turn else None)
+        if credential is None:
             # Consumers dead-letter a record without a credential: the set stays served by
             # the API, and nothing is written that every reader would refuse.
             log.warning("suggestions_notice_without_credential", id=claim.key.assistant_message_id)
@@ -186,7 +196,7 @@ class SuggestionWorker:
             tenant_id=claim.key.tenant_id,
             session_id=claim.session_id,
             request_id=claim.request_id,
-            credential=turn.credential,
+            credential=credential,
             data=SuggestionsReadyData(
                 assistant_message_id=claim.key.assistant_message_id,
                 placement=FOLLOW_UP,
@@ -200,6 +210,11 @@ class SuggestionWorker:
             await self._bus.publish(Topic.SESSION_NOTICES, notice)
         except Exception as exc:  # the set is stored: GET still serves it
             log.error("suggestions_notice_not_published", error=repr(exc), id=notice.id)
+
+    def _credential(self, turn_credential: str | None) -> str | None:
+        if turn_credential and not outlived(turn_credential, within_s=CREDENTIAL_MARGIN_S):
+            return turn_credential
+        return self._own_credential() if self._own_credential is not None else None
 
     def _spawn(self, claimed: ClaimedSet) -> None:
         if len(self._tasks) >= self._max_pending:

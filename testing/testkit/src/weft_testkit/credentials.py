@@ -34,6 +34,7 @@ OPERATOR_SCOPES = {
     "/internal/usage": ("memory", "memory:usage.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
     "/internal/state": ("tool-exec", "tool-exec:state"),
+    "/internal/suggestion-settings": ("agent-config", "agent-config:suggestion-settings"),
 }
 """System routes a test calls as the operator: audience and scope."""
 
