@@ -26,6 +26,7 @@ TENANT_KEY_FAMILIES = (
     "web_snapshot",
     "rate",
     "tenant",
+    "budget",
 )
 """Redis keys ``weft:{family}:{tenant}:...``: everything of a tenant that Redis names by
 tenant id. A feature adding such a key family adds it here."""
