@@ -144,7 +144,9 @@ class GitCheckpoints:
         bundle_path = space.home / "restore.bundle"
         await asyncio.to_thread(bundle_path.write_bytes, latest.bundle)
         await self._git(space, "init", "-q", "-b", BRANCH)
-        await self._git(space, "fetch", "-q", str(bundle_path), f"{BRANCH}:{BRANCH}")
+        await self._git(
+            space, "fetch", "-q", "--update-head-ok", str(bundle_path), f"{BRANCH}:{BRANCH}"
+        )
         await self._git(space, "checkout", "-q", "-f", BRANCH)
         bundle_path.unlink()
         if space.uid != os.getuid():  # the command's uid owns what it may change

@@ -129,6 +129,14 @@ class WorkspacePool:
         self.root.mkdir(parents=True, exist_ok=True)
         for stale in self.root.iterdir():
             _remove(stale)
+        if self.privileged:  # bubblewrap runs as the sandbox's uid: it must reach ``ws``
+            self.root.chmod(0o711)
+            closed = [p for p in self.root.parents if not p.stat().st_mode & 0o001]
+            if closed:
+                raise PermissionError(
+                    f"the sandbox uids cannot reach {self.root}: {closed[0]} is not "
+                    "searchable by others (chmod o+x, or set WEFT_SANDBOX_ROOT elsewhere)"
+                )
         self.quota = "tmpfs" if self.privileged and _can_mount(self.root) else "checked"
         log.info("sandbox_workspaces", root=str(self.root), quota=self.quota)
 
@@ -147,7 +155,8 @@ class WorkspacePool:
         space = Workspace(
             tenant_id=tenant_id, session_id=session_id, home=self.root / key, uid=uid, gid=gid
         )
-        space.home.mkdir(mode=0o700)
+        space.home.mkdir()
+        space.home.chmod(0o711)  # searchable, not listable: the uid reaches only its ``ws``
         space.work.mkdir()
         if self.quota == "tmpfs":
             options = f"size={self.size_bytes},mode=0755,uid={uid},gid={gid},nosuid,nodev"
