@@ -72,6 +72,21 @@ async def test_a_symlink_planted_by_a_command_does_not_lead_out(sandbox: Sandbox
     await sandbox.still_serves()
 
 
+async def test_the_second_guard_holds_when_the_path_check_is_bypassed(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:  # SPEC S-02: O_NOFOLLOW behind the path check (a link swapped in after it)
+    await sandbox.call("shell_exec", command="ln -s /etc/passwd pw")
+    space = sandbox.pool.get(sandbox.tenant, sandbox.session)
+    assert space is not None
+    monkeypatch.setattr(type(space), "host_path", lambda self, path, **_: self.work / path)
+    read = await sandbox.call("read_file", path="pw")
+    assert not read.success and "symbolic links" in (read.error or ""), read
+    write = await sandbox.call("write_sandbox_file", path="pw", content="root::0:0::/:/bin/sh")
+    assert not write.success and "symbolic links" in (write.error or ""), write
+    monkeypatch.undo()
+    await sandbox.still_serves()
+
+
 async def test_input_is_read_only_for_commands_too(sandbox: Sandbox) -> None:  # SPEC S-02
     done = await sandbox.call("shell_exec", command="touch /workspace/input/x")
     assert done.success and done.data["exit_code"] != 0 and "Read-only" in done.output, done

@@ -160,14 +160,8 @@ async def test_the_sandbox_refuses_a_call_outside_its_context_set() -> None:
     # with the readable "no sandbox" error, never run.
     bus = _Bus()
     registry = sandbox_registry(None, None, MemorySnapshotStore())
-    sandbox = SandboxWorker(
-        bus,
-        registry,
-        None,
-        FakeAsyncRedis(),
-        worker_name="sb1",
-        prefix="",  # type: ignore[arg-type]
-    )
+    redis = FakeAsyncRedis()
+    sandbox = SandboxWorker(bus, registry, None, redis, worker_name="sb1", prefix="")  # type: ignore[arg-type]
     await sandbox.handle(_forged("shell_exec", ["search_knowledge"]))
     await sandbox.handle(_forged("shell_exec", None))
     await sandbox.handle(_forged("shell_exec", ["shell_exec"]))

@@ -23,6 +23,8 @@ from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
 
+__all__ = ["CONSUMER_GROUP", "IdleReaper", "SandboxSettings", "create_app"]
+
 log = structlog.get_logger(__name__)
 
 CONSUMER_GROUP = "weft-sandbox"

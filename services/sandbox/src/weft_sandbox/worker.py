@@ -163,6 +163,12 @@ class SandboxWorker:
                 return await self._registry.execute(name, invocation)
         except TimeoutError:
             return ToolOutcome(success=False, error=f"{name}: timed out after {remaining:.0f}s")
+        except Exception as exc:  # a broken tool is reported to the model, not a crash
+            log.exception("sandbox_tool_failed", tool=name)
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return ToolOutcome(
+                success=False, error=f"{name} failed: {type(exc).__name__}: {detail}"
+            )
 
     async def _after_write(
         self, space: Workspace, call: ToolCallRequested, outcome: ToolOutcome
