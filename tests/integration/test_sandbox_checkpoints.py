@@ -8,10 +8,12 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+from weft_sandbox.checkpoints import CheckpointStore
 
 from tests.integration.sandbox_kit import TOOLS, open_sandbox
 
@@ -90,6 +92,32 @@ async def test_a_redelivered_write_call_is_not_run_again(
         assert len(box.bus.published) == 1
         count = await box.call("read_file", path="counter")
         assert count.output == "x\n"
+
+
+async def test_a_call_that_could_not_get_its_workspace_runs_when_redelivered(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:  # invariant 3, STYLE principle 4: infrastructure failures raise, then retry
+    async with open_sandbox(sessions, redis) as box:
+        call = ToolCallRequested(
+            tenant_id=box.tenant, session_id=box.session, request_id="r1",
+            data=ToolCallRequestedData(
+                call_id=f"call_{secrets.token_hex(6)}", tool_name="write_sandbox_file",
+                arguments={"path": "a.txt", "content": "a"}, round=0,
+                deadline=datetime.now(UTC) + timedelta(seconds=60),
+                context=ToolContext(user_id="u", agent_id="a", allowed_tools=TOOLS),
+            ),
+        )  # fmt: skip
+
+        async def down(*_: object) -> int:
+            raise ConnectionError("postgres is down")
+
+        monkeypatch.setattr(CheckpointStore, "latest_seq", down)
+        with pytest.raises(ConnectionError):
+            await box.worker.handle(call)
+        assert box.bus.published == []
+        monkeypatch.undo()
+        await box.worker.handle(call)  # the redelivery
+        assert box.bus.published[-1][1].data.success, box.bus.published[-1][1]
 
 
 async def test_read_file_pages_by_lines(

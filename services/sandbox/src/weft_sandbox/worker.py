@@ -46,6 +46,13 @@ OUTCOME_UNKNOWN = (
 )
 
 
+CLAIM_TTL_S = 86_400
+
+ALREADY_REPORTED = ToolOutcome(success=False, error="already reported")
+"""A redelivered write call whose result is published: nothing to do (compared by
+identity, never published)."""
+
+
 class SandboxHost:
     """The sessions' workspaces on this replica, kept fresh against the checkpoints."""
 
@@ -121,16 +128,13 @@ class SandboxWorker:
             return
         spec = self._registry.spec(name)
         is_write = spec is not None and not spec.read_only
-        key = f"weft:{self._prefix}sandboxcall:{call.data.call_id}"
-        if is_write and not await self._redis.set(key, self._worker, nx=True, ex=86_400):
-            if await self._redis.get(key) == b"done":
-                return
-            outcome = ToolOutcome(success=False, error=OUTCOME_UNKNOWN.format(tool=name))
-        else:
-            outcome = await self._run(call, is_write)
+        outcome = await self._run(call, is_write)
+        if outcome is ALREADY_REPORTED:
+            log.info("write_call_already_reported", call_id=call.data.call_id)
+            return
         await self._publish(call, outcome, started)
         if is_write:
-            await self._redis.set(key, "done", ex=86_400)
+            await self._redis.set(self._claim_key(call), "done", ex=CLAIM_TTL_S)
 
     async def _run(self, call: ToolCallRequested, is_write: bool) -> ToolOutcome:
         name = call.data.tool_name
@@ -143,11 +147,22 @@ class SandboxWorker:
         )  # fmt: skip
         if self._host is None or not self._needs_workspace(call):
             return await self._execute(name, invocation, remaining)
+        # The workspace first: a failure to get it (PostgreSQL down) raises before the
+        # claim, so the redelivered call runs instead of being reported as unknown.
         async with self._host.hold(call.tenant_id, call.session_id) as space:
+            if is_write and not await self._redis.set(
+                self._claim_key(call), self._worker, nx=True, ex=CLAIM_TTL_S
+            ):
+                if await self._redis.get(self._claim_key(call)) == b"done":
+                    return ALREADY_REPORTED
+                return ToolOutcome(success=False, error=OUTCOME_UNKNOWN.format(tool=name))
             outcome = await self._execute(name, invocation, remaining)
             if is_write:
                 outcome = await self._after_write(space, call, outcome)
         return outcome
+
+    def _claim_key(self, call: ToolCallRequested) -> str:
+        return f"weft:{self._prefix}sandboxcall:{call.data.call_id}"
 
     @staticmethod
     def _needs_workspace(call: ToolCallRequested) -> bool:
