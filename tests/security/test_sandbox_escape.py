@@ -133,6 +133,22 @@ async def test_a_disk_fill_stops_at_the_workspace_cap(sandbox: Sandbox) -> None:
     await sandbox.still_serves()
 
 
+async def test_without_a_tmpfs_the_checked_cap_undoes_the_call(sandbox: Sandbox) -> None:
+    # SPEC S-01: where the service cannot mount (not root), the cap is checked after each
+    # write call and a call that went over is undone (restored from the last checkpoint).
+    sandbox.pool.quota = "checked"
+    kept = await sandbox.call("write_sandbox_file", path="kept.txt", content="kept")
+    assert kept.success and kept.data["checkpoint"] == 1, kept
+    over = await sandbox.call(
+        "shell_exec",
+        command="dd if=/dev/zero of=big bs=1M count=9 2>/dev/null; echo kept >> kept.txt",
+    )
+    assert not over.success and "over its" in (over.error or "") and "undone" in over.error, over
+    after = await sandbox.call("shell_exec", command="ls; cat kept.txt")
+    assert "big" not in after.output and after.output.count("kept") == 2, after.output
+    await sandbox.still_serves()
+
+
 async def test_a_memory_bomb_fails_inside_the_sandbox(sandbox: Sandbox) -> None:  # SPEC S-05
     done = await sandbox.call(
         "shell_exec", command="python3 -c \"x = bytearray(2 * 1024**3); print('allocated')\"",
