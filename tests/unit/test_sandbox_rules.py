@@ -5,10 +5,13 @@ The same rules against real commands and stores: tests/security/test_sandbox_esc
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from weft_agent_config.tool_policy import runtime_tools
+from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+from weft_engine.act import _keyed
 from weft_sandbox.tools import EditRejected, apply_edits
 from weft_sandbox.workspace import PathRefused, Workspace, workspace_key
 from weft_tools.sandbox_specs import SandboxEdit
@@ -87,3 +90,21 @@ def test_script_tools_need_a_sandbox_and_list_only_without_shell() -> None:
     assert runtime_tools(no_shell, sandbox=True, **common) == no_shell
     offered = [d["function"]["name"] for d in definitions_for(allowed)]  # type: ignore[index]
     assert offered == sorted(allowed) and set(offered) <= SANDBOX_TOOLS
+
+
+def test_sandbox_calls_are_keyed_by_session_and_others_by_call() -> None:
+    # ARCHITECTURE: sandbox.calls key = session id (workspace affinity); tool.calls keep
+    # the call id (a turn's parallel calls spread over workers).
+    def call(tool: str) -> ToolCallRequested:
+        return ToolCallRequested(
+            tenant_id="t", session_id="ses_1", request_id="r",
+            data=ToolCallRequestedData(
+                call_id="call_1", tool_name=tool, arguments={}, round=0,
+                deadline=datetime.now(UTC), context=ToolContext(user_id="u", agent_id="a"),
+            ),
+        )  # fmt: skip
+
+    shell = call("shell_exec")
+    sandbox, other = _keyed(shell), _keyed(call("thinking"))
+    assert sandbox.key() == b"ses_1" and other.key() == b"call_1"
+    assert sandbox.model_dump_json() == shell.model_dump_json()  # the same record
