@@ -3,7 +3,9 @@
 # and fetch the Kafka jars. Idempotent; silent (apart from one summary line) when all is there.
 #
 #   Debian packages: postgresql, redis-server (+ redis-tools), maven, openjdk-17-jre-headless,
-#                    curl, make  (apt-get update runs at most once, only if something is missing)
+#                    curl, make, bubblewrap, git  (apt-get update runs at most once, only if
+#                    something is missing); then a check that bubblewrap can create its
+#                    namespaces as an unprivileged user (the sandbox service needs it)
 #   uv 0.13.8 (pip) when `uv` is not on PATH; then `uv sync --frozen` -> .venv
 #   Kafka jars -> $WEFT_CACHE/kafka-<version>/ (deploy/local/fetch-kafka.sh)
 set -euo pipefail
@@ -38,6 +40,8 @@ fi
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v git >/dev/null 2>&1 || missing+=(git)
 
 # apt-get with a wait on the dpkg/apt locks (another apt may be running), and retries.
 apt_retry() {
@@ -73,6 +77,21 @@ pg_present || die "PostgreSQL binaries not found under /usr/lib/postgresql/*/bin
 command -v redis-server >/dev/null 2>&1 || die "redis-server not found after install"
 [[ "$(java_major)" -ge 17 ]] || die "Java 17+ is required for Kafka ($(java -version 2>&1 | head -n 1))"
 command -v mvn >/dev/null 2>&1 || die "mvn not found after install"
+command -v bwrap >/dev/null 2>&1 || die "bwrap (bubblewrap) not found after install"
+
+# The sandbox's local backend runs each command under bubblewrap as an unprivileged uid
+# (as root: a per-session uid), which needs unprivileged user namespaces.
+bwrap_probe=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin
+    --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev true)
+if [[ $EUID -eq 0 ]]; then
+    bwrap_probe=(setpriv --reuid=65534 --regid=65534 --clear-groups -- "${bwrap_probe[@]}")
+fi
+if ! bwrap_err="$("${bwrap_probe[@]}" 2>&1)"; then
+    die "bubblewrap cannot create its namespaces here (${bwrap_err:-no message}): unprivileged \
+user namespaces are off or blocked (sysctl kernel.unprivileged_userns_clone=1, \
+user.max_user_namespaces > 0, or a container seccomp/AppArmor profile that allows them); \
+without them run the sandbox with WEFT_SANDBOX_BACKEND=none (no scripts)"
+fi
 
 # ------------------------------------------------------------------------------- uv ----
 UV=()

@@ -32,9 +32,9 @@ async def test_suggestions_routes_want_a_credential(stack: LocalStack) -> None:
 async def test_sandbox_tool_call_gets_a_readable_refusal(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # SPEC A-08
-    """No agent is offered a sandbox tool yet, so the engine refuses shell_exec with a
-    result the model reads. The sandbox placeholder's own "not available yet" answer to a
-    permitted call: tests/security/test_tool_reach.py."""
+    """An agent whose tools do not include shell_exec is not offered it, so the engine
+    refuses the call with a result the model reads. Sandbox turns that run it:
+    tests/e2e/test_sandbox_turns.py."""
     script = {"steps": [
         {"match": "run ls", "tool_calls": [{"name": "shell_exec", "arguments": {"command": "ls"}}]},
         {"match": "run ls", "content": "The sandbox is not available, sorry."},

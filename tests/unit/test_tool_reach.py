@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fakeredis import FakeAsyncRedis
 from weft_contracts import (
     AgentConfig,
     ToolCallCompletedData,
@@ -24,10 +25,12 @@ from weft_engine.act import dispatch_messages, plan_calls
 from weft_engine.quick_answer import retrieval_calls
 from weft_engine.state import TurnState
 from weft_llm import ToolCallRequest
-from weft_sandbox.app import NOT_AVAILABLE, SandboxUnavailable
+from weft_sandbox.tools import sandbox_registry
+from weft_sandbox.worker import NO_SANDBOX, SandboxWorker
 from weft_tool_exec.worker import ToolWorker
 from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 from weft_tools.specs import BUILTIN_SPECS, definitions_for, offered_tools
+from weft_tools.web_snapshots import MemorySnapshotStore
 
 KNOWLEDGE_TOOLS = ["search_knowledge", "read_document", "list_documents"]
 HOSTILE = {
@@ -153,12 +156,16 @@ async def test_the_tool_worker_refuses_a_call_outside_its_context_set() -> None:
 
 
 async def test_the_sandbox_refuses_a_call_outside_its_context_set() -> None:
+    # SPEC A-08, S-05: without a sandbox configured, a permitted script tool is answered
+    # with the readable "no sandbox" error, never run.
     bus = _Bus()
-    sandbox = SandboxUnavailable(bus, "sb1")  # type: ignore[arg-type]
+    registry = sandbox_registry(None, None, MemorySnapshotStore())
+    redis = FakeAsyncRedis()
+    sandbox = SandboxWorker(bus, registry, None, redis, worker_name="sb1", prefix="")  # type: ignore[arg-type]
     await sandbox.handle(_forged("shell_exec", ["search_knowledge"]))
     await sandbox.handle(_forged("shell_exec", None))
     await sandbox.handle(_forged("shell_exec", ["shell_exec"]))
     refused, legacy, allowed = (m.data for _, m in bus.published)
     assert _listed(refused.error) == ["search_knowledge"] and "refused" in legacy.error
-    assert allowed.error == NOT_AVAILABLE.format(tool="shell_exec")
+    assert allowed.error == NO_SANDBOX.format(tool="shell_exec")
     assert all(topic is Topic.TOOL_RESULTS for topic, _ in bus.published)

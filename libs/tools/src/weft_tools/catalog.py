@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weft_tools.capabilities import ToolRequirement
-from weft_tools.specs import BUILTIN_SPECS
+from weft_tools.specs import OFFERABLE_SPECS
 
 DEFAULT_ALLOWED_TOOLS: tuple[str, ...] = (
     "search_knowledge",
@@ -44,10 +44,10 @@ class ToolCatalogEntry:
 
 
 def tool_catalog() -> list[ToolCatalogEntry]:
-    """Every built-in tool, sorted by name."""
+    """Every built-in and sandbox tool, sorted by name."""
     return [
         ToolCatalogEntry(
             name=s.name, description=s.description, read_only=s.read_only, requirement=s.requirement
         )
-        for s in sorted(BUILTIN_SPECS, key=lambda s: s.name)
+        for s in sorted(OFFERABLE_SPECS, key=lambda s: s.name)
     ]

@@ -19,6 +19,7 @@ from pydantic import Field
 from weft_tools.arguments import ToolArguments
 from weft_tools.capabilities import DOCUMENT_READER, RETRIEVAL
 from weft_tools.registry import ToolSpec
+from weft_tools.sandbox_specs import SANDBOX_SPECS
 
 
 class SearchMode(StrEnum):
@@ -294,13 +295,16 @@ BUILTIN_SPECS: tuple[ToolSpec, ...] = (
 )
 """Specs of every built-in tool tool-exec runs (what the engine sends the model)."""
 
-SANDBOX_TOOLS: frozenset[str] = frozenset({"shell_exec", "read_file", "write_sandbox_file"})
+SANDBOX_TOOLS: frozenset[str] = frozenset(s.name for s in SANDBOX_SPECS)
 """Tools routed to ``sandbox.calls`` instead of ``tool.calls``."""
+
+OFFERABLE_SPECS: tuple[ToolSpec, ...] = (*BUILTIN_SPECS, *SANDBOX_SPECS)
+"""What a turn may be offered: tool-exec's built-ins and the sandbox's tools."""
 
 
 def spec_by_name(name: str) -> ToolSpec | None:
-    """The built-in spec named ``name``."""
-    return next((s for s in BUILTIN_SPECS if s.name == name), None)
+    """The built-in or sandbox spec named ``name``."""
+    return next((s for s in OFFERABLE_SPECS if s.name == name), None)
 
 
 def offered_tools(allowed: Iterable[str]) -> list[str]:
@@ -308,10 +312,10 @@ def offered_tools(allowed: Iterable[str]) -> list[str]:
     model is offered exactly these, and the engine and the workers run no other tool
     (SPEC A-08: ``allowed`` is the agent's list after the runtime registration rules)."""
     wanted = set(allowed)
-    return sorted(s.name for s in BUILTIN_SPECS if s.name in wanted)
+    return sorted(s.name for s in OFFERABLE_SPECS if s.name in wanted)
 
 
 def definitions_for(allowed: Iterable[str]) -> list[dict[str, object]]:
     """OpenAI tool definitions of the allowed built-ins, sorted by name (SPEC T-01)."""
-    specs = {s.name: s for s in BUILTIN_SPECS}
+    specs = {s.name: s for s in OFFERABLE_SPECS}
     return [specs[name].definition() for name in offered_tools(allowed)]

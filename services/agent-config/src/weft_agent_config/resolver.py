@@ -126,6 +126,7 @@ def runtime_config(
         has_kb_scope=agent.kb_selection_mode != "none",
         web_search=full.web_search_enabled and overrides.web_allowed,
         memory=bool(full.memory_enabled),
+        sandbox=bool(full.sandbox_enabled),
     )
     assert full.model is not None and full.max_iterations is not None
     levels = models.reasoning_levels(full.model) if models else None

@@ -286,7 +286,7 @@ class ToolRound:
         # Queued in the same loop iteration as the events (queueing does not suspend),
         # they share one produce request. Keyed by call id, the calls have no order to
         # keep: one wait for all acks.
-        acks = [await self._bus.publish_nowait(_topic(m), m) for m in messages]
+        acks = [await self._bus.publish_nowait(_topic(m), _keyed(m)) for m in messages]
         await asyncio.gather(*acks)
         # Recorded by the write that releases the step's lease: a replica that stops
         # before it leaves a takeover to re-send or report the calls (``recover``).
@@ -366,6 +366,21 @@ def unacknowledged(state: TurnState, acked: AckedDispatch | None) -> list[Pendin
 
 def _topic(message: ToolCallRequested) -> Topic:
     return Topic.SANDBOX_CALLS if message.data.tool_name in SANDBOX_TOOLS else Topic.TOOL_CALLS
+
+
+class SandboxCall(ToolCallRequested):
+    """A call on ``sandbox.calls``: keyed by session (ARCHITECTURE, workspace affinity), so
+    a session's calls reach the replica that already holds its workspace."""
+
+    def key(self) -> bytes:
+        """The session id."""
+        return self.session_id.encode()
+
+
+def _keyed(message: ToolCallRequested) -> ToolCallRequested:
+    if message.data.tool_name not in SANDBOX_TOOLS:
+        return message
+    return SandboxCall.model_construct(**dict(message))
 
 
 def _earliest_deadline(state: TurnState) -> float:

@@ -1,81 +1,106 @@
-"""App factory of the sandbox service (a placeholder: every sandbox call gets a
-failed result the model can read, or a refusal outside the call's tool set)."""
+"""App factory of the sandbox service: ``sandbox_concurrency`` consumers of
+``sandbox.calls``, the local backend, checkpoints in PostgreSQL and the idle reaper."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
 import structlog
 from fastapi import FastAPI
-from weft_contracts import (
-    ToolCallCompleted,
-    ToolCallCompletedData,
-    ToolCallRequested,
-    Topic,
-    tool_not_allowed,
-)
+from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
-from weft_platform.bus import EventBus
 from weft_platform.runtime import create_runtime
-from weft_platform.settings import ServiceSettings
+from weft_tools.web_snapshots import RedisSnapshotStore
+
+from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
+from weft_sandbox.local_backend import LocalBackend
+from weft_sandbox.settings import SandboxSettings
+from weft_sandbox.tools import sandbox_registry
+from weft_sandbox.worker import SandboxHost, SandboxWorker
+from weft_sandbox.workspace import WorkspacePool
+
+__all__ = ["CONSUMER_GROUP", "IdleReaper", "SandboxSettings", "create_app"]
 
 log = structlog.get_logger(__name__)
 
 CONSUMER_GROUP = "weft-sandbox"
-NOT_AVAILABLE = (
-    "sandbox tools are not available yet in this Weft version; "
-    "answer without {tool} or tell the user it cannot be done here"
-)
 
 
-class SandboxSettings(ServiceSettings):
-    """sandbox settings."""
+class IdleReaper:
+    """Drops local workspaces idle past the TTL (S-05), every ``interval_s``."""
 
-    service_name: str = "sandbox"
-    http_port: int = 8084
+    def __init__(self, host: SandboxHost, ttl_s: float, interval_s: float):
+        self._host = host
+        self._ttl_s = ttl_s
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
 
+    async def start(self) -> None:
+        """Start the loop."""
+        self._task = asyncio.create_task(self._loop())
 
-class SandboxUnavailable:
-    """Answers each sandbox call with a failed result the model can read; a call outside
-    its context's tool set gets a refusal instead (fail closed when the set is absent)."""
+    async def stop(self) -> None:
+        """Stop the loop and wait for it."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
-    def __init__(self, bus: EventBus, worker: str):
-        self._bus = bus
-        self._worker = worker
-
-    async def handle(self, call: ToolCallRequested) -> None:
-        """Publish the "not available yet" result of ``call``, or its refusal when the
-        tool is outside the call's tool set (the check the real sandbox keeps)."""
-        name = call.data.tool_name
-        if call.data.context.permits(name):
-            error = NOT_AVAILABLE.format(tool=name)
-        else:
-            error = tool_not_allowed(name, call.data.context.allowed_tools)
-            log.warning("tool_not_allowed", call_id=call.data.call_id, request_id=call.request_id)
-        await self._bus.publish(
-            Topic.TOOL_RESULTS,
-            ToolCallCompleted(
-                tenant_id=call.tenant_id,
-                session_id=call.session_id,
-                request_id=call.request_id,
-                traceparent=call.traceparent,
-                credential=call.credential,
-                data=ToolCallCompletedData(
-                    call_id=call.data.call_id,
-                    tool_name=call.data.tool_name,
-                    success=False,
-                    error=error,
-                    worker=self._worker,
-                ),
-            ),
-        )
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                if reaped := self._host.reap(self._ttl_s):
+                    log.info("sandbox_reaped", workspaces=reaped, left=len(self._host.pool))
+            except Exception:  # the next round tries again; calls keep being served
+                log.exception("sandbox_reap_failed")
 
 
 def create_app(settings: SandboxSettings | None = None) -> FastAPI:
-    """Wire the placeholder to ``sandbox.calls``."""
-    runtime = create_runtime(settings or SandboxSettings())
+    """Wire the worker to ``sandbox.calls``."""
+    settings = settings or SandboxSettings()
+    runtime = create_runtime(settings)
     init_logging(runtime)
-    runtime.bus.consume(
-        Topic.SANDBOX_CALLS,
-        CONSUMER_GROUP,
-        SandboxUnavailable(runtime.bus, runtime.instance_id).handle,
+    snapshots = RedisSnapshotStore(runtime.redis)
+    host: SandboxHost | None = None
+    backend: LocalBackend | None = None
+    on_startup: list[Callable[[], Awaitable[None]]] = []
+    on_shutdown: list[Callable[[], Awaitable[None]]] = []
+    if settings.sandbox_backend == "local":
+        home = Path(os.environ.get("WEFT_HOME") or Path.cwd() / ".weft")
+        root = Path(settings.sandbox_root or home / "sandbox" / runtime.instance_id)
+        pool = WorkspacePool(
+            root, size_bytes=settings.sandbox_workspace_bytes, uid_base=settings.sandbox_uid_base
+        )
+        backend = LocalBackend(settings, runtime.instance_id)
+        host = SandboxHost(pool, GitCheckpoints(CheckpointStore(runtime.sessions)))
+        reaper = IdleReaper(host, settings.sandbox_idle_ttl_s, settings.sandbox_reap_interval_s)
+        local = backend
+
+        async def start_local() -> None:
+            local.start()
+            pool.start()
+            await reaper.start()
+
+        async def stop_local() -> None:
+            await reaper.stop()
+            pool.close()
+            local.stop()
+
+        on_startup.append(start_local)
+        on_shutdown.append(stop_local)
+    registry = sandbox_registry(host, backend, snapshots)
+    worker = SandboxWorker(
+        runtime.bus, registry, host, runtime.redis,
+        worker_name=runtime.instance_id, prefix=settings.topic_prefix,
+    )  # fmt: skip
+    # Each consumer of the group owns some partitions and runs one call at a time.
+    for _ in range(settings.sandbox_concurrency):
+        runtime.bus.consume(Topic.SANDBOX_CALLS, CONSUMER_GROUP, worker.handle)
+    return create_service_app(
+        runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown
     )
-    return create_service_app(runtime, title="weft sandbox (not available yet)")

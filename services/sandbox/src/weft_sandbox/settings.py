@@ -1,0 +1,62 @@
+"""sandbox settings (environment, prefix ``WEFT_``): the backend and its limits (SPEC S-05)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from weft_platform.settings import ServiceSettings
+
+MIB = 1024 * 1024
+
+
+class SandboxSettings(ServiceSettings):
+    """sandbox settings."""
+
+    service_name: str = "sandbox"
+    http_port: int = 8084
+    sandbox_backend: Literal["local", "none"] = Field(
+        default="local",
+        description="local: bubblewrap processes on this host; none: no sandbox is "
+        "configured, script tools answer that they cannot run (S-05).",
+    )
+    sandbox_root: str = Field(
+        default="",
+        description="Where local workspaces live; empty: $WEFT_HOME/sandbox/<instance id>.",
+    )
+    sandbox_concurrency: int = Field(
+        default=4, ge=1, le=64, description="Calls one replica runs at once (its consumers)."
+    )
+    sandbox_workspace_bytes: int = Field(
+        default=256 * MIB, ge=MIB, description="Size cap of one session's workspace."
+    )
+    sandbox_cpu_seconds: int = Field(default=300, ge=1, description="RLIMIT_CPU per command.")
+    sandbox_memory_bytes: int = Field(
+        default=1024 * MIB, ge=16 * MIB, description="RLIMIT_AS per process of a command."
+    )
+    sandbox_file_bytes: int = Field(
+        default=128 * MIB, ge=MIB, description="RLIMIT_FSIZE: largest file a command writes."
+    )
+    sandbox_nofile: int = Field(default=256, ge=16, description="RLIMIT_NOFILE per process.")
+    sandbox_pids: int = Field(default=128, ge=8, description="Processes of one sandbox at once.")
+    sandbox_network: bool = Field(
+        default=False, description="Give commands the host's network (off: no network)."
+    )
+    sandbox_kill_grace_s: float = Field(
+        default=2.0, gt=0, description="SIGTERM to SIGKILL on a command's timeout."
+    )
+    sandbox_idle_ttl_s: float = Field(
+        default=1800.0, gt=0, description="A workspace unused this long is dropped locally."
+    )
+    sandbox_reap_interval_s: float = Field(default=30.0, gt=0)
+    sandbox_cgroup_root: str = Field(
+        default="/sys/fs/cgroup/pids",
+        description="cgroup (v1 pids controller or v2) under which each sandbox gets its "
+        "own group for the PID limit; unwritable: RLIMIT_NPROC on a per-sandbox uid.",
+    )
+    sandbox_uid_base: int = Field(
+        default=200_000,
+        ge=1000,
+        description="When the service runs as root, commands run as base + a per-session "
+        "offset (never as root).",
+    )

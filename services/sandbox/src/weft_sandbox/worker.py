@@ -1,0 +1,231 @@
+"""SandboxWorker: one call from ``sandbox.calls`` in, one result on ``tool.results`` out.
+
+Before a call runs, the worker holds the session's workspace: locked (the session's calls
+run one at a time on a replica) and fresh (a replica whose copy is older than the newest
+checkpoint in PostgreSQL, or that has none, restores it first, so a session survives its
+replica). After a call that may have changed the workspace, a checkpoint is committed
+(S-03; the last one of a turn is the turn's). A redelivered write call is never run again
+(invariant 3): it is claimed in Redis first, as tool-exec does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import structlog
+from redis.asyncio import Redis
+from weft_contracts import (
+    ToolCallCompleted,
+    ToolCallCompletedData,
+    ToolCallRequested,
+    Topic,
+    tool_not_allowed,
+)
+from weft_contracts.tools import SHOWN_NAME_CHARS
+from weft_platform.bus import EventBus
+from weft_tools import ToolInvocation, ToolOutcome
+from weft_tools.registry import ToolRegistry
+from weft_tools.sandbox_specs import SCRIPT_TOOLS
+
+from weft_sandbox.checkpoints import GitCheckpoints
+from weft_sandbox.workspace import Workspace, WorkspacePool, workspace_key
+
+log = structlog.get_logger(__name__)
+
+NO_SANDBOX = (
+    "{tool}: no sandbox is configured on this deployment, so scripts and sandbox files "
+    "cannot be used here (S-05); answer without {tool}"
+)
+OUTCOME_UNKNOWN = (
+    "{tool}: outcome unknown - the sandbox replica running this call stopped before "
+    "reporting. It is not run again; check the workspace before retrying."
+)
+
+
+CLAIM_TTL_S = 86_400
+
+ALREADY_REPORTED = ToolOutcome(success=False, error="already reported")
+"""A redelivered write call whose result is published: nothing to do (compared by
+identity, never published)."""
+
+
+class SandboxHost:
+    """The sessions' workspaces on this replica, kept fresh against the checkpoints."""
+
+    def __init__(self, pool: WorkspacePool, checkpoints: GitCheckpoints):
+        self.pool = pool
+        self.checkpoints = checkpoints
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, tenant_id: str, session_id: str) -> AsyncIterator[Workspace]:
+        """The session's workspace, locked and up to date with its newest checkpoint."""
+        key = workspace_key(tenant_id, session_id)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            space = self.pool.get(tenant_id, session_id)
+            newest = await self.checkpoints.store.latest_seq(tenant_id, session_id)
+            if space is None or space.checkpoint_seq < newest:
+                space = self.pool.create(tenant_id, session_id)
+                space.lock = lock
+                await self.checkpoints.restore(space)
+            space.touch()
+            yield space
+            space.touch()
+
+    def held(self, tenant_id: str, session_id: str) -> Workspace:
+        """The workspace :meth:`hold` is holding for the current call."""
+        space = self.pool.get(tenant_id, session_id)
+        if space is None:
+            raise RuntimeError("no workspace is held for this session")
+        return space
+
+    def reap(self, ttl_s: float) -> int:
+        """Drop the local copies idle for ``ttl_s`` (S-05; their checkpoints stay)."""
+        idle = self.pool.idle(ttl_s)
+        for space in idle:
+            self.pool.drop(space)
+            self._locks.pop(workspace_key(space.tenant_id, space.session_id), None)
+        return len(idle)
+
+
+class SandboxWorker:
+    """Runs sandbox calls; every call ends in a published result."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        registry: ToolRegistry,
+        host: SandboxHost | None,
+        redis: Redis,
+        *,
+        worker_name: str,
+        prefix: str,
+    ):
+        self._bus = bus
+        self._registry = registry
+        self._host = host
+        self._redis = redis
+        self._worker = worker_name
+        self._prefix = prefix
+
+    async def handle(self, call: ToolCallRequested) -> None:
+        """Run ``call`` (or refuse it) and publish its result."""
+        started = time.monotonic()
+        name = call.data.tool_name
+        if not call.data.context.permits(name):
+            log.warning("tool_not_allowed", tool=name[:SHOWN_NAME_CHARS], call_id=call.data.call_id)
+            error = tool_not_allowed(name, call.data.context.allowed_tools)
+            await self._publish(call, ToolOutcome(success=False, error=error), started)
+            return
+        if self._host is None and name in SCRIPT_TOOLS:
+            error = NO_SANDBOX.format(tool=name[:SHOWN_NAME_CHARS])
+            await self._publish(call, ToolOutcome(success=False, error=error), started)
+            return
+        spec = self._registry.spec(name)
+        is_write = spec is not None and not spec.read_only
+        outcome = await self._run(call, is_write)
+        if outcome is ALREADY_REPORTED:
+            log.info("write_call_already_reported", call_id=call.data.call_id)
+            return
+        await self._publish(call, outcome, started)
+        if is_write:
+            await self._redis.set(self._claim_key(call), "done", ex=CLAIM_TTL_S)
+
+    async def _run(self, call: ToolCallRequested, is_write: bool) -> ToolOutcome:
+        name = call.data.tool_name
+        remaining = (call.data.deadline - datetime.now(UTC)).total_seconds()
+        if remaining <= 0:
+            return ToolOutcome(success=False, error=f"{name}: deadline passed before it could run")
+        invocation = ToolInvocation(
+            tenant_id=call.tenant_id, session_id=call.session_id, request_id=call.request_id,
+            arguments=call.data.arguments, context=call.data.context, credential=call.credential,
+        )  # fmt: skip
+        if self._host is None or not self._needs_workspace(call):
+            return await self._execute(name, invocation, remaining)
+        # The workspace first: a failure to get it (PostgreSQL down) raises before the
+        # claim, so the redelivered call runs instead of being reported as unknown.
+        async with self._host.hold(call.tenant_id, call.session_id) as space:
+            if is_write and not await self._redis.set(
+                self._claim_key(call), self._worker, nx=True, ex=CLAIM_TTL_S
+            ):
+                if await self._redis.get(self._claim_key(call)) == b"done":
+                    return ALREADY_REPORTED
+                return ToolOutcome(success=False, error=OUTCOME_UNKNOWN.format(tool=name))
+            outcome = await self._execute(name, invocation, remaining)
+            if is_write:
+                outcome = await self._after_write(space, call, outcome)
+        return outcome
+
+    def _claim_key(self, call: ToolCallRequested) -> str:
+        return f"weft:{self._prefix}sandboxcall:{call.data.call_id}"
+
+    @staticmethod
+    def _needs_workspace(call: ToolCallRequested) -> bool:
+        path = call.data.arguments.get("path")
+        return not (call.data.tool_name == "read_file" and isinstance(path, str)
+                    and path.strip().startswith(("web://", "skill://")))  # fmt: skip
+
+    async def _execute(
+        self, name: str, invocation: ToolInvocation, remaining: float
+    ) -> ToolOutcome:
+        try:
+            async with asyncio.timeout(remaining):
+                return await self._registry.execute(name, invocation)
+        except TimeoutError:
+            return ToolOutcome(success=False, error=f"{name}: timed out after {remaining:.0f}s")
+        except Exception as exc:  # a broken tool is reported to the model, not a crash
+            log.exception("sandbox_tool_failed", tool=name)
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return ToolOutcome(
+                success=False, error=f"{name} failed: {type(exc).__name__}: {detail}"
+            )
+
+    async def _after_write(
+        self, space: Workspace, call: ToolCallRequested, outcome: ToolOutcome
+    ) -> ToolOutcome:
+        """Keep the size cap where no tmpfs keeps it, then checkpoint."""
+        assert self._host is not None
+        used = self._host.pool.over_cap(space)
+        if used is not None:
+            self._host.pool.drop(space)  # the next call restores the last checkpoint
+            cap = self._host.pool.size_bytes
+            error = (
+                f"{call.data.tool_name}: the workspace grew to {used} bytes, over its "
+                f"{cap}-byte cap; this call's changes were undone"
+            )
+            return ToolOutcome(success=False, error=error)
+        seq = await self._host.checkpoints.commit(
+            space, request_id=call.request_id, call_id=call.data.call_id
+        )
+        if seq is None:
+            return outcome
+        return ToolOutcome(
+            success=outcome.success, output=outcome.output, error=outcome.error,
+            display_type=outcome.display_type, data={**outcome.data, "checkpoint": seq},
+        )  # fmt: skip
+
+    async def _publish(self, call: ToolCallRequested, outcome: ToolOutcome, started: float) -> None:
+        result = ToolCallCompleted(
+            tenant_id=call.tenant_id,
+            session_id=call.session_id,
+            request_id=call.request_id,
+            traceparent=call.traceparent,
+            credential=call.credential,  # the result is the turn's, like the call
+            data=ToolCallCompletedData(
+                call_id=call.data.call_id,
+                tool_name=call.data.tool_name,
+                success=outcome.success,
+                output=outcome.output,
+                error=outcome.error,
+                display_type=outcome.display_type,
+                data=outcome.data,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                worker=self._worker,
+            ),
+        )
+        await self._bus.publish(Topic.TOOL_RESULTS, result)

@@ -1,0 +1,76 @@
+"""Sandbox turns through the whole stack (SPEC S-01, S-03, T-15, T-16): the scripted
+model writes a file and runs a command in the session's sandbox, the results stream to
+the client; the sandbox process is SIGKILLed between two turns and the next turn still
+sees the file (restored from its PostgreSQL checkpoint)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from weft_testkit import LocalStack, chat_requests, read_turn
+
+SANDBOX_TOOLS = ["shell_exec", "write_sandbox_file", "edit_sandbox_file", "read_file"]
+
+
+async def _turn(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, session_id: str,
+    marker: str, calls: list[dict[str, Any]], answer: str,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    script = {
+        "steps": [{"match": marker, "tool_calls": calls}, {"match": marker, "content": answer}]
+    }
+    assert (await llm.post("/_script", json=script)).status_code == 200
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
+        json_body={"query": f"{marker} please"}, timeout_s=240,
+    )  # fmt: skip
+    results = {
+        e.data["data"]["call_id"]: e.data["data"] for e in events if e.event == "tool_result"
+    }
+    return results, events[-1].data["data"]
+
+
+async def test_a_sandbox_turn_writes_runs_and_survives_a_killed_sandbox(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:
+    agent = await api.post(
+        "/api/v1/agents",
+        json={"name": "coder", "allowed_tools": SANDBOX_TOOLS, "sandbox_enabled": True,
+              "kb_selection_mode": "none"},
+    )  # fmt: skip
+    assert agent.status_code == 201, agent.text
+    session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
+
+    report = "# Report\nrows: 3\n"
+    results, complete = await _turn(api, stack, llm, session["id"], "SANDBOX-ONE", [
+        {"id": "call_write", "name": "write_sandbox_file",
+         "arguments": {"path": "/workspace/output/report.md", "content": report}},
+        {"id": "call_run", "name": "shell_exec",
+         "arguments": {"command": "wc -l < output/report.md; ls output; id -u"}},
+    ], "written")  # fmt: skip
+    assert complete["status"] == "completed" and complete["final_answer"] == "written"
+    assert results["call_write"]["success"], results["call_write"]
+    ran = results["call_run"]
+    assert ran["success"] and ran["output"].startswith("exit_code: 0"), ran
+    stdout = ran["output"].split("stdout:\n")[1].split()
+    assert stdout[:2] == ["2", "report.md"] and stdout[2] != "0", ran  # never root
+    sent = (await chat_requests(llm))[-1]
+    offered = sorted(t["function"]["name"] for t in sent["tools"])
+    assert offered == sorted(SANDBOX_TOOLS)
+    assert any(m["role"] == "tool" and "report.md" in m["content"] for m in sent["messages"])
+
+    assert stack.kill("sandbox") == -9
+    stack.start_again("sandbox")
+
+    results, complete = await _turn(api, stack, llm, session["id"], "SANDBOX-TWO", [
+        {"id": "call_read", "name": "shell_exec", "arguments": {"command": "cat output/report.md"}},
+        {"id": "call_edit", "name": "edit_sandbox_file",
+         "arguments": {"path": "output/report.md",
+                       "edits": [{"old_string": "rows: 3", "new_string": "rows: 4"}]}},
+        {"id": "call_check", "name": "read_file", "arguments": {"path": "output/report.md"}},
+    ], "still there")  # fmt: skip
+    assert complete["final_answer"] == "still there"
+    assert results["call_read"]["success"] and report in results["call_read"]["output"]
+    assert results["call_edit"]["success"], results["call_edit"]
+    assert results["call_check"]["output"] == "# Report\nrows: 4\n", results["call_check"]

@@ -1,0 +1,120 @@
+"""An in-process sandbox service for tests: the real local backend (bubblewrap, prlimit,
+pids cgroup), git checkpoints in the real PostgreSQL, call claims in the real Redis; only
+the bus is a recorder."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts import (
+    ToolCallCompletedData,
+    ToolCallRequested,
+    ToolCallRequestedData,
+    ToolContext,
+    Topic,
+)
+from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
+from weft_sandbox.local_backend import LocalBackend
+from weft_sandbox.settings import MIB, SandboxSettings
+from weft_sandbox.tools import sandbox_registry
+from weft_sandbox.worker import SandboxHost, SandboxWorker
+from weft_sandbox.workspace import WorkspacePool
+from weft_tools.sandbox_specs import SANDBOX_SPECS
+from weft_tools.web_snapshots import MemorySnapshotStore
+
+TOOLS = sorted(s.name for s in SANDBOX_SPECS)
+WORKSPACE_BYTES = 8 * MIB
+
+
+class _Bus:
+    """Records the results the worker publishes."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[Topic, Any]] = []
+
+    async def publish(self, topic: Topic, message: Any) -> None:
+        self.published.append((topic, message))
+
+
+@dataclass
+class Sandbox:
+    """One in-process sandbox service: call it as a tenant's session."""
+
+    worker: SandboxWorker
+    bus: _Bus
+    host: SandboxHost
+    pool: WorkspacePool
+    backend: LocalBackend
+    tenant: str
+    session: str
+
+    async def call(
+        self, tool: str, session: str | None = None, tenant: str | None = None, **arguments: Any
+    ) -> ToolCallCompletedData:
+        call = ToolCallRequested(
+            tenant_id=tenant or self.tenant, session_id=session or self.session,
+            request_id="r1",
+            data=ToolCallRequestedData(
+                call_id=f"call_{secrets.token_hex(6)}", tool_name=tool, arguments=arguments,
+                round=0, deadline=datetime.now(UTC) + timedelta(seconds=120),
+                context=ToolContext(user_id="u", agent_id="a", allowed_tools=TOOLS),
+            ),
+        )  # fmt: skip
+        await self.worker.handle(call)
+        topic, result = self.bus.published[-1]
+        assert topic is Topic.TOOL_RESULTS
+        data: ToolCallCompletedData = result.data
+        assert data.call_id == call.data.call_id
+        return data
+
+    async def still_serves(self) -> None:
+        done = await self.call("shell_exec", command="echo alive")
+        assert done.success and "alive" in done.output, done
+
+
+@asynccontextmanager
+async def open_sandbox(
+    sessions: async_sessionmaker[AsyncSession],
+    redis: Redis,
+    *,
+    tenant: str | None = None,
+    session: str | None = None,
+) -> AsyncIterator[Sandbox]:
+    """A sandbox replica of its own (own root, own cgroup parent) on the shared stores."""
+    settings = SandboxSettings(
+        sandbox_workspace_bytes=WORKSPACE_BYTES, sandbox_memory_bytes=256 * MIB,
+        sandbox_pids=32, sandbox_cpu_seconds=20, sandbox_kill_grace_s=1.0,
+        sandbox_file_bytes=16 * MIB,
+    )  # fmt: skip
+    instance = f"test-{secrets.token_hex(4)}"
+    # Not under tmp_path: pytest's directories are closed to the sandbox's uid.
+    root = Path(tempfile.mkdtemp(prefix="weft-sandbox-test-"))
+    pool = WorkspacePool(root, size_bytes=WORKSPACE_BYTES, uid_base=200_000)
+    backend = LocalBackend(settings, instance)
+    backend.start()
+    pool.start()
+    host = SandboxHost(pool, GitCheckpoints(CheckpointStore(sessions)))
+    bus = _Bus()
+    worker = SandboxWorker(
+        bus, sandbox_registry(host, backend, MemorySnapshotStore()), host, redis,  # type: ignore[arg-type]
+        worker_name=instance, prefix=f"{instance}.",
+    )  # fmt: skip
+    try:
+        yield Sandbox(
+            worker, bus, host, pool, backend, tenant or f"tenant-{secrets.token_hex(4)}",
+            session or f"session-{secrets.token_hex(4)}",
+        )  # fmt: skip
+    finally:
+        pool.close()
+        backend.stop()
+        shutil.rmtree(root, ignore_errors=True)
