@@ -12,7 +12,29 @@ class ToolExecSettings(ServiceSettings):
     service_name: str = "tool-exec"
     http_port: int = 8083
     tool_concurrency: int = Field(
-        default=2, ge=1, le=64, description="Calls one worker runs at once (its Kafka consumers)."
+        default=4, ge=1, le=64, description="Calls one worker runs at once (its runner tasks)."
+    )
+    tool_tenant_max_inflight: int = Field(
+        default=3,
+        ge=1,
+        description="Calls one tenant runs at once across every tool-exec replica (Redis "
+        "leases). Keep it below the replicas' total tool_concurrency so that another "
+        "tenant always finds a free runner.",
+    )
+    tool_slot_lease_s: float = Field(
+        default=30.0,
+        gt=1,
+        description="A tenant slot's lease, renewed while its call runs: a killed "
+        "replica's slots come back after at most this long.",
+    )
+    tool_read_ahead: int = Field(
+        default=256,
+        ge=1,
+        description="Tool calls a worker reads ahead of its commit points (all its "
+        "partitions); at this many it pauses fetching.",
+    )
+    tool_partition_read_ahead: int = Field(
+        default=64, ge=1, description="The same bound for one partition (that partition pauses)."
     )
     embedding_base_url: str = Field(
         default="http://127.0.0.1:8090/v1",
