@@ -100,8 +100,14 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     calls = fair_calls(runtime, settings, worker)
     cleaner = TurnEndCleaner(registry)
     cleaner.subscribe(runtime.bus)
+    ingestor = DocumentIngestor(
+        IngestionQueue(runtime.sessions),
+        deps.embedder,
+        limits=settings.ingestion_limits(),
+        tenant_max_inflight=settings.ingestion_tenant_max_inflight,
+    )
     ingestion = IngestionLoop(
-        DocumentIngestor(IngestionQueue(runtime.sessions), deps.embedder), settings.ingestion_poll_s
+        ingestor, settings.ingestion_poll_s, concurrency=settings.ingestion_concurrency
     )
     return create_service_app(
         runtime,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field
 from weft_platform.settings import ServiceSettings, TracingExporter
+from weft_tools.ingestion_limits import IngestionLimits
 
 
 class ToolExecSettings(ServiceSettings):
@@ -75,3 +76,35 @@ class ToolExecSettings(ServiceSettings):
         default="none", description="SPEC E-23 worker spans: none, console (stdout) or otlp."
     )
     ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")
+    ingestion_concurrency: int = Field(
+        default=2, ge=1, le=16, description="Documents one worker ingests at once."
+    )
+    ingestion_tenant_max_inflight: int = Field(
+        default=1,
+        ge=1,
+        description="Documents one tenant has in ingestion at once across every worker "
+        "(a soft cap: see IngestionQueue.claim).",
+    )
+    ingestion_max_decompressed_mb: int = Field(
+        default=64, ge=1, description="What a zip-based file (xlsx) may inflate to."
+    )
+    ingestion_max_rows: int = Field(default=100_000, ge=1, description="Rows of one table.")
+    ingestion_max_pages: int = Field(default=2_000, ge=1, description="Pages of one PDF.")
+    ingestion_max_text_chars: int = Field(
+        default=50_000_000, ge=1, description="Characters of text of one document."
+    )
+    ingestion_max_chunks: int = Field(default=20_000, ge=1, description="Chunks of one document.")
+    ingestion_tenant_max_chunks: int = Field(
+        default=2_000_000, ge=1, description="Chunks of all of one tenant's documents."
+    )
+
+    def ingestion_limits(self) -> IngestionLimits:
+        """The per-document and per-tenant bounds of ingestion."""
+        return IngestionLimits(
+            max_decompressed_bytes=self.ingestion_max_decompressed_mb * 1024 * 1024,
+            max_rows=self.ingestion_max_rows,
+            max_pages=self.ingestion_max_pages,
+            max_text_chars=self.ingestion_max_text_chars,
+            max_chunks=self.ingestion_max_chunks,
+            tenant_max_chunks=self.ingestion_tenant_max_chunks,
+        )
