@@ -381,3 +381,29 @@ async def test_a_call_that_could_not_be_handled_durably_runs_again(fails: int) -
     finally:
         await fair.stop()
     assert attempts == [0] * (fails + 1)
+
+
+async def test_an_unreadable_record_is_dead_lettered_and_the_partition_goes_on() -> None:
+    ran: list[int] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        ran.append(call.data.arguments["n"])
+
+    fair, consumer = _fair(handle, concurrency=1, read_ahead=ReadAhead())
+    letters: list[Any] = []
+
+    async def publish(topic: Topic, message: Any) -> None:
+        letters.append((topic, message))
+
+    fair._bus.publish = publish  # type: ignore[method-assign]
+    records = [_Record(TOPIC, 0, 0), _Record(TOPIC, 0, 1)]
+    bodies = [b'{"type": "tool_call_requested", "tenant_id": ', _call("c", 1)]
+    await fair._on_batch(_Delivery(bodies, records, consumer))
+    await fair.start()
+    try:
+        await _poll(lambda: consumer.committed_offset(P0) == 2, "both offsets committed")
+    finally:
+        await fair.stop()
+    assert ran == [1]
+    [(topic, letter)] = letters
+    assert topic is Topic.DLQ and letter.data.reason.startswith("undecodable")
