@@ -188,6 +188,9 @@ class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
     def resume(self, *partitions: TopicPartition) -> None:
         self.paused_now -= set(partitions)
 
+    def paused(self) -> set[TopicPartition]:
+        return self.paused_now & self.assigned
+
     async def commit(self, offsets: Any = None) -> None:
         self.commits.append(dict(offsets))
 
@@ -407,3 +410,14 @@ async def test_an_unreadable_record_is_dead_lettered_and_the_partition_goes_on()
     assert ran == [1]
     [(topic, letter)] = letters
     assert topic is Topic.DLQ and letter.data.reason.startswith("undecodable")
+
+
+async def test_a_partition_given_back_by_a_rebalance_is_paused_again_when_full() -> None:
+    fair, consumer = _fair(
+        _never, concurrency=1, read_ahead=ReadAhead(max_buffered=100, partition_buffer=2)
+    )
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "b", 1)])
+    assert consumer.paused_now == {P0}
+    consumer.paused_now.clear()  # revoked and assigned again: aiokafka starts it unpaused
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "b", 1)])  # read again from the commit
+    assert consumer.paused_now == {P0}

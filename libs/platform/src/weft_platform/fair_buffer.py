@@ -182,9 +182,10 @@ class FairBuffer:
         """Tenants with queued entries, in the order they will be offered a runner."""
         return list(self._queues)
 
-    def queued_partitions(self) -> set[TopicPartition]:
-        """Partitions with queued entries."""
-        return {e.partition for q in self._queues.values() for e in q}
+    def partitions(self) -> set[TopicPartition]:
+        """Partitions with records read and not committed past, or queued."""
+        queued = {e.partition for q in self._queues.values() for e in q}
+        return queued | {p for p, o in self._offsets.items() if o.outstanding}
 
     def outstanding(self, partition: TopicPartition) -> int:
         """Records of ``partition`` read and not committed past."""

@@ -238,13 +238,12 @@ class FairConsumer:
         if consumer is None:
             return
         assigned = set(consumer.assignment())
-        for gone in {p for p in self._paused if p not in assigned}:
-            self._paused.discard(gone)  # a new assignment starts unpaused
+        paused = set(consumer.paused())  # the consumer's own view: a new assignment is not
         wanted = self.buffer.to_pause(assigned)
-        if pause := wanted - self._paused:
+        if pause := wanted - paused:
             consumer.pause(*pause)
             log.info("partitions_paused", partitions=sorted(p.partition for p in pause))
-        if resume := self._paused - wanted:
+        if resume := (paused & assigned) - wanted:
             consumer.resume(*resume)
         self._paused = wanted
 
@@ -289,9 +288,9 @@ class FairConsumer:
         if consumer is None:
             return
         assigned = set(consumer.assignment())
-        for partition in self.buffer.queued_partitions() - assigned:
-            log.info("revoked_records_dropped", partition=partition.partition)
-            self.buffer.forget(partition)
+        for partition in self.buffer.partitions() - assigned:
+            log.info("revoked_partition_dropped", partition=partition.partition)
+            self.buffer.forget(partition)  # its calls still running no longer commit
 
     async def _run(self, entry: Entry) -> None:
         decoded, record, body = entry.item
