@@ -178,6 +178,18 @@ class _Commits:
         elif self._scheduled is None:
             self._scheduled = asyncio.create_task(self._later(), name=f"commit:{self._group}")
 
+    async def advanced(self, consumer: Any, offsets: dict[TopicPartition, int]) -> None:
+        """Note commit offsets computed by the caller (a consumer that handles records out
+        of partition order and knows which prefix of each partition is handled)."""
+        if not isinstance(consumer, AIOKafkaConsumer):
+            return
+        self._consumer = consumer
+        self._offsets.update(offsets)
+        if self._interval <= 0:
+            await self.flush()
+        elif self._scheduled is None:
+            self._scheduled = asyncio.create_task(self._later(), name=f"commit:{self._group}")
+
     async def _later(self) -> None:
         await asyncio.sleep(self._interval)
         self._scheduled = None

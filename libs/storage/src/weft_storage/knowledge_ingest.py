@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
 from ulid import ULID
 
 from weft_storage.models import Chunk, Document
@@ -83,21 +84,43 @@ class IngestionQueue:
             )  # fmt: skip
         return doc_id
 
-    async def claim(self) -> PendingDocument | None:
-        """Take the oldest pending (or abandoned) document, or None."""
+    async def claim(self, *, tenant_max_inflight: int | None = None) -> PendingDocument | None:
+        """Take a pending (or abandoned) document, or None.
+
+        Fair across tenants: the document of the tenant with the fewest documents being
+        ingested now goes first (then the oldest), so one tenant's backlog or big document
+        never holds every worker; with ``tenant_max_inflight`` a tenant that many
+        documents in progress is passed over. The count is read without locking other
+        tenants' rows, so two workers claiming at the same instant may each admit one
+        document over the cap: a soft cap, off by at most the number of workers.
+        """
         stale = datetime.now(UTC) - self._stale
         waiting = or_(
             Document.status == "pending",
             (Document.status == "processing") & (Document.updated_at < stale),
         )
+        other = aliased(Document)
+        in_progress = (
+            select(func.count())
+            .select_from(other)
+            .where(
+                other.tenant_id == Document.tenant_id,
+                other.status == "processing",
+                other.updated_at >= stale,
+            )
+            .correlate(Document)
+            .scalar_subquery()
+        )
         stmt = (
             select(Document, DocumentFile)
             .join(DocumentFile, DocumentFile.document_id == Document.id)
             .where(waiting)
-            .order_by(Document.created_at)
+            .order_by(in_progress, Document.created_at)
             .limit(1)
             .with_for_update(of=Document, skip_locked=True)
         )
+        if tenant_max_inflight is not None:
+            stmt = stmt.where(in_progress < tenant_max_inflight)
         async with self._sessions.begin() as s:
             row = (await s.execute(stmt)).first()
             if row is None:
@@ -111,6 +134,15 @@ class IngestionQueue:
                 file_name=file.file_name,
                 content=file.content,
             )
+
+    async def tenant_chunks(self, tenant_id: str, *, besides: str) -> int:
+        """Chunks the tenant's documents hold now, ``besides`` (a document being re-read)
+        aside."""
+        stmt = select(func.count()).where(
+            Chunk.tenant_id == tenant_id, Chunk.document_id != besides
+        )
+        async with self._sessions() as s:
+            return int((await s.execute(stmt)).scalar_one())
 
     async def start(self, doc: PendingDocument, pieces: list[str]) -> list[str]:
         """Replace the document's chunks with ``pieces`` (keyword-searchable at once)."""

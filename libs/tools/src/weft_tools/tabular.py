@@ -16,7 +16,17 @@ from typing import Any
 
 from openpyxl import load_workbook
 
+from weft_tools.ingestion_limits import (
+    IngestionLimits,
+    check_archive,
+    check_sheet_rows,
+    too_many_rows,
+)
+
 SHEET_COLUMN = "__sheet_name"
+ANALYSIS_LIMITS = IngestionLimits(max_rows=1_000_000, max_decompressed_bytes=256 * 1024 * 1024)
+"""Bounds of a table loaded for data_schema / data_analysis (looser than ingestion's: the
+table is queried, not turned into chunks)."""
 _NOT_WORD = re.compile(r"[^0-9a-z]+")
 
 
@@ -48,37 +58,53 @@ def normalise_columns(names: list[Any]) -> list[str]:
     return result
 
 
-def read_table(file_name: str, content: bytes) -> Table:
-    """The rows of a ``.csv``/``.tsv`` or ``.xlsx`` file; raise EmptyDataset when empty."""
+def read_table(file_name: str, content: bytes, limits: IngestionLimits = ANALYSIS_LIMITS) -> Table:
+    """The rows of a ``.csv``/``.tsv`` or ``.xlsx`` file; raise EmptyDataset when empty,
+    DocumentTooLarge past ``limits`` (inflated size, rows)."""
     lower = file_name.lower()
     if lower.endswith((".xlsx", ".xlsm")):
-        return _excel(content)
+        check_archive(file_name, content, limits)
+        check_sheet_rows(file_name, content, limits)
+        return _excel(file_name, content, limits)
     if lower.endswith((".csv", ".tsv", ".txt")):
-        return _csv(content)
+        return _csv(file_name, content, limits)
     raise ValueError(f"unsupported data file {file_name!r}; expected .csv or .xlsx")
 
 
-def _csv(content: bytes) -> Table:
+def _csv(file_name: str, content: bytes, limits: IngestionLimits) -> Table:
     text = content.decode("utf-8-sig", errors="replace")
     try:
         dialect: Any = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
     except csv.Error:
         dialect = csv.excel
-    rows = [r for r in csv.reader(io.StringIO(text), dialect) if any(c.strip() for c in r)]
+    rows: list[list[Any]] = []
+    for row in csv.reader(io.StringIO(text), dialect):
+        if any(c.strip() for c in row):
+            rows.append(row)
+            if len(rows) > limits.max_rows + 1:  # the header is not a row of data
+                raise too_many_rows(file_name, limits)
     if len(rows) < 1:
         raise EmptyDataset("the file has no rows")
     return _table(rows[0], rows[1:])
 
 
-def _excel(content: bytes) -> Table:
+def _excel(file_name: str, content: bytes, limits: IngestionLimits) -> Table:
     book = load_workbook(io.BytesIO(content), read_only=True, data_only=True)
     sheets: list[tuple[str, Table]] = []
-    for sheet in book.worksheets:
-        rows = [list(r) for r in sheet.iter_rows(values_only=True)]
-        rows = [r for r in rows if any(c is not None and str(c).strip() for c in r)]
-        if rows:
-            sheets.append((sheet.title, _table(rows[0], rows[1:])))
-    book.close()
+    counted = 0
+    try:
+        for sheet in book.worksheets:
+            rows: list[list[Any]] = []
+            for values in sheet.iter_rows(values_only=True):
+                if any(c is not None and str(c).strip() for c in values):
+                    rows.append(list(values))
+                    counted += 1
+                    if counted > limits.max_rows + len(sheets) + 1:  # headers aside
+                        raise too_many_rows(file_name, limits)
+            if rows:
+                sheets.append((sheet.title, _table(rows[0], rows[1:])))
+    finally:
+        book.close()
     if not sheets:
         raise EmptyDataset("every sheet of the workbook is empty")
     return _merge(sheets)

@@ -8,8 +8,11 @@ from fastapi import APIRouter, FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.fair_buffer import ReadAhead
+from weft_platform.fair_consumer import FairConsumer
 from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.tenant_slots import TenantSlots
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
@@ -94,23 +97,55 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     provider = provider_from_settings(settings.tracing_exporter, runtime.instance_id)
     tracer = WorkerTracer(provider, runtime.instance_id)
     worker = ToolWorker(runtime.bus, registry, runtime.instance_id, ledger, tracer)
-    # Each consumer of the group owns some partitions and runs one call at a time, so a
-    # worker never holds more than ``tool_concurrency`` calls (invariant 6).
-    for _ in range(settings.tool_concurrency):
-        runtime.bus.consume(Topic.TOOL_CALLS, CONSUMER_GROUP, worker.handle)
+    calls = fair_calls(runtime, settings, worker)
     cleaner = TurnEndCleaner(registry)
     cleaner.subscribe(runtime.bus)
+    ingestor = DocumentIngestor(
+        IngestionQueue(runtime.sessions),
+        deps.embedder,
+        limits=settings.ingestion_limits(),
+        tenant_max_inflight=settings.ingestion_tenant_max_inflight,
+    )
     ingestion = IngestionLoop(
-        DocumentIngestor(IngestionQueue(runtime.sessions), deps.embedder), settings.ingestion_poll_s
+        ingestor, settings.ingestion_poll_s, concurrency=settings.ingestion_concurrency
     )
     return create_service_app(
         runtime,
         title="weft tool-exec",
-        routers=[state_router(runtime, deps, cleaner)],
+        routers=[state_router(runtime, deps, cleaner, calls)],
         internal=InternalAuth(runtime.verifier, "tool-exec", SYSTEM_ROUTES),
-        on_startup=[ingestion.start, cleaner.start],
-        on_shutdown=[ingestion.stop, cleaner.stop, lambda: _flush(provider)],
+        on_startup=[ingestion.start, cleaner.start, calls.start],
+        on_shutdown=[calls.stop, ingestion.stop, cleaner.stop, lambda: _flush(provider)],
     )
+
+
+def fair_calls(
+    runtime: ServiceRuntime, settings: ToolExecSettings, worker: ToolWorker
+) -> FairConsumer:
+    """The consumer of ``tool.calls``: ``tool_concurrency`` runners per worker (invariant
+    6), taking calls round-robin by tenant, each tenant capped at
+    ``tool_tenant_max_inflight`` calls across replicas (invariant 5; docs/fairness.md)."""
+    slots = TenantSlots(
+        runtime.redis,
+        f"{settings.topic_prefix}tool-exec",
+        cap=settings.tool_tenant_max_inflight,
+        lease_s=settings.tool_slot_lease_s,
+    )
+    calls = FairConsumer(
+        runtime.bus,
+        Topic.TOOL_CALLS,
+        CONSUMER_GROUP,
+        worker.handle,
+        slots=slots,
+        concurrency=settings.tool_concurrency,
+        read_ahead=ReadAhead(
+            max_buffered=settings.tool_read_ahead,
+            partition_buffer=settings.tool_partition_read_ahead,
+        ),
+        holder_prefix=runtime.instance_id,
+    )
+    calls.register()
+    return calls
 
 
 async def _flush(provider: TracerProvider | None) -> None:
@@ -120,7 +155,10 @@ async def _flush(provider: TracerProvider | None) -> None:
 
 
 def state_router(
-    runtime: ServiceRuntime, deps: ToolDependencies, cleaner: TurnEndCleaner
+    runtime: ServiceRuntime,
+    deps: ToolDependencies,
+    cleaner: TurnEndCleaner,
+    calls: FairConsumer,
 ) -> APIRouter:
     """``GET /internal/state``: what this process holds between calls (operators, tests).
 
@@ -135,6 +173,7 @@ def state_router(
             "instance": runtime.instance_id,
             "turns_cleaned": cleaner.cleaned,
             "duckdb_tables_by_session": deps.workspace.tables_by_session(),
+            "tool_calls": calls.state(),
         }
 
     return router

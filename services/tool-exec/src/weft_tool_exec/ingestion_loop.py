@@ -1,4 +1,5 @@
-"""The background task that drains the ingestion queue (one per tool-exec process)."""
+"""The background tasks that drain the ingestion queue (``ingestion_concurrency`` per
+tool-exec process)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,27 @@ log = structlog.get_logger(__name__)
 
 
 class IngestionLoop:
-    """Ingests documents one after another; sleeps ``poll_s`` when the queue is empty."""
+    """``concurrency`` tasks, each ingesting documents one after another; a task sleeps
+    ``poll_s`` when the queue has nothing it may take. With the queue's per-tenant cap
+    (:meth:`IngestionQueue.claim`), one tenant's big document holds at most that many
+    tasks: the others go on with other tenants' documents."""
 
-    def __init__(self, ingestor: DocumentIngestor, poll_s: float):
+    def __init__(self, ingestor: DocumentIngestor, poll_s: float, *, concurrency: int = 1):
         self._ingestor = ingestor
         self._poll_s = poll_s
-        self._task: asyncio.Task[None] | None = None
+        self._concurrency = concurrency
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Start the task."""
-        self._task = asyncio.create_task(self._run(), name="ingestion-loop")
+        """Start the tasks."""
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"ingestion-loop-{i}")
+            for i in range(self._concurrency)
+        ]
 
     async def stop(self) -> None:
-        """Cancel the task and wait for it (a document in progress is taken over later)."""
-        await cancel_and_wait([self._task])
+        """Cancel the tasks and wait for them (a document in progress is taken over later)."""
+        await cancel_and_wait(self._tasks)
 
     async def _run(self) -> None:
         while True:

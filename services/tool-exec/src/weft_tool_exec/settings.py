@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field
 from weft_platform.settings import ServiceSettings, TracingExporter
+from weft_tools.ingestion_limits import IngestionLimits
 
 
 class ToolExecSettings(ServiceSettings):
@@ -12,7 +13,29 @@ class ToolExecSettings(ServiceSettings):
     service_name: str = "tool-exec"
     http_port: int = 8083
     tool_concurrency: int = Field(
-        default=2, ge=1, le=64, description="Calls one worker runs at once (its Kafka consumers)."
+        default=4, ge=1, le=64, description="Calls one worker runs at once (its runner tasks)."
+    )
+    tool_tenant_max_inflight: int = Field(
+        default=3,
+        ge=1,
+        description="Calls one tenant runs at once across every tool-exec replica (Redis "
+        "leases). Keep it below the replicas' total tool_concurrency so that another "
+        "tenant always finds a free runner.",
+    )
+    tool_slot_lease_s: float = Field(
+        default=30.0,
+        gt=1,
+        description="A tenant slot's lease, renewed while its call runs: a killed "
+        "replica's slots come back after at most this long.",
+    )
+    tool_read_ahead: int = Field(
+        default=256,
+        ge=1,
+        description="Tool calls a worker reads ahead of its commit points (all its "
+        "partitions); at this many it pauses fetching.",
+    )
+    tool_partition_read_ahead: int = Field(
+        default=64, ge=1, description="The same bound for one partition (that partition pauses)."
     )
     embedding_base_url: str = Field(
         default="http://127.0.0.1:8090/v1",
@@ -53,3 +76,35 @@ class ToolExecSettings(ServiceSettings):
         default="none", description="SPEC E-23 worker spans: none, console (stdout) or otlp."
     )
     ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")
+    ingestion_concurrency: int = Field(
+        default=2, ge=1, le=16, description="Documents one worker ingests at once."
+    )
+    ingestion_tenant_max_inflight: int = Field(
+        default=1,
+        ge=1,
+        description="Documents one tenant has in ingestion at once across every worker "
+        "(a soft cap: see IngestionQueue.claim).",
+    )
+    ingestion_max_decompressed_mb: int = Field(
+        default=64, ge=1, description="What a zip-based file (xlsx) may inflate to."
+    )
+    ingestion_max_rows: int = Field(default=100_000, ge=1, description="Rows of one table.")
+    ingestion_max_pages: int = Field(default=2_000, ge=1, description="Pages of one PDF.")
+    ingestion_max_text_chars: int = Field(
+        default=50_000_000, ge=1, description="Characters of text of one document."
+    )
+    ingestion_max_chunks: int = Field(default=20_000, ge=1, description="Chunks of one document.")
+    ingestion_tenant_max_chunks: int = Field(
+        default=2_000_000, ge=1, description="Chunks of all of one tenant's documents."
+    )
+
+    def ingestion_limits(self) -> IngestionLimits:
+        """The per-document and per-tenant bounds of ingestion."""
+        return IngestionLimits(
+            max_decompressed_bytes=self.ingestion_max_decompressed_mb * 1024 * 1024,
+            max_rows=self.ingestion_max_rows,
+            max_pages=self.ingestion_max_pages,
+            max_text_chars=self.ingestion_max_text_chars,
+            max_chunks=self.ingestion_max_chunks,
+            tenant_max_chunks=self.ingestion_tenant_max_chunks,
+        )

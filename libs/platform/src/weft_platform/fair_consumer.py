@@ -1,0 +1,330 @@
+"""FairConsumer: a consumer group member that runs records fairly across tenants.
+
+:meth:`EventBus.consume` runs one record at a time in partition order, so a tenant that
+floods a topic delays every tenant behind it. A FairConsumer instead reads records into a
+:class:`~weft_platform.fair_buffer.FairBuffer` (bounded read-ahead), and ``concurrency``
+runner tasks take them round-robin by tenant, each run holding one of the tenant's
+:class:`~weft_platform.tenant_slots.TenantSlots` (a per-tenant cap across replicas).
+
+At-least-once holds as in :meth:`EventBus.consume` (same decoding, credential check,
+dedupe, retries and dead letters):
+
+- the offset committed per partition is the one after the unbroken run of handled
+  records (:class:`~weft_platform.fair_buffer.PartitionOffsets`), so a record still queued
+  or running is never committed past, however many later records are done;
+- a partition is paused (``AIOKafkaConsumer.pause``) when its read-ahead reaches
+  ``partition_buffer`` records, and every partition when the consumer's reaches
+  ``max_buffered``; they are resumed as records are handled. The poll loop itself never
+  blocks, so the consumer keeps its group membership while paused;
+- a record that could be neither handled nor dead-lettered is queued again (after a
+  growing pause), not skipped;
+- a revoked partition's queued records are dropped (its new owner reads them from the
+  commit point); a partition read again from an older offset starts over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+from faststream import AckPolicy
+from pydantic import TypeAdapter, ValidationError
+from weft_contracts import Topic, UnsupportedSchemaVersion
+from weft_contracts.compat import read_json
+from weft_contracts.topics import TOPIC_MODELS
+
+from weft_platform.bus import (
+    REFUSED,
+    EventBus,
+    Handler,
+    _Commits,
+    _delivery,
+    _prompt,
+    _Redelivery,
+    _refusal,
+    _wanted,
+)
+from weft_platform.fair_buffer import Entry, FairBuffer, ReadAhead
+from weft_platform.tasks import cancel_and_wait
+from weft_platform.tenant_slots import TenantSlots
+
+log = structlog.get_logger(__name__)
+
+IDLE_POLL_S = 0.2
+"""How often runners look again when every waiting tenant is at its cap: another
+replica's slot coming free wakes nobody here."""
+
+
+class _Wakeup:
+    """Wakes runners that wait for work: one future per waiting runner, resolved by
+    :meth:`set` or by its own timer (a wait with a timeout and no extra task)."""
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future[None]] = set()
+        self._set = False
+
+    def arm(self) -> None:
+        """Forget earlier wake-ups: only one from now on ends the next wait early."""
+        self._set = False
+
+    def set(self) -> None:
+        """Wake every waiter (and the next wait, if none waits now)."""
+        self._set = True
+        for waiter in self._waiters:
+            _wake(waiter)
+
+    async def wait_for(self, timeout_s: float) -> None:
+        """Return at the next wake-up since :meth:`arm`, or after ``timeout_s``."""
+        if self._set:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(timeout_s, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class FairConsumer:
+    """Reads ``topic`` in group ``group_id``; runs ``handler`` fairly across tenants."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        topic: Topic,
+        group_id: str,
+        handler: Handler,
+        *,
+        slots: TenantSlots,
+        concurrency: int,
+        read_ahead: ReadAhead,
+        holder_prefix: str,
+        types: Collection[str] | None = None,
+    ):
+        self._bus = bus
+        self._topic = topic
+        self._group = group_id
+        self._handler = handler
+        self._slots = slots
+        self._concurrency = concurrency
+        self.buffer = FairBuffer(read_ahead)
+        self._prefix = holder_prefix
+        self._wanted = None if types is None else frozenset(types)
+        self._adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
+        self._commits = _Commits(group_id, bus._settings.commit_interval_ms / 1000)
+        self._pauses = _Redelivery(bus._settings)
+        self._consumer: Any = None
+        self._paused: set[TopicPartition] = set()
+        self._running: dict[str, Entry] = {}
+        self._changed = _Wakeup()
+        """Set when records arrive or a run ends: waiting runners look again."""
+        self._choosing = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        bus._commits.append(self._commits)  # flushed with the bus's at shutdown
+
+    def register(self, *, fetch_records: int = 100) -> None:
+        """Subscribe on the bus's broker (before the broker starts)."""
+        settings = self._bus._settings
+        subscriber = self._bus.broker.subscriber(
+            self._bus.topic_name(self._topic),
+            batch=True,
+            max_records=min(fetch_records, self.buffer.read_ahead.max_buffered),
+            batch_timeout_ms=100,
+            group_id=settings.topic_prefix + self._group,
+            ack_policy=AckPolicy.MANUAL,  # commits follow the unbroken handled runs
+            auto_offset_reset="earliest",
+            decoder=_delivery,
+        )
+        _prompt(subscriber)
+        subscriber(self._on_batch)
+
+    async def start(self) -> None:
+        """Start the runners and the slot lease renewal."""
+        self._tasks = [
+            asyncio.create_task(self._runner(), name=f"fair:{self._group}:{i}")
+            for i in range(self._concurrency)
+        ]
+        self._tasks.append(asyncio.create_task(self._renewal(), name=f"fair:{self._group}:lease"))
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Take no more records; let running calls finish for ``grace_s``, then cancel
+        them. Records not handled are read again by their partitions' next owner (nothing
+        past them was committed). Slots still held are given back."""
+        self._stopping = True
+        self._changed.set()
+        runners, others = self._tasks[: self._concurrency], self._tasks[self._concurrency :]
+        if runners:
+            _, late = await asyncio.wait(runners, timeout=grace_s)
+            await cancel_and_wait(late)
+        await cancel_and_wait(others)
+        for entry in list(self._running.values()):
+            await self._release(entry)
+        self._running.clear()
+
+    def state(self) -> dict[str, Any]:
+        """What the consumer holds now (operators' view)."""
+        return {
+            "waiting": self.buffer.waiting(),
+            "running": len(self._running),
+            "tenants_waiting": len(self.buffer.tenants()),
+            "paused_partitions": sorted(p.partition for p in self._paused),
+        }
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def _on_batch(self, delivery: Any) -> None:
+        """Buffer one fetch. Never waits on the runners: a full buffer pauses partitions."""
+        consumer = delivery.consumer
+        if isinstance(consumer, AIOKafkaConsumer):
+            self._consumer = consumer
+        rewound: set[TopicPartition] = set()
+        for record, body in zip(delivery.record, delivery.body, strict=True):
+            partition = TopicPartition(record.topic, record.partition)
+            if partition in rewound:
+                continue  # read again after the record handed back
+            try:
+                decoded = await self._admit(record, body)
+            except Exception as exc:  # Redis or the DLQ unreachable: read it again
+                # Seeking to this record keeps the ones before it buffered: the partition
+                # goes on from here, and nothing before it is lost or read twice.
+                rewound.add(partition)
+                await self._pauses.hand_back(self._group, consumer, (record,), exc)
+                continue
+            if decoded is None:
+                await self._commit(partition, self.buffer.skip(partition, record.offset))
+            else:
+                item = (decoded, record, body)
+                self.buffer.add(partition, record.offset, decoded.tenant_id, item)
+        self._sync_pauses()
+        self._changed.set()
+
+    async def _admit(self, record: Any, body: bytes) -> Any | None:
+        """The decoded record to run, or None when it is handled already: filtered out,
+        dead-lettered (unreadable or refused credential) or a duplicate."""
+        bus = self._bus
+        if not _wanted(self._wanted, record):
+            return None
+        try:
+            decoded = read_json(self._adapter, body)
+        except (ValidationError, UnsupportedSchemaVersion) as exc:
+            await bus._dead_letter(self._topic, self._group, record, body, exc, _refusal(exc))
+            return None
+        refused = bus._refused(self._topic, decoded)
+        if refused is not None:
+            await bus._dead_letter(self._topic, self._group, record, body, refused, REFUSED)
+            return None
+        if await bus._seen(self._group, decoded.id):
+            log.info("duplicate_skipped", topic=self._topic.value, id=decoded.id)
+            return None
+        return decoded
+
+    def _sync_pauses(self) -> None:
+        """Pause the partitions at their read-ahead bound, resume the others."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assigned = set(consumer.assignment())
+        paused = set(consumer.paused())  # the consumer's own view: a new assignment is not
+        wanted = self.buffer.to_pause(assigned)
+        if pause := wanted - paused:
+            consumer.pause(*pause)
+            log.info("partitions_paused", partitions=sorted(p.partition for p in pause))
+        if resume := (paused & assigned) - wanted:
+            consumer.resume(*resume)
+        self._paused = wanted
+
+    # -- running --------------------------------------------------------------------------
+
+    async def _runner(self) -> None:
+        # Runners end by seeing ``_stopping`` rather than by a cancel: a cancel that lands
+        # inside a Redis call can be lost (seen with fakeredis), leaving the task looping.
+        while (entry := await self._next()) is not None:
+            try:
+                await self._run(entry)
+            finally:
+                self._running.pop(entry.holder, None)
+                await self._release(entry)
+                self._changed.set()
+
+    async def _next(self) -> Entry | None:
+        while not self._stopping:
+            self._changed.arm()  # a change from here on wakes the wait below
+            async with self._choosing:  # one runner takes at a time: round-robin holds
+                self._drop_revoked()
+                try:
+                    entry = await self.buffer.take(self._try_slot)
+                except Exception:  # Redis unreachable: wait, the records stay buffered
+                    log.exception("tenant_slot_failed", group=self._group)
+                    entry = None
+                if entry is not None:
+                    self._running[entry.holder] = entry
+                    return entry
+            await self._changed.wait_for(IDLE_POLL_S)
+        return None
+
+    async def _try_slot(self, entry: Entry) -> bool:
+        holder = f"{self._prefix}:{entry.partition.partition}:{entry.offset}:{uuid.uuid4().hex[:8]}"
+        if not await self._slots.acquire(entry.tenant_id, holder):
+            return False
+        entry.holder = holder
+        return True
+
+    def _drop_revoked(self) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assigned = set(consumer.assignment())
+        for partition in self.buffer.partitions() - assigned:
+            log.info("revoked_partition_dropped", partition=partition.partition)
+            self.buffer.forget(partition)  # its calls still running no longer commit
+
+    async def _run(self, entry: Entry) -> None:
+        decoded, record, body = entry.item
+        bus = self._bus
+        try:
+            await bus._handle(self._topic, self._group, record, body, decoded, self._handler)
+            await bus._mark(self._group, decoded.id)
+        except asyncio.CancelledError:
+            raise  # shutdown: not committed, read again by the partition's next owner
+        except Exception as exc:  # neither handled nor dead-lettered: run it again later
+            log.error("record_requeued", group=self._group, offset=entry.offset, error=repr(exc))
+            await asyncio.sleep(self._pauses.next_pause())
+            self.buffer.put_back(entry)
+            return
+        self._pauses.reset()
+        await self._commit(entry.partition, self.buffer.done(entry))
+        self._sync_pauses()
+
+    async def _commit(self, partition: TopicPartition, offset: int | None) -> None:
+        if offset is not None and self._consumer is not None:
+            await self._commits.advanced(self._consumer, {partition: offset})
+
+    async def _release(self, entry: Entry) -> None:
+        try:
+            await self._slots.release(entry.tenant_id, entry.holder)
+        except Exception:  # the slot expires with its lease
+            log.warning("slot_release_failed", tenant_id=entry.tenant_id)
+
+    async def _renewal(self) -> None:
+        interval = max(0.5, self._slots.lease_s / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                held = [(e.tenant_id, e.holder) for e in list(self._running.values())]
+                await self._slots.renew(held)
+            except Exception:  # a Redis hiccup must not stop the renewals for good
+                log.exception("slot_renewal_failed", group=self._group)

@@ -1,0 +1,248 @@
+"""Fair shares between tenants (invariants 5 and 6), as a hostile tenant would test them.
+
+- Starvation: tenant B floods tool-exec with slow calls (web_fetch of a page that does not
+  answer until the test lets it); tenant C's call still runs and reports within its
+  deadline while every one of B's calls is still held, and B never holds more than its
+  cap of calls across the two workers (real Kafka, Redis, two tool-exec processes).
+- The spreadsheet bomb: a ~2 MB xlsx of 400,000 rows is refused with a document error that
+  names the bound, while another tenant's document ingests (real PostgreSQL).
+- Bounds refused early: a zip member that inflates past the limit, a PDF over its pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import secrets
+import threading
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_storage.knowledge import KnowledgeStore
+from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge_ingest import IngestionQueue
+from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
+from weft_tool_exec.ingestion_loop import IngestionLoop
+from weft_tools.document_parsing import extract_text
+from weft_tools.ingestion import DocumentIngestor
+from weft_tools.ingestion_limits import DocumentTooLarge, IngestionLimits
+
+LOG_DIR = Path(".weft/logs/e2e")
+THINK = {"thought": "t", "next_thought_needed": False, "thought_number": 1, "total_thoughts": 1}
+TENANT_CAP = 2
+FLOOD = 8
+
+
+class _Held(BaseHTTPRequestHandler):
+    """A page that answers only when the test releases it; counts the requests."""
+
+    arrived = 0
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        with _Held.lock:
+            _Held.arrived += 1
+        _Held.release.wait(timeout=120)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"slow page body")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def held_page() -> Iterator[str]:
+    _Held.arrived = 0
+    _Held.release = threading.Event()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Held)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/page"
+    _Held.release.set()
+    httpd.shutdown()
+
+
+@pytest.fixture
+def pool(infra: dict[str, str]) -> Iterator[ToolWorkerPool]:
+    workers = ToolWorkerPool(
+        LOG_DIR,
+        partitions=4,
+        extra_env={
+            "WEFT_TOOL_CONCURRENCY": "2",
+            "WEFT_TOOL_TENANT_MAX_INFLIGHT": str(TENANT_CAP),
+            "WEFT_WEB_FETCH_ALLOW_LOOPBACK": "true",
+        },
+    )
+    yield workers
+    workers.stop()
+
+
+async def _arrived_at_least(count: int, timeout_s: float) -> bool:
+    for _ in range(int(timeout_s * 10)):
+        if _Held.arrived >= count:
+            return True
+        await asyncio.sleep(0.1)
+    return _Held.arrived >= count
+
+
+async def test_a_flooding_tenant_cannot_starve_another_tenants_tool_call(
+    pool: ToolWorkerPool, held_page: str
+) -> None:
+    await asyncio.to_thread(pool.start, "worker-a")
+    await asyncio.to_thread(pool.start, "worker-b")
+    async with ToolCallClient(pool.prefix) as client:
+        fetch = {"items": [{"url": held_page}]}
+        flood = await client.send_many([("web_fetch", fetch, None)] * FLOOD, tenant="tenant-b")
+        assert await _arrived_at_least(TENANT_CAP, 60), "B's first calls never started"
+        # Four runners in all, B holds its cap of them and waits for its pages.
+        quiet = await client.send("thinking", THINK, tenant="tenant-c", deadline_s=60)
+        await client.wait_for([quiet], timeout_s=60)
+        result = client.results[quiet][0]
+        assert result["success"], result
+        assert not any(c in client.results for c in flood), "B's pages were never released"
+        assert _Held.arrived == TENANT_CAP, "B ran past its cap across the workers"
+        _Held.release.set()
+        await client.wait_for(flood, timeout_s=120)
+    assert all(client.results[c][0]["success"] for c in flood)
+
+
+def _spreadsheet(rows: int) -> bytes:
+    """An xlsx of one sheet, one numeric column, written directly (openpyxl would take
+    most of a minute for 400,000 rows)."""
+    ns = "http://schemas.openxmlformats.org"
+    content_types = (
+        f'<Types xmlns="{ns}/package/2006/content-types">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+        'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+        '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-'
+        'officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/'
+        'sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+        'spreadsheetml.worksheet+xml"/></Types>'
+    )
+    relation = f"{ns}/officeDocument/2006/relationships"
+    root_rels = (
+        f'<Relationships xmlns="{ns}/package/2006/relationships"><Relationship Id="rId1" '
+        f'Type="{relation}/officeDocument" Target="xl/workbook.xml"/></Relationships>'
+    )
+    book = (
+        f'<workbook xmlns="{ns}/spreadsheetml/2006/main" xmlns:r="{relation}"><sheets>'
+        '<sheet name="rows" sheetId="1" r:id="rId1"/></sheets></workbook>'
+    )
+    book_rels = (
+        f'<Relationships xmlns="{ns}/package/2006/relationships"><Relationship Id="rId1" '
+        f'Type="{relation}/worksheet" Target="worksheets/sheet1.xml"/></Relationships>'
+    )
+    body = "".join(f'<row r="{i}"><c><v>{i % 997}</v></c></row>' for i in range(2, rows + 2))
+    sheet = (
+        f'<worksheet xmlns="{ns}/spreadsheetml/2006/main"><sheetData><row r="1"><c t="inlineStr">'
+        f"<is><t>amount</t></is></c></row>{body}</sheetData></worksheet>"
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", content_types)
+        archive.writestr("_rels/.rels", root_rels)
+        archive.writestr("xl/workbook.xml", book)
+        archive.writestr("xl/_rels/workbook.xml.rels", book_rels)
+        archive.writestr("xl/worksheets/sheet1.xml", sheet)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    content = _spreadsheet(400_000)
+    assert 1_000_000 < len(content) < 4_000_000  # "a ~2 MB spreadsheet"
+    return content
+
+
+@pytest.fixture
+async def queue(sessions: async_sessionmaker[AsyncSession]) -> IngestionQueue:
+    return IngestionQueue(sessions)
+
+
+async def _status(reader: DocumentReader, tenant: str, kb: str, doc: str) -> tuple[str, str]:
+    info = await reader.document(tenant, [kb], doc)
+    assert info is not None
+    return info.status, str(info.error or "")
+
+
+async def test_the_spreadsheet_bomb_is_refused_and_other_tenants_ingest(
+    sessions: async_sessionmaker[AsyncSession], queue: IngestionQueue, bomb: bytes
+) -> None:
+    store, reader = KnowledgeStore(sessions), DocumentReader(sessions)
+    tenant_b, tenant_c = f"b-{secrets.token_hex(4)}", f"c-{secrets.token_hex(4)}"
+    kb_b = await store.create_knowledge_base(tenant_b, "uploads")
+    kb_c = await store.create_knowledge_base(tenant_c, "uploads")
+    big = await queue.enqueue_file(tenant_b, kb_b, title="big", file_name="big.xlsx", content=bomb)
+    small = await queue.enqueue_file(
+        tenant_c, kb_c, title="staff", file_name="staff.csv", content=b"Name,Team\nAda,Core\n"
+    )
+    loop = IngestionLoop(DocumentIngestor(queue, None), poll_s=0.1, concurrency=2)
+    await loop.start()
+    try:
+        for _ in range(600):
+            states = [await _status(reader, tenant_b, kb_b, big),
+                      await _status(reader, tenant_c, kb_c, small)]  # fmt: skip
+            if all(status in ("ready", "failed") for status, _ in states):
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await loop.stop()
+    (big_status, big_error), (small_status, small_error) = states
+    assert big_status == "failed"
+    assert "more than 100,000 rows" in big_error and "big.xlsx" in big_error
+    assert small_status == "ready", small_error
+    assert (await reader.document(tenant_b, [kb_b], big)).chunk_count == 0  # type: ignore[union-attr]
+
+
+def test_a_zip_member_that_inflates_past_the_limit_is_refused_unread() -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("xl/worksheets/sheet1.xml", b"\0" * (8 * 1024 * 1024))
+    limits = IngestionLimits(max_decompressed_bytes=4 * 1024 * 1024)
+    with pytest.raises(DocumentTooLarge, match=r"decompresses to 8\.0 MB"):
+        extract_text("bomb.xlsx", buffer.getvalue(), limits)
+    with pytest.raises(DocumentTooLarge, match="zip bomb"):
+        extract_text("bomb.xlsx", buffer.getvalue(), IngestionLimits())
+
+
+def test_a_pdf_over_its_page_limit_is_refused_before_extraction() -> None:
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for _ in range(5):
+        writer.add_blank_page(width=72, height=72)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    with pytest.raises(DocumentTooLarge, match="5 pages, over the limit of 3"):
+        extract_text("long.pdf", buffer.getvalue(), IngestionLimits(max_pages=3))
+
+
+async def test_a_tenant_over_its_chunk_total_is_refused_and_keeps_what_it_has(
+    sessions: async_sessionmaker[AsyncSession], queue: IngestionQueue
+) -> None:
+    store, reader = KnowledgeStore(sessions), DocumentReader(sessions)
+    tenant = f"t-{secrets.token_hex(4)}"
+    kb = await store.create_knowledge_base(tenant, "uploads")
+    limits = IngestionLimits(tenant_max_chunks=3)
+    ingestor = DocumentIngestor(queue, None, limits=limits)
+    first = await queue.enqueue_file(tenant, kb, title="a", file_name="a.txt", content=b"alpha")
+    await _drain(ingestor)
+    text = ("A paragraph about refunds and the rules for annual plans. " * 40 + "\n\n") * 12
+    second = await queue.enqueue_file(
+        tenant, kb, title="b", file_name="b.txt", content=text.encode()
+    )
+    await _drain(ingestor)
+    assert (await _status(reader, tenant, kb, first))[0] == "ready"
+    status, error = await _status(reader, tenant, kb, second)
+    assert status == "failed" and "over its limit of 3" in error, error
+
+
+async def _drain(ingestor: DocumentIngestor) -> None:
+    while await ingestor.ingest_next():
+        pass

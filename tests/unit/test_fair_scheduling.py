@@ -1,0 +1,423 @@
+"""Fair scheduling of consumed records across tenants (invariant 5) without weakening
+at-least-once delivery (invariant 3): the commit offset follows only the unbroken run of
+handled records, the read-ahead is bounded by pausing partitions, tenants are served
+round-robin, and a killed replica's tenant slots come back when their leases run out.
+
+The FairConsumer tests drive the consumer's own fetch handler with a stand-in aiokafka
+consumer (what it asks of one: assignment, pause, resume, commit) and fakeredis (with its
+Lua) for dedupe and tenant slots; the real broker is exercised by
+tests/security/test_fair_shares.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+from fakeredis import FakeAsyncRedis
+from faststream.kafka import KafkaBroker
+from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext, Topic
+from weft_platform.bus import EventBus
+from weft_platform.fair_buffer import Entry, FairBuffer, PartitionOffsets, ReadAhead
+from weft_platform.fair_consumer import FairConsumer
+from weft_platform.settings import ServiceSettings
+from weft_platform.tenant_slots import TenantSlots
+
+TOPIC = "unit.weft.tool.calls.v1"
+P0 = TopicPartition(TOPIC, 0)
+P1 = TopicPartition(TOPIC, 1)
+
+
+async def _poll(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Wait until ``condition`` holds (the runners work in their own tasks)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for _ in range(int(timeout_s * 100)):
+        if condition() or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.01)
+    assert condition(), what
+
+
+async def _admit_all(_entry: Entry) -> bool:
+    return True
+
+
+# -- PartitionOffsets and FairBuffer (pure state) ---------------------------------------
+
+
+def test_offsets_handled_out_of_order_commit_only_the_unbroken_prefix() -> None:
+    offsets = PartitionOffsets()
+    for offset in (10, 11, 12, 13):
+        offsets.read(offset)
+    assert offsets.handled(12) is None  # 10 and 11 still out
+    assert offsets.handled(13) is None
+    assert offsets.handled(10) == 11  # only 10 is an unbroken run
+    assert offsets.outstanding == 3
+    assert offsets.handled(11) == 14  # 11 closes the gap: 12 and 13 follow
+    assert offsets.outstanding == 0
+
+
+def test_offsets_with_gaps_in_the_log_commit_past_the_last_handled() -> None:
+    offsets = PartitionOffsets()
+    for offset in (3, 7, 9):  # compacted or filtered records leave gaps
+        offsets.read(offset)
+    assert offsets.handled(7) is None
+    assert offsets.handled(3) == 8
+    assert offsets.handled(9) == 10
+
+
+async def test_tenants_are_served_round_robin_whatever_their_backlog() -> None:
+    buffer = FairBuffer(ReadAhead())
+    for offset in range(5):
+        buffer.add(P0, offset, "flooder", offset)
+    buffer.add(P0, 5, "quiet", 5)
+    buffer.add(P1, 0, "other", 100)
+    order = []
+    while (entry := await buffer.take(_admit_all)) is not None:
+        order.append(entry.tenant_id)
+    assert order == ["flooder", "quiet", "other", "flooder", "flooder", "flooder", "flooder"]
+
+
+async def test_a_tenant_that_may_not_start_is_passed_over_not_dropped() -> None:
+    buffer = FairBuffer(ReadAhead())
+    buffer.add(P0, 0, "capped", "a")
+    buffer.add(P0, 1, "free", "b")
+
+    async def only_free(entry: Entry) -> bool:
+        return entry.tenant_id == "free"
+
+    entry = await buffer.take(only_free)
+    assert entry is not None and entry.item == "b"
+    assert await buffer.take(only_free) is None
+    assert buffer.tenants() == ["capped"]
+    # Handling the later record first commits nothing: the capped tenant's record is out.
+    assert buffer.done(entry) is None
+
+
+def test_read_ahead_pauses_a_full_partition_then_every_partition() -> None:
+    buffer = FairBuffer(ReadAhead(max_buffered=5, partition_buffer=3))
+    for offset in range(3):
+        buffer.add(P0, offset, "t", offset)
+    assert buffer.to_pause({P0, P1}) == {P0}
+    buffer.add(P1, 0, "t", 0)
+    buffer.add(P1, 1, "t", 1)
+    assert buffer.to_pause({P0, P1}) == {P0, P1}  # five read ahead in all
+
+
+async def test_done_drains_the_read_ahead_so_the_partition_resumes() -> None:
+    buffer = FairBuffer(ReadAhead(max_buffered=100, partition_buffer=2))
+    buffer.add(P0, 0, "t", 0)
+    buffer.add(P0, 1, "t", 1)
+    assert buffer.to_pause({P0}) == {P0}
+    first = await buffer.take(_admit_all)
+    assert first is not None
+    assert buffer.done(first) == 1
+    assert buffer.to_pause({P0}) == set()
+
+
+async def test_a_partition_read_again_from_its_commit_point_starts_over() -> None:
+    buffer = FairBuffer(ReadAhead())
+    buffer.add(P0, 0, "t", "old0")
+    buffer.add(P0, 1, "t", "old1")
+    running = await buffer.take(_admit_all)
+    assert running is not None
+    buffer.add(P0, 0, "t", "new0")  # a rebalance handed the partition back from offset 0
+    assert [e.item for e in [await buffer.take(_admit_all)] if e] == ["new0"]
+    assert buffer.done(running) is None  # the old reading's record no longer commits
+
+
+# -- TenantSlots (fakeredis with Lua) ----------------------------------------------------
+
+
+async def test_tenant_slots_cap_a_tenant_and_not_the_others() -> None:
+    slots = TenantSlots(FakeAsyncRedis(), "unit", cap=2, lease_s=30)
+    assert await slots.acquire("b", "r1:1")
+    assert await slots.acquire("b", "r2:1")
+    assert not await slots.acquire("b", "r1:2")
+    assert await slots.acquire("c", "r1:3")
+    await slots.release("b", "r1:1")
+    assert await slots.acquire("b", "r1:2")
+
+
+async def test_a_killed_replicas_slots_expire_while_renewed_ones_stay() -> None:
+    slots = TenantSlots(FakeAsyncRedis(), "unit", cap=2, lease_s=1.5)
+    assert await slots.acquire("b", "killed:1")
+    assert await slots.acquire("b", "alive:1")
+    renewing = True
+
+    async def renew() -> None:
+        while renewing:
+            await slots.renew([("b", "alive:1")])
+            await asyncio.sleep(0.3)
+
+    task = asyncio.create_task(renew())
+    try:
+        # The killed replica never releases nor renews: its slot comes back by itself.
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await slots.acquire("b", "alive:2"):
+            assert asyncio.get_running_loop().time() < deadline, "the slot never expired"
+            await asyncio.sleep(0.1)
+        assert not await slots.acquire("b", "alive:3")  # the renewed slot is still held
+    finally:
+        renewing = False
+        await task
+
+
+# -- FairConsumer with a stand-in aiokafka consumer --------------------------------------
+
+
+class _Consumer(AIOKafkaConsumer):  # type: ignore[misc]
+    """What FairConsumer asks of an aiokafka consumer, without a broker."""
+
+    def __init__(self, partitions: set[TopicPartition]):  # no broker: no super().__init__
+        self.assigned = set(partitions)
+        self.paused_now: set[TopicPartition] = set()
+        self.commits: list[dict[TopicPartition, int]] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self.paused_now |= set(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self.paused_now -= set(partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self.paused_now & self.assigned
+
+    async def commit(self, offsets: Any = None) -> None:
+        self.commits.append(dict(offsets))
+
+    def committed_offset(self, partition: TopicPartition) -> int:
+        return max((c[partition] for c in self.commits if partition in c), default=-1)
+
+
+@dataclass
+class _Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass
+class _Delivery:
+    body: list[bytes]
+    record: list[_Record]
+    consumer: Any
+
+
+def _call(tenant: str, n: int) -> bytes:
+    call = ToolCallRequested(
+        tenant_id=tenant, session_id=f"s-{tenant}", request_id=f"r-{tenant}",
+        data=ToolCallRequestedData(
+            call_id=f"{tenant}-{n}", tool_name="thinking", arguments={"n": n}, round=0,
+            deadline=datetime.now(UTC) + timedelta(seconds=60),
+            context=ToolContext(user_id="u", agent_id="a"),
+        ),
+    )  # fmt: skip
+    return call.model_dump_json().encode()
+
+
+Handle = Callable[[ToolCallRequested], Awaitable[None]]
+
+
+def _fair(
+    handler: Handle, *, concurrency: int, read_ahead: ReadAhead, slots: TenantSlots | None = None
+) -> tuple[FairConsumer, _Consumer]:
+    redis = FakeAsyncRedis()
+    settings = ServiceSettings(topic_prefix="unit.", commit_interval_ms=0)
+    bus = EventBus(KafkaBroker("127.0.0.1:1"), settings, redis)
+    slots = slots or TenantSlots(redis, "unit", cap=100, lease_s=30)
+    fair = FairConsumer(
+        bus, Topic.TOOL_CALLS, "tool-exec", handler,
+        slots=slots, concurrency=concurrency, read_ahead=read_ahead, holder_prefix="unit",
+    )  # fmt: skip
+    return fair, _Consumer({P0, P1})
+
+
+async def _deliver(
+    fair: FairConsumer, consumer: _Consumer, calls: list[tuple[int, str, int]]
+) -> None:
+    """One fetch: ``(partition, tenant, offset)`` per record."""
+    records = [_Record(TOPIC, p, offset) for p, _, offset in calls]
+    bodies = [_call(tenant, offset) for _, tenant, offset in calls]
+    await fair._on_batch(_Delivery(bodies, records, consumer))
+
+
+async def test_a_quiet_tenants_call_runs_before_a_flooders_backlog() -> None:
+    ran: list[str] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        ran.append(call.tenant_id)
+
+    fair, consumer = _fair(handle, concurrency=1, read_ahead=ReadAhead())
+    flood = [(0, "b", offset) for offset in range(6)]
+    await _deliver(fair, consumer, [*flood, (0, "c", 6)])
+    await fair.start()
+    try:
+        await _poll(lambda: len(ran) == 7, "every call ran")
+    finally:
+        await fair.stop()
+    assert ran.index("c") == 1  # behind one call of b, not six
+    assert consumer.committed_offset(P0) == 7
+
+
+async def test_calls_done_after_a_slow_one_are_not_committed_past_it() -> None:
+    release = asyncio.Event()
+    ran: list[int] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        if call.data.arguments["n"] == 0:
+            await release.wait()
+        ran.append(call.data.arguments["n"])
+
+    fair, consumer = _fair(handle, concurrency=2, read_ahead=ReadAhead())
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "c", 1), (0, "d", 2), (0, "e", 3)])
+    await fair.start()
+    try:
+        await _poll(lambda: sorted(ran) == [1, 2, 3], "the calls after the slow one ran")
+        assert consumer.committed_offset(P0) == -1  # offset 0 still runs: nothing commits
+        release.set()
+        await _poll(lambda: consumer.committed_offset(P0) == 4, "the whole run committed")
+    finally:
+        await fair.stop()
+
+
+async def test_a_partition_pauses_at_its_read_ahead_and_resumes_as_it_drains() -> None:
+    release = asyncio.Event()
+
+    async def handle(_call: ToolCallRequested) -> None:
+        await release.wait()
+
+    fair, consumer = _fair(
+        handle, concurrency=1, read_ahead=ReadAhead(max_buffered=100, partition_buffer=3)
+    )
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "b", 1), (0, "c", 2), (1, "c", 0)])
+    assert consumer.paused_now == {P0}  # P1 has one record ahead: still fetched
+    await fair.start()
+    try:
+        release.set()
+        await _poll(lambda: consumer.paused_now == set(), "P0 resumed once drained")
+    finally:
+        await fair.stop()
+
+
+async def test_the_whole_read_ahead_bound_pauses_every_partition() -> None:
+    fair, consumer = _fair(
+        _never, concurrency=1, read_ahead=ReadAhead(max_buffered=3, partition_buffer=10)
+    )
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "b", 1), (1, "c", 0)])
+    assert consumer.paused_now == {P0, P1}
+
+
+async def _never(_call: ToolCallRequested) -> None:
+    await asyncio.Event().wait()
+
+
+async def test_a_tenant_at_its_cluster_cap_waits_until_a_killed_replicas_slot_expires() -> None:
+    ran: list[str] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        ran.append(call.tenant_id)
+
+    slots = TenantSlots(FakeAsyncRedis(), "unit", cap=1, lease_s=1.5)
+    assert await slots.acquire("b", "killed-replica:0")  # held by a replica that died
+    fair, consumer = _fair(handle, concurrency=2, read_ahead=ReadAhead(), slots=slots)
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "c", 1)])
+    await fair.start()
+    try:
+        await _poll(lambda: ran == ["c"], "the other tenant ran at once")
+        await _poll(lambda: ran == ["c", "b"], "b ran once the dead replica's lease ran out")
+        await _poll(lambda: consumer.committed_offset(P0) == 2, "both committed")
+    finally:
+        await fair.stop()
+
+
+async def test_a_revoked_partitions_queued_calls_are_dropped_for_its_new_owner() -> None:
+    ran: list[int] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        ran.append(call.data.arguments["n"])
+
+    fair, consumer = _fair(handle, concurrency=1, read_ahead=ReadAhead())
+    await _deliver(fair, consumer, [(1, "b", 0), (0, "c", 5)])
+    consumer.assigned = {P0}  # a rebalance moved P1 to another worker
+    await fair.start()
+    try:
+        await _poll(lambda: ran == [5], "P0's call ran")
+        assert fair.buffer.waiting() == 0
+    finally:
+        await fair.stop()
+    assert P1 not in {p for c in consumer.commits for p in c}
+
+
+@pytest.mark.parametrize("fails", [1, 2])
+async def test_a_call_that_could_not_be_handled_durably_runs_again(fails: int) -> None:
+    attempts: list[int] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        attempts.append(call.data.arguments["n"])
+
+    fair, consumer = _fair(handle, concurrency=1, read_ahead=ReadAhead())
+    real_mark = fair._bus._mark
+    left = [fails]
+
+    async def flaky_mark(group: str, message_id: str) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise ConnectionError("redis away")
+        await real_mark(group, message_id)
+
+    fair._bus._mark = flaky_mark  # type: ignore[method-assign,assignment]
+    await _deliver(fair, consumer, [(0, "b", 0)])
+    await fair.start()
+    try:
+        await _poll(lambda: consumer.committed_offset(P0) == 1, "committed once it held")
+    finally:
+        await fair.stop()
+    assert attempts == [0] * (fails + 1)
+
+
+async def test_an_unreadable_record_is_dead_lettered_and_the_partition_goes_on() -> None:
+    ran: list[int] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        ran.append(call.data.arguments["n"])
+
+    fair, consumer = _fair(handle, concurrency=1, read_ahead=ReadAhead())
+    letters: list[Any] = []
+
+    async def publish(topic: Topic, message: Any) -> None:
+        letters.append((topic, message))
+
+    fair._bus.publish = publish  # type: ignore[method-assign]
+    records = [_Record(TOPIC, 0, 0), _Record(TOPIC, 0, 1)]
+    bodies = [b'{"type": "tool_call_requested", "tenant_id": ', _call("c", 1)]
+    await fair._on_batch(_Delivery(bodies, records, consumer))
+    await fair.start()
+    try:
+        await _poll(lambda: consumer.committed_offset(P0) == 2, "both offsets committed")
+    finally:
+        await fair.stop()
+    assert ran == [1]
+    [(topic, letter)] = letters
+    assert topic is Topic.DLQ and letter.data.reason.startswith("undecodable")
+
+
+async def test_a_partition_given_back_by_a_rebalance_is_paused_again_when_full() -> None:
+    fair, consumer = _fair(
+        _never, concurrency=1, read_ahead=ReadAhead(max_buffered=100, partition_buffer=2)
+    )
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "b", 1)])
+    assert consumer.paused_now == {P0}
+    consumer.paused_now.clear()  # revoked and assigned again: aiokafka starts it unpaused
+    await _deliver(fair, consumer, [(0, "b", 0), (0, "b", 1)])  # read again from the commit
+    assert consumer.paused_now == {P0}
