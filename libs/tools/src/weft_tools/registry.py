@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import structlog
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
-from weft_contracts import ToolContext
+from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, ToolContext
 from weft_contracts.tools import SHOWN_NAME_CHARS
 
 from weft_tools.arguments import ToolArguments, arguments_schema
@@ -95,6 +95,30 @@ class ToolOutcome:
     error: str | None = None
     display_type: str = "text"
     data: dict[str, Any] = field(default_factory=dict)
+
+    def answering(
+        self, call: ToolCallRequested, *, duration_ms: int, worker: str
+    ) -> ToolCallCompleted:
+        """The ``tool.results`` record of this outcome for ``call``: it carries the call's
+        own credential, because the result belongs to the turn like the call."""
+        return ToolCallCompleted(
+            tenant_id=call.tenant_id,
+            session_id=call.session_id,
+            request_id=call.request_id,
+            traceparent=call.traceparent,
+            credential=call.credential,
+            data=ToolCallCompletedData(
+                call_id=call.data.call_id,
+                tool_name=call.data.tool_name,
+                success=self.success,
+                output=self.output,
+                error=self.error,
+                display_type=self.display_type,
+                data=self.data,
+                duration_ms=duration_ms,
+                worker=worker,
+            ),
+        )
 
 
 class Tool(Protocol):

@@ -8,8 +8,6 @@ from datetime import UTC, datetime
 
 import structlog
 from weft_contracts import (
-    ToolCallCompleted,
-    ToolCallCompletedData,
     ToolCallRequested,
     Topic,
     tool_not_allowed,
@@ -105,24 +103,8 @@ class ToolWorker:
             await self._ledger.finish(call.data.call_id)
 
     async def _publish(self, call: ToolCallRequested, outcome: ToolOutcome, started: float) -> None:
-        result = ToolCallCompleted(
-            tenant_id=call.tenant_id,
-            session_id=call.session_id,
-            request_id=call.request_id,
-            traceparent=call.traceparent,
-            credential=call.credential,  # the result is the turn's, like the call
-            data=ToolCallCompletedData(
-                call_id=call.data.call_id,
-                tool_name=call.data.tool_name,
-                success=outcome.success,
-                output=outcome.output,
-                error=outcome.error,
-                display_type=outcome.display_type,
-                data=outcome.data,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                worker=self._worker,
-            ),
-        )
+        duration_ms = int((time.monotonic() - started) * 1000)
+        result = outcome.answering(call, duration_ms=duration_ms, worker=self._worker)
         await self._bus.publish(Topic.TOOL_RESULTS, result)
 
     async def _run(self, call: ToolCallRequested) -> ToolOutcome:
