@@ -11,10 +11,21 @@ result: the round trip through Kafka and a worker):
 3. ``flood_uncapped``: the same flood with the per-tenant cap lifted
    (``WEFT_TOOL_TENANT_MAX_INFLIGHT=1000``, round-robin still on): what the cap buys.
 
-No model is involved, so no LLM pacing is measured. This is C's *tool-call* latency, the
-part of a turn that tenant B could starve; a whole-turn bench (engine, gateway) is not
-written yet. Prints p50/p99 per phase, the ratio against ``alone`` and the load average;
-writes ``bench/results/fairness.json``.
+No model is involved, so no LLM pacing is measured. This is C's *tool-call* latency.
+Prints p50/p99 per phase, the ratio against ``alone`` and the load average; writes
+``bench/results/fairness.json``.
+
+With ``--turns``: C's *whole-turn* latency instead (POST /agent-chat to ``complete``,
+through the gateway, two engines and the scripted LLM), on a stack whose engines have
+``--step-slots`` step slots each, so that B's slow turns can fill them:
+
+1. ``turns_alone``: C's turns one after another (a fresh session each, answered at once);
+2. ``turns_flood``: while B keeps ``--flood-turns`` turns outstanding, each streaming its
+   answer for about ``--slow-turn-s`` seconds, B capped at ``--turn-cap`` turns;
+3. ``turns_flood_uncapped``: the same on a stack with the turn cap off
+   (``WEFT_TURN_TENANT_MAX_INFLIGHT=0``).
+
+Writes ``bench/results/fairness_turns.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +41,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_gateway.auth import ApiKeyAuth
+from weft_testkit import LocalStack, StackConfig, infra_env, read_turn
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,12 +133,150 @@ async def phase(
     return result
 
 
+# -- whole turns ------------------------------------------------------------------------
+
+SLOW_CHUNK_MS = 150
+
+
+async def _new_session(api: httpx.AsyncClient) -> str:
+    body = {"name": "fair", "kb_selection_mode": "none", "allowed_tools": []}
+    agent = (await api.post("/api/v1/agents", json=body)).raise_for_status().json()
+    made = await api.post("/api/v1/sessions", json={"agent_id": agent["id"]})
+    return str(made.raise_for_status().json()["id"])
+
+
+async def _turn(api: httpx.AsyncClient, key: str, query: str) -> float:
+    """One turn in a fresh session: ms from the POST to ``complete``."""
+    session = await _new_session(api)
+    started = time.perf_counter()
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session}", api_key=key, json_body={"query": query},
+        timeout_s=600,
+    )  # fmt: skip
+    if events[-1].data["data"]["status"] != "completed":
+        raise RuntimeError(f"turn did not complete: {events[-1].data}")
+    return (time.perf_counter() - started) * 1000
+
+
+async def _flood_turns(
+    api: httpx.AsyncClient, key: str, outstanding: int, stop: asyncio.Event
+) -> int:
+    """Keep ``outstanding`` slow turns of B open until ``stop``; turns sent."""
+    running: set[asyncio.Task[float]] = set()
+    sent = 0
+    while not stop.is_set():
+        while len(running) < outstanding:
+            task = asyncio.create_task(_turn(api, key, f"FLOODB {sent}"))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            sent += 1
+        await asyncio.sleep(0.05)
+    for task in list(running):
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+    return sent
+
+
+def _summary(name: str, latencies: list[float], flood_sent: int, load: float) -> dict[str, Any]:
+    result = {
+        "phase": name,
+        "turns": len(latencies),
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p99_ms": round(_percentile(latencies, 0.99), 1),
+        "max_ms": round(max(latencies), 1),
+        "flood_turns_sent": flood_sent,
+        "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
+    print(json.dumps(result))
+    return result
+
+
+async def turn_phases(args: argparse.Namespace, cap: int) -> list[dict[str, Any]]:
+    """On one stack with turn cap ``cap``: C alone (capped stack only), then C while B
+    floods."""
+    config = StackConfig(
+        log_dir=REPO / ".weft/logs/bench-fair-turns", replicas={"engine": 2},
+        extra_env={
+            "WEFT_MAX_INFLIGHT_TURNS": str(args.step_slots),
+            "WEFT_TURN_TENANT_MAX_INFLIGHT": str(cap),
+        },
+    )  # fmt: skip
+    pieces = max(1, int(args.slow_turn_s * 1000 / SLOW_CHUNK_MS))
+    slow = {"match": "FLOODB", "content": ["w "] * pieces, "chunk_delay_ms": SLOW_CHUNK_MS}
+    results: list[dict[str, Any]] = []
+    engine = create_async_engine(infra_env()["WEFT_DATABASE_URL"])
+    with LocalStack(config) as stack:
+        b_key = f"key-{os.urandom(16).hex()}"
+        await ApiKeyAuth(async_sessionmaker(engine)).register(
+            f"flood-{stack.tenant}", "dev", b_key, "bench", None
+        )
+        await engine.dispose()
+        b_headers = {"Authorization": f"Bearer {b_key}"}
+        async with (
+            stack.api_client(timeout=600) as c_api,
+            httpx.AsyncClient(base_url=stack.gateway_url, headers=b_headers, timeout=600) as b_api,
+            httpx.AsyncClient(base_url=stack.llm_url, timeout=30) as llm,
+        ):
+            steps = [slow] * 2000  # C's turns fall back to the demo's echo, at once
+            (
+                await llm.post("/_script", json={"steps": steps, "fallback": "demo"})
+            ).raise_for_status()
+
+            async def quiet(count: int) -> list[float]:
+                return [await _turn(c_api, stack.api_key, "hello there") for _ in range(count)]
+
+            await quiet(3)  # warm-up
+            if cap:
+                load = os.getloadavg()[0]
+                results.append(_summary("turns_alone", await quiet(args.turn_count), 0, load))
+            stop = asyncio.Event()
+            flooding = asyncio.create_task(_flood_turns(b_api, b_key, args.flood_turns, stop))
+            await asyncio.sleep(args.slow_turn_s)  # B's turns fill the slots first
+            load = os.getloadavg()[0]
+            latencies = await quiet(args.turn_count)
+            stop.set()
+            name = "turns_flood" if cap else "turns_flood_uncapped"
+            results.append(_summary(name, latencies, await flooding, load))
+    return results
+
+
+async def turns_main(args: argparse.Namespace) -> None:
+    capped = await turn_phases(args, args.turn_cap)
+    uncapped = await turn_phases(args, 0)
+    alone, flood = capped
+    summary = {
+        "phases": [*capped, *uncapped],
+        "p99_ratio_flood_over_alone": round(flood["p99_ms"] / alone["p99_ms"], 2),
+        "p99_ratio_uncapped_over_alone": round(uncapped[0]["p99_ms"] / alone["p99_ms"], 2),
+        "target": "p99 with flood <= 2x alone",
+        "engines": 2,
+        "step_slots_per_engine": args.step_slots,
+        "turn_cap": args.turn_cap,
+        "flood_turns": args.flood_turns,
+        "slow_turn_s": args.slow_turn_s,
+        "cpus": os.cpu_count(),
+    }
+    print(json.dumps(summary, indent=2))
+    out = REPO / "bench/results/fairness_turns.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=60, help="C's calls per phase")
     parser.add_argument("--flood", type=int, default=24, help="B's calls kept outstanding")
     parser.add_argument("--slow-s", type=float, default=2.0, help="B's page answer time")
+    parser.add_argument("--turns", action="store_true", help="whole turns instead of calls")
+    parser.add_argument("--turn-count", type=int, default=20, help="C's turns per phase")
+    parser.add_argument("--flood-turns", type=int, default=12, help="B's open turns")
+    parser.add_argument("--slow-turn-s", type=float, default=3.0, help="B's answer time")
+    parser.add_argument("--step-slots", type=int, default=4, help="per engine")
+    parser.add_argument("--turn-cap", type=int, default=3, help="B's turn cap")
     args = parser.parse_args()
+    if args.turns:
+        await turns_main(args)
+        return
     _SlowPage.delay_s = args.slow_s
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _SlowPage)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

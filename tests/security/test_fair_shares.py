@@ -4,6 +4,9 @@
   answer until the test lets it); tenant C's call still runs and reports within its
   deadline while every one of B's calls is still held, and B never holds more than its
   cap of calls across the two workers (real Kafka, Redis, two tool-exec processes).
+- Turns: tenant B opens more slow turns than the engines' step slots across two engine
+  replicas; tenant C's turn completes while none of B's has, B never holds more than its
+  turn cap, and every one of B's turns completes (the ones over the cap wait, none lost).
 - The spreadsheet bomb: a ~2 MB xlsx of 400,000 rows is refused with a document error that
   names the bound, while another tenant's document ingests (real PostgreSQL).
 - Bounds refused early: a zip member that inflates past the limit, a PDF over its pages.
@@ -13,23 +16,31 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import secrets
 import threading
 import zipfile
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from weft_gateway.auth import ApiKeyAuth
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
+from weft_testkit import LocalStack, SseEvent, StackConfig, chat_requests, read_turn
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tools.document_parsing import extract_text
 from weft_tools.ingestion import DocumentIngestor
 from weft_tools.ingestion_limits import DocumentTooLarge, IngestionLimits
+
+from tests.stack_fixtures import ApiKeys, KeyedClient
 
 LOG_DIR = Path(".weft/logs/e2e")
 THINK = {"thought": "t", "next_thought_needed": False, "thought_number": 1, "total_thoughts": 1}
@@ -246,3 +257,109 @@ async def test_a_tenant_over_its_chunk_total_is_refused_and_keeps_what_it_has(
 async def _drain(ingestor: DocumentIngestor) -> None:
     while await ingestor.ingest_next():
         pass
+
+
+# -- Engine: the per-tenant turn cap across replicas ------------------------------------
+
+TURN_CAP = 2
+TURN_FLOOD = 6
+SLOW_PIECES = 40
+SLOW_CHUNK_MS = 300
+"""Each of B's turns streams its answer for about 12 s, holding a step slot meanwhile."""
+
+
+@pytest.fixture(scope="module")
+def capped_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
+    """Two engines of two step slots each (four in all), tenants capped at two turns."""
+    config = StackConfig(
+        log_dir=LOG_DIR.parent / "e2e-turn-cap",
+        replicas={"engine": 2},
+        extra_env={
+            "WEFT_MAX_INFLIGHT_TURNS": "2",
+            "WEFT_TURN_TENANT_MAX_INFLIGHT": str(TURN_CAP),
+        },
+    )
+    with LocalStack(config) as running:
+        yield running
+
+
+async def _chat_session(client: KeyedClient) -> str:
+    body = {"name": "fair", "kb_selection_mode": "none", "allowed_tools": []}
+    agent = await client.http.post("/api/v1/agents", json=body)
+    assert agent.status_code == 201, agent.text
+    session = await client.http.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})
+    assert session.status_code == 201, session.text
+    return str(session.json()["id"])
+
+
+async def _chat(client: KeyedClient, session_id: str, query: str) -> list[SseEvent]:
+    return await read_turn(
+        client.http, f"/api/v1/agent-chat/{session_id}", api_key=client.key,
+        json_body={"query": query}, timeout_s=240,
+    )  # fmt: skip
+
+
+@pytest.mark.kafka
+async def test_a_tenant_flooding_turns_cannot_starve_another_tenants_turn(
+    capped_stack: LocalStack, infra: dict[str, str]
+) -> None:
+    """B opens six slow turns against four step slots in all; C's turn completes while
+    none of B's has, B never holds more than its cap of turns, and B's turns all complete."""
+    slow = [f"piece{i} " for i in range(SLOW_PIECES)]
+    engine = create_async_engine(infra["WEFT_DATABASE_URL"])
+    redis = Redis.from_url(infra["WEFT_REDIS_URL"])
+    tenant_b, tenant_c = f"flood-{secrets.token_hex(4)}", f"quiet-{secrets.token_hex(4)}"
+    slots_key = f"weft:slots:{capped_stack.prefix}engine:turns:{tenant_b}"
+    held: list[int] = []
+
+    async def watch_slots() -> None:
+        while True:
+            held.append(int(await redis.zcard(slots_key)))
+            await asyncio.sleep(0.2)
+
+    try:
+        async with (
+            AsyncExitStack() as clients,
+            httpx.AsyncClient(base_url=capped_stack.llm_url, timeout=30) as llm,
+        ):
+            keys = ApiKeys(capped_stack, ApiKeyAuth(async_sessionmaker(engine)), clients)
+            flooder = await keys.client(tenant=tenant_b)
+            quiet = await keys.client(tenant=tenant_c)
+            steps = [{"match": "FLOODB", "content": slow, "chunk_delay_ms": SLOW_CHUNK_MS}]
+            steps = steps * TURN_FLOOD + [{"match": "QUIETC", "content": "quick answer"}]
+            script = await llm.post("/_script", json={"steps": steps, "fallback": "demo"})
+            assert script.status_code == 200, script.text
+            b_sessions = [await _chat_session(flooder) for _ in range(TURN_FLOOD)]
+            c_session = await _chat_session(quiet)
+
+            watcher = asyncio.create_task(watch_slots())
+            flood = [
+                asyncio.create_task(_chat(flooder, sid, f"FLOODB {i}"))
+                for i, sid in enumerate(b_sessions)
+            ]
+            for _ in range(600):  # B's first turns reach the model
+                asked = [r for r in await chat_requests(llm) if "FLOODB" in json.dumps(r)]
+                if len(asked) >= TURN_CAP:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(asked) >= TURN_CAP, "B's turns never reached the model"
+
+            c_events = await _chat(quiet, c_session, "QUIETC please")
+            c_done = c_events[-1].data["data"]
+            assert c_done["status"] == "completed", c_done
+            assert c_done["final_answer"] == "quick answer"
+            assert not any(t.done() for t in flood), "C's turn waited for B's turns to end"
+
+            b_done = [events[-1].data["data"] for events in await asyncio.gather(*flood)]
+            assert [d["status"] for d in b_done] == ["completed"] * TURN_FLOOD, b_done
+            watcher.cancel()
+            assert max(held) <= TURN_CAP, f"B held {max(held)} turn slots"
+            assert max(held) == TURN_CAP, "B's turns took no slots"
+            for _ in range(100):  # every end gave its slot back
+                if not await redis.zcard(slots_key):
+                    break
+                await asyncio.sleep(0.1)
+            assert await redis.zcard(slots_key) == 0
+    finally:
+        await redis.aclose()
+        await engine.dispose()

@@ -20,7 +20,8 @@ _TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+if not redis.call('ZSCORE', KEYS[1], ARGV[1])
+    and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
@@ -57,7 +58,8 @@ class TenantSlots:
         return f"weft:slots:{self._name}:{tenant_id}"
 
     async def acquire(self, tenant_id: str, holder: str) -> bool:
-        """Take a slot for ``holder`` (unique per piece of work); False at the cap."""
+        """Take a slot for ``holder`` (unique per piece of work); False at the cap. A holder
+        that holds its slot already keeps it (its lease starts over)."""
         key = self.key(tenant_id)
         taken = await self._take(keys=[key], args=[holder, self.cap, self._lease_ms])
         return bool(taken)

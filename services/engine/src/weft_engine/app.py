@@ -37,6 +37,7 @@ from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
 from weft_engine.trails import KafkaTurnTrails
+from weft_engine.turn_cap import TurnCap
 from weft_engine.vision import ImageDescriber
 
 ENGINE_ISSUER = "engine"
@@ -84,8 +85,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     context = ContextManager(
         memory=memory, model=model, emitter=emitter, estimator=CachedTokenEstimator()
     )
+    cap = TurnCap(
+        redis, f"{s.topic_prefix}engine:turns", cap=s.turn_tenant_max_inflight,
+        turn_deadline_s=s.turn_deadline_s,
+    )  # fmt: skip
     finisher = Finisher(
-        emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer
+        emitter=emitter, store=store, leases=leases, sessions=sessions, tracer=tracer, cap=cap
     )
     finisher.persist_scale = context.persist_scale
 
@@ -110,7 +115,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         redis=redis, store=store, emitter=emitter, context=context, sessions=sessions,
         inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
         cancel_channel=cancel_channel, ttl_s=ttl, images=images,
-        turn_deadline_s=s.turn_deadline_s,
+        turn_deadline_s=s.turn_deadline_s, cap=cap,
     )  # fmt: skip
     signer = runtime.signer(ENGINE_ISSUER)
 

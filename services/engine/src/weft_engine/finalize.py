@@ -29,10 +29,11 @@ from weft_engine.outcomes import Answer
 from weft_engine.sessions import START_RETRY_S, HandedOver, SessionGate
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
+from weft_engine.turn_cap import TurnCap
 
 log = structlog.get_logger(__name__)
 
-StartQueued = Callable[[HandedOver], Awaitable[None]]
+StartQueued = Callable[[HandedOver], Awaitable[object]]
 """Opens the turn of a queued request that became its session's running turn."""
 
 CREDENTIAL_MARGIN_S = 30.0
@@ -91,8 +92,10 @@ class Finisher:
         leases: TurnLeases,
         sessions: SessionGate,
         tracer: TurnTracer | None = None,
+        cap: TurnCap | None = None,
     ):
         self._emitter = emitter
+        self._cap = cap
         self._store = store
         self._leases = leases
         self._sessions = sessions
@@ -180,10 +183,14 @@ class Finisher:
         await self.forget(state)
 
     async def forget(self, state: TurnState) -> None:
-        """Drop the turn's state and hand its session to the next queued request, if any."""
+        """Drop the turn's state, give back its tenant's turn slot and hand its session to
+        the next queued request, if any. Every end of a turn comes here (answer, failure,
+        stop, deadline, a lost state's recovery)."""
         await self._store.delete(state.request_id)
         await self._leases.clear_deadline(state.request_id)
         await self._emitter.clear_streaming(state.request_id)
+        if self._cap is not None:
+            await self._cap.release(state.tenant_id, state.request_id)
         await self.pass_on(state.tenant_id, state.session_id, state.request_id)
 
     async def pass_on(self, tenant_id: str, session_id: str, ended: str) -> None:

@@ -36,10 +36,14 @@ from weft_engine.reporting import ResultReporter
 from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import START_RETRY_S, HandedOver, SessionGate, SteerInbox
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
+from weft_engine.turn_cap import DEFER_S, TurnCap, round_robin
 from weft_engine.vision import route_images
 
 log = structlog.get_logger(__name__)
 
+START_BATCH = 500
+"""Due pending starts one sweep takes at most (a flooding tenant's deferred turns among
+them; the sweep orders them round-robin by tenant)."""
 OPENED_REMEMBERED = 10_000
 """Turns a replica remembers having opened: far more than its handler retries span."""
 SESSION_BUSY = "this session already runs a turn (double_texting=reject)"
@@ -68,6 +72,7 @@ class TurnIntake:
         ttl_s: int,
         images: ParkedImages,
         turn_deadline_s: float,
+        cap: TurnCap | None = None,
     ):
         self._redis = redis
         self._store = store
@@ -82,6 +87,7 @@ class TurnIntake:
         self._ttl = ttl_s
         self._images = images
         self._turn_deadline_s = turn_deadline_s
+        self._cap = cap or TurnCap(redis, "engine:turns", cap=0, turn_deadline_s=turn_deadline_s)
         self._opened: OrderedDict[str, None] = OrderedDict()
         """Turns whose ``turn_started`` this replica sent, newest last (bounded)."""
         finisher.start_queued = self.start_handed_over
@@ -98,6 +104,13 @@ class TurnIntake:
         claim = await self._sessions.claim(request.tenant_id, request.session_id, rid)
         holder = claim.holder
         if holder is None:
+            if not await self._cap.take(request.tenant_id, rid):
+                # Over its tenant's turn cap: kept in Redis (before this offset commits)
+                # and opened by retry_starts once a slot is free (invariants 3 and 5).
+                log.info("turn_deferred_by_tenant_cap", request_id=rid,
+                         tenant_id=request.tenant_id)  # fmt: skip
+                await self._sessions.defer(request, claim.previous, DEFER_S)
+                return
             if known is None:
                 await self.start(request, claim.previous)
             else:
@@ -112,42 +125,66 @@ class TurnIntake:
                 await self._sessions.enqueue(request)
                 await self.cancel(holder)
 
-    async def start_handed_over(self, handed: HandedOver) -> None:
+    async def start_handed_over(self, handed: HandedOver) -> bool:
         """Open the turn of a queued request that became its session's running turn (the
         session is claimed for it), unless an earlier try opened it already, then drop its
-        pending start. Raises when opening fails: the pending start stays, due later."""
+        pending start. False when its tenant is at its turn cap: the pending start stays,
+        due again in ``DEFER_S``. Raises when opening fails: the pending start stays, due
+        later."""
         request, rid = handed.request, handed.request.request_id
+        previous = handed.previous or None
         known = await self._store.load(rid)
         if await self._emitter.completed(rid):
             # A duplicate queued entry of a turn that ran already (the requests replay after
             # a loss of Redis can queue one): the session goes on to the next request.
             await self._sessions.started(handed)
+            await self._cap.release(request.tenant_id, rid)
             await self._finisher.pass_on(request.tenant_id, request.session_id, rid)
-            return
-        if known is None:
-            await self.start(request, handed.previous)
-        elif known.phase == "opening":  # an earlier try saved the opening state, then stopped
-            await self._open(request, known, handed.previous)
+            return True
+        if known is None or known.phase == "opening":
+            if not await self._cap.take(request.tenant_id, rid):
+                await self._sessions.postpone(handed, DEFER_S)
+                return False
+            if known is None:
+                await self.start(request, previous)
+            else:  # an earlier try saved the opening state, then stopped
+                await self._open(request, known, previous)
         await self._sessions.started(handed)
+        return True
 
     async def retry_starts(self, interval_s: float = 2.0) -> None:
-        """Start the pending starts that are due: queued requests whose start failed or
-        whose replica died after taking them off the queue (``SessionGate``). Runs for the
-        life of the replica."""
+        """Start the pending starts that are due, for the life of the replica: queued
+        requests whose start failed or whose replica died after taking them off the queue
+        (``SessionGate``), and turns deferred by their tenant's cap (``TurnCap``). A slot
+        given back on this replica starts a sweep at once."""
         while True:
+            self._cap.freed.clear()
             try:
-                for handed in await self._sessions.due_starts():
-                    log.info("queued_start_retried", request_id=handed.request.request_id)
-                    try:
-                        async with self._sessions.starting(handed):
-                            await self.start_handed_over(handed)
-                    except Exception as exc:
-                        log.warning("queued_start_failed", error=repr(exc),
-                                    request_id=handed.request.request_id)  # fmt: skip
-                        await self._sessions.postpone(handed, START_RETRY_S)
+                await self.start_due()
             except RedisError as exc:
                 log.warning("pending_starts_unreadable", error=repr(exc))
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cap.freed.wait(), interval_s)
+
+    async def start_due(self) -> None:
+        """One sweep: the due pending starts, round-robin by tenant (each tenant's in due
+        order), so a tenant's backlog of deferred turns does not go before another
+        tenant's one. A tenant found at its cap is passed over for the rest of the sweep."""
+        due = await self._sessions.due_starts(START_BATCH)
+        full: set[str] = set()
+        for handed in round_robin(due, lambda h: h.request.tenant_id):
+            tenant = handed.request.tenant_id
+            if tenant in full:
+                await self._sessions.postpone(handed, DEFER_S)
+                continue
+            try:
+                async with self._sessions.starting(handed):
+                    if not await self.start_handed_over(handed):
+                        full.add(tenant)
+            except Exception as exc:
+                log.warning("queued_start_failed", error=repr(exc),
+                            request_id=handed.request.request_id)  # fmt: skip
+                await self._sessions.postpone(handed, START_RETRY_S)
 
     async def start(self, request: ChatRequested, previous: str | None = None) -> None:
         """Open the turn: its state first (so that a started turn always has a stored

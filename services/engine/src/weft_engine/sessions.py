@@ -148,6 +148,13 @@ class SessionGate:
         raw: Any = await self._hand_over(keys=keys, args=[ended, self._ttl, due])
         return HandedOver.decode(raw) if raw else None
 
+    async def defer(self, request: ChatRequested, previous: str | None, delay_s: float) -> None:
+        """Keep ``request``, whose session is claimed for it, as a pending start due in
+        ``delay_s`` (its tenant is at its turn cap, ``TurnCap``). A redelivered request
+        makes the same entry, so it is kept once."""
+        entry = json.dumps({"previous": previous or "", "request": request.model_dump_json()})
+        await self._redis.zadd(self._starts_key, {entry: time.time() + delay_s})
+
     async def started(self, handed: HandedOver) -> None:
         """The handed-over request's turn is open: it is no pending start any more."""
         await self._redis.zrem(self._starts_key, handed.entry)

@@ -45,6 +45,12 @@ class EngineSettings(TokenBudgetSettings):
     llm_retry_backoff_s: tuple[float, ...] = (1.0, 2.0)
     delta_coalesce_ms: float = Field(default=30.0, ge=0, description="Thought/answer window.")
     max_inflight_turns: int = Field(default=64, ge=1, description="Running steps per replica.")
+    turn_tenant_max_inflight: int = Field(
+        default=32,
+        ge=0,
+        description="Turns one tenant has open at once across every replica (0: no cap); "
+        "a turn over it waits as a pending start (docs/fairness.md).",
+    )
     lease_ttl_s: float = Field(default=6.0, gt=1, description="Takeover delay after a crash.")
     shutdown_grace_s: float = Field(default=15.0, ge=0)
     audit_interval_s: float = Field(
