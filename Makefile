@@ -18,6 +18,9 @@ export WEFT_HOME
 
 VENV := .venv/bin
 PY := $(VENV)/python
+# Each suite's tmp_path under WEFT_HOME, not /tmp/pytest-of-<user>: a /tmp left by another
+# user or run (wrong owner) makes pytest refuse every tmp_path.
+BASETEMP = --basetemp=$(shell mkdir -p $(WEFT_HOME)/pytest && echo $(WEFT_HOME))/pytest/$(1)
 LOCAL := deploy/local
 
 .PHONY: help bootstrap infra-up infra-down infra-status up down status logs proto lint \
@@ -67,19 +70,19 @@ typecheck: ## mypy on libs, services, testing, tests
 
 test-unit: ## Unit tests (no infrastructure needed; installs helm first if missing, for the chart tests)
 	@$(LOCAL)/ensure-helm.sh
-	@$(VENV)/pytest tests/unit -q
+	@$(VENV)/pytest tests/unit -q $(call BASETEMP,unit)
 
 test-integration: ## Integration, e2e and security tests against the real infra (runs infra-up first)
 	@$(LOCAL)/infra.sh up
-	@$(VENV)/pytest tests/integration tests/e2e tests/security -q
+	@$(VENV)/pytest tests/integration tests/e2e tests/security -q $(call BASETEMP,integration)
 
 test-chaos: ## Fault suite, reduced (8 sessions x 2 turns, 6 faults) on its own Kafka and Redis
 	@$(LOCAL)/infra.sh up
-	@$(VENV)/pytest tests/chaos -q
+	@$(VENV)/pytest tests/chaos -q $(call BASETEMP,chaos)
 
 test-chaos-full: ## Fault suite, full (40 sessions x 3 turns, every fault; 5-15 min)
 	@$(LOCAL)/infra.sh up
-	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all $(VENV)/pytest tests/chaos -q
+	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all $(VENV)/pytest tests/chaos -q $(call BASETEMP,chaos)
 
 test-full: ## make test, then the full fault suite (test-chaos-full)
 	@$(MAKE) test

@@ -45,7 +45,7 @@ from tests.stack_fixtures import ApiKeys, KeyedClient
 LOG_DIR = Path(".weft/logs/e2e")
 THINK = {"thought": "t", "next_thought_needed": False, "thought_number": 1, "total_thoughts": 1}
 TENANT_CAP = 2
-FLOOD = 8
+FLOOD = 12  # spread over both workers' partitions but for a 1/2048 chance
 
 
 class _Held(BaseHTTPRequestHandler):
@@ -111,7 +111,9 @@ async def test_a_flooding_tenant_cannot_starve_another_tenants_tool_call(
         fetch = {"items": [{"url": held_page}]}
         flood = await client.send_many([("web_fetch", fetch, None)] * FLOOD, tenant="tenant-b")
         assert await _arrived_at_least(TENANT_CAP, 60), "B's first calls never started"
-        # Four runners in all, B holds its cap of them and waits for its pages.
+        # Four runners in all: B holds its cap of them, one on each worker (a tenant never
+        # takes a worker's last runner), and waits for its pages; C's call, whichever
+        # worker reads it, finds a free runner.
         quiet = await client.send("thinking", THINK, tenant="tenant-c", deadline_s=60)
         await client.wait_for([quiet], timeout_s=60)
         result = client.results[quiet][0]

@@ -230,7 +230,12 @@ Handle = Callable[[ToolCallRequested], Awaitable[None]]
 
 
 def _fair(
-    handler: Handle, *, concurrency: int, read_ahead: ReadAhead, slots: TenantSlots | None = None
+    handler: Handle,
+    *,
+    concurrency: int,
+    read_ahead: ReadAhead,
+    slots: TenantSlots | None = None,
+    tenant_max_local: int | None = None,
 ) -> tuple[FairConsumer, _Consumer]:
     redis = FakeAsyncRedis()
     settings = ServiceSettings(topic_prefix="unit.", commit_interval_ms=0)
@@ -239,6 +244,7 @@ def _fair(
     fair = FairConsumer(
         bus, Topic.TOOL_CALLS, "tool-exec", handler,
         slots=slots, concurrency=concurrency, read_ahead=read_ahead, holder_prefix="unit",
+        tenant_max_local=tenant_max_local,
     )  # fmt: skip
     return fair, _Consumer({P0, P1})
 
@@ -268,6 +274,42 @@ async def test_a_quiet_tenants_call_runs_before_a_flooders_backlog() -> None:
         await fair.stop()
     assert ran.index("c") == 1  # behind one call of b, not six
     assert consumer.committed_offset(P0) == 7
+
+
+@pytest.mark.parametrize("tenant_max_local", [None, 0], ids=["headroom", "no-local-cap"])
+async def test_a_flooder_leaves_a_runner_of_the_replica_to_a_later_tenant(
+    tenant_max_local: int | None,
+) -> None:
+    """Invariant 5 across replicas: the flooder's cap across replicas (here 100) does not
+    stop it from taking every runner of the one replica that reads the quiet tenant's call;
+    the per-replica share does. ``no-local-cap`` shows the starvation the share prevents."""
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        if call.tenant_id == "b":
+            await release.wait()
+        ran.append(call.tenant_id)
+
+    fair, consumer = _fair(
+        handle, concurrency=2, read_ahead=ReadAhead(), tenant_max_local=tenant_max_local
+    )
+    await fair.start()
+    try:
+        await _deliver(fair, consumer, [(0, "b", offset) for offset in range(4)])
+        await _poll(lambda: fair.state()["running"] >= 1, "b's first call runs")
+        await _deliver(fair, consumer, [(1, "c", 0)])
+        if tenant_max_local is None:
+            await _poll(lambda: ran == ["c"], "c ran while b's calls are held")
+            assert fair.state()["running"] == 1  # b holds one runner of two, not both
+        else:
+            await _poll(lambda: fair.state()["running"] == 2, "b holds both runners")
+            assert ran == []  # c waits for b's held calls: the starvation
+        release.set()
+        await _poll(lambda: sorted(ran) == ["b"] * 4 + ["c"], "every call ran")
+    finally:
+        release.set()
+        await fair.stop()
 
 
 async def test_calls_done_after_a_slow_one_are_not_committed_past_it() -> None:

@@ -6,6 +6,12 @@ floods a topic delays every tenant behind it. A FairConsumer instead reads recor
 runner tasks take them round-robin by tenant, each run holding one of the tenant's
 :class:`~weft_platform.tenant_slots.TenantSlots` (a per-tenant cap across replicas).
 
+A cap across replicas alone does not keep a runner free on every replica: with two
+replicas of two runners and a cap of two, a flooding tenant can take both runners of one
+replica, and a quiet tenant's call read by that replica waits for the flood's calls to end.
+So one tenant also holds at most ``tenant_max_local`` of this consumer's runners (by
+default all but one): every replica keeps a runner that a flooding tenant cannot take.
+
 At-least-once holds as in :meth:`EventBus.consume` (same decoding, credential check,
 dedupe, retries and dead letters):
 
@@ -93,6 +99,16 @@ class _Wakeup:
             self._waiters.discard(waiter)
 
 
+def _local_cap(concurrency: int, tenant_max_local: int | None) -> int:
+    """Runners of one consumer a single tenant may hold: ``tenant_max_local`` when given
+    (0 or above ``concurrency`` means no limit of its own), else all but one."""
+    if tenant_max_local is None:
+        return max(1, concurrency - 1)
+    if tenant_max_local <= 0 or tenant_max_local > concurrency:
+        return concurrency
+    return tenant_max_local
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -112,6 +128,7 @@ class FairConsumer:
         concurrency: int,
         read_ahead: ReadAhead,
         holder_prefix: str,
+        tenant_max_local: int | None = None,
         types: Collection[str] | None = None,
     ):
         self._bus = bus
@@ -120,6 +137,7 @@ class FairConsumer:
         self._handler = handler
         self._slots = slots
         self._concurrency = concurrency
+        self._local_cap = _local_cap(concurrency, tenant_max_local)
         self.buffer = FairBuffer(read_ahead)
         self._prefix = holder_prefix
         self._wanted = None if types is None else frozenset(types)
@@ -277,6 +295,9 @@ class FairConsumer:
         return None
 
     async def _try_slot(self, entry: Entry) -> bool:
+        here = sum(1 for e in self._running.values() if e.tenant_id == entry.tenant_id)
+        if here >= self._local_cap:
+            return False  # the replica's last runners stay free for other tenants
         holder = f"{self._prefix}:{entry.partition.partition}:{entry.offset}:{uuid.uuid4().hex[:8]}"
         if not await self._slots.acquire(entry.tenant_id, holder):
             return False

@@ -124,7 +124,8 @@ def fair_calls(
 ) -> FairConsumer:
     """The consumer of ``tool.calls``: ``tool_concurrency`` runners per worker (invariant
     6), taking calls round-robin by tenant, each tenant capped at
-    ``tool_tenant_max_inflight`` calls across replicas (invariant 5; docs/fairness.md)."""
+    ``tool_tenant_max_inflight`` calls across replicas and ``tool_tenant_max_local`` runners
+    of this worker (invariant 5; docs/fairness.md)."""
     slots = TenantSlots(
         runtime.redis,
         f"{settings.topic_prefix}tool-exec",
@@ -143,6 +144,7 @@ def fair_calls(
             partition_buffer=settings.tool_partition_read_ahead,
         ),
         holder_prefix=runtime.instance_id,
+        tenant_max_local=settings.tool_tenant_max_local,
     )
     calls.register()
     return calls

@@ -18,9 +18,14 @@ class ToolExecSettings(ServiceSettings):
     tool_tenant_max_inflight: int = Field(
         default=3,
         ge=1,
-        description="Calls one tenant runs at once across every tool-exec replica (Redis "
-        "leases). Keep it below the replicas' total tool_concurrency so that another "
-        "tenant always finds a free runner.",
+        description="Calls one tenant runs at once across every tool-exec replica (Redis leases).",
+    )
+    tool_tenant_max_local: int | None = Field(
+        default=None,
+        ge=0,
+        description="Runners of one worker a single tenant may hold at once; unset: all "
+        "but one (tool_concurrency - 1, at least 1), so that a flooding tenant leaves a "
+        "runner free on every worker; 0: no limit per worker.",
     )
     tool_slot_lease_s: float = Field(
         default=30.0,
