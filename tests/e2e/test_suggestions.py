@@ -91,9 +91,11 @@ async def test_follow_ups_reach_the_stream_then_the_api_and_a_click_is_recorded(
     turn = await read_turn(
         api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
         json_body={"query": "how much is the plan"},
+        headers={"Accept-Language": "fr-CA,fr;q=0.9,en;q=0.5"},
     )  # fmt: skip
     complete = turn[-1]
     assert complete.event == "complete" and complete.data["data"]["status"] == "completed"
+    assert turn[0].event == "turn_started" and turn[0].data["data"]["locale"] == "fr-CA"
 
     after = await _follow(api, session_id, complete.id)
     ready = after[-1]
@@ -101,6 +103,7 @@ async def test_follow_ups_reach_the_stream_then_the_api_and_a_click_is_recorded(
     assert _position(ready.id) > _position(complete.id)
     data: dict[str, Any] = ready.data["data"]
     assert data["state"] == "ready", data
+    assert data["locale"] == "fr-CA"  # the set is the user's language's (SPEC Q-04)
     texts = [q["text"] for q in data["questions"]]
     assert texts == ["Is VAT included?", "Can I pay yearly?", "Show me the plans"]
     message_id = data["assistant_message_id"]
@@ -137,6 +140,10 @@ async def test_an_empty_session_gets_its_agents_starters(api: httpx.AsyncClient)
     assert body["state"] == "ready" and body["placement"] == "starter"
     assert [q["text"] for q in body["questions"]] == ["What plans exist?", "Any discount?"]
     assert all(q["source"] == "curated" for q in body["questions"])
+    german = await api.get(f"/api/v1/sessions/{session_id}/starters", params={"locale": "de"})
+    assert german.status_code == 200 and german.json()["locale"] == "de", german.text
+    bad = await api.get(f"/api/v1/sessions/{session_id}/starters", params={"locale": "x/y"})
+    assert bad.status_code == 422, bad.text
     click = await api.post(
         f"/api/v1/sessions/{session_id}/suggestion-events",
         json={"placement": "starter", "question_id": body["questions"][0]["id"], "kind": "click"},

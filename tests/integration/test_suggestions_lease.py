@@ -7,6 +7,7 @@ turn's events to a stored set through the real ``openai`` client, and click attr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -28,6 +29,7 @@ from weft_suggestions.generation import FollowUpGenerator
 from weft_suggestions.lease import SetKey, SuggestionLease
 from weft_suggestions.turns import TurnLog
 from weft_suggestions.worker import SuggestionWorker
+from weft_testkit import chat_requests
 
 QUESTION = "What does the Pro plan cost?"
 CONFIG = FollowUpConfig(enabled=True, mode="generated", count=3)
@@ -133,13 +135,15 @@ def _worker(
     return worker, model
 
 
-def _turn(tenant: str, session: str) -> list[TurnStartedEvent | CompleteEvent]:
+def _turn(
+    tenant: str, session: str, locale: str | None = None
+) -> list[TurnStartedEvent | CompleteEvent]:
     request = "req-" + secrets.token_hex(4)
     started = TurnStartedEvent(
         tenant_id=tenant,
         session_id=session,
         request_id=request,
-        data=TurnStartedData(query=QUESTION, user_id="u1", agent_id="a1"),
+        data=TurnStartedData(query=QUESTION, user_id="u1", agent_id="a1", locale=locale),
     )
     complete = CompleteEvent(
         tenant_id=tenant,
@@ -249,3 +253,27 @@ async def test_a_click_is_attributed_to_the_next_user_message(
     async with sessions() as s:
         stored = await s.get(SuggestionEvent, click.id)
     assert stored is not None and stored.attributed_message_id == following[0].id
+
+
+async def test_a_turn_in_another_locale_gets_its_own_set(
+    sessions: async_sessionmaker[AsyncSession],
+    scripted_llm: str,
+    llm: httpx.AsyncClient,
+    tenant: str,
+) -> None:  # SPEC Q-04: the set's key holds the locale the user's request named
+    script = {"steps": [{"content": '["Y a-t-il un forfait annuel ?"]'}], "fallback": "error"}
+    assert (await llm.post("/_script", json=script)).status_code == 200
+    events = _turn(tenant, "ses-" + secrets.token_hex(3), locale="fr-CA")
+    worker, model = _worker(sessions, scripted_llm)
+    try:
+        await worker.on_events(events)
+        await worker.idle()
+    finally:
+        await model.aclose()
+    turn = await TurnLog(sessions).turn(tenant, events[0].request_id)
+    assert turn is not None and turn.locale == "fr-CA"
+    key = _key(tenant, assistant_message_id(events[0].id))
+    row = await _set(sessions, dataclasses.replace(key, locale="fr-CA"))
+    assert [q["text"] for q in row.questions] == ["Y a-t-il un forfait annuel ?"]
+    (asked,) = await chat_requests(llm)
+    assert "locale fr-CA" in asked["messages"][0]["content"]

@@ -30,7 +30,9 @@ class Sets:
     async def get(self, who: Principal, session_id: str, message_id: str) -> Any:
         return {"questions": [KNOWLEDGE, {"id": "g0", "text": "Why?", "source": "generated"}]}
 
-    async def starters(self, who: Principal, session_id: str, agent_id: str) -> Any:
+    async def starters(
+        self, who: Principal, session_id: str, agent_id: str, locale: str | None
+    ) -> Any:
         return {"questions": []}
 
 

@@ -216,3 +216,21 @@ async def test_generations_beyond_the_bound_are_left_to_the_sweeper() -> None:  
     release.set()
     await worker.idle()
     assert len(lease.finished) == 2
+
+
+async def test_a_turns_locale_keys_its_set_and_is_asked_of_the_model() -> None:  # SPEC Q-04
+    seen: list[str] = []
+
+    async def reply(call: ModelCall) -> LLMResponse:
+        seen.append(str(call.request.messages[0]["content"]))
+        return answer('["Le prix inclut-il la TVA ?"]')
+
+    lease, bus = Lease(), Bus()
+    worker = _worker(_turn(locale="fr-CA"), lease, bus, model=FunctionModel(reply=reply))
+    await _generate(worker)
+    assert worker.key(_turn(locale="fr-CA"), CONFIG).locale == "fr-CA"
+    assert "locale fr-CA" in seen[0]
+    notice = bus.published[0][1]
+    assert isinstance(notice, SuggestionsReady) and notice.data.locale == "fr-CA"
+    # A turn whose request named no locale keeps the service's default, unasked.
+    assert worker.key(_turn(), CONFIG).locale == "en"

@@ -53,6 +53,7 @@ from weft_contracts.events import (
     TurnUsage,
     assistant_message_id,
 )
+from weft_contracts.locale import Locale, preferred_locale
 from weft_contracts.notices import (
     SessionNotice,
     SuggestedQuestion,
@@ -111,6 +112,7 @@ __all__ = [
     "ImagesDescribedEvent",
     "KnowledgeBaseInfo",
     "KnowledgeTitle",
+    "Locale",
     "MemoryRecalledData",
     "MemoryRecalledEvent",
     "QuestionOrigin",
@@ -150,6 +152,7 @@ __all__ = [
     "UnsupportedSchemaVersion",
     "assistant_message_id",
     "new_event_id",
+    "preferred_locale",
     "read_json",
     "tool_not_allowed",
 ]

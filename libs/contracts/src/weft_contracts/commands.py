@@ -8,6 +8,7 @@ from pydantic import Field
 
 from weft_contracts.agent import AgentConfig
 from weft_contracts.envelope import Envelope, Payload
+from weft_contracts.locale import Locale
 from weft_contracts.text import CleanText
 
 DoubleTexting = Literal["reject", "enqueue", "interrupt"]
@@ -49,6 +50,11 @@ class ChatRequestedData(Payload):
     mentions: list[str] = Field(default_factory=list)
     double_texting: DoubleTexting = "enqueue"
     question_origin: QuestionOrigin | None = None
+    locale: Locale | None = Field(
+        default=None,
+        description="The user's language (BCP 47), from the request or its "
+        "Accept-Language; None: the deployment's default.",
+    )
 
 
 class CancelRequestedData(Payload):

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from weft_contracts.envelope import Envelope, Payload
+from weft_contracts.locale import Locale
 from weft_contracts.text import CleanJson, CleanText
 
 
@@ -46,6 +47,9 @@ class TurnStartedData(Payload):
     )
     images: list[str] = Field(
         default_factory=list, description="Images of the message (SPEC E-26), as sent."
+    )
+    locale: Locale | None = Field(
+        default=None, description="The user's language (BCP 47), as the request gave it."
     )
 
 

@@ -39,6 +39,8 @@ class SuggestionTurn(Base):
     is_fallback: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     references: Mapped[list[dict[str, Any]]] = mapped_column(JsonB, default=list)
     credential: Mapped[str | None] = mapped_column(Text, nullable=True)
+    locale: Mapped[str | None] = mapped_column(String(35), nullable=True)
+    """The user's language as the request gave it (None: the service's default)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 

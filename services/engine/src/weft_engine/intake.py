@@ -228,6 +228,7 @@ class TurnIntake:
             mode=data.mode,
             memory_enabled=data.agent.memory_enabled,
             images=data.images,
+            locale=data.locale,
         )
         self._remember_opened(request.request_id)
         await self._emitter.queue_reserved(ids, [(TurnStartedEvent, started)], range(1, 2))

@@ -19,10 +19,12 @@ from weft_contracts import (
     ChatRequested,
     ChatRequestedData,
     ErrorCode,
+    Locale,
     ReasoningEffort,
     SteerMessage,
     SteerMessageData,
     Topic,
+    preferred_locale,
 )
 from weft_platform.bus import EventBus
 from weft_platform.credentials import TURN_AUDIENCE, CredentialSigner
@@ -77,6 +79,12 @@ class ChatBody(BaseModel):
         default=None,
         description="The suggested question this message was sent by clicking (SPEC Q-03): "
         "a knowledge suggestion's source is retrieved and given to the model first.",
+    )
+    locale: Locale | None = Field(
+        default=None,
+        description="The user's language (BCP 47, e.g. fr-CA): follow-up suggestions are "
+        "made in it. Without it, the request's Accept-Language; without that, the "
+        "deployment's default.",
     )
 
 
@@ -161,6 +169,7 @@ class Gateway:
         *,
         agent_enabled: bool,
         fmt: StreamFormat = "native",
+        accept_language: str | None = None,
     ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         images = check_images(body.images, self.settings)
@@ -180,9 +189,10 @@ class Gateway:
             summary_model_id=body.summary_model_id,
         )
         require_image_upload(agent, images)
+        locale = body.locale or preferred_locale(accept_language)
         origin = None
         if body.suggestion is not None and self.origins is not None:
-            origin = await self.origins.resolve(who, session_id, body.suggestion, agent_id)
+            origin = await self.origins.resolve(who, session_id, body.suggestion, agent_id, locale)
         if body.double_texting == "reject":
             await self._reject_if_running(who.tenant_id, session_id)
         request_id = f"req_{ULID()}"
@@ -199,6 +209,7 @@ class Gateway:
                 double_texting=body.double_texting,
                 images=images,
                 question_origin=origin,
+                locale=locale,
             ),
         )
         slot = await self._stream_slot(who.tenant_id)

@@ -49,7 +49,9 @@ class SuggestionSets(Protocol):
 
     async def get(self, who: Principal, session_id: str, message_id: str) -> Any: ...
 
-    async def starters(self, who: Principal, session_id: str, agent_id: str) -> Any: ...
+    async def starters(
+        self, who: Principal, session_id: str, agent_id: str, locale: str | None
+    ) -> Any: ...
 
 
 class QuestionOrigins:
@@ -60,12 +62,18 @@ class QuestionOrigins:
         self._documents = documents
 
     async def resolve(
-        self, who: Principal, session_id: str, pick: SuggestionPick, agent_id: str
+        self,
+        who: Principal,
+        session_id: str,
+        pick: SuggestionPick,
+        agent_id: str,
+        locale: str | None = None,
     ) -> QuestionOrigin:
         """The clicked question with its source; 404 when the set or question is not the
-        caller's."""
+        caller's. A starter is looked up in the set of the user's ``locale``, the one the
+        user was shown."""
         if pick.placement == "starter":
-            found = await self._sets.starters(who, session_id, agent_id)
+            found = await self._sets.starters(who, session_id, agent_id, locale)
             message_id = f"agent:{agent_id}"
         else:
             assert pick.assistant_message_id is not None

@@ -132,20 +132,42 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
         return Response(status_code=204)
 
 
+AcceptLanguage = Annotated[
+    str | None,
+    Header(
+        description="Read for the user's language when the body names none; an "
+        "unreadable header is ignored, not refused.",
+    ),
+]
+
+
 def _chat_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
     Who = Annotated[Principal, Depends(auth)]
 
     @router.post("/agent-chat/{session_id}", tags=["chat"], response_class=EventStreamResponse)
     async def agent_chat(
-        who: Who, session_id: Id, body: ChatBody, fmt: FormatQuery = "native"
+        who: Who,
+        session_id: Id,
+        body: ChatBody,
+        fmt: FormatQuery = "native",
+        accept_language: AcceptLanguage = None,
     ) -> EventStreamResponse:
-        return await gw.start_turn(who, session_id, body, agent_enabled=body.agent_enabled, fmt=fmt)
+        return await gw.start_turn(
+            who, session_id, body, agent_enabled=body.agent_enabled, fmt=fmt,
+            accept_language=accept_language,
+        )  # fmt: skip
 
     @router.post("/knowledge-chat/{session_id}", tags=["chat"], response_class=EventStreamResponse)
     async def knowledge_chat(
-        who: Who, session_id: Id, body: ChatBody, fmt: FormatQuery = "native"
+        who: Who,
+        session_id: Id,
+        body: ChatBody,
+        fmt: FormatQuery = "native",
+        accept_language: AcceptLanguage = None,
     ) -> EventStreamResponse:
-        return await gw.start_turn(who, session_id, body, agent_enabled=False, fmt=fmt)
+        return await gw.start_turn(
+            who, session_id, body, agent_enabled=False, fmt=fmt, accept_language=accept_language
+        )
 
     @router.get("/sessions/{session_id}/stream", tags=["chat"], response_class=EventStreamResponse)
     async def stream(

@@ -11,8 +11,9 @@ service finds the message in that user's session of that tenant (404 otherwise).
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from weft_contracts import Locale, preferred_locale
 
 from weft_gateway.api import QUICK_ANSWER_AGENT
 from weft_gateway.auth import ApiKeyAuth, Principal
@@ -71,8 +72,12 @@ class SuggestionsClient(ServiceClient):
             payload["assistant_message_id"] = f"agent:{agent_id}"
         return await self.call("POST", path, json=payload, resend=False)
 
-    async def starters(self, who: Principal, session_id: str, agent_id: str) -> Any:
+    async def starters(
+        self, who: Principal, session_id: str, agent_id: str, locale: str | None
+    ) -> Any:
         params = _caller(who) | {"agent_id": agent_id}
+        if locale is not None:
+            params["locale"] = locale
         return await self.call("GET", f"/internal/sessions/{session_id}/starters", params=params)
 
 
@@ -111,9 +116,19 @@ def suggestions_router(
         return await client.event(who, session_id, body, session.agent_id or QUICK_ANSWER_AGENT)
 
     @router.get("/starters")
-    async def starters(who: Who, session_id: Id) -> Any:
-        """The starter questions of the session's agent (SPEC Q-01), for an empty session."""
+    async def starters(
+        who: Who,
+        session_id: Id,
+        locale: Locale | None = Query(
+            default=None, description="The user's language (BCP 47); else Accept-Language."
+        ),
+        accept_language: str | None = Header(default=None),
+    ) -> Any:
+        """The starter questions of the session's agent (SPEC Q-01), for an empty session,
+        in the user's language."""
         session = await directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
-        return await client.starters(who, session_id, session.agent_id or QUICK_ANSWER_AGENT)
+        agent_id = session.agent_id or QUICK_ANSWER_AGENT
+        chosen = locale or preferred_locale(accept_language)
+        return await client.starters(who, session_id, agent_id, chosen)
 
     return router

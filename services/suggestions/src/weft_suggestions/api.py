@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_contracts import SuggestedQuestion, SuggestionPlacement
+from weft_contracts.locale import LOCALE_PATTERN
 from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
 
 from weft_suggestions.agent_settings import SettingsUnavailable
@@ -223,9 +224,10 @@ def starters_router(starters: StarterSets) -> APIRouter:
         tenant_id: str = Query(min_length=1, max_length=128),
         user_id: str = Query(min_length=1, max_length=128),
         agent_id: str = Query(min_length=1, max_length=64),
+        locale: str | None = Query(default=None, max_length=35, pattern=LOCALE_PATTERN),
     ) -> StarterSetOut:
         try:
-            found = await starters.starters(tenant_id, session_id, agent_id)
+            found = await starters.starters(tenant_id, session_id, agent_id, locale)
         except UnknownAgent:
             raise HTTPException(404, f"agent {agent_id!r} not found") from None
         except SettingsUnavailable as exc:

@@ -63,6 +63,8 @@ class FollowUpRequest:
     references: Sequence[dict[str, Any]]
     """The sources of that turn (``references`` events: title, document, chunk, KB)."""
     config: FollowUpConfig
+    locale: str | None = None
+    """The user's language when the request named one: the questions are written in it."""
 
 
 class FollowUpGenerator:
@@ -130,6 +132,8 @@ def prompt_messages(request: FollowUpRequest) -> list[ChatMessage]:
         categories="; ".join(CATEGORY_MEANING[c] for c in config.categories),
         example=config.categories[0],
     )
+    if request.locale is not None:
+        system += f" Write the questions in the language of the locale {request.locale}."
     if config.additional_instruction:
         system += "\n\nAdditional instruction from the agent's author:\n"
         system += config.additional_instruction

@@ -75,25 +75,27 @@ class StarterSets:
         self._locale = locale
         self._stall_timeout_s = stall_timeout_s
 
-    async def starters(self, tenant_id: str, session_id: str, agent_id: str) -> StarterSet:
-        """The agent's starters (``disabled`` when it has them off); raises
-        ``UnknownAgent`` for an agent the tenant does not have."""
+    async def starters(
+        self, tenant_id: str, session_id: str, agent_id: str, locale: str | None = None
+    ) -> StarterSet:
+        """The agent's starters in ``locale`` (None: the service's default; ``disabled``
+        when the agent has them off); raises ``UnknownAgent`` for an agent the tenant does
+        not have."""
         agent = await self._configs.agent(tenant_id, agent_id)
         config = agent.settings.starters
+        locale = locale or self._locale
         if not config.enabled:
-            return StarterSet(
-                agent_id=agent_id, locale=self._locale, state="disabled", questions=[]
-            )
+            return StarterSet(agent_id=agent_id, locale=locale, state="disabled", questions=[])
         key = SetKey(
             tenant_id=tenant_id,
             assistant_message_id=f"agent:{agent_id}"[:128],
             placement=STARTER,
             config_hash=starters_hash(agent),
-            locale=self._locale,
+            locale=locale,
         )
         row = await self._row(key)
         if row is not None and row.state in ("ready", "suppressed"):
-            return self._out(agent_id, row.state, row.questions, row.reason)
+            return _out(agent_id, locale, row.state, row.questions, row.reason)
         claim = await self._lease.claim(
             key,
             session_id=session_id,
@@ -102,17 +104,17 @@ class StarterSets:
             regenerate=row is not None and row.state == "failed",
         )
         if claim is None:
-            return self._out(agent_id, "generating", [], "")
-        state, questions, reason = await self._generate(agent, config)
+            return _out(agent_id, locale, "generating", [], "")
+        state, questions, reason = await self._generate(agent, config, locale)
         dumped = [q.model_dump(mode="json") for q in questions]
         await self._lease.finish(claim, state, dumped, reason)
-        return self._out(agent_id, state, dumped, reason)
+        return _out(agent_id, locale, state, dumped, reason)
 
     async def _generate(
-        self, agent: AgentSuggestionSettings, config: StarterConfig
+        self, agent: AgentSuggestionSettings, config: StarterConfig, locale: str
     ) -> tuple[FinalState, list[SuggestedQuestion], str]:
         try:
-            candidates = await self._candidates(agent, config)
+            candidates = await self._candidates(agent, config, locale)
         except GenerationFailed as exc:
             return "failed", [], str(exc)[:200]
         kept = keep(candidates, user_question="", count=config.count)
@@ -121,7 +123,7 @@ class StarterSets:
         return "ready", kept, ""
 
     async def _candidates(
-        self, agent: AgentSuggestionSettings, config: StarterConfig
+        self, agent: AgentSuggestionSettings, config: StarterConfig, locale: str
     ) -> list[SuggestedQuestion]:
         match config.mode:
             case "curated":
@@ -129,10 +131,10 @@ class StarterSets:
             case "knowledge":
                 return knowledge_starters(agent)
             case "generated":
-                return await self._generated_or_knowledge(agent, config)
+                return await self._generated_or_knowledge(agent, config, locale)
             case "hybrid":
                 return [
-                    *await self._generated_or_knowledge(agent, config),
+                    *await self._generated_or_knowledge(agent, config, locale),
                     *knowledge_starters(agent),
                     *curated_starters(config),
                 ]
@@ -140,23 +142,24 @@ class StarterSets:
                 assert_never(config.mode)
 
     async def _generated_or_knowledge(
-        self, agent: AgentSuggestionSettings, config: StarterConfig
+        self, agent: AgentSuggestionSettings, config: StarterConfig, locale: str
     ) -> list[SuggestedQuestion]:
         try:
-            return await self._generated(agent, config)
+            return await self._generated(agent, config, locale)
         except GenerationFailed:
             if config.mode == "generated" and not agent.knowledge_titles:
                 raise
             return knowledge_starters(agent)
 
     async def _generated(
-        self, agent: AgentSuggestionSettings, config: StarterConfig
+        self, agent: AgentSuggestionSettings, config: StarterConfig, locale: str
     ) -> list[SuggestedQuestion]:
         system = PROMPT.format(
             name=agent.name or agent.agent_id,
             description=agent.description or "a general assistant",
             count=config.count,
         )
+        system += f" Write them in the language of the locale {locale}."
         if config.additional_instruction:
             system += "\n\nAdditional instruction from the agent's author:\n"
             system += config.additional_instruction
@@ -190,16 +193,17 @@ class StarterSets:
                 ),
             )
 
-    def _out(
-        self, agent_id: str, state: str, questions: list[dict[str, object]], reason: str
-    ) -> StarterSet:
-        return StarterSet(
-            agent_id=agent_id,
-            locale=self._locale,
-            state=state,
-            questions=[SuggestedQuestion.model_validate(q) for q in questions],
-            reason=reason,
-        )
+
+def _out(
+    agent_id: str, locale: str, state: str, questions: list[dict[str, object]], reason: str
+) -> StarterSet:
+    return StarterSet(
+        agent_id=agent_id,
+        locale=locale,
+        state=state,
+        questions=[SuggestedQuestion.model_validate(q) for q in questions],
+        reason=reason,
+    )
 
 
 def curated_starters(config: StarterConfig) -> list[SuggestedQuestion]:

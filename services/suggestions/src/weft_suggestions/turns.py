@@ -37,6 +37,8 @@ class FinishedTurn:
     references: list[dict[str, Any]]
     credential: str | None
     completed_at: datetime | None
+    locale: str | None = None
+    """The user's language from the request (None: the service's default)."""
 
 
 class TurnLog:
@@ -115,6 +117,7 @@ async def _apply(s: AsyncSession, event: TurnEvent) -> None:
                     query=event.data.query,
                     references=[],
                     credential=event.credential,
+                    locale=event.data.locale,
                 )
                 .on_conflict_do_nothing()
             )
@@ -166,4 +169,5 @@ def _finished(row: SuggestionTurn) -> FinishedTurn:
         references=list(row.references or []),
         credential=row.credential,
         completed_at=row.completed_at,
+        locale=row.locale,
     )

@@ -138,7 +138,7 @@ class SuggestionWorker:
             assistant_message_id=assistant_message_id(turn.user_message_id),
             placement=FOLLOW_UP,
             config_hash=config.config_hash(),
-            locale=self._locale,
+            locale=turn.locale or self._locale,
         )
 
     async def generate(self, claim: Claim, config: FollowUpConfig) -> Outcome | None:
@@ -170,7 +170,9 @@ class SuggestionWorker:
         if why is not None:
             return Outcome(state="suppressed", questions=[], reason=why)
         exchanges = await self._turns.exchanges(turn, config.max_context_turns)
-        request = FollowUpRequest(exchanges=exchanges, references=turn.references, config=config)
+        request = FollowUpRequest(
+            exchanges=exchanges, references=turn.references, config=config, locale=turn.locale
+        )
         try:
             questions = await self._generator.questions(request)
         except GenerationFailed as exc:
