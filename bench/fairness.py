@@ -8,8 +8,10 @@ result: the round trip through Kafka and a worker):
 2. ``flood``: while B keeps FLOOD ``web_fetch`` calls of a page that answers after
    ``--slow-s`` seconds outstanding (topped up as they finish), with the shipped defaults
    (4 runners per worker, B capped at 3 calls across workers);
-3. ``flood_uncapped``: the same flood with the per-tenant cap lifted
-   (``WEFT_TOOL_TENANT_MAX_INFLIGHT=1000``, round-robin still on): what the cap buys.
+3. ``flood_uncapped``: the same flood with the per-tenant cap across workers lifted
+   (``WEFT_TOOL_TENANT_MAX_INFLIGHT=1000``; round-robin and the per-worker share on);
+4. ``flood_no_caps``: the cap and the per-worker share both off
+   (``WEFT_TOOL_TENANT_MAX_LOCAL=0`` too; round-robin alone): what the two bounds buy.
 
 No model is involved, so no LLM pacing is measured. This is C's *tool-call* latency.
 Prints p50/p99 per phase, the ratio against ``alone`` and the load average; writes
@@ -288,12 +290,17 @@ async def main() -> None:
             "flood_uncapped", args.calls, url, flood=args.flood,
             env={"WEFT_TOOL_TENANT_MAX_INFLIGHT": "1000"},
         )  # fmt: skip
+        no_caps = await phase(
+            "flood_no_caps", args.calls, url, flood=args.flood,
+            env={"WEFT_TOOL_TENANT_MAX_INFLIGHT": "1000", "WEFT_TOOL_TENANT_MAX_LOCAL": "0"},
+        )  # fmt: skip
     finally:
         httpd.shutdown()
     summary = {
-        "phases": [alone, flood, uncapped],
+        "phases": [alone, flood, uncapped, no_caps],
         "p99_ratio_flood_over_alone": round(flood["p99_ms"] / alone["p99_ms"], 2),
         "p99_ratio_uncapped_over_alone": round(uncapped["p99_ms"] / alone["p99_ms"], 2),
+        "p99_ratio_no_caps_over_alone": round(no_caps["p99_ms"] / alone["p99_ms"], 2),
         "target": "p99 with flood <= 2x alone",
         "cpus": os.cpu_count(),
     }
