@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.fork import fork_session
+from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.rollback import delete_turn, truncate_from
 from weft_storage.models import ChatSession, Message
 
@@ -103,8 +104,18 @@ async def test_a_fork_at_a_turn_gets_that_turns_history_checkpoints_and_files(
         assert [(m.role, m.content) for m in copied] == [
             ("user", f"ask {turns[0]}"), ("assistant", f"answer {turns[0]}"),
         ]  # fmt: skip
-        # Turn 2's checkpoint summarises past the fork point: not copied (M-07).
+        # Turn 2's checkpoint summarises past the fork point: not copied (M-07); the user
+        # row has none (SQL NULL: a JSON null would count as a checkpoint).
         assert [m.context_checkpoint for m in copied] == [None, {"summary": f"up to {turns[0]}"}]
+        async with sessions() as s:
+            marked = await s.scalars(
+                select(Message.role).where(
+                    Message.session_id == fork, Message.context_checkpoint.is_not(None)
+                )
+            )
+            assert list(marked) == ["assistant"]
+        history = await HistoryLoader(sessions).build(tenant, fork, HistoryQuery(max_turns=5))
+        assert history.summary == f"up to {turns[0]}"
         fork_turn = copied[0].request_id
         assert fork_turn not in turns and copied[1].request_id == fork_turn
         assert copied[1].id == copied[0].id + "a"

@@ -11,7 +11,7 @@ checkpoints name the fork's turns, so a later rollback of the fork finds them.
 
 from __future__ import annotations
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import null, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 from weft_contracts.events import assistant_message_id
@@ -49,7 +49,7 @@ async def fork_session(
         if message.request_id not in turns:
             turns[message.request_id] = f"req_{ULID()}"
         copy = Message(
-            **{key: getattr(message, key) for key in _COPIED},
+            **{key: _sql(getattr(message, key)) for key in _COPIED},
             id=_copied_id(message, turns[message.request_id]),
             session_id=fork.id,
             request_id=turns[message.request_id],
@@ -74,6 +74,12 @@ async def _history(
         )
     stmt = stmt.order_by(Message.created_at, Message.id)
     return list((await s.scalars(stmt)).all())
+
+
+def _sql(value: object) -> object:
+    # None must stay SQL NULL: the JSONB columns would store a JSON null, and a JSON null
+    # context_checkpoint counts as a checkpoint (IS NOT NULL) that hides the history.
+    return null() if value is None else value
 
 
 def _copied_id(message: Message, fork_request_id: str) -> str:
