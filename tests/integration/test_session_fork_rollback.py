@@ -9,13 +9,16 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from redis.asyncio import Redis
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.fork import fork_session
 from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.rollback import delete_turn, truncate_from
+from weft_storage import workspace_checkpoints
 from weft_storage.models import ChatSession, Message
+from weft_storage.workspace_checkpoints import CheckpointRow
 
 from tests.integration.sandbox_kit import Sandbox, open_sandbox
 
@@ -208,4 +211,34 @@ async def test_deleting_the_last_turn_rolls_back_but_a_middle_turn_does_not(
         assert await _files(box, session) == "a.txt=changed\nb.txt=two\nc.txt=three"
         async with sessions.begin() as s:
             await delete_turn(s, tenant, session, users[turns[2]] + "a")
+        assert await _files(box, session) == "a.txt=one"
+
+
+async def test_a_rollback_numbers_after_a_checkpoint_stored_while_it_ran(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:  # a sandbox replica took the next number between the rollback's read and insert
+    tenant = f"tenant-{secrets.token_hex(4)}"
+    turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
+    session, users = await _session(sessions, tenant, turns)
+    async with open_sandbox(sessions, redis, tenant=tenant) as box:
+        await _two_turns(box, session, turns)
+        late = await box.call("shell_exec", session=session, turn=turns[1],
+                              command="echo more >> b.txt")  # fmt: skip
+        assert late.data["checkpoint"] == 3, late
+        real_rows = workspace_checkpoints.rows
+        reads = 0
+
+        async def stale_first(s: AsyncSession, t: str, sid: str) -> list[CheckpointRow]:
+            nonlocal reads
+            reads += 1
+            found = await real_rows(s, t, sid)
+            return found[:-1] if reads == 1 else found  # the first read misses seq 3
+
+        monkeypatch.setattr(workspace_checkpoints, "rows", stale_first)
+        async with sessions.begin() as s:
+            await truncate_from(s, tenant, session, users[turns[1]])
+        assert reads == 2
+        assert await _checkpoint_rows(sessions, tenant, session) == [
+            (1, turns[0], False), (4, turns[0], True),
+        ]  # fmt: skip
         assert await _files(box, session) == "a.txt=one"
