@@ -59,11 +59,12 @@ class Sandbox:
     session: str
 
     async def call(
-        self, tool: str, session: str | None = None, tenant: str | None = None, **arguments: Any
-    ) -> ToolCallCompletedData:
+        self, tool: str, session: str | None = None, tenant: str | None = None,
+        turn: str = "r1", **arguments: Any,
+    ) -> ToolCallCompletedData:  # fmt: skip
         call = ToolCallRequested(
             tenant_id=tenant or self.tenant, session_id=session or self.session,
-            request_id="r1",
+            request_id=turn,
             data=ToolCallRequestedData(
                 call_id=f"call_{secrets.token_hex(6)}", tool_name=tool, arguments=arguments,
                 round=0, deadline=datetime.now(UTC) + timedelta(seconds=120),

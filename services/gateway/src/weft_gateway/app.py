@@ -28,6 +28,7 @@ from weft_gateway.budget_gate import BudgetGate
 from weft_gateway.clients import AgentConfigClient, SessionsClient
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
+from weft_gateway.fork_api import fork_router
 from weft_gateway.key_registry import KeyRegistry
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
@@ -197,6 +198,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         title="Weft gateway",
         routers=[
             public_router(gateway, auth),
+            fork_router(gateway, auth),
             agents_router(agents, auth, kb_scope),
             shared_agents_router(agents, auth),
             suggestions_router(suggestions, directory, auth),

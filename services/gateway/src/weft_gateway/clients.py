@@ -146,6 +146,18 @@ class SessionsClient(ServiceClient):
             params=_caller(tenant_id, user_id),
         )
 
+    async def fork_session(
+        self, tenant_id: str, user_id: str, session_id: str, at_message_id: str | None
+    ) -> Any:
+        """A new session with the history and workspace up to the turn of
+        ``at_message_id`` (none: all of it)."""
+        return await self.call(
+            "POST",
+            f"/internal/sessions/{session_id}/fork",
+            params=_caller(tenant_id, user_id),
+            json={"at_message_id": at_message_id},
+        )
+
     async def list_messages(
         self, tenant_id: str, user_id: str, session_id: str, limit: int, before: str | None = None
     ) -> Any:

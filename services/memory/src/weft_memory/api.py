@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_storage.models import ChatSession, Message
 
-from weft_memory.rollback import UnknownMessage, delete_turn, truncate_from
+from weft_memory.rollback import UnknownMessage, delete_turn, roll_back_workspace, truncate_from
 
 
 class SessionCreate(BaseModel):
@@ -183,6 +183,7 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
                         Message.session_id == session_id, Message.tenant_id == tenant_id
                     )
                 )
+                await roll_back_workspace(s, tenant_id, session_id)
             else:
                 await _or_404(truncate_from(s, tenant_id, session_id, from_))
             await _touch(s, session_id)

@@ -15,6 +15,7 @@ from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.extraction_queue import ExtractionQueue
 from weft_memory.extraction_worker import ExtractionWorker, WorkerSettings
+from weft_memory.fork_api import fork_router
 from weft_memory.history_api import history_router
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
@@ -98,6 +99,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
     )
     routers = [
         session_router(runtime.sessions),
+        fork_router(runtime.sessions),
         history_router(runtime.sessions, runtime.redis, settings.history_wait_s),
         memory_router(runtime.sessions, memory, extractor, queue),
         turns_router(runtime.sessions),

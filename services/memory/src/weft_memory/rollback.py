@@ -6,6 +6,12 @@ a checkpoint stored on a surviving message newer than the oldest deleted one sti
 describes the deleted messages, so it is cleared in the same transaction; the next history
 reload falls back to the newest checkpoint older than the deletion, or to none (M-08).
 Checkpoints on the deleted rows go with them.
+
+The workspace follows the history (SPEC S-03): a rollback, clearing every message, or
+deleting the session's last turn points the sandbox's workspace back at the checkpoint of
+the last remaining turn, or at an empty workspace when none remains, in the same
+transaction (``weft_storage.workspace_checkpoints``). Deleting a turn that later turns
+followed leaves the workspace alone: their files grew from that turn's.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from datetime import datetime
 from sqlalchemy import delete, null, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
+from weft_storage import workspace_checkpoints
 from weft_storage.models import Message
 
 
@@ -24,28 +31,49 @@ class UnknownMessage(LookupError):
 
 async def delete_turn(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> int:
     """Delete the turn of ``message_id`` (its user and assistant rows); returns rows deleted."""
-    anchor = await _message(s, tenant_id, session_id, message_id)
-    scope = _scope(tenant_id, session_id)
-    oldest = await _oldest_of_request(s, tenant_id, session_id, anchor.request_id)
+    anchor = await message_in(s, tenant_id, session_id, message_id)
+    scope = session_scope(tenant_id, session_id)
+    oldest = await oldest_of_request(s, tenant_id, session_id, anchor.request_id)
     deleted = await s.execute(
         delete(Message).where(*scope, Message.request_id == anchor.request_id).returning(Message.id)
     )
     count = len(deleted.all())
     await invalidate_checkpoints(s, tenant_id, session_id, oldest)
+    later = await s.scalar(
+        select(Message.id)
+        .where(
+            *session_scope(tenant_id, session_id), tuple_(Message.created_at, Message.id) > oldest
+        )
+        .limit(1)
+    )
+    if later is None:  # it was the last turn: its files go with it
+        await roll_back_workspace(s, tenant_id, session_id)
     return count
 
 
 async def truncate_from(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> int:
     """Rollback: delete the turn of ``message_id`` and every newer message."""
-    anchor = await _message(s, tenant_id, session_id, message_id)
-    oldest = await _oldest_of_request(s, tenant_id, session_id, anchor.request_id)
+    anchor = await message_in(s, tenant_id, session_id, message_id)
+    oldest = await oldest_of_request(s, tenant_id, session_id, anchor.request_id)
     deleted = await s.execute(
         delete(Message)
-        .where(*_scope(tenant_id, session_id), tuple_(Message.created_at, Message.id) >= oldest)
+        .where(
+            *session_scope(tenant_id, session_id), tuple_(Message.created_at, Message.id) >= oldest
+        )
         .returning(Message.id)
     )
     # Nothing newer survives, so every remaining checkpoint is older and still valid.
-    return len(deleted.all())
+    count = len(deleted.all())
+    await roll_back_workspace(s, tenant_id, session_id)
+    return count
+
+
+async def roll_back_workspace(s: AsyncSession, tenant_id: str, session_id: str) -> None:
+    """Point the workspace at the checkpoint of the last turn that still has messages."""
+    remaining = await s.scalars(
+        select(Message.request_id).where(*session_scope(tenant_id, session_id)).distinct()
+    )
+    await workspace_checkpoints.roll_back(s, tenant_id, session_id, set(remaining.all()))
 
 
 async def invalidate_checkpoints(
@@ -55,7 +83,7 @@ async def invalidate_checkpoints(
     await s.execute(
         update(Message)
         .where(
-            *_scope(tenant_id, session_id),
+            *session_scope(tenant_id, session_id),
             Message.context_checkpoint.is_not(None),
             tuple_(Message.created_at, Message.id) > oldest_deleted,
         )
@@ -63,25 +91,27 @@ async def invalidate_checkpoints(
     )
 
 
-def _scope(tenant_id: str, session_id: str) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
+def session_scope(
+    tenant_id: str, session_id: str
+) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
     return Message.session_id == session_id, Message.tenant_id == tenant_id
 
 
-async def _message(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> Message:
-    stmt = select(Message).where(*_scope(tenant_id, session_id), Message.id == message_id)
+async def message_in(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> Message:
+    stmt = select(Message).where(*session_scope(tenant_id, session_id), Message.id == message_id)
     row = await s.scalar(stmt)
     if row is None:
         raise UnknownMessage(message_id)
     return row
 
 
-async def _oldest_of_request(
+async def oldest_of_request(
     s: AsyncSession, tenant_id: str, session_id: str, request_id: str
 ) -> tuple[datetime, str]:
     row = (
         await s.execute(
             select(Message.created_at, Message.id)
-            .where(*_scope(tenant_id, session_id), Message.request_id == request_id)
+            .where(*session_scope(tenant_id, session_id), Message.request_id == request_id)
             .order_by(Message.created_at, Message.id)
             .limit(1)
         )

@@ -18,6 +18,7 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_storage.workspace_checkpoints import EMPTY
 
 from weft_sandbox.workspace import Workspace
 
@@ -32,11 +33,13 @@ class CheckpointFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The newest checkpoint of a session."""
+    """The newest checkpoint of a session: its commit (:data:`EMPTY`: no files) and the
+    session's newest bundle, which holds it (a fork or a rollback points a new row at an
+    earlier commit of that bundle: ``weft_storage.workspace_checkpoints``)."""
 
     seq: int
     commit: str
-    bundle: bytes
+    bundle: bytes | None
 
 
 class CheckpointStore:
@@ -58,19 +61,23 @@ class CheckpointStore:
         return int(seq or 0)
 
     async def latest(self, tenant_id: str, session_id: str) -> Checkpoint | None:
-        """The newest checkpoint with its bundle."""
+        """The newest checkpoint with the newest bundle."""
         async with self._sessions() as db:
             row = (
                 await db.execute(
                     text(
-                        "SELECT seq, commit, bundle FROM sandbox_checkpoints "
-                        "WHERE tenant_id = :t AND session_id = :s AND bundle IS NOT NULL "
-                        "ORDER BY seq DESC LIMIT 1"
+                        "SELECT c.seq, c.commit, (SELECT b.bundle FROM sandbox_checkpoints b "
+                        "WHERE b.tenant_id = :t AND b.session_id = :s AND b.bundle IS NOT NULL "
+                        "ORDER BY b.seq DESC LIMIT 1) FROM sandbox_checkpoints c "
+                        "WHERE c.tenant_id = :t AND c.session_id = :s "
+                        "ORDER BY c.seq DESC LIMIT 1"
                     ),
                     {"t": tenant_id, "s": session_id},
                 )
             ).first()
-        return None if row is None else Checkpoint(int(row[0]), str(row[1]), bytes(row[2]))
+        if row is None:
+            return None
+        return Checkpoint(int(row[0]), str(row[1]), None if row[2] is None else bytes(row[2]))
 
     async def save(
         self, space: Workspace, seq: int, *, request_id: str, call_id: str, commit: str,
@@ -137,21 +144,29 @@ class GitCheckpoints:
 
     async def restore(self, space: Workspace) -> bool:
         """Fill the (fresh, empty) workspace from the session's newest checkpoint; False
-        when it has none."""
+        when it has none or it stands for an empty workspace (rolled back before any
+        file)."""
         latest = await self.store.latest(space.tenant_id, space.session_id)
         if latest is None:
             return False
+        space.checkpoint_seq = latest.seq  # the next commit numbers after it, even if empty
+        if latest.commit == EMPTY:
+            log.info("checkpoint_restored_empty", session_id=space.session_id, seq=latest.seq)
+            return False
+        if latest.bundle is None:
+            raise CheckpointFailed(f"checkpoint {latest.seq} has no bundle to restore from")
         bundle_path = space.home / "restore.bundle"
         await asyncio.to_thread(bundle_path.write_bytes, latest.bundle)
         await self._git(space, "init", "-q", "-b", BRANCH)
         await self._git(
             space, "fetch", "-q", "--update-head-ok", str(bundle_path), f"{BRANCH}:{BRANCH}"
         )
-        await self._git(space, "checkout", "-q", "-f", BRANCH)
+        # The row's commit, not the bundle's tip: after a fork or a rollback they differ,
+        # and the branch moves there so later commits and bundles continue from it.
+        await self._git(space, "checkout", "-q", "-f", "-B", BRANCH, latest.commit)
         bundle_path.unlink()
         if space.uid != os.getuid():  # the command's uid owns what it may change
             await asyncio.to_thread(_chown_tree, space)
-        space.checkpoint_seq = latest.seq
         log.info("checkpoint_restored", session_id=space.session_id, seq=latest.seq)
         return True
 
