@@ -74,6 +74,30 @@ async def test_an_idle_workspace_is_reaped_and_comes_back(
         assert back.success and back.output == "kept", back
 
 
+async def test_a_purged_sessions_copies_are_dropped_and_its_files_never_come_back(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:  # tenant and user deletion: nothing of the session left on a replica
+    tenant, session = f"tenant-{secrets.token_hex(4)}", f"session-{secrets.token_hex(4)}"
+    async with (
+        open_sandbox(sessions, redis, tenant=tenant, session=session) as a,
+        open_sandbox(sessions, redis, tenant=tenant, session=session) as b,
+    ):
+        await a.call("write_sandbox_file", path="secret.txt", content="payroll")
+        assert (await b.call("read_file", path="secret.txt")).output == "payroll"
+        kept = await a.call("write_sandbox_file", path="x.txt", content="x", session="kept")
+        assert kept.success, kept
+        async with sessions.begin() as db:  # what the purge does to this session's rows
+            await db.execute(
+                text("DELETE FROM sandbox_checkpoints WHERE tenant_id = :t AND session_id = :s"),
+                {"t": tenant, "s": session},
+            )
+        assert await a.host.reap_purged() == 1  # the other session's copy stays
+        assert [s.session_id for s in a.pool.idle(0)] == ["kept"]
+        # b still holds its copy (its reaper has not run): the next call starts afresh.
+        gone = await b.call("read_file", path="secret.txt")
+        assert not gone.success and "payroll" not in gone.output, gone
+
+
 async def test_a_redelivered_write_call_is_not_run_again(
     sessions: async_sessionmaker[AsyncSession], redis: Redis
 ) -> None:  # invariant 3

@@ -31,7 +31,8 @@ CONSUMER_GROUP = "weft-sandbox"
 
 
 class IdleReaper:
-    """Drops local workspaces idle past the TTL (S-05), every ``interval_s``."""
+    """Drops local workspaces idle past the TTL (S-05), and those whose checkpoints a
+    purge deleted, every ``interval_s``."""
 
     def __init__(self, host: SandboxHost, ttl_s: float, interval_s: float):
         self._host = host
@@ -56,6 +57,8 @@ class IdleReaper:
             try:
                 if reaped := self._host.reap(self._ttl_s):
                     log.info("sandbox_reaped", workspaces=reaped, left=len(self._host.pool))
+                if purged := await self._host.reap_purged():
+                    log.info("sandbox_purged_dropped", workspaces=purged)
             except Exception:  # the next round tries again; calls keep being served
                 log.exception("sandbox_reap_failed")
 

@@ -67,7 +67,10 @@ class SandboxHost:
         async with lock:
             space = self.pool.get(tenant_id, session_id)
             newest = await self.checkpoints.store.latest_seq(tenant_id, session_id)
-            if space is None or space.checkpoint_seq < newest:
+            # Older: another replica (or a fork, a rollback) checkpointed since. Newer: the
+            # session's checkpoints were deleted (its tenant or user was purged), so its
+            # files must not come back either.
+            if space is None or space.checkpoint_seq != newest:
                 space = self.pool.create(tenant_id, session_id)
                 space.lock = lock
                 await self.checkpoints.restore(space)
@@ -86,9 +89,27 @@ class SandboxHost:
         """Drop the local copies idle for ``ttl_s`` (S-05; their checkpoints stay)."""
         idle = self.pool.idle(ttl_s)
         for space in idle:
-            self.pool.drop(space)
-            self._locks.pop(workspace_key(space.tenant_id, space.session_id), None)
+            self._drop(space)
         return len(idle)
+
+    async def reap_purged(self) -> int:
+        """Drop the local copies whose checkpoints are gone from PostgreSQL (a tenant or
+        user deletion removed them): a purge leaves no file of the session on any replica
+        past one reaper interval, whether or not the session is used again."""
+        dropped = 0
+        for space in self.pool.idle(0):
+            if space.checkpoint_seq == 0:
+                continue  # never checkpointed: nothing of it was stored to be purged
+            if await self.checkpoints.store.latest_seq(space.tenant_id, space.session_id):
+                continue
+            if not space.lock.locked():  # a call holding it sees the purge itself
+                self._drop(space)
+                dropped += 1
+        return dropped
+
+    def _drop(self, space: Workspace) -> None:
+        self.pool.drop(space)
+        self._locks.pop(workspace_key(space.tenant_id, space.session_id), None)
 
 
 class SandboxWorker:
