@@ -8,8 +8,8 @@ found; any other name, another tenant's included, reads "not found", so nothing 
 whether it exists elsewhere.
 
 A package is materialised once per content digest in a cache folder outside every
-workspace, owned by the service and read-only for commands; a new version (another
-digest) gets a new folder.
+workspace, owned by the service and bound read-only into the command's sandbox; a new
+version (another digest) gets a new folder.
 """
 
 from __future__ import annotations
@@ -113,9 +113,9 @@ def _materialise(package: SkillPackage, target: Path) -> None:
         host = staging / f.path
         host.parent.mkdir(parents=True, exist_ok=True)
         host.write_bytes(f.content)
-        host.chmod(0o555 if f.executable else 0o444)
+        host.chmod(0o755 if f.executable else 0o644)
     for directory, _, _ in os.walk(staging):
-        Path(directory).chmod(0o555)
+        Path(directory).chmod(0o755)  # the service's; commands see it through a ro-bind
     staging.rename(target)
 
 
