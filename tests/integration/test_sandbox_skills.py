@@ -43,9 +43,7 @@ async def test_the_store_is_scoped_by_tenant(
     assert await store.get(mine, "other") is None  # the other tenant's
     stored = await store.get(mine, "greeter")
     assert stored is not None and stored.package == package
-    newer = package_from_zip(
-        make_zip([("SKILL.md", skill_md("greeter", "Greets, v2."), 0o100644)])
-    )
+    newer = package_from_zip(make_zip([("SKILL.md", skill_md("greeter", "Greets, v2."), 0o100644)]))
     replaced = await store.install(mine, newer, replace=True)
     assert replaced.description == "Greets, v2." and replaced.digest != package.digest
     assert not await store.delete(mine, "other")
@@ -61,7 +59,10 @@ async def test_read_then_run_a_skill_script(
     allowed = ["greeter"]
     read = await sandbox.call("read_file", path="skill://greeter/SKILL.md", allowed_skills=allowed)
     assert read.success, read
-    assert read.output.startswith("---\nname: greeter") and "scripts/greet.sh (executable)" in read.output
+    assert (
+        read.output.startswith("---\nname: greeter")
+        and "scripts/greet.sh (executable)" in read.output
+    )
     assert "/skills/greeter ($WEFT_SKILL_DIR)" in read.output
     script = await sandbox.call(
         "read_file", path="skill://greeter/scripts/greet.sh", allowed_skills=allowed
@@ -83,7 +84,9 @@ async def test_read_then_run_a_skill_script(
     again = await sandbox.call("read_file", path="skill://greeter/SKILL.md", allowed_skills=allowed)
     assert again.output == read.output
     # Without skill_name no skill is mounted.
-    plain = await sandbox.call("shell_exec", command="ls /skills 2>&1; echo ${WEFT_SKILL_DIR:-unset}")
+    plain = await sandbox.call(
+        "shell_exec", command="ls /skills 2>&1; echo ${WEFT_SKILL_DIR:-unset}"
+    )
     assert "No such file" in plain.output and "unset" in plain.output, plain.output
 
 

@@ -93,7 +93,7 @@ def test_the_limits_are_inclusive() -> None:  # SPEC S-04: name <= 64, descripti
 
 
 def test_a_package_needs_skill_md_at_its_root() -> None:
-    with pytest.raises(PackageRejected, match="no SKILL.md"):
+    with pytest.raises(PackageRejected, match=r"no SKILL\.md"):
         build_package([SkillFile("docs/SKILL.md", skill_md("nested"))])
     with pytest.raises(PackageRejected, match="twice"):
         build_package([SkillFile("SKILL.md", skill_md("a")), SkillFile("./SKILL.md", b"x")])
@@ -110,7 +110,9 @@ def test_sizes_and_counts_are_capped_by_what_is_read() -> None:  # SPEC S-04
     with pytest.raises(PackageTooLarge, match="more than"):
         build_package(many)
     # A zip bomb: tiny compressed, over the cap once read (the declared size is not trusted).
-    bomb = make_zip([("SKILL.md", skill_md("bomb"), REG), ("zeros", b"\0" * (MAX_FILE_BYTES * 2), REG)])
+    bomb = make_zip(
+        [("SKILL.md", skill_md("bomb"), REG), ("zeros", b"\0" * (MAX_FILE_BYTES * 2), REG)]
+    )
     with pytest.raises(PackageTooLarge):
         package_from_zip(bomb)
 

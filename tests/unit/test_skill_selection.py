@@ -29,8 +29,14 @@ class _Skills:
     async def list(self, tenant_id: str, names: Sequence[str] | None = None) -> list[SkillSummary]:
         self.asked.append((tenant_id, None if names is None else list(names)))
         return [
-            SkillSummary(name=n, description=f"does {n}", digest="d", size_bytes=1, file_count=1,
-                         updated_at=datetime.now(UTC))  # fmt: skip
+            SkillSummary(
+                name=n,
+                description=f"does {n}",
+                digest="d",
+                size_bytes=1,
+                file_count=1,
+                updated_at=datetime.now(UTC),
+            )
             for n in INSTALLED.get(tenant_id, [])
             if names is None or n in names
         ]
