@@ -26,6 +26,7 @@ from weft_contracts import (
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.settings import MIB, SandboxSettings
+from weft_sandbox.skill_installer import register_installer
 from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
@@ -68,6 +69,7 @@ class Sandbox:
         tenant: str | None = None,
         *,
         allowed_skills: list[str] | None = None,
+        agent_id: str = "a",
         **arguments: Any,
     ) -> ToolCallCompletedData:
         call = ToolCallRequested(
@@ -76,7 +78,7 @@ class Sandbox:
             data=ToolCallRequestedData(
                 call_id=f"call_{secrets.token_hex(6)}", tool_name=tool, arguments=arguments,
                 round=0, deadline=datetime.now(UTC) + timedelta(seconds=120),
-                context=ToolContext(user_id="u", agent_id="a", allowed_tools=TOOLS,
+                context=ToolContext(user_id="u", agent_id=agent_id, allowed_tools=TOOLS,
                                     allowed_skills=allowed_skills),
             ),
         )  # fmt: skip
@@ -118,6 +120,7 @@ async def open_sandbox(
     skills.start()
     bus = _Bus()
     registry = sandbox_registry(host, backend, MemorySnapshotStore(), skills)
+    register_installer(registry, host, SkillStore(sessions))
     worker = SandboxWorker(
         bus, registry, host, redis,  # type: ignore[arg-type]
         worker_name=instance, prefix=f"{instance}.",

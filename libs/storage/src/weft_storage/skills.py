@@ -58,28 +58,38 @@ class SkillStore:
         self._sessions = sessions
 
     async def install(
-        self, tenant_id: str, package: SkillPackage, *, replace: bool = False
+        self,
+        tenant_id: str,
+        package: SkillPackage,
+        *,
+        replace: bool = False,
+        installer_session: str | None = None,
     ) -> SkillSummary:
         """Store ``package`` (already validated); :class:`SkillExists` when its name is
-        taken and ``replace`` is false."""
+        taken and ``replace`` is false. An installer session (``installer_session``)
+        replaces only a skill that same session installed."""
         params = {
             "t": tenant_id, "n": package.name, "d": package.description,
             "g": package.digest, "a": package_to_zip(package), "s": package.size_bytes,
-            "c": len(package.files),
+            "c": len(package.files), "i": installer_session,
         }  # fmt: skip
-        conflict = (
+        update = (
             "DO UPDATE SET description = excluded.description, digest = excluded.digest, "
             "archive = excluded.archive, size_bytes = excluded.size_bytes, "
-            "file_count = excluded.file_count, updated_at = now()"
-            if replace
-            else "DO NOTHING"
+            "file_count = excluded.file_count, "
+            "installer_session = excluded.installer_session, updated_at = now()"
         )
+        if installer_session is not None:
+            conflict = f"{update} WHERE skill_packages.installer_session = :i"
+        else:
+            conflict = update if replace else "DO NOTHING"
         async with self._sessions() as db:
             row = (
                 await db.execute(
                     text(
                         "INSERT INTO skill_packages (tenant_id, name, description, digest, "
-                        "archive, size_bytes, file_count) VALUES (:t, :n, :d, :g, :a, :s, :c) "
+                        "archive, size_bytes, file_count, installer_session) "
+                        "VALUES (:t, :n, :d, :g, :a, :s, :c, :i) "
                         f"ON CONFLICT (tenant_id, name) {conflict} RETURNING {_SUMMARY}"
                     ),
                     params,

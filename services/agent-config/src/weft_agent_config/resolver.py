@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pydantic import ValidationError
 from weft_contracts import AgentConfig, AgentMode, KnowledgeBaseInfo, ReasoningEffort, SkillInfo
 from weft_storage.skills import SkillStore
+from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
 
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import (
@@ -32,7 +33,7 @@ KNOWLEDGE_BASES_PLACEHOLDER = re.compile(r"\{\{\s*knowledge_bases\s*\}\}")
 """The placeholder whose value needs the KBs' names (the engine's syntax)."""
 MAX_NAMED_KNOWLEDGE_BASES = 50
 """A tenant-wide scope names at most this many KBs in the prompt."""
-SKILL_INSTALLER = "builtin-skill-installer"
+SKILL_INSTALLER = SKILL_INSTALLER_AGENT
 """In skill-install mode the prompt lists no skills (the reference's rule)."""
 MAX_LISTED_SKILLS = 100
 
@@ -131,6 +132,7 @@ def runtime_config(
         web_search=full.web_search_enabled and overrides.web_allowed,
         memory=bool(full.memory_enabled),
         sandbox=bool(full.sandbox_enabled),
+        skill_installer=agent_id == SKILL_INSTALLER,
     )
     assert full.model is not None and full.max_iterations is not None
     levels = models.reasoning_levels(full.model) if models else None

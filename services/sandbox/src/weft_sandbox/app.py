@@ -20,6 +20,7 @@ from weft_tools.web_snapshots import RedisSnapshotStore
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.settings import SandboxSettings
+from weft_sandbox.skill_installer import register_installer
 from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
@@ -99,6 +100,8 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         on_startup.append(start_local)
         on_shutdown.append(stop_local)
     registry = sandbox_registry(host, backend, snapshots, skills)
+    if host is not None:
+        register_installer(registry, host, SkillStore(runtime.sessions))
     worker = SandboxWorker(
         runtime.bus, registry, host, runtime.redis,
         worker_name=runtime.instance_id, prefix=settings.topic_prefix,

@@ -253,7 +253,9 @@ class WriteSandboxFile:
         if host.is_dir():
             return _fail(f"write_sandbox_file: {args.path!r} is a folder")
         try:
-            await asyncio.to_thread(_write, space, host, data, append=args.mode == "append")
+            await asyncio.to_thread(
+                write_as_sandbox, space, host, data, append=args.mode == "append"
+            )
         except OSError as exc:
             return _fail(f"write_sandbox_file: {exc.strerror or exc}")
         shown = space.sandbox_path(host)
@@ -265,7 +267,7 @@ class WriteSandboxFile:
         )
 
 
-def _write(space: Workspace, host: Path, data: bytes, *, append: bool) -> None:
+def write_as_sandbox(space: Workspace, host: Path, data: bytes, *, append: bool) -> None:
     """Write as the service but leave the file to the sandbox's uid; never through a
     symlink planted after the path was checked (O_NOFOLLOW)."""
     missing = [p for p in [host.parent, *host.parent.parents] if not p.exists()]
@@ -312,7 +314,7 @@ class EditSandboxFile:
         data = edited.encode()
         if len(data) > WRITE_MAX_BYTES:
             return _fail("edit_sandbox_file: the result would exceed 8 MiB; nothing was changed")
-        await asyncio.to_thread(_write, space, host, data, append=False)
+        await asyncio.to_thread(write_as_sandbox, space, host, data, append=False)
         shown = space.sandbox_path(host)
         return ToolOutcome(
             success=True,

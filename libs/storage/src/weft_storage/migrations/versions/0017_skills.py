@@ -1,5 +1,6 @@
 """Installed skill packages per tenant (SPEC S-04): name, description and the package as
-a zip, with its content digest (sandboxes cache a mounted copy by it).
+a zip, with its content digest (sandboxes cache a mounted copy by it) and the installer
+session that wrote it, if any.
 
 Revision ID: 0017_skills
 Revises: 0014_sandbox
@@ -26,6 +27,9 @@ def upgrade() -> None:
         sa.Column("archive", sa.LargeBinary, nullable=False),
         sa.Column("size_bytes", sa.BigInteger, nullable=False),
         sa.Column("file_count", sa.Integer, nullable=False),
+        # The session of the skill installer that wrote it (None: uploaded through the
+        # API); that installer may replace it, never another skill.
+        sa.Column("installer_session", sa.String(128), nullable=True),
         sa.Column(
             "created_at",
             sa.DateTime(timezone=True),
