@@ -39,10 +39,12 @@ async def test_an_installed_skill_is_listed_read_and_run(
     assert agent.status_code == 201, agent.text
     session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
     marker = "SKILL-TURN"
+    # Call ids unique to this test: a write call's claim is keyed by its id in the stack.
+    read_id, run_id = f"call_read_{secrets.token_hex(3)}", f"call_run_{secrets.token_hex(3)}"
     script = {"steps": [
-        {"match": marker, "tool_calls": [{"id": "call_read", "name": "read_file",
+        {"match": marker, "tool_calls": [{"id": read_id, "name": "read_file",
                                           "arguments": {"path": f"skill://{name}/SKILL.md"}}]},
-        {"match": marker, "tool_calls": [{"id": "call_run", "name": "shell_exec",
+        {"match": marker, "tool_calls": [{"id": run_id, "name": "shell_exec",
                                           "arguments": {"skill_name": name,
                                                         "command": RUN_GREETER}}]},
         {"match": marker, "content": "greeted"},
@@ -56,9 +58,9 @@ async def test_an_installed_skill_is_listed_read_and_run(
         e.data["data"]["call_id"]: e.data["data"] for e in events if e.event == "tool_result"
     }
     assert events[-1].data["data"]["final_answer"] == "greeted"
-    read = results["call_read"]
+    read = results[read_id]
     assert read["success"] and f"name: {name}" in read["output"], read
-    ran = results["call_run"]
+    ran = results[run_id]
     assert ran["success"] and f"greetings from /skills/{name}: ada" in ran["output"], ran
 
     sent = await chat_requests(llm)

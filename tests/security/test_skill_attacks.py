@@ -199,11 +199,13 @@ async def test_a_skill_not_selected_is_refused_in_a_real_turn(
     assert agent.status_code == 201, agent.text
     session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
     marker = "SKILL-UNSELECTED"
+    # Call ids unique to this test: a write call's claim is keyed by its id in the stack.
+    read_id, run_id = f"call_read_{secrets.token_hex(3)}", f"call_run_{secrets.token_hex(3)}"
     script = {"steps": [
         {"match": marker, "tool_calls": [
-            {"id": "call_read", "name": "read_file",
+            {"id": read_id, "name": "read_file",
              "arguments": {"path": f"skill://{name}/SKILL.md"}},
-            {"id": "call_run", "name": "shell_exec",
+            {"id": run_id, "name": "shell_exec",
              "arguments": {"skill_name": name, "command": "ls $WEFT_SKILL_DIR"}}]},
         {"match": marker, "content": "refused"},
     ]}  # fmt: skip
@@ -215,7 +217,7 @@ async def test_a_skill_not_selected_is_refused_in_a_real_turn(
     results = {
         e.data["data"]["call_id"]: e.data["data"] for e in events if e.event == "tool_result"
     }
-    for call in ("call_read", "call_run"):
+    for call in (read_id, run_id):
         assert not results[call]["success"], results[call]
         assert f"skill {name!r} not found" in results[call]["error"], results[call]
     assert (await api.delete(f"/api/v1/skills/{name}")).status_code == 204
