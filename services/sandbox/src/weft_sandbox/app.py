@@ -95,6 +95,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         async def stop_local() -> None:
             await reaper.stop()
             pool.close()
+            library.stop()
             local.stop()
 
         on_startup.append(start_local)

@@ -78,6 +78,10 @@ class SkillLibrary:
         self._cache.mkdir(parents=True)
         self._cache.chmod(0o711)
 
+    def stop(self) -> None:
+        """Remove the cache (the packages stay in PostgreSQL)."""
+        shutil.rmtree(self._cache, ignore_errors=True)
+
     async def package(self, context: ToolContext, tenant_id: str, name: str) -> SkillPackage:
         """The package of skill ``name`` this call may use; :class:`SkillUnavailable`
         when the agent may not use it or the tenant has none of that name (the same
