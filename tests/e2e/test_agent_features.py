@@ -127,14 +127,14 @@ async def test_incompatible_knowledge_bases_are_refused(
 async def test_builtins_whose_tools_do_not_exist_are_not_offered(
     api: httpx.AsyncClient,
 ) -> None:
-    """SPEC A-03: the wiki and skill built-ins need tools no worker runs yet. They are not
+    """SPEC A-03: the wiki built-ins need tools no worker runs yet. They are not
     listed, show why by id, and a session or a chat with them is a 422 with that reason
     instead of a turn that cannot use its tools."""
     listed = {a["id"]: a for a in (await api.get("/api/v1/agents")).json()}
     assert "builtin-wiki-researcher" not in listed
     assert listed["builtin-data-analyst"]["available"] is True
     session = (await api.post("/api/v1/sessions", json={})).json()["id"]
-    for agent_id in ("builtin-wiki-researcher", "builtin-wiki-fixer", "builtin-skill-installer"):
+    for agent_id in ("builtin-wiki-researcher", "builtin-wiki-fixer"):
         view = (await api.get(f"/api/v1/agents/{agent_id}")).json()
         assert view["available"] is False and "does not run yet" in view["unavailable_reason"]
         resp = await api.post("/api/v1/sessions", json={"agent_id": agent_id})

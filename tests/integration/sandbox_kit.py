@@ -26,9 +26,12 @@ from weft_contracts import (
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.settings import MIB, SandboxSettings
+from weft_sandbox.skill_installer import register_installer
+from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
+from weft_storage.skills import SkillStore
 from weft_tools.sandbox_specs import SANDBOX_SPECS
 from weft_tools.web_snapshots import MemorySnapshotStore
 
@@ -57,18 +60,27 @@ class Sandbox:
     backend: LocalBackend
     tenant: str
     session: str
+    skills: SkillLibrary
 
     async def call(
-        self, tool: str, session: str | None = None, tenant: str | None = None,
-        turn: str = "r1", **arguments: Any,
-    ) -> ToolCallCompletedData:  # fmt: skip
+        self,
+        tool: str,
+        session: str | None = None,
+        tenant: str | None = None,
+        *,
+        turn: str = "r1",
+        allowed_skills: list[str] | None = None,
+        agent_id: str = "a",
+        **arguments: Any,
+    ) -> ToolCallCompletedData:
         call = ToolCallRequested(
             tenant_id=tenant or self.tenant, session_id=session or self.session,
             request_id=turn,
             data=ToolCallRequestedData(
                 call_id=f"call_{secrets.token_hex(6)}", tool_name=tool, arguments=arguments,
                 round=0, deadline=datetime.now(UTC) + timedelta(seconds=120),
-                context=ToolContext(user_id="u", agent_id="a", allowed_tools=TOOLS),
+                context=ToolContext(user_id="u", agent_id=agent_id, allowed_tools=TOOLS,
+                                    allowed_skills=allowed_skills),
             ),
         )  # fmt: skip
         await self.worker.handle(call)
@@ -105,17 +117,22 @@ async def open_sandbox(
     backend.start()
     pool.start()
     host = SandboxHost(pool, GitCheckpoints(CheckpointStore(sessions)))
+    skills = SkillLibrary(SkillStore(sessions), root.parent / f"{root.name}-skills")
+    skills.start()
     bus = _Bus()
+    registry = sandbox_registry(host, backend, MemorySnapshotStore(), skills)
+    register_installer(registry, host, SkillStore(sessions))
     worker = SandboxWorker(
-        bus, sandbox_registry(host, backend, MemorySnapshotStore()), host, redis,  # type: ignore[arg-type]
+        bus, registry, host, redis,  # type: ignore[arg-type]
         worker_name=instance, prefix=f"{instance}.",
     )  # fmt: skip
     try:
         yield Sandbox(
             worker, bus, host, pool, backend, tenant or f"tenant-{secrets.token_hex(4)}",
-            session or f"session-{secrets.token_hex(4)}",
+            session or f"session-{secrets.token_hex(4)}", skills,
         )  # fmt: skip
     finally:
         pool.close()
         backend.stop()
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root.parent / f"{root.name}-skills", ignore_errors=True)

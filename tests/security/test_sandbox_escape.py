@@ -209,9 +209,9 @@ async def test_bad_arguments_are_readable_errors(sandbox: Sandbox) -> None:  # S
         ("shell_exec", {"command": "true", "timeout_sec": 601}, "timeout_sec"),
         ("shell_exec", {"command": "true", "stdin": "x" * 65537}, "stdin"),
         ("shell_exec", {"command": "true", "env": {"BAD NAME": "x"}}, "env name"),
-        ("shell_exec", {"command": "true", "skill_name": "pdf"}, "skills are not available"),
+        ("shell_exec", {"command": "true", "skill_name": "pdf"}, "skill 'pdf' not found"),
         ("write_sandbox_file", {"path": "big", "content": "x" * (8 * MIB + 1)}, "content"),
-        ("read_file", {"path": "skill://pdf/SKILL.md"}, "skills are not available"),
+        ("read_file", {"path": "skill://pdf/SKILL.md"}, "skill 'pdf' not found"),
     ]
     for tool, arguments, fragment in cases:
         done = await sandbox.call(tool, **arguments)

@@ -297,15 +297,12 @@ def test_create_normalizes_and_refuses_hidden() -> None:  # SPEC A-04, A-06
 
 
 async def test_builtins_whose_tools_do_not_exist_are_unavailable() -> None:
-    """SPEC A-03: the wiki and skill built-ins need tools no worker runs yet; they are not
-    listed, carry the reason, and resolving them is refused instead of starting a turn
-    that cannot use its tools."""
+    """SPEC A-03: the wiki built-ins need tools no worker runs yet; they are not listed,
+    carry the reason, and resolving them is refused instead of starting a turn that cannot
+    use its tools. The skill installer's tools run (S-04)."""
     builtins = BuiltinAgents.load()
-    assert set(builtins.unavailable) == {
-        "builtin-wiki-researcher", "builtin-wiki-fixer", "builtin-skill-installer",
-    }  # fmt: skip
+    assert set(builtins.unavailable) == {"builtin-wiki-researcher", "builtin-wiki-fixer"}
     assert "wiki_search" in builtins.unavailable["builtin-wiki-researcher"]
-    assert "shell" in builtins.unavailable["builtin-skill-installer"]
     assert "read_document" not in builtins.unavailable["builtin-wiki-researcher"]
     assert not set(builtins.unavailable) & set(builtins.listed())
     assert missing_tools(["search_knowledge", "web_search", "knowledge_search"]) == []

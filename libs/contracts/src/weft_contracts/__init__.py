@@ -4,7 +4,13 @@ These pydantic models are the source of truth; ``proto/`` holds the JSON Schemas
 AsyncAPI document generated from them by ``make proto``.
 """
 
-from weft_contracts.agent import AgentConfig, AgentMode, KnowledgeBaseInfo, ReasoningEffort
+from weft_contracts.agent import (
+    AgentConfig,
+    AgentMode,
+    KnowledgeBaseInfo,
+    ReasoningEffort,
+    SkillInfo,
+)
 from weft_contracts.commands import (
     AgentControl,
     AgentRequest,
@@ -123,6 +129,7 @@ __all__ = [
     "ReferencesData",
     "ReferencesEvent",
     "SessionNotice",
+    "SkillInfo",
     "StarterConfig",
     "SteerMessage",
     "SteerMessageData",

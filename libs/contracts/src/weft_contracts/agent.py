@@ -28,6 +28,15 @@ class KnowledgeBaseInfo(BaseModel):
     description: str = ""
 
 
+class SkillInfo(BaseModel):
+    """A skill the agent may use this turn, as level 1 of the prompt shows it (SPEC S-04)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(max_length=64)
+    description: str = Field(default="", max_length=1024)
+
+
 class AgentConfig(BaseModel):
     """Snapshot of an agent's settings that travels with ``ChatRequested``.
 
@@ -99,4 +108,10 @@ class AgentConfig(BaseModel):
         default=None,
         description="SPEC E-26: the model that describes images for a chat model without "
         "vision (the owner's for a shared agent); None: images cannot be read.",
+    )
+    skills: list[SkillInfo] = Field(
+        default_factory=list,
+        description="SPEC S-04: the installed skills this agent may use this turn (its "
+        "skills_selection_mode and selected_skills applied); empty without a sandbox or "
+        "read_file.",
     )

@@ -37,9 +37,18 @@ class ToolContext(Payload):
         ),
     )
 
+    allowed_skills: list[str] | None = Field(
+        default=None,
+        description="SPEC S-04: the skills this turn's agent may read and run; absent: none.",
+    )
+
     def permits(self, tool_name: str) -> bool:
         """Whether the turn may run ``tool_name``; fail closed when the set is absent."""
         return self.allowed_tools is not None and tool_name in self.allowed_tools
+
+    def permits_skill(self, name: str) -> bool:
+        """Whether the turn may use skill ``name``; fail closed when the set is absent."""
+        return self.allowed_skills is not None and name in self.allowed_skills
 
 
 SHOWN_NAME_CHARS = 64

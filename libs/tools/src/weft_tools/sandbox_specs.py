@@ -24,6 +24,7 @@ WRITE_MAX_BYTES = 8 * MIB
 READ_DEFAULT_LINES = 2000
 READ_MAX_BYTES = 64 * KIB
 READ_WEB_MAX_BYTES = 50 * KIB
+SKILL_FILE_MAX_BYTES = 256 * KIB
 LIST_DEFAULT_ENTRIES = 200
 LIST_MAX_ENTRIES = 500
 
@@ -88,6 +89,23 @@ class ListSandboxFilesArguments(ToolArguments):
     max_entries: Annotated[int, Field(ge=1, le=LIST_MAX_ENTRIES)] = LIST_DEFAULT_ENTRIES
 
 
+class WriteSkillFileArguments(ToolArguments):
+    """``write_skill_file`` (S-04, the skill installer's)."""
+
+    path: Annotated[str, Field(min_length=1, max_length=255, description="Inside the skill.")]
+    content: Annotated[str, Field(max_length=SKILL_FILE_MAX_BYTES)]
+    executable: bool = False
+
+
+class EditSkillFileArguments(ToolArguments):
+    """``edit_skill_file`` (S-04, the skill installer's)."""
+
+    path: Annotated[str, Field(min_length=1, max_length=255, description="Inside the skill.")]
+    old_string: Annotated[str, Field(min_length=1)]
+    new_string: str
+    replace_all: bool = False
+
+
 SHELL_EXEC = ToolSpec(
     name="shell_exec",
     description=(
@@ -135,17 +153,48 @@ LIST_SANDBOX_FILES = ToolSpec(
     read_only=True,
 )
 
+SKILL_DRAFT = "/workspace/skill-draft"
+"""Where the skill installer builds the skill it installs (in the session's workspace)."""
+WRITE_SKILL_FILE = ToolSpec(
+    name="write_skill_file",
+    description=(
+        f"Skill installer only: write a file of the skill being installed (path relative to "
+        f"the skill's folder, {SKILL_DRAFT}; at most 256 KiB). After each write the folder "
+        "is validated (SKILL.md with name and description frontmatter) and, when valid, "
+        "installed for this workspace; the answer says which."
+    ),
+    arguments=WriteSkillFileArguments,
+    read_only=False,
+)
+EDIT_SKILL_FILE = ToolSpec(
+    name="edit_skill_file",
+    description=(
+        "Skill installer only: replace old_string with new_string in a file of the skill "
+        "being installed (exactly one occurrence unless replace_all), then validate and "
+        "install it like write_skill_file."
+    ),
+    arguments=EditSkillFileArguments,
+    read_only=False,
+)
+
 SANDBOX_SPECS: tuple[ToolSpec, ...] = (
     EDIT_SANDBOX_FILE,
+    EDIT_SKILL_FILE,
     LIST_SANDBOX_FILES,
     READ_FILE,
     SHELL_EXEC,
     WRITE_SANDBOX_FILE,
+    WRITE_SKILL_FILE,
 )
 """Every tool the sandbox service runs."""
 
+INSTALLER_TOOLS: frozenset[str] = frozenset({"write_skill_file", "edit_skill_file"})
+"""Reserved to the built-in skill installer (dropped from every other agent's tools)."""
+SKILL_INSTALLER_AGENT = "builtin-skill-installer"
+
 SCRIPT_TOOLS: frozenset[str] = frozenset(
-    {"shell_exec", "write_sandbox_file", "edit_sandbox_file", "list_sandbox_files"}
-)
+    {"shell_exec", "write_sandbox_file", "edit_sandbox_file", "list_sandbox_files",
+     *INSTALLER_TOOLS}
+)  # fmt: skip
 """Sandbox tools that need a sandbox (S-05); ``read_file`` also serves web:// snapshots
 and attachments without one."""

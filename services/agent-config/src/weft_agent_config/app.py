@@ -14,6 +14,7 @@ from weft_platform.app import create_service_app, init_logging
 from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
+from weft_storage.skills import SkillStore
 
 from weft_agent_config.agent_service import AgentService
 from weft_agent_config.catalogs import BuiltinAgents, TypePresets
@@ -231,8 +232,9 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
     sharing = SharingStore(runtime.sessions)
     models = ModelCapabilities.load(s.model_capabilities_file or None)
     resolver = AgentResolver(
-        store, builtins, s.llm_model, models=models, knowledge=knowledge, sharing=sharing
-    )
+        store, builtins, s.llm_model, models=models, knowledge=knowledge, sharing=sharing,
+        skills=SkillStore(runtime.sessions),
+    )  # fmt: skip
     service = AgentService(store, builtins, TypePresets.load(), s.llm_model, knowledge)
     shares = SharingService(service, sharing)
     return create_service_app(

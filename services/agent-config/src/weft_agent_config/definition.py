@@ -45,6 +45,13 @@ class AgentDefinition(BaseModel):
     llm_call_timeout_s: float = Field(default=0, ge=0, le=86_400)
     allowed_tools: list[str] | None = Field(default=None, max_length=100)
     sandbox_enabled: bool = False
+    skills_selection_mode: Literal["all", "selected", "none"] = Field(
+        default="all",
+        description="SPEC S-04: which installed skills the agent may use (with a sandbox).",
+    )
+    selected_skills: list[str] = Field(
+        default_factory=list, max_length=100, description="The skills of ``selected`` mode."
+    )
     kb_selection_mode: Literal["all", "selected", "none"] = "all"
     knowledge_base_ids: list[str] = Field(default_factory=list, max_length=100)
     web_search_enabled: bool = False

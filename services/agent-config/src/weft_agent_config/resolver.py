@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
-from weft_contracts import AgentConfig, AgentMode, KnowledgeBaseInfo, ReasoningEffort
+from weft_contracts import AgentConfig, AgentMode, KnowledgeBaseInfo, ReasoningEffort, SkillInfo
+from weft_storage.skills import SkillStore
+from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
 
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import (
@@ -31,6 +33,9 @@ KNOWLEDGE_BASES_PLACEHOLDER = re.compile(r"\{\{\s*knowledge_bases\s*\}\}")
 """The placeholder whose value needs the KBs' names (the engine's syntax)."""
 MAX_NAMED_KNOWLEDGE_BASES = 50
 """A tenant-wide scope names at most this many KBs in the prompt."""
+SKILL_INSTALLER = SKILL_INSTALLER_AGENT
+"""In skill-install mode the prompt lists no skills (the reference's rule)."""
+MAX_LISTED_SKILLS = 100
 
 
 class AgentNotFound(LookupError):
@@ -127,6 +132,7 @@ def runtime_config(
         web_search=full.web_search_enabled and overrides.web_allowed,
         memory=bool(full.memory_enabled),
         sandbox=bool(full.sandbox_enabled),
+        skill_installer=agent_id == SKILL_INSTALLER,
     )
     assert full.model is not None and full.max_iterations is not None
     levels = models.reasoning_levels(full.model) if models else None
@@ -184,7 +190,9 @@ class AgentResolver:
         models: ModelCapabilities | None = None,
         knowledge: KnowledgeDirectory | None = None,
         sharing: SharingStore | None = None,
+        skills: SkillStore | None = None,
     ):
+        self._skills = skills
         self._store = store
         self._builtins = builtins
         self._default_model = default_model
@@ -236,14 +244,36 @@ class AgentResolver:
         except (ValidationError, UnknownTool) as exc:
             raise InvalidAgent(f"agent {agent_id!r} has an invalid configuration: {exc}") from exc
         kbs = await self._knowledge_bases(owner or tenant_id, config)
+        skills = await self.usable_skills(owner or tenant_id, agent_id, agent, config)
         return config.model_copy(
             update={
+                "skills": skills,
                 "knowledge_bases": kbs,
                 "retrieval_tenant_id": owner,
                 "shared": owner is not None,
                 "key_knowledge_base_ids": key_knowledge_base_ids,
             }
         )
+
+    async def usable_skills(
+        self, tenant_id: str, agent_id: str, agent: AgentDefinition, config: AgentConfig
+    ) -> list[SkillInfo]:
+        """SPEC S-04: the installed skills of the tenant whose sandbox runs them (a shared
+        agent's owner) that the agent selects; none without a sandbox, without read_file
+        (level 2 needs it) or in skill-install mode."""
+        if (
+            self._skills is None
+            or not agent.sandbox_enabled
+            or "read_file" not in config.allowed_tools
+            or agent.skills_selection_mode == "none"
+            or agent_id == SKILL_INSTALLER
+        ):
+            return []
+        names = agent.selected_skills if agent.skills_selection_mode == "selected" else None
+        found = await self._skills.list(tenant_id, names)
+        return [SkillInfo(name=s.name, description=s.description) for s in found][
+            :MAX_LISTED_SKILLS
+        ]
 
     async def _knowledge_bases(
         self, tenant_id: str, config: AgentConfig

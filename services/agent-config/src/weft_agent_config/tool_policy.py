@@ -14,7 +14,7 @@ from weft_tools.catalog import (
     MANAGED_ELSEWHERE,
     tool_catalog,
 )
-from weft_tools.sandbox_specs import SCRIPT_TOOLS
+from weft_tools.sandbox_specs import INSTALLER_TOOLS, SCRIPT_TOOLS
 
 KNOWLEDGE_TOOLS: frozenset[str] = frozenset(
     {"search_knowledge", "read_document", "list_documents", "data_schema", "data_analysis"}
@@ -73,12 +73,16 @@ def runtime_tools(
     web_search: bool,
     memory: bool,
     sandbox: bool = False,
+    skill_installer: bool = False,
 ) -> list[str]:
     """SPEC A-08 steps: effective allow-list; a pure agent (no KB scope) drops KB tools;
     script tools only with a sandbox (S-05), list_sandbox_files only without shell_exec
-    (T-16); web tools injected when the agent and the request allow web; search_memory
-    when the agent's memory is on; de-duplicated."""
+    (T-16), the skill-writing tools only for the skill installer (S-04); web tools
+    injected when the agent and the request allow web; search_memory when the agent's
+    memory is on; de-duplicated."""
     tools = normalize_allowed_tools(allowed)
+    if not skill_installer:
+        tools = [t for t in tools if t not in INSTALLER_TOOLS]
     if not has_kb_scope:
         tools = [t for t in tools if t not in KNOWLEDGE_TOOLS and not t.startswith("wiki_")]
     if not sandbox:

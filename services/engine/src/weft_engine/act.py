@@ -153,6 +153,7 @@ def dispatch_messages(
         retrieval_tenant_id=state.agent.retrieval_tenant_id,
         key_knowledge_base_ids=state.agent.key_knowledge_base_ids,
         allowed_tools=offered_tools(state.agent.allowed_tools),  # the workers check it too
+        allowed_skills=[skill.name for skill in state.agent.skills],
     )
     updated: list[PendingCall] = []
     messages: list[ToolCallRequested] = []

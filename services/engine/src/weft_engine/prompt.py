@@ -1,8 +1,8 @@
 """The messages of a new turn: system prompt, history, the user's message (SPEC E-02, E-24).
 
 System prompt sections in the reference's order: the base (explicit body, else the pure
-or the RAG template), runtime conventions, sources, tools, output, memory, citation
-protocol (no skills section: the sandbox that would run skills is a placeholder).
+or the RAG template), runtime conventions, sources, tools, output, skills, memory,
+citation protocol.
 Per-turn facts (date, session) go into the user message's ``runtime_context`` and are
 never persisted.
 """
@@ -38,6 +38,13 @@ CITATION_PROTOCOL = (
     "Citation protocol: when you use a passage returned by a tool, cite it with its id in "
     "square brackets, for example [c1]. Never invent ids."
 )
+SKILLS_INTRO = (
+    "Skills: packaged instructions and scripts for specific tasks. When a task matches a "
+    'skill, first read its instructions with read_file path="skill://<name>/SKILL.md"; '
+    "read its other files the same way when the instructions point to them, and run its "
+    'scripts with shell_exec skill_name="<name>" (the skill\'s folder is $WEFT_SKILL_DIR, '
+    "read-only). Available skills:"
+)
 KNOWLEDGE_TOOLS = frozenset({"search_knowledge", "read_document", "list_documents"})
 DISPLAY_HINTS = {
     "search_knowledge": "Searching the knowledge base",
@@ -62,10 +69,17 @@ def system_prompt(agent: AgentConfig) -> str:
         (uses_knowledge, lambda: SOURCES),
         (bool(tools), lambda: "Tools: " + ", ".join(sorted(tools)) + "."),
         (True, lambda: OUTPUT),
+        (bool(agent.skills) and "read_file" in tools, lambda: skills_section(agent)),
         ("search_memory" in tools, lambda: MEMORY),
         (uses_knowledge, lambda: CITATION_PROTOCOL),
     ]
     return "\n\n".join(render() for include, render in sections if include)
+
+
+def skills_section(agent: AgentConfig) -> str:
+    """Level 1 of the skills (SPEC S-04): each usable skill's name and description."""
+    lines = [f"- {skill.name}: {' '.join(skill.description.split())}" for skill in agent.skills]
+    return "\n".join([SKILLS_INTRO, *lines])
 
 
 PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")

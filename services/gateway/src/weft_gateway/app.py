@@ -17,6 +17,7 @@ from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.skills import SkillStore
 from weft_storage.usage import budget_override
 
 from weft_gateway.admin_api import AdminServices, admin_router
@@ -39,6 +40,7 @@ from weft_gateway.question_origin import QuestionOrigins
 from weft_gateway.routes import agents_router, public_router, shared_agents_router
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
+from weft_gateway.skills_api import skills_router
 from weft_gateway.sse_slots import StreamSlots
 from weft_gateway.streams import SessionStreams
 from weft_gateway.suggestions_api import SuggestionsClient, suggestions_router
@@ -205,6 +207,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             knowledge_router(
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope
             ),
+            skills_router(SkillStore(runtime.sessions), auth),
             admin_router(admin),
         ],
         on_startup=[register_dev_key, admin.lifecycle.start],

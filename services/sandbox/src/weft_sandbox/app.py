@@ -14,11 +14,14 @@ from fastapi import FastAPI
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.runtime import create_runtime
+from weft_storage.skills import SkillStore
 from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.settings import SandboxSettings
+from weft_sandbox.skill_installer import register_installer
+from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
@@ -71,6 +74,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     snapshots = RedisSnapshotStore(runtime.redis)
     host: SandboxHost | None = None
     backend: LocalBackend | None = None
+    skills: SkillLibrary | None = None
     on_startup: list[Callable[[], Awaitable[None]]] = []
     on_shutdown: list[Callable[[], Awaitable[None]]] = []
     if settings.sandbox_backend == "local":
@@ -82,21 +86,26 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         backend = LocalBackend(settings, runtime.instance_id)
         host = SandboxHost(pool, GitCheckpoints(CheckpointStore(runtime.sessions)))
         reaper = IdleReaper(host, settings.sandbox_idle_ttl_s, settings.sandbox_reap_interval_s)
-        local = backend
+        skills = SkillLibrary(SkillStore(runtime.sessions), root.parent / f"{root.name}-skills")
+        local, library = backend, skills
 
         async def start_local() -> None:
             local.start()
             pool.start()
+            library.start()
             await reaper.start()
 
         async def stop_local() -> None:
             await reaper.stop()
             pool.close()
+            library.stop()
             local.stop()
 
         on_startup.append(start_local)
         on_shutdown.append(stop_local)
-    registry = sandbox_registry(host, backend, snapshots)
+    registry = sandbox_registry(host, backend, snapshots, skills)
+    if host is not None:
+        register_installer(registry, host, SkillStore(runtime.sessions))
     worker = SandboxWorker(
         runtime.bus, registry, host, runtime.redis,
         worker_name=runtime.instance_id, prefix=settings.topic_prefix,

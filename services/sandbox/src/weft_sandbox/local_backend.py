@@ -77,6 +77,8 @@ class Command:
     timeout_s: float
     stdout_cap: int
     stderr_cap: int
+    read_only_mounts: tuple[tuple[str, str], ...] = ()
+    """(host folder, sandbox path) pairs bound read-only, e.g. a skill's package."""
 
 
 class LocalBackend:
@@ -195,6 +197,8 @@ class LocalBackend:
         argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
         argv += ["--bind", str(space.work), WORKSPACE]
         argv += ["--ro-bind", str(space.work / "input"), f"{WORKSPACE}/input"]
+        for host, inside in command.read_only_mounts:
+            argv += ["--ro-bind", host, inside]
         argv += ["--chdir", command.work_dir]
         env = {"HOME": WORKSPACE, "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
                "TMPDIR": "/tmp", **(command.env or {})}  # fmt: skip

@@ -34,9 +34,17 @@ from weft_tools.sandbox_specs import (
 from weft_tools.web_snapshots import SnapshotStore
 
 from weft_sandbox.local_backend import Command, CommandResult, LocalBackend, check_env
+from weft_sandbox.skills import (
+    SKILL_DIR_ENV,
+    SkillLibrary,
+    SkillRef,
+    SkillUnavailable,
+    mount_point,
+    skill_file_text,
+)
 from weft_sandbox.workspace import INPUT, WORKSPACE, PathRefused, Workspace
 
-SKILLS_NOT_YET = "skills are not available yet in this Weft version (skill:// and skill_name)"
+NO_SKILLS = "skills need a sandbox, and none is configured on this deployment"
 
 
 class WorkspaceHost(Protocol):
@@ -56,15 +64,30 @@ class ShellExec:
 
     spec: ToolSpec = SHELL_EXEC
 
-    def __init__(self, host: WorkspaceHost, backend: LocalBackend):
+    def __init__(
+        self, host: WorkspaceHost, backend: LocalBackend, skills: SkillLibrary | None = None
+    ):
         self._host = host
         self._backend = backend
+        self._skills = skills
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
-        """Run the command in the session's sandbox."""
+        """Run the command in the session's sandbox (with a skill's package mounted when
+        ``skill_name`` names one the agent may use)."""
         args = call.args(ShellExecArguments)
+        mounts: tuple[tuple[str, str], ...] = ()
+        env = dict(args.env)
         if args.skill_name:
-            return _fail(f"shell_exec: {SKILLS_NOT_YET}")
+            if self._skills is None:
+                return _fail(f"shell_exec: {NO_SKILLS}")
+            try:
+                package = await self._skills.package(call.context, call.tenant_id, args.skill_name)
+            except SkillUnavailable as exc:
+                return _fail(f"shell_exec: {exc}")
+            owner = call.context.retrieval_tenant_id or call.tenant_id
+            folder = await self._skills.mount(owner, package)
+            mounts = ((str(folder), mount_point(package.name)),)
+            env[SKILL_DIR_ENV] = mount_point(package.name)  # after the caller's: not spoofable
         if (problem := check_env(args.env)) is not None:
             return _fail(f"shell_exec: {problem}")
         stdin = args.stdin.encode()
@@ -78,9 +101,9 @@ class ShellExec:
         if not cwd.is_dir():
             return _fail(f"shell_exec: work_dir {args.work_dir!r} is not a folder")
         command = Command(
-            command=args.command, work_dir=space.sandbox_path(cwd), stdin=stdin, env=args.env,
+            command=args.command, work_dir=space.sandbox_path(cwd), stdin=stdin, env=env,
             timeout_s=args.timeout_sec, stdout_cap=args.max_output_bytes,
-            stderr_cap=args.max_stderr_bytes,
+            stderr_cap=args.max_stderr_bytes, read_only_mounts=mounts,
         )  # fmt: skip
         result = await self._backend.run(space, command)
         return _shell_outcome(result, args.timeout_sec)
@@ -117,20 +140,26 @@ def _cut_note(kept: bytes, total: int) -> str:
 
 class ReadFile:
     """``read_file`` (T-14): workspace paths, web:// snapshots, attachment:// (the
-    session's ``/workspace/input``); skill:// comes with skills."""
+    session's ``/workspace/input``), skill:// (a file of a skill the agent may use)."""
 
     spec: ToolSpec = READ_FILE
 
-    def __init__(self, host: WorkspaceHost | None, snapshots: SnapshotStore):
+    def __init__(
+        self,
+        host: WorkspaceHost | None,
+        snapshots: SnapshotStore,
+        skills: SkillLibrary | None = None,
+    ):
         self._host = host
         self._snapshots = snapshots
+        self._skills = skills
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
         """Read one page of lines."""
         args = call.args(ReadFileArguments)
         path = args.path.strip()
         if path.startswith("skill://"):
-            return _fail(f"read_file: {SKILLS_NOT_YET}")
+            return await self._read_skill(call, path, args)
         if path.startswith("web://"):
             text = await self._snapshots.load(call.tenant_id, call.session_id, path)
             if text is None:
@@ -152,6 +181,19 @@ class ReadFile:
         if b"\x00" in raw[:8192]:
             return _fail(f"read_file: {args.path!r} is a binary file; use shell_exec to inspect it")
         return _page(args.path, raw.decode(errors="replace"), args, args.max_bytes)
+
+    async def _read_skill(
+        self, call: ToolInvocation, uri: str, args: ReadFileArguments
+    ) -> ToolOutcome:
+        if self._skills is None:
+            return _fail(f"read_file: {NO_SKILLS}")
+        try:
+            ref = SkillRef.parse(uri)
+            package = await self._skills.package(call.context, call.tenant_id, ref.name)
+            text = skill_file_text(package, ref.path)
+        except SkillUnavailable as exc:
+            return _fail(f"read_file: {exc}")
+        return _page(f"skill://{ref.name}/{ref.path}", text, args, args.max_bytes)
 
 
 def _read_prefix(path: Path, limit: int) -> bytes:
@@ -211,7 +253,9 @@ class WriteSandboxFile:
         if host.is_dir():
             return _fail(f"write_sandbox_file: {args.path!r} is a folder")
         try:
-            await asyncio.to_thread(_write, space, host, data, append=args.mode == "append")
+            await asyncio.to_thread(
+                write_as_sandbox, space, host, data, append=args.mode == "append"
+            )
         except OSError as exc:
             return _fail(f"write_sandbox_file: {exc.strerror or exc}")
         shown = space.sandbox_path(host)
@@ -223,7 +267,7 @@ class WriteSandboxFile:
         )
 
 
-def _write(space: Workspace, host: Path, data: bytes, *, append: bool) -> None:
+def write_as_sandbox(space: Workspace, host: Path, data: bytes, *, append: bool) -> None:
     """Write as the service but leave the file to the sandbox's uid; never through a
     symlink planted after the path was checked (O_NOFOLLOW)."""
     missing = [p for p in [host.parent, *host.parent.parents] if not p.exists()]
@@ -270,7 +314,7 @@ class EditSandboxFile:
         data = edited.encode()
         if len(data) > WRITE_MAX_BYTES:
             return _fail("edit_sandbox_file: the result would exceed 8 MiB; nothing was changed")
-        await asyncio.to_thread(_write, space, host, data, append=False)
+        await asyncio.to_thread(write_as_sandbox, space, host, data, append=False)
         shown = space.sandbox_path(host)
         return ToolOutcome(
             success=True,
@@ -364,14 +408,17 @@ def _walk(space: Workspace, top: Path, limit: int) -> list[dict[str, object]]:
 
 
 def sandbox_registry(
-    host: WorkspaceHost | None, backend: LocalBackend | None, snapshots: SnapshotStore
+    host: WorkspaceHost | None,
+    backend: LocalBackend | None,
+    snapshots: SnapshotStore,
+    skills: SkillLibrary | None = None,
 ) -> ToolRegistry:
     """The sandbox's tools; without a backend (no sandbox configured) only ``read_file``,
     for web snapshots."""
     registry = ToolRegistry()
-    registry.register(ReadFile(host, snapshots))
+    registry.register(ReadFile(host, snapshots, skills))
     if host is not None and backend is not None:
-        registry.register(ShellExec(host, backend))
+        registry.register(ShellExec(host, backend, skills))
         registry.register(WriteSandboxFile(host))
         registry.register(EditSandboxFile(host))
         registry.register(ListSandboxFiles(host))

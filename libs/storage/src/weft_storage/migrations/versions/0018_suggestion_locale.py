@@ -2,14 +2,14 @@
 are keyed and written in it (SPEC Q-04).
 
 Revision ID: 0018_suggestion_locale
-Revises: 0014_sandbox
+Revises: 0017_skills
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_suggestion_locale"
-down_revision = "0014_sandbox"
+down_revision = "0017_skills"
 branch_labels = None
 depends_on = None
 
