@@ -138,7 +138,7 @@ async def test_write_call_started_by_a_dead_worker_is_reported_not_replayed(  # 
     survivor = ToolWorker(runtime.bus, registry, "worker-b", ledger)
     call = _write_call()
     # worker-a claimed the call and died before publishing: what SIGKILL leaves behind.
-    await ledger.claim(call.data.call_id, "worker-a")
+    await ledger.claim(call, "worker-a")
     async with ToolCallClient(runtime.settings.topic_prefix) as client:
         await survivor.handle(call)  # the redelivery
         await client.wait_for([call.data.call_id], timeout_s=60)

@@ -107,6 +107,13 @@ class ToolCallRequested(Envelope):
         """Spread one turn's parallel calls over workers."""
         return self.data.call_id.encode()
 
+    def scoped_call_id(self) -> str:
+        """The call's id within its tenant and turn: what names one call across every
+        turn. The model's own ids are unique only within its response (a provider may
+        count ``call_0``, ``call_1``... in every turn), so a worker's record of a call
+        (the write-call claims) is keyed by this."""
+        return f"{self.tenant_id}:{self.request_id}:{self.data.call_id}"
+
 
 class ToolCallCompleted(Envelope):
     """A result on ``tool.results`` (key = session id, so a turn's results stay ordered)."""

@@ -27,6 +27,8 @@ TENANT_KEY_FAMILIES = (
     "rate",
     "tenant",
     "budget",
+    "toolcall",
+    "sandboxcall",
 )
 """Redis keys ``weft:{family}:{tenant}:...``: everything of a tenant that Redis names by
 tenant id. A feature adding such a key family adds it here."""

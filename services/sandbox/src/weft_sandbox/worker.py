@@ -181,7 +181,7 @@ class SandboxWorker:
         return outcome
 
     def _claim_key(self, call: ToolCallRequested) -> str:
-        return f"weft:{self._prefix}sandboxcall:{call.data.call_id}"
+        return f"weft:{self._prefix}sandboxcall:{call.scoped_call_id()}"
 
     @staticmethod
     def _needs_workspace(call: ToolCallRequested) -> bool:

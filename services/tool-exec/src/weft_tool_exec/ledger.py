@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from redis.asyncio import Redis
+from weft_contracts import ToolCallRequested
 
 
 class Claim(StrEnum):
@@ -32,17 +33,19 @@ class CallLedger:
         self._prefix = prefix
         self._ttl_s = ttl_s
 
-    def _key(self, call_id: str) -> str:
-        return f"weft:{self._prefix}toolcall:{call_id}"
+    def _key(self, call: ToolCallRequested) -> str:
+        # The model names call ids, and nothing makes them unique beyond one response
+        # (some providers count call_0, call_1, ... in every turn): the turn scopes them.
+        return f"weft:{self._prefix}toolcall:{call.scoped_call_id()}"
 
-    async def claim(self, call_id: str, worker: str) -> Claim:
-        """Claim ``call_id`` for ``worker``, or say why it must not run."""
-        key = self._key(call_id)
+    async def claim(self, call: ToolCallRequested, worker: str) -> Claim:
+        """Claim ``call`` for ``worker``, or say why it must not run."""
+        key = self._key(call)
         if await self._redis.set(key, f"running:{worker}", nx=True, ex=self._ttl_s):
             return Claim.RUN
         state = await self._redis.get(key)
         return Claim.DONE if state == b"done" else Claim.UNKNOWN
 
-    async def finish(self, call_id: str) -> None:
+    async def finish(self, call: ToolCallRequested) -> None:
         """Record that the call's result is published."""
-        await self._redis.set(self._key(call_id), "done", ex=self._ttl_s)
+        await self._redis.set(self._key(call), "done", ex=self._ttl_s)

@@ -86,7 +86,7 @@ class ToolWorker:
             return
         spec = self._registry.spec(call.data.tool_name)
         is_write = spec is not None and not spec.read_only
-        claim = await self._ledger.claim(call.data.call_id, self._worker) if is_write else Claim.RUN
+        claim = await self._ledger.claim(call, self._worker) if is_write else Claim.RUN
         if claim is Claim.DONE:
             log.info("write_call_already_reported", call_id=call.data.call_id)
             return
@@ -100,7 +100,7 @@ class ToolWorker:
         self._tracer.call_done(call, outcome, started_ns)
         await self._publish(call, outcome, started)
         if is_write:
-            await self._ledger.finish(call.data.call_id)
+            await self._ledger.finish(call)
 
     async def _publish(self, call: ToolCallRequested, outcome: ToolOutcome, started: float) -> None:
         duration_ms = int((time.monotonic() - started) * 1000)
