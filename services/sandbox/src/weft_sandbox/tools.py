@@ -33,7 +33,8 @@ from weft_tools.sandbox_specs import (
 )
 from weft_tools.web_snapshots import SnapshotStore
 
-from weft_sandbox.local_backend import Command, CommandResult, LocalBackend, check_env
+from weft_sandbox.backend import SandboxBackend
+from weft_sandbox.local_backend import Command, CommandResult, check_env
 from weft_sandbox.workspace import INPUT, WORKSPACE, PathRefused, Workspace
 
 SKILLS_NOT_YET = "skills are not available yet in this Weft version (skill:// and skill_name)"
@@ -56,7 +57,7 @@ class ShellExec:
 
     spec: ToolSpec = SHELL_EXEC
 
-    def __init__(self, host: WorkspaceHost, backend: LocalBackend):
+    def __init__(self, host: WorkspaceHost, backend: SandboxBackend):
         self._host = host
         self._backend = backend
 
@@ -364,7 +365,7 @@ def _walk(space: Workspace, top: Path, limit: int) -> list[dict[str, object]]:
 
 
 def sandbox_registry(
-    host: WorkspaceHost | None, backend: LocalBackend | None, snapshots: SnapshotStore
+    host: WorkspaceHost | None, backend: SandboxBackend | None, snapshots: SnapshotStore
 ) -> ToolRegistry:
     """The sandbox's tools; without a backend (no sandbox configured) only ``read_file``,
     for web snapshots."""
