@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import tarfile
 import tempfile
 import threading
 import time
@@ -68,9 +69,11 @@ RUN = (
     'cd "$1" || exit 126; n="$2"; shift 2; '
     'if [ "$n" -gt 0 ]; then head -c "$n" | "$@"; else "$@" </dev/null; fi'
 )
+# The input folder itself stays: it is the source of the command container's read-only
+# subPath mount, which a new folder of the same name would not replace.
 PUSH = (
-    f'find {WORKSPACE} -mindepth 1 -delete && head -c "$0" | '
-    f"tar -x -f - -C {WORKSPACE} --no-same-owner -m"
+    f'find {WORKSPACE} -mindepth 1 ! -path {WORKSPACE}/{INPUT} -delete && head -c "$0" | '
+    f"tar -x -f - -C {WORKSPACE} --no-same-owner"
 )
 PULL = ["tar", "-c", "-f", "-", "-C", WORKSPACE, f"--exclude=./{INPUT}", "."]
 
@@ -288,7 +291,15 @@ class KubernetesBackend:
                     f"the workspace could not be copied out of the sandbox pod: {detail}"
                 )
             tar.seek(0)
-            skipped = await asyncio.to_thread(k8s_sync.unpack, space, tar)
+            try:
+                skipped = await asyncio.to_thread(k8s_sync.unpack, space, tar)
+            except (OSError, tarfile.TarError) as exc:
+                # A half-written copy: below any checkpoint, so the next call restores it.
+                space.checkpoint_seq = -1
+                await self._mark(name, synced="")
+                raise PodUnavailable(
+                    f"the workspace from the sandbox pod could not be unpacked: {exc}"
+                ) from exc
         if skipped:
             log.warning("sandbox_pod_members_skipped", pod=name, count=skipped)
         digest = await asyncio.to_thread(k8s_sync.tree_digest, space.work)

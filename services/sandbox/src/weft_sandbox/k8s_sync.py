@@ -25,13 +25,14 @@ log = structlog.get_logger(__name__)
 
 
 def tree_digest(work: Path) -> str:
-    """A digest of the tree's shape: paths, kinds, sizes, modes, times, link targets. Two
-    copies with the same digest hold the same files (times are nanoseconds)."""
+    """A digest of the tree's shape: paths, kinds, sizes, modes, times, link targets of its
+    files and folders. Two copies with the same digest hold the same files (times are
+    nanoseconds)."""
     digest = hashlib.sha256()
     for directory, dirs, files in os.walk(work):
         dirs.sort()
         here = Path(directory)
-        for name in sorted(files) + [d for d in dirs if (here / d).is_symlink()]:
+        for name in sorted(files) + dirs:  # folders too: an empty one is content
             path = here / name
             stat = path.lstat()
             link = os.readlink(path) if path.is_symlink() else ""
