@@ -296,6 +296,7 @@ class FakeApiServer:
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stdin and proc.stdout and proc.stderr
+        stdin = proc.stdin
 
         async def pump(stream: asyncio.StreamReader, channel: int) -> None:
             while chunk := await stream.read(65536):
@@ -306,12 +307,14 @@ class FakeApiServer:
             async for message in ws:
                 if message.type is WSMsgType.BINARY and message.data[:1] == b"\x00":
                     with contextlib.suppress(ConnectionError):
-                        proc.stdin.write(message.data[1:])
-                        await proc.stdin.drain()
+                        stdin.write(message.data[1:])
+                        await stdin.drain()
 
         feeder = asyncio.create_task(feed())
         await asyncio.gather(pump(proc.stdout, 1), pump(proc.stderr, 2))
         code = await proc.wait()
+        if code < 0:  # killed by a signal: reported as the shell would (137 for SIGKILL)
+            code = 128 - code
         feeder.cancel()
         if code == 0:
             status: dict[str, Any] = {"metadata": {}, "status": "Success"}
