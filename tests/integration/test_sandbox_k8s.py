@@ -12,16 +12,25 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext, Topic
+from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.k8s_backend import KubernetesBackend, PodUnavailable
 from weft_sandbox.k8s_pod import LAST_USED, pod_name
 from weft_sandbox.local_backend import Command
 from weft_sandbox.settings import MIB, SandboxSettings
+from weft_sandbox.tools import sandbox_registry
+from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import Workspace, WorkspacePool
+from weft_tools.web_snapshots import MemorySnapshotStore
 
+from tests.integration.sandbox_kit import TOOLS
 from tests.k8s_fake import FakeApiServer, usable
 
 pytestmark = pytest.mark.skipif(usable() is not None, reason=str(usable()))
@@ -232,3 +241,75 @@ async def test_a_workspace_grown_past_its_cap_in_the_pod_is_not_kept(
     assert not (space.work / "big").exists()
     after = await a.backend.run(space, cmd("ls"))  # the copy is pushed back over the pod
     assert after.stdout.split() == [b"input", b"output", b"small.txt"], after
+
+
+class _Bus:
+    def __init__(self) -> None:
+        self.published: list[Any] = []
+
+    async def publish(self, topic: Topic, message: Any) -> None:
+        self.published.append(message)
+
+
+@dataclass
+class Service:
+    """A sandbox replica as the service wires it, on the Kubernetes backend."""
+
+    worker: SandboxWorker
+    bus: _Bus
+
+    async def call(self, tenant: str, session: str, tool: str, **arguments: Any) -> Any:
+        call = ToolCallRequested(
+            tenant_id=tenant, session_id=session, request_id="r1",
+            data=ToolCallRequestedData(
+                call_id=f"call_{secrets.token_hex(6)}", tool_name=tool, arguments=arguments,
+                round=0, deadline=datetime.now(UTC) + timedelta(seconds=120),
+                context=ToolContext(user_id="u", agent_id="a", allowed_tools=TOOLS),
+            ),
+        )  # fmt: skip
+        await self.worker.handle(call)
+        return self.bus.published[-1].data
+
+
+async def service(
+    fake: FakeApiServer, tmp: Path, roots: list[Path],
+    sessions: async_sessionmaker[AsyncSession], redis: Redis,
+) -> Service:  # fmt: skip
+    r = await replica(fake, tmp, roots)
+    host = SandboxHost(r.pool, GitCheckpoints(CheckpointStore(sessions)))
+    bus = _Bus()
+    name = f"k8s-{secrets.token_hex(4)}"
+    registry = sandbox_registry(host, r.backend, MemorySnapshotStore())
+    worker = SandboxWorker(
+        bus,  # type: ignore[arg-type]
+        registry,
+        host,
+        redis,
+        worker_name=name,
+        prefix=f"{name}.",
+    )
+    return Service(worker, bus)
+
+
+async def test_the_sandbox_tools_and_checkpoints_work_unchanged_on_pods(
+    fake: FakeApiServer, tmp_path: Path, roots: list[Path],
+    sessions: async_sessionmaker[AsyncSession], redis: Redis,
+) -> None:  # SPEC S-03, T-14, T-15, T-16  # fmt: skip
+    tenant, session = ids()
+    a = await service(fake, tmp_path, roots, sessions, redis)
+    b = await service(fake, tmp_path, roots, sessions, redis)
+    wrote = await a.call(tenant, session, "write_sandbox_file", path="notes.md", content="one\n")
+    assert wrote.success and wrote.data["checkpoint"] == 1, wrote
+    ran = await a.call(
+        tenant, session, "shell_exec", command="cat notes.md; echo done > output/r.md"
+    )
+    assert ran.success and "exit_code: 0" in ran.output and "one" in ran.output, ran
+    assert ran.data["checkpoint"] == 2, ran
+
+    read = await b.call(tenant, session, "read_file", path="/workspace/output/r.md")
+    assert read.success and read.output == "done\n", read  # b restored checkpoint 2
+    listed = await b.call(tenant, session, "shell_exec", command="ls output")
+    assert listed.success and "r.md" in listed.output, listed
+    stuck = await b.call(tenant, session, "shell_exec", command="sleep 30", timeout_sec=1)
+    assert not stuck.success and "timeout" in (stuck.error or ""), stuck
+    assert len(fake.created) == 1  # one pod for the session, whichever replica
