@@ -180,9 +180,14 @@ class FakeApiServer:
         pod = self._find(request)
         if pod is None:
             return self._not_found(request)
-        if "patch" not in request.content_type and "merge" not in request.content_type:
+        merges = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+        if request.content_type not in (*merges, "application/json-patch+json"):
             return _status(415, "UnsupportedMediaType", request.content_type)
         patch = await request.json()
+        if request.content_type not in merges:  # a JSON patch is a list of operations
+            if not isinstance(patch, list):
+                return _status(400, "BadRequest", "json: cannot unmarshal object into []Patch")
+            return _status(422, "Invalid", "the fake implements merge patches only")
         meta = pod.manifest["metadata"]
         for key in ("annotations", "labels"):
             for k, v in ((patch.get("metadata") or {}).get(key) or {}).items():
