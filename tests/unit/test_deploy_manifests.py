@@ -902,6 +902,11 @@ def test_helm_sandbox_kubernetes_backend_rbac_and_network(
             assert env["WEFT_SANDBOX_BACKEND"] == "kubernetes"
             assert env["WEFT_SANDBOX_K8S_NAMESPACE"] == "weft-sandboxes"
             assert env["WEFT_SANDBOX_K8S_RUNTIME_CLASS"] == "gvisor"
+            assert env["WEFT_SANDBOX_ROOT"] == "/var/lib/weft/sandbox"  # read-only root fs
+            mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+            assert mounts["sandbox-copies"] == "/var/lib/weft/sandbox"
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            assert volumes["sandbox-copies"]["emptyDir"] == {"sizeLimit": "4Gi"}
         else:
             assert pod["automountServiceAccountToken"] is False, name
 
