@@ -313,3 +313,16 @@ async def test_the_sandbox_tools_and_checkpoints_work_unchanged_on_pods(
     stuck = await b.call(tenant, session, "shell_exec", command="sleep 30", timeout_sec=1)
     assert not stuck.success and "timeout" in (stuck.error or ""), stuck
     assert len(fake.created) == 1  # one pod for the session, whichever replica
+
+
+async def test_a_copy_that_cannot_hold_the_pods_workspace_is_restored_next_call(
+    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+) -> None:  # SPEC S-05 (disk fill)
+    a = await replica(fake, tmp_path, roots)  # copies: 4 MiB tmpfs, pull cap 9 MiB
+    if a.pool.quota != "tmpfs":
+        pytest.skip("the copies are not size-capped tmpfs here (no mount permission)")
+    space = a.space(*ids())
+    space.checkpoint_seq = 3
+    with pytest.raises(PodUnavailable, match="could not be unpacked"):
+        await a.backend.run(space, cmd("head -c 6000000 /dev/zero > big"))
+    assert space.checkpoint_seq < 0  # below any checkpoint: SandboxHost.hold restores it
