@@ -236,11 +236,17 @@ async def test_a_workspace_grown_past_its_cap_in_the_pod_is_not_kept(
     a = await replica(fake, tmp_path, roots, sandbox_workspace_bytes=MIB)
     space = a.space(*ids())
     (space.work / "small.txt").write_text("small\n")
-    with pytest.raises(PodUnavailable, match="grew past"):
-        await a.backend.run(space, cmd("head -c 5000000 /dev/zero > big"))
-    assert not (space.work / "big").exists()
-    after = await a.backend.run(space, cmd("ls"))  # the copy is pushed back over the pod
-    assert after.stdout.split() == [b"input", b"output", b"small.txt"], after
+    (space.work / "input" / "data.csv").write_bytes(b"x" * 600_000)
+    # Past the tar stream's cap (2 x 1 MiB + 1 MiB), then past the content cap only (the
+    # attachment counts: 600 kB + 500 kB > 1 MiB).
+    for fill in ("head -c 5000000 /dev/zero > big", "head -c 500000 /dev/zero > big"):
+        with pytest.raises(PodUnavailable, match="over its 1048576-byte cap"):
+            await a.backend.run(space, cmd(fill))
+        assert not (space.work / "big").exists()
+        after = await a.backend.run(space, cmd("ls"))  # the copy is pushed back over the pod
+        assert after.stdout.split() == [b"input", b"output", b"small.txt"], after
+    fits = await a.backend.run(space, cmd("head -c 300000 /dev/zero > big"))
+    assert fits.exit_code == 0 and (space.work / "big").stat().st_size == 300_000
 
 
 class _Bus:
@@ -313,16 +319,7 @@ async def test_the_sandbox_tools_and_checkpoints_work_unchanged_on_pods(
     stuck = await b.call(tenant, session, "shell_exec", command="sleep 30", timeout_sec=1)
     assert not stuck.success and "timeout" in (stuck.error or ""), stuck
     assert len(fake.created) == 1  # one pod for the session, whichever replica
-
-
-async def test_a_copy_that_cannot_hold_the_pods_workspace_is_restored_next_call(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
-) -> None:  # SPEC S-05 (disk fill)
-    a = await replica(fake, tmp_path, roots)  # copies: 4 MiB tmpfs, pull cap 9 MiB
-    if a.pool.quota != "tmpfs":
-        pytest.skip("the copies are not size-capped tmpfs here (no mount permission)")
-    space = a.space(*ids())
-    space.checkpoint_seq = 3
-    with pytest.raises(PodUnavailable, match="could not be unpacked"):
-        await a.backend.run(space, cmd("head -c 6000000 /dev/zero > big"))
-    assert space.checkpoint_seq < 0  # below any checkpoint: SandboxHost.hold restores it
+    filled = await b.call(tenant, session, "shell_exec", command="head -c 5000000 /dev/zero > f")
+    assert not filled.success and "cap; this command's changes were undone" in filled.error
+    after = await b.call(tenant, session, "shell_exec", command="ls")
+    assert after.success and "f\n" not in after.output and "notes.md" in after.output, after

@@ -270,33 +270,37 @@ class KubernetesBackend:
             raise PodUnavailable(f"the workspace could not be copied into the pod: {detail}")
 
     async def _pull(self, space: Workspace, name: str) -> None:
-        """Make this copy the pod's workspace; record that they match."""
-        cap = self._settings.sandbox_workspace_bytes * 2 + CHUNK  # tar headers and padding
+        """Make this copy the pod's workspace; record that they match. A workspace over the
+        cap is not taken: the copy stays as it was, and is pushed back over the pod next."""
+        cap = self._settings.sandbox_workspace_bytes
+        stream_cap = cap * 2 + CHUNK  # tar headers and padding; stops a flood of headers
         with tempfile.TemporaryFile(dir=space.home) as tar:
-            written = _ToFile(tar, cap)
+            written = _ToFile(tar, stream_cap)
             err = _Capped(4096)
             done = await asyncio.to_thread(
                 self._exec, name, FILES_CONTAINER, PULL, b"", written, err, timeout_s=300.0
             )
-            if written.over:
-                await self._mark(name, synced="")  # the next call pushes this copy back
-                raise PodUnavailable(
-                    f"the workspace in the sandbox pod grew past {cap} bytes of tar; the "
-                    "command's changes were not kept"
-                )
-            if done.exit_code != 0:
+            if done.exit_code != 0 and not written.over:
                 await self._mark(name, synced="")
                 detail = bytes(err.kept).decode(errors="replace")
                 raise PodUnavailable(
                     f"the workspace could not be copied out of the sandbox pod: {detail}"
                 )
             tar.seek(0)
+            used = None if written.over else await asyncio.to_thread(k8s_sync.content_bytes, tar)
+            used = used if used is None else used + k8s_sync.input_bytes(space)
+            if used is None or used > cap:
+                await self._mark(name, synced="")
+                size = f"{used} bytes" if used is not None else f"over {stream_cap} bytes"
+                raise PodUnavailable(
+                    f"the workspace grew to {size}, over its {cap}-byte cap; this "
+                    "command's changes were undone"
+                )
+            tar.seek(0)
             try:
                 skipped = await asyncio.to_thread(k8s_sync.unpack, space, tar)
-            except (OSError, tarfile.TarError) as exc:
-                # A half-written copy: below any checkpoint, so the next call restores it.
-                space.checkpoint_seq = -1
-                await self._mark(name, synced="")
+            except (OSError, tarfile.TarError) as exc:  # the copy holds part of the pod's files
+                await self._mark(name, synced="")  # and is what the next call pushes
                 raise PodUnavailable(
                     f"the workspace from the sandbox pod could not be unpacked: {exc}"
                 ) from exc

@@ -48,6 +48,18 @@ def pack(work: Path, out: BinaryIO) -> None:
             tar.add(entry, arcname=entry.name, recursive=True)
 
 
+def content_bytes(src: BinaryIO) -> int:
+    """The bytes of the regular files in the tar ``src`` (headers read, data skipped)."""
+    with tarfile.open(fileobj=src, mode="r:") as tar:
+        return sum(member.size for member in tar if member.isreg())
+
+
+def input_bytes(space: Workspace) -> int:
+    """The bytes of the attachments, which a pull keeps beside what it brings."""
+    folder = space.work / INPUT
+    return sum((Path(d) / f).lstat().st_size for d, _, files in os.walk(folder) for f in files)
+
+
 def unpack(space: Workspace, src: BinaryIO) -> int:
     """Replace the copy (all but ``input``, which commands cannot change) with the tar
     ``src``; the number of members skipped as unsafe."""
