@@ -60,6 +60,7 @@ class FakePod:
     manifest: dict[str, Any]
     root: Path
     containers: dict[str, _Container] = field(default_factory=dict)
+    reads: int = 0
 
     @property
     def name(self) -> str:
@@ -75,7 +76,10 @@ def _status(code: int, reason: str, message: str) -> web.Response:
 class FakeApiServer:
     """The fake; ``async with FakeApiServer() as api: api.url``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lagging_container: str = "", lag_reads: int = 0) -> None:
+        self.lagging_container = lagging_container
+        self.lag_reads = lag_reads
+        """That container is reported waiting for the first ``lag_reads`` reads of its pod."""
         self.pods: dict[tuple[str, str], FakePod] = {}
         self.created: list[dict[str, Any]] = []
         """Every pod body received, as sent."""
@@ -260,14 +264,25 @@ class FakeApiServer:
 
     def _refresh(self, pod: FakePod) -> None:
         """Running once every container's pid 1 is up (bubblewrap's child)."""
+        pod.reads += 1
         for container in pod.containers.values():
+            if container.name == self.lagging_container and pod.reads <= self.lag_reads:
+                continue
             if container.init_pid is None:
                 pid = container.process.pid
                 with contextlib.suppress(OSError):
                     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
                     container.init_pid = int(children[0]) if children else None
-        if pod.containers and all(c.init_pid for c in pod.containers.values()):
-            pod.manifest["status"] = {"phase": "Running", "podIP": "10.0.0.2"}
+        statuses = [
+            {"name": c.name, "ready": bool(c.init_pid), "restartCount": 0, "image": "fake",
+             "imageID": "", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+             if c.init_pid else {"waiting": {"reason": "ContainerCreating"}}}
+            for c in pod.containers.values()
+        ]  # fmt: skip
+        # Running as soon as one container runs, as the kubelet reports it.
+        running = any(c.init_pid for c in pod.containers.values())
+        pod.manifest["status"] = {"phase": "Running" if running else "Pending",
+                                  "podIP": "10.0.0.2", "containerStatuses": statuses}  # fmt: skip
 
     async def _stop(self, pod: FakePod) -> None:
         for container in pod.containers.values():

@@ -127,6 +127,17 @@ async def test_a_session_gets_one_pod_with_the_hardened_spec(
     assert again.stdout == b"again\n" and len(fake.created) == 1  # found by name
 
 
+async def test_a_new_pod_is_used_only_once_every_container_runs(
+    tmp_path: Path, roots: list[Path]
+) -> None:
+    async with FakeApiServer(lagging_container="files", lag_reads=3) as fake:
+        a = await replica(fake, tmp_path, roots)
+        result = await a.backend.run(a.space(*ids()), cmd("echo ready"))
+        assert result.stdout == b"ready\n", result
+        [pod] = fake.pods.values()
+        assert pod.reads > 3  # it waited while the pod was Running with one container
+
+
 async def test_exec_keeps_the_local_backends_contract(
     fake: FakeApiServer, tmp_path: Path, roots: list[Path]
 ) -> None:  # SPEC T-15

@@ -207,7 +207,7 @@ class KubernetesBackend:
                 raise PodUnavailable(f"the sandbox pod cannot be reached: {_reason(exc)}") from exc
             pod = await self._create(name)
         deadline = time.monotonic() + self._settings.sandbox_k8s_start_timeout_s
-        while (phase := pod.status.phase if pod.status else None) != "Running":
+        while (phase := _phase(pod)) != "Running":
             if phase in ("Succeeded", "Failed"):
                 await self.delete(name)
                 raise PodUnavailable(f"the sandbox pod ended ({phase}); the next call starts one")
@@ -349,6 +349,13 @@ class KubernetesBackend:
                 if has_stdin:
                     feeder.start()
                 totals = [0, 0]
+
+                def drain() -> None:
+                    for channel, sink in ((1, on_stdout), (2, on_stderr)):
+                        if chunk := resp.read_channel(channel):
+                            totals[channel - 1] += len(chunk)
+                            sink(chunk)
+
                 deadline = time.monotonic() + timeout_s
                 timed_out = False
                 while resp.is_open():
@@ -361,10 +368,10 @@ class KubernetesBackend:
                     if left <= 0:
                         break  # the kill did not end it: abandon the stream
                     resp.update(timeout=min(left, 1.0))
-                    for channel, sink in ((1, on_stdout), (2, on_stderr)):
-                        if chunk := resp.read_channel(channel):
-                            totals[channel - 1] += len(chunk)
-                            sink(chunk)
+                    drain()
+                # Reading one channel may read further frames, up to the close, into the
+                # others (WSClient.read_channel updates when its channel is empty).
+                drain()
                 status = resp.read_channel(3)
             finally:
                 resp.close()
@@ -460,6 +467,17 @@ def _exit_code(status: bytes | str) -> int | None:
             with contextlib.suppress(TypeError, ValueError):
                 return int(cause.get("message"))
     return None
+
+
+def _phase(pod: Any) -> str | None:
+    """The pod's phase, "Running" only once every container runs (exec needs its own)."""
+    status = pod.status
+    phase: str | None = status.phase if status else None
+    if phase == "Running" and not all(
+        s.state and s.state.running for s in status.container_statuses or []
+    ):
+        return "Starting"
+    return phase
 
 
 def _annotations(pod: Any) -> dict[str, str]:
