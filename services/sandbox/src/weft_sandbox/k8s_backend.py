@@ -32,7 +32,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,6 +116,11 @@ class KubernetesBackend:
         self._configuration = configuration
         self.namespace = settings.sandbox_k8s_namespace
         self._reaper: asyncio.Task[None] | None = None
+        # Exec streams block a thread for as long as a command runs (up to 600 s): their own
+        # pool, so they never starve the default executor's short calls.
+        self._streams = ThreadPoolExecutor(
+            max_workers=settings.sandbox_concurrency * 2, thread_name_prefix="sandbox-exec"
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -136,6 +143,11 @@ class KubernetesBackend:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        self._streams.shutdown(wait=False, cancel_futures=True)
+
+    async def _streaming(self, action: Callable[..., _Exec], *args: Any, **kwargs: Any) -> _Exec:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._streams, partial(action, *args, **kwargs))
 
     def _load_configuration(self) -> Any:
         configuration = client.Configuration()
@@ -176,7 +188,7 @@ class KubernetesBackend:
         argv = ["/bin/sh", "-c", RUN, "weft-run", command.work_dir, str(len(command.stdin)),
                 "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                 "/bin/sh", "-c", command.command]  # fmt: skip
-        done = await asyncio.to_thread(
+        done = await self._streaming(
             self._exec, name, COMMAND_CONTAINER, argv, command.stdin, out, err,
             timeout_s=command.timeout_s,
         )  # fmt: skip
@@ -261,7 +273,7 @@ class KubernetesBackend:
             size = tar.tell()
             tar.seek(0)
             err = _Capped(4096)
-            done = await asyncio.to_thread(
+            done = await self._streaming(
                 self._exec, name, FILES_CONTAINER, ["/bin/sh", "-c", PUSH, str(size)], tar,
                 _Capped(0), err, timeout_s=300.0,
             )  # fmt: skip
@@ -277,7 +289,7 @@ class KubernetesBackend:
         with tempfile.TemporaryFile(dir=space.home) as tar:
             written = _ToFile(tar, stream_cap)
             err = _Capped(4096)
-            done = await asyncio.to_thread(
+            done = await self._streaming(
                 self._exec, name, FILES_CONTAINER, PULL, b"", written, err, timeout_s=300.0
             )
             if done.exit_code != 0 and not written.over:
