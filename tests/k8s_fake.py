@@ -61,6 +61,7 @@ class FakePod:
     root: Path
     containers: dict[str, _Container] = field(default_factory=dict)
     reads: int = 0
+    terminating_reads: int = 0
 
     @property
     def name(self) -> str:
@@ -80,6 +81,8 @@ class FakeApiServer:
         self.lagging_container = lagging_container
         self.lag_reads = lag_reads
         """That container is reported waiting for the first ``lag_reads`` reads of its pod."""
+        self.terminating_reads = 0
+        """A deleted pod stays, Terminating, for this many reads of it (0: gone at once)."""
         self.pods: dict[tuple[str, str], FakePod] = {}
         self.created: list[dict[str, Any]] = []
         """Every pod body received, as sent."""
@@ -160,6 +163,11 @@ class FakeApiServer:
         pod = self._find(request)
         if pod is None:
             return self._not_found(request)
+        if "deletionTimestamp" in pod.manifest["metadata"]:
+            pod.terminating_reads -= 1
+            if pod.terminating_reads <= 0:
+                del self.pods[(request.match_info["ns"], pod.name)]
+            return web.json_response(pod.manifest)
         self._refresh(pod)
         return web.json_response(pod.manifest)
 
@@ -216,8 +224,11 @@ class FakeApiServer:
                 f"Precondition failed: ResourceVersion in precondition: {wanted}, "
                 f"ResourceVersion in object meta: {current}",
             )  # fmt: skip
-        del self.pods[(request.match_info["ns"], pod.name)]
         await self._stop(pod)
+        pod.manifest["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        pod.terminating_reads = self.terminating_reads
+        if not pod.terminating_reads:
+            del self.pods[(request.match_info["ns"], pod.name)]
         return web.json_response(pod.manifest)
 
     def _find(self, request: web.Request) -> FakePod | None:

@@ -220,6 +220,7 @@ async def test_a_second_replica_finds_the_same_pod_by_name(
 async def test_idle_pods_are_reaped_from_any_replica(
     fake: FakeApiServer, tmp_path: Path, roots: list[Path]
 ) -> None:  # SPEC S-05
+    fake.terminating_reads = 2  # a deleted pod lingers, Terminating, as on a cluster
     tenant, session = ids()
     a = await replica(fake, tmp_path, roots)
     b = await replica(fake, tmp_path, roots)
@@ -234,11 +235,12 @@ async def test_idle_pods_are_reaped_from_any_replica(
     fake.pods[(NAMESPACE, name)].manifest["metadata"]["annotations"][LAST_USED] = "1000.0"
     assert not await b.backend.delete(name, resource_version="1")  # changed since: kept
     assert await b.backend.reap(ttl_s=3600) == 1
-    assert (NAMESPACE, name) not in fake.pods
+    assert "deletionTimestamp" in fake.pods[(NAMESPACE, name)].manifest["metadata"]
     assert (NAMESPACE, pod_name(busy_tenant, busy_session)) in fake.pods
 
     back = await a.backend.run(space, cmd("cat kept.txt"))  # a new pod, the copy pushed
     assert back.stdout == b"kept\n" and len(fake.created) == 3, back
+    assert "deletionTimestamp" not in fake.pods[(NAMESPACE, name)].manifest["metadata"]
 
 
 async def test_a_workspace_grown_past_its_cap_in_the_pod_is_not_kept(

@@ -208,7 +208,8 @@ class KubernetesBackend:
         )
 
     async def _ready_pod(self, name: str) -> Any:
-        """The running pod ``name`` with its last use renewed; created when missing."""
+        """The running pod ``name`` with its last use renewed; created when missing, or once
+        a pod being deleted (reaped by another replica) is gone."""
         patch = {"metadata": {"annotations": {LAST_USED: f"{time.time():.3f}"}}}
         try:
             pod = await asyncio.to_thread(
@@ -217,21 +218,39 @@ class KubernetesBackend:
         except ApiException as exc:
             if exc.status != 404:
                 raise PodUnavailable(f"the sandbox pod cannot be reached: {_reason(exc)}") from exc
-            pod = await self._create(name)
+            pod = None
         deadline = time.monotonic() + self._settings.sandbox_k8s_start_timeout_s
-        while (phase := _phase(pod)) != "Running":
-            if phase in ("Succeeded", "Failed"):
-                await self.delete(name)
-                raise PodUnavailable(f"the sandbox pod ended ({phase}); the next call starts one")
-            if time.monotonic() > deadline:
-                raise PodUnavailable(f"the sandbox pod did not start in time (phase {phase})")
+        while True:
+            if pod is None:
+                pod = await self._create(name)
+            if pod is not None:
+                phase = "Terminating" if pod.metadata.deletion_timestamp else _phase(pod)
+                if phase == "Running":
+                    return pod
+                if phase in ("Succeeded", "Failed"):
+                    await self.delete(name)
+                    raise PodUnavailable(
+                        f"the sandbox pod ended ({phase}); the next call starts one"
+                    )
+                if time.monotonic() > deadline:
+                    raise PodUnavailable(f"the sandbox pod did not start in time ({phase})")
             await asyncio.sleep(0.2)  # a watch would do; the phase changes once or twice
-            pod = await asyncio.to_thread(
+            pod = await self._read(name)
+
+    async def _read(self, name: str) -> Any:
+        """Pod ``name``, None when there is none."""
+        try:
+            return await asyncio.to_thread(
                 self._call, lambda api: api.read_namespaced_pod(name, self.namespace)
             )
-        return pod
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise PodUnavailable(f"the sandbox pod cannot be reached: {_reason(exc)}") from exc
 
     async def _create(self, name: str) -> Any:
+        """The new pod ``name``; when it exists already (another replica created it, or it
+        is still being deleted), that one, or None when it is gone meanwhile."""
         body = session_pod(self._settings, name, now=time.time())
         try:
             pod = await asyncio.to_thread(
@@ -240,11 +259,9 @@ class KubernetesBackend:
             log.info("sandbox_pod_created", pod=name)
             return pod
         except ApiException as exc:
-            if exc.status != 409:  # 409: another replica created it first
+            if exc.status != 409:
                 raise PodUnavailable(f"the sandbox pod cannot be created: {_reason(exc)}") from exc
-        return await asyncio.to_thread(
-            self._call, lambda api: api.read_namespaced_pod(name, self.namespace)
-        )
+        return await self._read(name)
 
     async def delete(self, name: str, resource_version: str | None = None) -> bool:
         """Delete pod ``name`` (only at ``resource_version`` when given); False when it was
