@@ -56,11 +56,13 @@ class Replica:
 
 
 @pytest.fixture
-def roots() -> Iterator[list[Path]]:
-    made: list[Path] = []
+def roots() -> Iterator[list[WorkspacePool]]:
+    """The replicas' pools: closed (their tmpfs copies unmounted) and removed after."""
+    made: list[WorkspacePool] = []
     yield made
-    for root in made:
-        shutil.rmtree(root, ignore_errors=True)
+    for pool in made:
+        pool.close()
+        shutil.rmtree(pool.root, ignore_errors=True)
 
 
 def settings(fake: FakeApiServer, tmp: Path, **overrides: Any) -> SandboxSettings:
@@ -74,12 +76,14 @@ def settings(fake: FakeApiServer, tmp: Path, **overrides: Any) -> SandboxSetting
     return SandboxSettings(**values)
 
 
-async def replica(fake: FakeApiServer, tmp: Path, roots: list[Path], **overrides: Any) -> Replica:
+async def replica(
+    fake: FakeApiServer, tmp: Path, roots: list[WorkspacePool], **overrides: Any
+) -> Replica:
     backend = KubernetesBackend(settings(fake, tmp, **overrides))
     await backend.start(reap=False)
     root = Path(tempfile.mkdtemp(prefix="weft-k8s-replica-"))
-    roots.append(root)
     pool = WorkspacePool(root, size_bytes=4 * MIB, uid_base=200_000)
+    roots.append(pool)
     pool.start()
     return Replica(backend, pool)
 
@@ -94,7 +98,7 @@ def ids() -> tuple[str, str]:
 
 
 async def test_a_session_gets_one_pod_with_the_hardened_spec(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:  # SPEC S-01, S-05
     a = await replica(fake, tmp_path, roots)
     tenant, session = ids()
@@ -128,7 +132,7 @@ async def test_a_session_gets_one_pod_with_the_hardened_spec(
 
 
 async def test_a_new_pod_is_used_only_once_every_container_runs(
-    tmp_path: Path, roots: list[Path]
+    tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:
     async with FakeApiServer(lagging_container="files", lag_reads=3) as fake:
         a = await replica(fake, tmp_path, roots)
@@ -139,7 +143,7 @@ async def test_a_new_pod_is_used_only_once_every_container_runs(
 
 
 async def test_exec_keeps_the_local_backends_contract(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:  # SPEC T-15
     a = await replica(fake, tmp_path, roots)
     space = a.space(*ids())
@@ -163,7 +167,7 @@ async def test_exec_keeps_the_local_backends_contract(
 
 
 async def test_the_workspace_travels_between_the_copy_and_the_pod(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:  # SPEC S-01, S-02
     a = await replica(fake, tmp_path, roots)
     space = a.space(*ids())
@@ -188,7 +192,7 @@ async def test_the_workspace_travels_between_the_copy_and_the_pod(
 
 
 async def test_a_command_past_its_timeout_is_killed_with_what_it_started(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:  # SPEC T-15
     a = await replica(fake, tmp_path, roots)
     space = a.space(*ids())
@@ -206,7 +210,7 @@ async def test_a_command_past_its_timeout_is_killed_with_what_it_started(
 
 
 async def test_a_second_replica_finds_the_same_pod_by_name(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:  # SPEC S-05
     tenant, session = ids()
     a = await replica(fake, tmp_path, roots)
@@ -218,7 +222,7 @@ async def test_a_second_replica_finds_the_same_pod_by_name(
 
 
 async def test_idle_pods_are_reaped_from_any_replica(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:  # SPEC S-05
     fake.terminating_reads = 2  # a deleted pod lingers, Terminating, as on a cluster
     tenant, session = ids()
@@ -244,7 +248,7 @@ async def test_idle_pods_are_reaped_from_any_replica(
 
 
 async def test_a_workspace_grown_past_its_cap_in_the_pod_is_not_kept(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path]
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
 ) -> None:  # SPEC S-05 (disk fill)
     a = await replica(fake, tmp_path, roots, sandbox_workspace_bytes=MIB)
     space = a.space(*ids())
@@ -291,7 +295,7 @@ class Service:
 
 
 async def service(
-    fake: FakeApiServer, tmp: Path, roots: list[Path],
+    fake: FakeApiServer, tmp: Path, roots: list[WorkspacePool],
     sessions: async_sessionmaker[AsyncSession], redis: Redis,
 ) -> Service:  # fmt: skip
     r = await replica(fake, tmp, roots)
@@ -311,7 +315,7 @@ async def service(
 
 
 async def test_the_sandbox_tools_and_checkpoints_work_unchanged_on_pods(
-    fake: FakeApiServer, tmp_path: Path, roots: list[Path],
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool],
     sessions: async_sessionmaker[AsyncSession], redis: Redis,
 ) -> None:  # SPEC S-03, T-14, T-15, T-16  # fmt: skip
     tenant, session = ids()
