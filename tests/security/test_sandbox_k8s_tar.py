@@ -52,16 +52,22 @@ def _info(name: str, kind: bytes = tarfile.REGTYPE, **fields: object) -> tarfile
 
 def test_escapes_from_a_pods_tar_are_skipped(space: Workspace, tmp_path: Path) -> None:
     outside = space.home.parent.parent / "outside.txt"
+    # The links point at a decoy of the host's files, never at the host's own: with the
+    # guard broken (as its check does on purpose) this test runs as root and must fail
+    # without touching the machine.
+    decoy = tmp_path / "etc"
+    decoy.mkdir()
+    (decoy / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
     (space.work / "input" / "data.csv").write_text("attachment\n")
     hostile = _tar(
         (_info("./"), None),
         (_info("./ok.txt"), b"fine\n"),
-        (_info("./etc-link", tarfile.SYMTYPE, linkname="/etc"), None),
+        (_info("./etc-link", tarfile.SYMTYPE, linkname=str(decoy)), None),
         (_info("./etc-link/passwd"), b"root::0:0::/:/bin/sh\n"),
         (_info("./up", tarfile.SYMTYPE, linkname="../../.."), None),
         (_info("./up/outside.txt"), b"escaped\n"),
         (_info("../outside.txt"), b"escaped\n"),
-        (_info("./hard", tarfile.LNKTYPE, linkname="/etc/passwd"), None),
+        (_info("./hard", tarfile.LNKTYPE, linkname=str(decoy / "passwd")), None),
         (_info("./null", tarfile.CHRTYPE, devmajor=1, devminor=3), None),
         (_info("./input/data.csv"), b"replaced\n"),
         (_info("./tool", mode=0o6777), b"#!/bin/sh\n"),
@@ -71,7 +77,7 @@ def test_escapes_from_a_pods_tar_are_skipped(space: Workspace, tmp_path: Path) -
     assert skipped >= 5, skipped  # the links out, ../, the hard link, the device
     assert (space.work / "ok.txt").read_text() == "fine\n"
     assert not outside.exists() and not (space.home / "outside.txt").exists()
-    assert "root::0:0" not in Path("/etc/passwd").read_text()
+    assert (decoy / "passwd").read_text() == "root:x:0:0:root:/root:/bin/bash\n"
     assert not (space.work / "etc-link").is_symlink()
     assert not (space.work / "up").is_symlink()
     assert not (space.work / "null").exists() and not (space.work / "hard").exists()
