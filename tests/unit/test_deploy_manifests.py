@@ -864,3 +864,67 @@ def test_helm_each_service_logs_in_to_kafka_as_its_own_principal(
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert "WEFT_KAFKA_PASSWORD" not in env, f"{name}: PLAINTEXT takes no login"
+
+
+def test_helm_sandbox_kubernetes_backend_rbac_and_network(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    """sandbox.backend=kubernetes (production values): the sandbox alone gets a token, for
+    its own ServiceAccount, bound to a Role on the session pods' namespace with exactly the
+    verbs the backend uses; the session pods are denied all traffic; the sandbox may reach
+    the API server. Other backends (test-double values): none of it."""
+    roles = _by_kind(production_render, "Role")
+    role = roles["weft-sandbox-pods"]
+    assert role["metadata"]["namespace"] == "weft-sandboxes"
+    rules = {tuple(r["resources"]): sorted(r["verbs"]) for r in role["rules"]}
+    assert rules == {
+        ("pods",): ["create", "delete", "get", "list", "patch"],
+        ("pods/exec",): ["create", "get"],
+    }
+    assert all(r["apiGroups"] == [""] for r in role["rules"])
+    binding = _by_kind(production_render, "RoleBinding")["weft-sandbox-pods"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "weft-sandbox-pods"
+    }  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "weft-sandbox", "namespace": "default"}
+    ]
+    assert "weft-sandbox" in _by_kind(production_render, "ServiceAccount")
+
+    deployments = _by_kind(production_render, "Deployment")
+    for name, deployment in deployments.items():
+        pod = deployment["spec"]["template"]["spec"]
+        if name == "weft-sandbox":
+            assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == (
+                "weft-sandbox", True
+            )  # fmt: skip
+            env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+            assert env["WEFT_SANDBOX_BACKEND"] == "kubernetes"
+            assert env["WEFT_SANDBOX_K8S_NAMESPACE"] == "weft-sandboxes"
+            assert env["WEFT_SANDBOX_K8S_RUNTIME_CLASS"] == "gvisor"
+            assert env["WEFT_SANDBOX_ROOT"] == "/var/lib/weft/sandbox"  # read-only root fs
+            mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+            assert mounts["sandbox-copies"] == "/var/lib/weft/sandbox"
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            assert volumes["sandbox-copies"]["emptyDir"] == {"sizeLimit": "4Gi"}
+        else:
+            assert pod["automountServiceAccountToken"] is False, name
+
+    policies = _by_kind(production_render, "NetworkPolicy")
+    sessions = policies["weft-sandbox-sessions"]
+    assert sessions["metadata"]["namespace"] == "weft-sandboxes"
+    assert sessions["spec"] == {
+        "podSelector": {"matchLabels": {"weft.dev/sandbox-session": "true"}},
+        "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": [],
+    }  # fmt: skip
+    egress_ports = [
+        [p["port"] for p in rule.get("ports", [])]
+        for rule in policies["weft-sandbox"]["spec"]["egress"]
+    ]
+    assert [443, 6443] in egress_ports
+
+    for kind in ("Role", "RoleBinding"):
+        assert not _by_kind(test_double_render, kind), kind
+    assert "weft-sandbox-sessions" not in _by_kind(test_double_render, "NetworkPolicy")
+    sandbox = _by_kind(test_double_render, "Deployment")["weft-sandbox"]["spec"]["template"]
+    assert sandbox["spec"]["automountServiceAccountToken"] is False

@@ -172,3 +172,13 @@ the client certificate) come from kafka.tls.existingSecret, mounted by weft.kafk
 {{- $kafka := .Values.kafka -}}
 {{- if and (hasSuffix "SSL" ($kafka.securityProtocol | default "PLAINTEXT")) $kafka.tls.existingSecret -}}true{{- end -}}
 {{- end -}}
+
+{{/* The sandbox's own ServiceAccount (kubernetes backend: it alone holds the pods Role). */}}
+{{- define "weft.sandboxServiceAccountName" -}}
+{{- printf "%s-sandbox" (include "weft.fullname" .) -}}
+{{- end -}}
+
+{{/* Where the sandbox's session pods run. */}}
+{{- define "weft.sandboxPodNamespace" -}}
+{{- .Values.sandbox.kubernetes.namespace | default .Release.Namespace -}}
+{{- end -}}

@@ -1,5 +1,6 @@
 """App factory of the sandbox service: ``sandbox_concurrency`` consumers of
-``sandbox.calls``, the local backend, checkpoints in PostgreSQL and the idle reaper."""
+``sandbox.calls``, the local or Kubernetes backend, checkpoints in PostgreSQL and the idle
+reaper."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from weft_platform.runtime import create_runtime
 from weft_storage.skills import SkillStore
 from weft_tools.web_snapshots import RedisSnapshotStore
 
+from weft_sandbox.backend import SandboxBackend
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
+from weft_sandbox.k8s_backend import KubernetesBackend
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.settings import SandboxSettings
 from weft_sandbox.skill_installer import register_installer
@@ -73,36 +76,49 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     init_logging(runtime)
     snapshots = RedisSnapshotStore(runtime.redis)
     host: SandboxHost | None = None
-    backend: LocalBackend | None = None
+    backend: SandboxBackend | None = None
     skills: SkillLibrary | None = None
     on_startup: list[Callable[[], Awaitable[None]]] = []
     on_shutdown: list[Callable[[], Awaitable[None]]] = []
-    if settings.sandbox_backend == "local":
+    if settings.sandbox_backend != "none":
         home = Path(os.environ.get("WEFT_HOME") or Path.cwd() / ".weft")
         root = Path(settings.sandbox_root or home / "sandbox" / runtime.instance_id)
         pool = WorkspacePool(
             root, size_bytes=settings.sandbox_workspace_bytes, uid_base=settings.sandbox_uid_base
         )
-        backend = LocalBackend(settings, runtime.instance_id)
         host = SandboxHost(pool, GitCheckpoints(CheckpointStore(runtime.sessions)))
         reaper = IdleReaper(host, settings.sandbox_idle_ttl_s, settings.sandbox_reap_interval_s)
         skills = SkillLibrary(SkillStore(runtime.sessions), root.parent / f"{root.name}-skills")
-        local, library = backend, skills
+        library = skills
+        if settings.sandbox_backend == "kubernetes":
+            pods = KubernetesBackend(settings)
+            backend = pods
+            start_backend: Callable[[], Awaitable[None]] = pods.start
+            stop_backend: Callable[[], Awaitable[None]] = pods.stop
+        else:
+            local = LocalBackend(settings, runtime.instance_id)
+            backend = local
 
-        async def start_local() -> None:
-            local.start()
+            async def start_backend() -> None:
+                local.start()
+
+            async def stop_backend() -> None:
+                local.stop()
+
+        async def start_sandbox() -> None:
+            await start_backend()
             pool.start()
             library.start()
             await reaper.start()
 
-        async def stop_local() -> None:
+        async def stop_sandbox() -> None:
             await reaper.stop()
             pool.close()
             library.stop()
-            local.stop()
+            await stop_backend()
 
-        on_startup.append(start_local)
-        on_shutdown.append(stop_local)
+        on_startup.append(start_sandbox)
+        on_shutdown.append(stop_sandbox)
     registry = sandbox_registry(host, backend, snapshots, skills)
     if host is not None:
         register_installer(registry, host, SkillStore(runtime.sessions))

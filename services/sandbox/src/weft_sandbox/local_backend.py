@@ -84,6 +84,8 @@ class Command:
 class LocalBackend:
     """Runs commands under bubblewrap with the settings' limits."""
 
+    mounts_read_only = True
+
     def __init__(self, settings: SandboxSettings, instance_id: str):
         self._settings = settings
         self._cgroup_parent = Path(settings.sandbox_cgroup_root) / f"weft-sandbox-{instance_id}"

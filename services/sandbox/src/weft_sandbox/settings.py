@@ -15,9 +15,10 @@ class SandboxSettings(ServiceSettings):
 
     service_name: str = "sandbox"
     http_port: int = 8084
-    sandbox_backend: Literal["local", "none"] = Field(
+    sandbox_backend: Literal["local", "kubernetes", "none"] = Field(
         default="local",
-        description="local: bubblewrap processes on this host; none: no sandbox is "
+        description="local: bubblewrap processes on this host; kubernetes: one pod per "
+        "session (weft_sandbox.k8s_backend, sandbox_k8s_*); none: no sandbox is "
         "configured, script tools answer that they cannot run (S-05).",
     )
     sandbox_root: str = Field(
@@ -59,4 +60,26 @@ class SandboxSettings(ServiceSettings):
         ge=1000,
         description="When the service runs as root, commands run as base + a per-session "
         "offset (never as root).",
+    )
+    sandbox_k8s_namespace: str = Field(
+        default="",
+        description="Namespace of the session pods; empty: the service's own (in-cluster), "
+        "else the kubeconfig context's, else default.",
+    )
+    sandbox_k8s_kubeconfig: str = Field(
+        default="", description="A kubeconfig file; empty: the in-cluster service account."
+    )
+    sandbox_k8s_image: str = Field(
+        default="docker.io/library/python:3.11-slim",
+        description="Image of the session pods: needs sh, GNU tar, head, kill and sleep.",
+    )
+    sandbox_k8s_cpu: str = Field(default="1", description="CPU limit of a session pod.")
+    sandbox_k8s_uid: int = Field(
+        default=10001, ge=1, description="The non-root uid and gid commands run as in a pod."
+    )
+    sandbox_k8s_runtime_class: str = Field(
+        default="", description="runtimeClassName of the session pods (e.g. gvisor); empty: none."
+    )
+    sandbox_k8s_start_timeout_s: float = Field(
+        default=120.0, gt=0, description="How long a new session pod may take to run."
     )

@@ -33,7 +33,8 @@ from weft_tools.sandbox_specs import (
 )
 from weft_tools.web_snapshots import SnapshotStore
 
-from weft_sandbox.local_backend import Command, CommandResult, LocalBackend, check_env
+from weft_sandbox.backend import SandboxBackend
+from weft_sandbox.local_backend import Command, CommandResult, check_env
 from weft_sandbox.skills import (
     SKILL_DIR_ENV,
     SkillLibrary,
@@ -45,6 +46,10 @@ from weft_sandbox.skills import (
 from weft_sandbox.workspace import INPUT, WORKSPACE, PathRefused, Workspace
 
 NO_SKILLS = "skills need a sandbox, and none is configured on this deployment"
+SKILLS_NOT_ON_BACKEND = (
+    "skill scripts cannot run on this deployment's sandbox backend (kubernetes) yet; "
+    "read the skill with read_file skill://<name>/SKILL.md and run its steps yourself"
+)
 
 
 class WorkspaceHost(Protocol):
@@ -65,7 +70,7 @@ class ShellExec:
     spec: ToolSpec = SHELL_EXEC
 
     def __init__(
-        self, host: WorkspaceHost, backend: LocalBackend, skills: SkillLibrary | None = None
+        self, host: WorkspaceHost, backend: SandboxBackend, skills: SkillLibrary | None = None
     ):
         self._host = host
         self._backend = backend
@@ -80,6 +85,8 @@ class ShellExec:
         if args.skill_name:
             if self._skills is None:
                 return _fail(f"shell_exec: {NO_SKILLS}")
+            if not self._backend.mounts_read_only:
+                return _fail(f"shell_exec: {SKILLS_NOT_ON_BACKEND}")
             try:
                 package = await self._skills.package(call.context, call.tenant_id, args.skill_name)
             except SkillUnavailable as exc:
@@ -409,7 +416,7 @@ def _walk(space: Workspace, top: Path, limit: int) -> list[dict[str, object]]:
 
 def sandbox_registry(
     host: WorkspaceHost | None,
-    backend: LocalBackend | None,
+    backend: SandboxBackend | None,
     snapshots: SnapshotStore,
     skills: SkillLibrary | None = None,
 ) -> ToolRegistry:
