@@ -92,6 +92,14 @@ RUN groupadd --system --gid 10001 weft \
        --shell /usr/sbin/nologin weft \
     && install -d -o 10001 -g 10001 -m 700 /var/lib/weft/credentials
 
+# The sandbox keeps each session's workspace as git checkpoints, whichever backend runs its
+# commands, and its local backend runs them under bubblewrap: those two only in its image.
+RUN if [ "${SERVICE}" = "sandbox" ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends git bubblewrap \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+
 COPY --from=builder --chown=root:root /app/.venv /app/.venv
 
 WORKDIR /app
