@@ -49,6 +49,23 @@ class _Bus:
         self.published.append((topic, message))
 
 
+DECOY = Path("/var/tmp/weft-sandbox-decoy")
+"""Where hostile calls aim instead of the host's own files (``/etc/passwd``...). The tests
+run the service as root, and a guard is broken on purpose to check its test fails: aimed
+at a real host file, that check would overwrite it (it did once). Files here are
+sentinels the tests compare afterwards."""
+
+SENTINEL = "decoy: must stay unchanged\n"
+
+
+def decoy(name: str) -> Path:
+    """A sentinel file ``DECOY/name`` (made afresh), outside every workspace."""
+    path = DECOY / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SENTINEL)
+    return path
+
+
 @dataclass
 class Sandbox:
     """One in-process sandbox service: call it as a tenant's session."""

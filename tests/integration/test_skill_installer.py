@@ -15,7 +15,7 @@ from weft_storage.skill_packages import package_from_zip
 from weft_storage.skills import SkillStore
 from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
 
-from tests.integration.sandbox_kit import Sandbox, open_sandbox
+from tests.integration.sandbox_kit import DECOY, SENTINEL, Sandbox, decoy, open_sandbox
 from tests.skill_kit import GREETER_SCRIPT, greeter_zip, skill_md
 
 INSTALLER = SKILL_INSTALLER_AGENT
@@ -96,7 +96,7 @@ async def test_another_agent_cannot_write_a_skill(
 
 @pytest.mark.parametrize(
     "path",
-    ["../escape.sh", "/etc/cron.d/x", "/workspace/output/x", "scripts/../../x", "a\\..\\b",
+    ["../escape.sh", f"{DECOY}/cron.d/x", "/workspace/output/x", "scripts/../../x", "a\\..\\b",
      "/workspace/skill-draft/../x"],
 )  # fmt: skip
 async def test_the_installer_writes_only_inside_the_draft(sandbox: Sandbox, path: str) -> None:
@@ -112,8 +112,9 @@ async def test_the_installer_writes_only_inside_the_draft(sandbox: Sandbox, path
 async def test_a_planted_symlink_fails_validation(
     sandbox: Sandbox, sessions: async_sessionmaker[AsyncSession]
 ) -> None:  # SPEC S-04: a command may not smuggle a host file into a package
+    target = decoy("passwd")  # never the host's file: a broken guard would write it
     planted = await sandbox.call(
-        "shell_exec", command="mkdir -p skill-draft && ln -s /etc/passwd skill-draft/passwd"
+        "shell_exec", command=f"mkdir -p skill-draft && ln -s {target} skill-draft/passwd"
     )
     assert planted.success, planted
     done = await sandbox.call(
@@ -125,6 +126,7 @@ async def test_a_planted_symlink_fails_validation(
         "write_skill_file", agent_id=INSTALLER, path="passwd", content="overwrite"
     )
     assert not through.success, through  # the path check refuses a link leading out
+    assert target.read_text() == SENTINEL
 
 
 async def test_the_installer_never_replaces_another_skill(

@@ -17,7 +17,14 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_sandbox.settings import MIB
 
-from tests.integration.sandbox_kit import WORKSPACE_BYTES, Sandbox, open_sandbox
+from tests.integration.sandbox_kit import (
+    DECOY,
+    SENTINEL,
+    WORKSPACE_BYTES,
+    Sandbox,
+    decoy,
+    open_sandbox,
+)
 
 
 @pytest.fixture
@@ -38,8 +45,8 @@ async def sandbox(
         ("write_sandbox_file", {"path": "/tmp/evil", "content": "x"}),
         ("write_sandbox_file", {"path": "../outside", "content": "x"}),
         ("write_sandbox_file", {"path": "/workspace/input/planted", "content": "x"}),
-        ("edit_sandbox_file", {"path": "/etc/hosts", "edits": [{"old_string": "a",
-                                                                "new_string": "b"}]}),
+        ("edit_sandbox_file", {"path": f"{DECOY}/hosts", "edits": [{"old_string": "d",
+                                                                   "new_string": "b"}]}),
         ("list_sandbox_files", {"path": "/"}),
         ("shell_exec", {"command": "pwd", "work_dir": "/workspace/../.."}),
     ],
@@ -47,7 +54,9 @@ async def sandbox(
 async def test_a_path_outside_the_workspace_is_refused(
     sandbox: Sandbox, tool: str, arguments: dict[str, Any]
 ) -> None:  # SPEC S-02, T-16
+    hosts = decoy("hosts")
     done = await sandbox.call(tool, **arguments)
+    assert hosts.read_text() == SENTINEL
     assert not done.success, done
     assert done.error and ("/workspace" in done.error or "read-only" in done.error), done.error
     await sandbox.still_serves()
@@ -75,7 +84,8 @@ async def test_a_symlink_planted_by_a_command_does_not_lead_out(sandbox: Sandbox
 async def test_the_second_guard_holds_when_the_path_check_is_bypassed(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # SPEC S-02: O_NOFOLLOW behind the path check (a link swapped in after it)
-    await sandbox.call("shell_exec", command="ln -s /etc/passwd pw")
+    target = decoy("passwd")  # never the host's: this test runs with a guard bypassed
+    await sandbox.call("shell_exec", command=f"ln -s {target} pw")
     space = sandbox.pool.get(sandbox.tenant, sandbox.session)
     assert space is not None
     monkeypatch.setattr(type(space), "host_path", lambda self, path, **_: self.work / path)
@@ -83,6 +93,7 @@ async def test_the_second_guard_holds_when_the_path_check_is_bypassed(
     assert not read.success and "symbolic links" in (read.error or ""), read
     write = await sandbox.call("write_sandbox_file", path="pw", content="root::0:0::/:/bin/sh")
     assert not write.success and "symbolic links" in (write.error or ""), write
+    assert target.read_text() == SENTINEL
     monkeypatch.undo()
     await sandbox.still_serves()
 
