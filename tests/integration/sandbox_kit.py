@@ -25,6 +25,7 @@ from weft_contracts import (
 )
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
+from weft_sandbox.session_lock import SessionLock
 from weft_sandbox.settings import MIB, SandboxSettings
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
@@ -89,6 +90,7 @@ async def open_sandbox(
     *,
     tenant: str | None = None,
     session: str | None = None,
+    lock_wait_s: float = 30.0,
 ) -> AsyncIterator[Sandbox]:
     """A sandbox replica of its own (own root, own cgroup parent) on the shared stores."""
     settings = SandboxSettings(
@@ -103,7 +105,11 @@ async def open_sandbox(
     backend = LocalBackend(settings, instance)
     backend.start()
     pool.start()
-    host = SandboxHost(pool, GitCheckpoints(CheckpointStore(sessions)))
+    engine = sessions.kw["bind"]  # the session locks of every replica share a database
+    host = SandboxHost(
+        pool, GitCheckpoints(CheckpointStore(sessions)), SessionLock(engine),
+        lock_wait_s=lock_wait_s,
+    )  # fmt: skip
     bus = _Bus()
     worker = SandboxWorker(
         bus, sandbox_registry(host, backend, MemorySnapshotStore()), host, redis,  # type: ignore[arg-type]

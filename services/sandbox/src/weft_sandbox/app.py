@@ -11,13 +11,18 @@ from pathlib import Path
 
 import structlog
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import create_async_engine
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.internal_auth import InternalAuth
 from weft_platform.runtime import create_runtime
 from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
+from weft_sandbox.files_api import files_router
 from weft_sandbox.local_backend import LocalBackend
+from weft_sandbox.session_files import SessionFiles
+from weft_sandbox.session_lock import SessionLock
 from weft_sandbox.settings import SandboxSettings
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
@@ -77,7 +82,16 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             root, size_bytes=settings.sandbox_workspace_bytes, uid_base=settings.sandbox_uid_base
         )
         backend = LocalBackend(settings, runtime.instance_id)
-        host = SandboxHost(pool, GitCheckpoints(CheckpointStore(runtime.sessions)))
+        # A connection per session lock held (calls and uploads), apart from the pool the
+        # held sessions' checkpoint queries use, so holders never wait on each other.
+        locks_db = create_async_engine(
+            settings.database_url, pool_size=settings.sandbox_concurrency + 2,
+            max_overflow=8, pool_pre_ping=True,
+        )  # fmt: skip
+        host = SandboxHost(
+            pool, GitCheckpoints(CheckpointStore(runtime.sessions)), SessionLock(locks_db),
+            lock_wait_s=settings.sandbox_files_wait_s,
+        )  # fmt: skip
         reaper = IdleReaper(host, settings.sandbox_idle_ttl_s, settings.sandbox_reap_interval_s)
         local = backend
 
@@ -90,6 +104,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             await reaper.stop()
             pool.close()
             local.stop()
+            await locks_db.dispose()
 
         on_startup.append(start_local)
         on_shutdown.append(stop_local)
@@ -101,6 +116,9 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     # Each consumer of the group owns some partitions and runs one call at a time.
     for _ in range(settings.sandbox_concurrency):
         runtime.bus.consume(Topic.SANDBOX_CALLS, CONSUMER_GROUP, worker.handle)
+    files = SessionFiles(host) if host is not None else None
     return create_service_app(
-        runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown
-    )
+        runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown,
+        routers=[files_router(files, settings.sandbox_attachment_bytes)],
+        internal=InternalAuth(runtime.verifier, "sandbox"),
+    )  # fmt: skip
