@@ -51,9 +51,7 @@ async def test_an_upload_on_one_replica_is_seen_by_a_call_on_another(
         assert ran.data["deliverables"] == [{"path": "output/report.md", "size": 8}], ran.data
 
         listed = await SessionFiles(b.host).list(tenant, session, "output")  # b restores 3
-        assert [(f.name, f.path, f.size) for f in listed] == [
-            ("report.md", "output/report.md", 8)
-        ]
+        assert [(f.name, f.path, f.size) for f in listed] == [("report.md", "output/report.md", 8)]
         name, data = await SessionFiles(b.host).read(tenant, session, "output/report.md")
         assert (name, data) == ("report.md", b"total 8\n")
         assert (await SessionFiles(b.host).read(tenant, session, "input/data.csv"))[1] == CSV
@@ -131,8 +129,12 @@ async def test_an_upload_waits_for_a_running_call_of_the_session_on_another_repl
             a.call("shell_exec", command=f"while [ ! -e {gate} ]; do sleep 0.05; done; "
                    "echo done > output/slow.md")
         )  # fmt: skip
-        await _until(lambda: a.host.pool.get(tenant, session) is not None
-                     and a.host.pool.get(tenant, session).lock.locked())  # type: ignore[union-attr]
+        await _until(
+            lambda: (
+                a.host.pool.get(tenant, session) is not None
+                and a.host.pool.get(tenant, session).lock.locked()
+            )
+        )  # type: ignore[union-attr]
         with pytest.raises(WorkspaceBusy):  # the other replica's change holds the session
             await SessionFiles(b.host).upload(tenant, session, "late.csv", CSV)
         space = a.host.pool.get(tenant, session)

@@ -30,6 +30,19 @@ def attachment_name_problem(name: str) -> str | None:
     return None
 
 
+def file_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot name a session's file (relative to ``/workspace``, such as
+    ``output/report.md``), or None: never absolute, never ``..``, ``.`` or an empty part,
+    never a NUL or a control character."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return "the path contains a NUL byte or a control character"
+    if path.startswith("/"):
+        return "the path is relative to /workspace (input/... or output/...)"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "the path may not contain '..', '.' or empty parts"
+    return None
+
+
 def download_path(session_id: str, path: str) -> str:
     """The public API path that downloads ``path`` (relative to ``/workspace``, such as
     ``output/report.md``) of the session's workspace."""

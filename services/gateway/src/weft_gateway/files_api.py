@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, HTTPException, Path, Query, Response, UploadFile
-from weft_contracts.files import attachment_name_problem
+from weft_contracts.files import attachment_name_problem, file_path_problem
 
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.clients import ServiceClient, SessionsClient
@@ -39,7 +39,9 @@ class SandboxFilesClient(ServiceClient):
 
     async def download(self, who: Principal, session_id: str, path: str) -> bytes:
         resp = await self.send(
-            "GET", f"/internal/sessions/{session_id}/files/{quote(path)}", params=_caller(who)
+            "GET",
+            f"/internal/sessions/{session_id}/files/{quote(path)}",
+            params=_caller(who),
         )
         return resp.content
 
@@ -95,6 +97,9 @@ def files_router(
     @router.get("/sessions/{session_id}/files/{path:path}")
     async def download_file(who: Who, session_id: Id, path: str) -> Response:
         """One file, ``path`` relative to ``/workspace`` (``output/report.md``)."""
+        problem = file_path_problem(path)  # before a client normalises ``..`` away
+        if problem:
+            raise HTTPException(422, problem)
         await memory.get_session(who.tenant_id, who.user_id, session_id)
         data = await sandbox.download(who, session_id, path)
         name = path.rsplit("/", 1)[-1]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from weft_contracts.files import attachment_name_problem
+from weft_contracts.files import attachment_name_problem, file_path_problem
 
 from weft_sandbox.worker import SandboxHost
 from weft_sandbox.workspace import INPUT, OUTPUT, PathRefused, Workspace
@@ -124,13 +124,10 @@ def _write_attachment(target: Path, data: bytes) -> None:
 
 def _relative_parts(path: str) -> list[str]:
     """``path`` as folder-relative parts, refusing every escape (422 with the reason)."""
-    if "\x00" in path or any(ord(c) < 0x20 for c in path):
-        raise FileRefused(422, "the path contains a NUL byte or a control character")
-    if path.startswith("/"):
-        raise FileRefused(422, "the path is relative to /workspace (input/... or output/...)")
+    problem = file_path_problem(path)
+    if problem:
+        raise FileRefused(422, problem)
     parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise FileRefused(422, "the path may not contain '..', '.' or empty parts")
     if len(parts) < 2 or parts[0] not in LISTED_DIRS:
         raise FileRefused(404, f"no file {path!r}: only input/... and output/... are served")
     return parts
