@@ -10,10 +10,11 @@ from weft_testkit import LocalStack, read_turn
 
 SANDBOX_TOOLS = ["shell_exec", "read_file"]
 CSV = "region,units\nnorth,12\nsouth,30\neast,8\n"
-SCRIPT = (
+SCRIPT = (  # what a model would write: python3 over the attachment, a Markdown report
     "python3 -c \"import csv; rows = list(csv.DictReader(open('input/data.csv'))); "
     "total = sum(int(r['units']) for r in rows); "
-    "open('output/report.md', 'w').write(f'# Units\\\\nrows: {len(rows)}\\\\ntotal: {total}\\\\n')\""
+    "open('output/report.md', 'w')"
+    ".write(f'# Units\\\\nrows: {len(rows)}\\\\ntotal: {total}\\\\n')\""
 )
 REPORT = b"# Units\nrows: 3\ntotal: 50\n"
 

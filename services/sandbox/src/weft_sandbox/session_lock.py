@@ -46,10 +46,8 @@ class SessionLock:
         number = lock_id(key)
         async with self._engine.connect() as conn:
             try:
-                await conn.execute(
-                    text("SELECT set_config('lock_timeout', :t, false)"),
-                    {"t": f"{max(1, int(wait_s * 1000))}ms"},
-                )
+                # An int, never text from outside: SET takes no bind parameters.
+                await conn.execute(text(f"SET lock_timeout = {max(1, int(wait_s * 1000))}"))
                 await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": number})
             except DBAPIError as exc:
                 if _sqlstate(exc) == LOCK_NOT_AVAILABLE:
