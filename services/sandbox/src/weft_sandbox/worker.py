@@ -202,7 +202,11 @@ class SandboxWorker:
         return outcome
 
     def _claim_key(self, call: ToolCallRequested) -> str:
-        return f"weft:{self._prefix}sandboxcall:{call.data.call_id}"
+        # The model names its calls: the same id (``call_0``) comes back in later turns,
+        # so a claim is the turn's call, never the id alone.
+        return (
+            f"weft:{self._prefix}sandboxcall:{call.tenant_id}:{call.request_id}:{call.data.call_id}"
+        )
 
     @staticmethod
     def _needs_workspace(call: ToolCallRequested) -> bool:
