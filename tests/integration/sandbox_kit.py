@@ -25,6 +25,7 @@ from weft_contracts import (
 )
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
+from weft_sandbox.session_lock import SessionLock
 from weft_sandbox.settings import MIB, SandboxSettings
 from weft_sandbox.skill_installer import register_installer
 from weft_sandbox.skills import SkillLibrary
@@ -119,6 +120,7 @@ async def open_sandbox(
     *,
     tenant: str | None = None,
     session: str | None = None,
+    lock_wait_s: float = 30.0,
 ) -> AsyncIterator[Sandbox]:
     """A sandbox replica of its own (own root, own cgroup parent) on the shared stores."""
     settings = SandboxSettings(
@@ -133,7 +135,11 @@ async def open_sandbox(
     backend = LocalBackend(settings, instance)
     backend.start()
     pool.start()
-    host = SandboxHost(pool, GitCheckpoints(CheckpointStore(sessions)))
+    engine = sessions.kw["bind"]  # the session locks of every replica share a database
+    host = SandboxHost(
+        pool, GitCheckpoints(CheckpointStore(sessions)), SessionLock(engine),
+        lock_wait_s=lock_wait_s,
+    )  # fmt: skip
     skills = SkillLibrary(SkillStore(sessions), root.parent / f"{root.name}-skills")
     skills.start()
     bus = _Bus()

@@ -118,6 +118,26 @@ async def test_a_redelivered_write_call_is_not_run_again(
         assert count.output == "x\n"
 
 
+async def test_a_call_id_the_model_reuses_in_a_later_turn_runs_again(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:  # invariant 3: the claim is the turn's call (models reuse ids such as call_0)
+    async with open_sandbox(sessions, redis) as box:
+        for turn in ("r1", "r2"):
+            call = ToolCallRequested(
+                tenant_id=box.tenant, session_id=box.session, request_id=turn,
+                data=ToolCallRequestedData(
+                    call_id="call_run", tool_name="shell_exec",
+                    arguments={"command": "echo x >> counter"}, round=0,
+                    deadline=datetime.now(UTC) + timedelta(seconds=60),
+                    context=ToolContext(user_id="u", agent_id="a", allowed_tools=TOOLS),
+                ),
+            )  # fmt: skip
+            await box.worker.handle(call)
+        assert len(box.bus.published) == 2
+        count = await box.call("read_file", path="counter")
+        assert count.output == "x\nx\n"
+
+
 async def test_a_call_that_could_not_get_its_workspace_runs_when_redelivered(
     sessions: async_sessionmaker[AsyncSession], redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # invariant 3, STYLE principle 4: infrastructure failures raise, then retry

@@ -257,6 +257,17 @@ class ImagesDescribedData(Payload):
     note: str = Field(default="", description="Said to the model about unread images.")
 
 
+class DeliverableData(Payload):
+    """A file a tool call created or changed under ``/workspace/output`` (a deliverable),
+    reported by the sandbox in its result and announced by the engine."""
+
+    call_id: str
+    tool_name: str
+    path: CleanText = Field(description="Relative to /workspace, e.g. output/report.md.")
+    size: int = Field(ge=0, description="Bytes, as checkpointed.")
+    download_path: CleanText = Field(description="Public API path that downloads it.")
+
+
 class TurnStartedEvent(Envelope):
     """First event of every turn."""
 
@@ -334,6 +345,13 @@ class ImagesDescribedEvent(Envelope):
     data: ImagesDescribedData
 
 
+class DeliverableEvent(Envelope):
+    """A new or changed deliverable in the session's workspace."""
+
+    type: Literal["deliverable"] = "deliverable"
+    data: DeliverableData
+
+
 AgentEvent = Annotated[
     TurnStartedEvent
     | ThoughtEvent
@@ -345,7 +363,8 @@ AgentEvent = Annotated[
     | ErrorEvent
     | ContextCompactedEvent
     | MemoryRecalledEvent
-    | ImagesDescribedEvent,
+    | ImagesDescribedEvent
+    | DeliverableEvent,
     Field(discriminator="type"),
 ]
 """Any message of ``weft.agent.events.v1``."""

@@ -41,7 +41,7 @@ GATEWAY = "gateway"
 """The only issuer of request credentials."""
 RECORDS = "kafka"
 """Audience of a request credential that may ride on Kafka records (a turn's)."""
-API_AUDIENCE = ("memory", "agent-config", "suggestions")
+API_AUDIENCE = ("memory", "agent-config", "suggestions", "sandbox")
 """Services a plain API request (sessions, agents) reaches."""
 TURN_AUDIENCE = ("memory", "agent-config", "tool-exec", RECORDS)
 """Services a turn's work reaches: the engine and tool workers call memory with it."""

@@ -6,7 +6,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from weft_contracts import (
+    DeliverableData,
+    DeliverableEvent,
     Reference,
     ReferencesData,
     ReferencesEvent,
@@ -15,6 +18,7 @@ from weft_contracts import (
     ToolResultData,
     ToolResultEvent,
 )
+from weft_contracts.files import download_path
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import LeaseRequest, StepClaim
@@ -109,8 +113,13 @@ class ResultReporter:
         return saved
 
 
+MAX_DELIVERABLES = 50
+"""Deliverable events one result announces at most (a command may write thousands)."""
+
+
 def _result_events(state: TurnState, result: ToolCallCompletedData) -> list[tuple[Any, Any]]:
-    """``tool_result``, then ``references`` when the tool found sources."""
+    """``tool_result``, then ``references`` when the tool found sources, then one
+    ``deliverable`` per file the sandbox reports new or changed under /workspace/output."""
     data = ToolResultData(
         round=state.round,
         call_id=result.call_id,
@@ -125,4 +134,28 @@ def _result_events(state: TurnState, result: ToolCallCompletedData) -> list[tupl
     refs = [Reference.model_validate(r) for r in result.data.get("references", [])]
     if refs:
         events.append((ReferencesEvent, ReferencesData(references=refs)))
+    events += [(DeliverableEvent, d) for d in _deliverables(state, result)]
     return events
+
+
+def _deliverables(state: TurnState, result: ToolCallCompletedData) -> list[DeliverableData]:
+    """The result's ``data.deliverables`` (``[{path, size}]``) as event payloads; an entry
+    that is not one is left out, never a failed result."""
+    reported = result.data.get("deliverables")
+    if not isinstance(reported, list):
+        return []
+    found = []
+    for entry in reported[:MAX_DELIVERABLES]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            continue
+        try:
+            found.append(
+                DeliverableData(
+                    call_id=result.call_id, tool_name=result.tool_name, path=entry["path"],
+                    size=entry.get("size", 0),
+                    download_path=download_path(state.session_id, entry["path"]),
+                )
+            )  # fmt: skip
+        except ValidationError:
+            continue
+    return found

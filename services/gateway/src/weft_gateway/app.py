@@ -29,6 +29,7 @@ from weft_gateway.budget_gate import BudgetGate
 from weft_gateway.clients import AgentConfigClient, SessionsClient
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
+from weft_gateway.files_api import SandboxFilesClient, files_router
 from weft_gateway.fork_api import fork_router
 from weft_gateway.key_registry import KeyRegistry
 from weft_gateway.knowledge_api import knowledge_router
@@ -136,6 +137,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         s.internal_max_connections,
         retry=retry,
     )
+    sandbox = SandboxFilesClient(
+        s.sandbox_url, "sandbox", s.internal_timeout_s, s.internal_max_connections, retry=retry
+    )
     directory = SessionDirectory(
         redis, memory, ttl_s=s.session_cache_ttl_s, lookup_timeout_s=s.session_lookup_timeout_s
     )
@@ -201,6 +205,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         routers=[
             public_router(gateway, auth),
             fork_router(gateway, auth),
+            files_router(
+                memory, sandbox, auth, max_bytes=s.attachment_max_bytes, types=s.attachment_types
+            ),
             agents_router(agents, auth, kb_scope),
             shared_agents_router(agents, auth),
             suggestions_router(suggestions, directory, auth),
@@ -213,7 +220,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         on_startup=[register_dev_key, admin.lifecycle.start],
         on_shutdown=[
             admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
-            agents.aclose, suggestions.aclose, redis.aclose,
+            agents.aclose, suggestions.aclose, sandbox.aclose, redis.aclose,
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)

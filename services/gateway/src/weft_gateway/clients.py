@@ -60,6 +60,14 @@ class ServiceClient:
         retry window is used up) as 503 with ``Retry-After`` and the reason.
         ``resend``: the request is idempotent (default: by its method); ``retry=False``
         for a caller that must fail fast."""
+        resp = await self.send(method, path, resend=resend, retry=retry, **kwargs)
+        return None if resp.status_code == 204 or not resp.content else resp.json()
+
+    async def send(
+        self, method: str, path: str, *, resend: bool | None = None, retry: bool = True,
+        **kwargs: Any,
+    ) -> httpx.Response:  # fmt: skip
+        """:meth:`call`, answering the response itself (a body that is not JSON)."""
         window = self._retry if retry else NO_RETRY
         idempotent = method in IDEMPOTENT if resend is None else resend
         # The credential of the request being served (ApiKeyAuth); none: the service 401s.
@@ -81,7 +89,7 @@ class ServiceClient:
             raise HTTPException(
                 503, f"{self._name} failed ({resp.status_code})", {"Retry-After": "2"}
             )
-        return None if resp.status_code == 204 or not resp.content else resp.json()
+        return resp
 
     async def aclose(self) -> None:
         """Close the connection pool."""

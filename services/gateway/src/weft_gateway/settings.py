@@ -16,6 +16,16 @@ class GatewaySettings(TokenBudgetSettings):
     memory_url: str = "http://127.0.0.1:8085"
     agent_config_url: str = "http://127.0.0.1:8081"
     suggestions_url: str = "http://127.0.0.1:8086"
+    sandbox_url: str = "http://127.0.0.1:8084"
+    attachment_max_bytes: int = Field(
+        default=10 * 1024 * 1024, ge=1, description="Largest session attachment (413 above)."
+    )
+    attachment_types: list[str] = Field(
+        default=["csv", "tsv", "txt", "md", "json", "jsonl", "xml", "yaml", "yml", "html",
+                 "py", "sql", "log", "pdf", "xlsx", "xls", "docx", "pptx", "png", "jpg",
+                 "jpeg", "gif", "webp", "zip", "parquet"],
+        description="File name extensions a session attachment may have (415 otherwise).",
+    )  # fmt: skip
     dev_api_key: str = Field(default="", description="Registered at start for dev_tenant if set.")
     dev_tenant: str = "demo"
     dev_user: str = "dev"

@@ -12,16 +12,21 @@ from pathlib import Path
 
 import structlog
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import create_async_engine
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.internal_auth import InternalAuth
 from weft_platform.runtime import create_runtime
 from weft_storage.skills import SkillStore
 from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_sandbox.backend import SandboxBackend
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
+from weft_sandbox.files_api import files_router
 from weft_sandbox.k8s_backend import KubernetesBackend
 from weft_sandbox.local_backend import LocalBackend
+from weft_sandbox.session_files import SessionFiles
+from weft_sandbox.session_lock import SessionLock
 from weft_sandbox.settings import SandboxSettings
 from weft_sandbox.skill_installer import register_installer
 from weft_sandbox.skills import SkillLibrary
@@ -86,7 +91,16 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         pool = WorkspacePool(
             root, size_bytes=settings.sandbox_workspace_bytes, uid_base=settings.sandbox_uid_base
         )
-        host = SandboxHost(pool, GitCheckpoints(CheckpointStore(runtime.sessions)))
+        # A connection per session lock held (calls and uploads), apart from the pool the
+        # held sessions' checkpoint queries use, so holders never wait on each other.
+        locks_db = create_async_engine(
+            settings.database_url, pool_size=settings.sandbox_concurrency + 2,
+            max_overflow=8, pool_pre_ping=True,
+        )  # fmt: skip
+        host = SandboxHost(
+            pool, GitCheckpoints(CheckpointStore(runtime.sessions)), SessionLock(locks_db),
+            lock_wait_s=settings.sandbox_files_wait_s,
+        )  # fmt: skip
         reaper = IdleReaper(host, settings.sandbox_idle_ttl_s, settings.sandbox_reap_interval_s)
         skills = SkillLibrary(SkillStore(runtime.sessions), root.parent / f"{root.name}-skills")
         library = skills
@@ -116,6 +130,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             pool.close()
             library.stop()
             await stop_backend()
+            await locks_db.dispose()
 
         on_startup.append(start_sandbox)
         on_shutdown.append(stop_sandbox)
@@ -129,6 +144,9 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     # Each consumer of the group owns some partitions and runs one call at a time.
     for _ in range(settings.sandbox_concurrency):
         runtime.bus.consume(Topic.SANDBOX_CALLS, CONSUMER_GROUP, worker.handle)
+    files = SessionFiles(host) if host is not None else None
     return create_service_app(
-        runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown
-    )
+        runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown,
+        routers=[files_router(files, settings.sandbox_attachment_bytes)],
+        internal=InternalAuth(runtime.verifier, "sandbox"),
+    )  # fmt: skip

@@ -10,6 +10,7 @@ older rows keep their commit id only (a bundle contains every earlier commit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,9 @@ from weft_sandbox.workspace import Workspace
 log = structlog.get_logger(__name__)
 
 BRANCH = "main"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+"""git's empty tree: what the first checkpoint is compared with."""
+OUTPUT_PREFIX = "output/"
 
 
 class CheckpointFailed(RuntimeError):
@@ -40,6 +44,23 @@ class Checkpoint:
     seq: int
     commit: str
     bundle: bytes | None
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A regular file under ``/workspace/output`` that a checkpoint added or changed."""
+
+    path: str
+    """Relative to ``/workspace`` (``output/report.md``)."""
+    size: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A stored checkpoint: its number and the deliverables it added or changed."""
+
+    seq: int
+    outputs: tuple[OutputFile, ...] = ()
 
 
 class CheckpointStore:
@@ -117,14 +138,15 @@ class GitCheckpoints:
     def __init__(self, store: CheckpointStore):
         self.store = store
 
-    async def commit(self, space: Workspace, *, request_id: str, call_id: str) -> int | None:
-        """Commit the workspace if it changed and store the checkpoint; its number, or
-        None when nothing changed."""
+    async def commit(self, space: Workspace, *, request_id: str, call_id: str) -> Committed | None:
+        """Commit the workspace if it changed and store the checkpoint; None when nothing
+        changed (or another replica stored that number first)."""
         if not space.git_dir.exists():
             await self._git(space, "init", "-q", "-b", BRANCH)
         await self._git(space, "add", "-A", ".")
         if not (await self._git(space, "status", "--porcelain")).strip():
             return None
+        outputs = await self._changed_outputs(space)
         seq = space.checkpoint_seq + 1
         await self._git(space, "commit", "-q", "--no-verify", "-m", f"checkpoint {seq}",
                         "-m", f"request {request_id}, call {call_id}")  # fmt: skip
@@ -140,7 +162,28 @@ class GitCheckpoints:
             log.warning("checkpoint_taken", session_id=space.session_id, seq=seq)
             return None
         space.checkpoint_seq = seq
-        return seq
+        return Committed(seq, outputs)
+
+    async def _changed_outputs(self, space: Workspace) -> tuple[OutputFile, ...]:
+        """The regular files under ``output/`` that the staged change adds or modifies
+        (links and deletions are no deliverables)."""
+        try:
+            base = (await self._git(space, "rev-parse", "-q", "--verify", "HEAD")).strip()
+        except CheckpointFailed:
+            base = EMPTY_TREE
+        listed = await self._git(
+            space, "diff", "--cached", "--no-renames", "--diff-filter=AM", "--raw", "-z",
+            base, "--", OUTPUT_PREFIX,
+        )  # fmt: skip
+        fields = listed.split("\0")
+        found = []
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            new_mode = meta.split()[1] if meta.count(" ") >= 1 else ""
+            if new_mode not in ("100644", "100755"):
+                continue
+            with contextlib.suppress(OSError):
+                found.append(OutputFile(path, (space.work / path).lstat().st_size))
+        return tuple(found)
 
     async def restore(self, space: Workspace) -> bool:
         """Fill the (fresh, empty) workspace from the session's newest checkpoint; False

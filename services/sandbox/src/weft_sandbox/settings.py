@@ -50,6 +50,18 @@ class SandboxSettings(ServiceSettings):
         default=1800.0, gt=0, description="A workspace unused this long is dropped locally."
     )
     sandbox_reap_interval_s: float = Field(default=30.0, gt=0)
+    sandbox_attachment_bytes: int = Field(
+        default=64 * MIB,
+        ge=1,
+        description="Largest attachment the files API takes (the "
+        "gateway's WEFT_ATTACHMENT_MAX_BYTES is the limit callers see).",
+    )
+    sandbox_files_wait_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long an upload, listing or download waits for "
+        "the session's running call before answering 409.",
+    )
     sandbox_cgroup_root: str = Field(
         default="/sys/fs/cgroup/pids",
         description="cgroup (v1 pids controller or v2) under which each sandbox gets its "

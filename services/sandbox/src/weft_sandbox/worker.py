@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from redis.asyncio import Redis
@@ -30,6 +31,7 @@ from weft_tools.registry import ToolRegistry
 from weft_tools.sandbox_specs import SCRIPT_TOOLS
 
 from weft_sandbox.checkpoints import GitCheckpoints
+from weft_sandbox.session_lock import SessionLock, WorkspaceBusy
 from weft_sandbox.workspace import Workspace, WorkspacePool, workspace_key
 
 log = structlog.get_logger(__name__)
@@ -45,6 +47,12 @@ OUTCOME_UNKNOWN = (
 
 
 CLAIM_TTL_S = 86_400
+DEFAULT_LOCK_WAIT_S = 30.0
+"""How long an upload or a download waits for a session's running call."""
+BUSY = (
+    "{tool}: the session's workspace stayed busy (an attachment upload or another call "
+    "held it); retry"
+)
 
 ALREADY_REPORTED = ToolOutcome(success=False, error="already reported")
 """A redelivered write call whose result is published: nothing to do (compared by
@@ -54,29 +62,57 @@ identity, never published)."""
 class SandboxHost:
     """The sessions' workspaces on this replica, kept fresh against the checkpoints."""
 
-    def __init__(self, pool: WorkspacePool, checkpoints: GitCheckpoints):
+    def __init__(
+        self,
+        pool: WorkspacePool,
+        checkpoints: GitCheckpoints,
+        session_lock: SessionLock | None = None,
+        *,
+        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+    ):
+        """``session_lock``: the lock across replicas that a change takes (None: this
+        replica is the only one, as in tests of one host)."""
         self.pool = pool
         self.checkpoints = checkpoints
+        self._session_lock = session_lock
+        self.lock_wait_s = lock_wait_s
         self._locks: dict[str, asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
-    async def hold(self, tenant_id: str, session_id: str) -> AsyncIterator[Workspace]:
-        """The session's workspace, locked and up to date with its newest checkpoint."""
+    async def hold(
+        self, tenant_id: str, session_id: str, *, wait_s: float | None = None,
+        change: bool = True,
+    ) -> AsyncIterator[Workspace]:  # fmt: skip
+        """The session's workspace, locked and up to date with its newest checkpoint.
+        ``change``: the holder may change it and create a checkpoint, so no other replica
+        may at the same time. :class:`WorkspaceBusy` when either lock is not had within
+        ``wait_s`` (default ``lock_wait_s``)."""
         key = workspace_key(tenant_id, session_id)
+        wait = self.lock_wait_s if wait_s is None else wait_s
         lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            space = self.pool.get(tenant_id, session_id)
-            newest = await self.checkpoints.store.latest_seq(tenant_id, session_id)
-            # Older: another replica (or a fork, a rollback) checkpointed since. Newer: the
-            # session's checkpoints were deleted (its tenant or user was purged), so its
-            # files must not come back either.
-            if space is None or space.checkpoint_seq != newest:
-                space = self.pool.create(tenant_id, session_id)
-                space.lock = lock
-                await self.checkpoints.restore(space)
-            space.touch()
-            yield space
-            space.touch()
+        try:
+            async with asyncio.timeout(wait):
+                await lock.acquire()
+        except TimeoutError:
+            raise WorkspaceBusy(f"workspace busy for more than {wait:.0f}s") from None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if change and self._session_lock is not None:
+                    await stack.enter_async_context(self._session_lock.held(key, wait))
+                space = self.pool.get(tenant_id, session_id)
+                newest = await self.checkpoints.store.latest_seq(tenant_id, session_id)
+                # Older: another replica (or a fork, a rollback) checkpointed since. Newer:
+                # the session's checkpoints were deleted (its tenant or user was purged), so
+                # its files must not come back either.
+                if space is None or space.checkpoint_seq != newest:
+                    space = self.pool.create(tenant_id, session_id)
+                    space.lock = lock
+                    await self.checkpoints.restore(space)
+                space.touch()
+                yield space
+                space.touch()
+        finally:
+            lock.release()
 
     def held(self, tenant_id: str, session_id: str) -> Workspace:
         """The workspace :meth:`hold` is holding for the current call."""
@@ -168,16 +204,22 @@ class SandboxWorker:
             return await self._execute(name, invocation, remaining)
         # The workspace first: a failure to get it (PostgreSQL down) raises before the
         # claim, so the redelivered call runs instead of being reported as unknown.
-        async with self._host.hold(call.tenant_id, call.session_id) as space:
-            if is_write and not await self._redis.set(
-                self._claim_key(call), self._worker, nx=True, ex=CLAIM_TTL_S
-            ):
-                if await self._redis.get(self._claim_key(call)) == b"done":
-                    return ALREADY_REPORTED
-                return ToolOutcome(success=False, error=OUTCOME_UNKNOWN.format(tool=name))
-            outcome = await self._execute(name, invocation, remaining)
-            if is_write:
-                outcome = await self._after_write(space, call, outcome)
+        try:
+            async with self._host.hold(
+                call.tenant_id, call.session_id, wait_s=remaining, change=is_write
+            ) as space:
+                if is_write and not await self._redis.set(
+                    self._claim_key(call), self._worker, nx=True, ex=CLAIM_TTL_S
+                ):
+                    if await self._redis.get(self._claim_key(call)) == b"done":
+                        return ALREADY_REPORTED
+                    return ToolOutcome(success=False, error=OUTCOME_UNKNOWN.format(tool=name))
+                left = (call.data.deadline - datetime.now(UTC)).total_seconds()
+                outcome = await self._execute(name, invocation, max(left, 0.001))
+                if is_write:
+                    outcome = await self._after_write(space, call, outcome)
+        except WorkspaceBusy:
+            return ToolOutcome(success=False, error=BUSY.format(tool=name))
         return outcome
 
     def _claim_key(self, call: ToolCallRequested) -> str:
@@ -218,14 +260,17 @@ class SandboxWorker:
                 f"{cap}-byte cap; this call's changes were undone"
             )
             return ToolOutcome(success=False, error=error)
-        seq = await self._host.checkpoints.commit(
+        done = await self._host.checkpoints.commit(
             space, request_id=call.request_id, call_id=call.data.call_id
         )
-        if seq is None:
+        if done is None:
             return outcome
+        data: dict[str, Any] = {**outcome.data, "checkpoint": done.seq}
+        if done.outputs:
+            data["deliverables"] = [{"path": f.path, "size": f.size} for f in done.outputs]
         return ToolOutcome(
             success=outcome.success, output=outcome.output, error=outcome.error,
-            display_type=outcome.display_type, data={**outcome.data, "checkpoint": seq},
+            display_type=outcome.display_type, data=data,
         )  # fmt: skip
 
     async def _publish(self, call: ToolCallRequested, outcome: ToolOutcome, started: float) -> None:

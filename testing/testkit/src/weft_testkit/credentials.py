@@ -28,7 +28,7 @@ from weft_platform.runtime import DEV_ISSUERS
 
 E = TypeVar("E", bound=Envelope)
 
-EVERY_SERVICE = ("memory", "agent-config", "tool-exec", "suggestions", RECORDS)
+EVERY_SERVICE = ("memory", "agent-config", "tool-exec", "suggestions", "sandbox", RECORDS)
 OPERATOR_SCOPES = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
     "/internal/usage": ("memory", "memory:usage.read"),

@@ -217,6 +217,7 @@ class LocalStack:
             "WEFT_MEMORY_URL": self.url("memory"),
             "WEFT_AGENT_CONFIG_URL": self.url("agent_config"),
             "WEFT_SUGGESTIONS_URL": self.url("suggestions"),
+            "WEFT_SANDBOX_URL": self.url("sandbox"),
             "WEFT_DEV_API_KEY": self.api_key,
             "WEFT_DEV_TENANT": self.tenant,
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",

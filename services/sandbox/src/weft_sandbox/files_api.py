@@ -1,0 +1,93 @@
+"""Internal routes of the sandbox: a session's files for the gateway's files API.
+
+Tenant routes (``weft_platform.internal_auth``): the request credential's tenant and user
+must be the ones named. The gateway has checked that the user owns the session (memory)
+before it calls; the workspace is found by tenant and session, so a session id of another
+tenant names an empty workspace of the caller's own tenant, never the other's files.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the route annotations.
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+
+from weft_sandbox.session_files import FileRefused, SessionFiles
+from weft_sandbox.session_lock import WorkspaceBusy
+
+SessionId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+Caller = Annotated[str, Query(min_length=1, max_length=128)]
+NO_SANDBOX = "no sandbox is configured on this deployment (WEFT_SANDBOX_BACKEND=none)"
+
+
+def files_router(files: SessionFiles | None, max_upload_bytes: int) -> APIRouter:
+    """``/internal/sessions/{session_id}/files...``."""
+    router = APIRouter(prefix="/internal/sessions/{session_id}/files", tags=["files"])
+
+    def usable() -> SessionFiles:
+        if files is None:
+            raise HTTPException(409, NO_SANDBOX)
+        return files
+
+    @router.put("/input/{name}", status_code=201)
+    async def upload(
+        request: Request, session_id: SessionId, name: str, tenant_id: Caller, user_id: Caller
+    ) -> dict[str, Any]:
+        """The raw body becomes ``/workspace/input/<name>``."""
+        service = usable()
+        data = await _body(request, max_upload_bytes)
+        with _answered():
+            stored = await service.upload(tenant_id, session_id, name, data)
+        return {"name": stored.name, "path": stored.path, "size": stored.size,
+                "checkpoint": stored.checkpoint}  # fmt: skip
+
+    @router.get("")
+    async def list_files(
+        session_id: SessionId, tenant_id: Caller, user_id: Caller,
+        folder: str = Query(default="output", alias="dir"),
+    ) -> dict[str, Any]:  # fmt: skip
+        service = usable()
+        with _answered():
+            listed = await service.list(tenant_id, session_id, folder)
+        items = [
+            {"name": f.name, "path": f.path, "size": f.size, "modified_at": f.modified_at}
+            for f in listed
+        ]
+        return {"dir": folder, "files": items}
+
+    @router.get("/{path:path}")
+    async def download(
+        session_id: SessionId, path: str, tenant_id: Caller, user_id: Caller
+    ) -> Response:
+        service = usable()
+        with _answered():
+            _, data = await service.read(tenant_id, session_id, path)
+        return Response(content=data, media_type="application/octet-stream")
+
+    return router
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"the file is larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _answered:
+    """Maps the files' refusals to their HTTP answers."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, FileRefused):
+            raise HTTPException(exc.status, exc.reason) from None
+        if isinstance(exc, WorkspaceBusy):
+            raise HTTPException(
+                409, "the session's workspace is busy with a tool call; retry", {"Retry-After": "5"}
+            ) from None
