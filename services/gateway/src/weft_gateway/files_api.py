@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, HTTPException, Path, Query, Response, UploadFile
+from fastapi.exceptions import RequestValidationError
 from weft_contracts.files import attachment_name_problem, file_path_problem
 
 from weft_gateway.auth import ApiKeyAuth, Principal
@@ -72,7 +73,7 @@ def files_router(
         name = file.filename or ""
         problem = attachment_name_problem(name)
         if problem:
-            raise HTTPException(422, problem)
+            raise _invalid(["body", "file", "filename"], problem)
         suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
         if suffix not in suffixes:
             raise HTTPException(
@@ -99,7 +100,7 @@ def files_router(
         """One file, ``path`` relative to ``/workspace`` (``output/report.md``)."""
         problem = file_path_problem(path)  # before a client normalises ``..`` away
         if problem:
-            raise HTTPException(422, problem)
+            raise _invalid(["path", "path"], problem)
         await memory.get_session(who.tenant_id, who.user_id, session_id)
         data = await sandbox.download(who, session_id, path)
         name = path.rsplit("/", 1)[-1]
@@ -122,3 +123,8 @@ async def _read_capped(file: UploadFile, max_bytes: int) -> bytes:
             raise HTTPException(413, f"the file is larger than the {max_bytes}-byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _invalid(loc: list[str], problem: str) -> RequestValidationError:
+    """A 422 shaped as every other validation error of the API (``detail`` a list)."""
+    return RequestValidationError([{"type": "value_error", "loc": loc, "msg": problem}])
