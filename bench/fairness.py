@@ -24,7 +24,9 @@ through the gateway, two engines and the scripted LLM), on a stack whose engines
 1. ``turns_alone``: C's turns one after another (a fresh session each, answered at once);
 2. ``turns_flood``: while B keeps ``--flood-turns`` turns outstanding, each streaming its
    answer for about ``--slow-turn-s`` seconds, B capped at ``--turn-cap`` turns;
-3. ``turns_flood_uncapped``: the same on a stack with the turn cap off
+3. ``turns_uploads`` (capped stack, ``--uploads`` > 0): while B keeps ``--uploads``
+   document uploads of ``--upload-kib`` KiB in flight, so its ingestion never idles;
+4. ``turns_flood_uncapped``: the turn flood on a stack with the turn cap off
    (``WEFT_TURN_TENANT_MAX_INFLIGHT=0``).
 
 Writes ``bench/results/fairness_turns.json``.
@@ -179,6 +181,33 @@ async def _flood_turns(
     return sent
 
 
+async def _flood_uploads(
+    api: httpx.AsyncClient, outstanding: int, doc_kib: int, stop: asyncio.Event
+) -> int:
+    """Keep ``outstanding`` uploads of B (``doc_kib`` KiB of text each, into one knowledge
+    base) in flight until ``stop``, so its ingestion queue never empties; documents sent."""
+    made = await api.post("/api/v1/knowledge-bases", json={"name": "flood"})
+    kb = made.raise_for_status().json()["id"]
+    paragraph = "Tenant B uploads this paragraph again and again to keep ingestion busy. "
+    body = (paragraph * (doc_kib * 1024 // len(paragraph) + 1))[: doc_kib * 1024]
+    sent = 0
+
+    async def one(n: int) -> None:
+        doc = {"title": f"flood {n}", "content": body, "file_name": f"flood-{n}.md"}
+        (await api.post(f"/api/v1/knowledge-bases/{kb}/documents", json=doc)).raise_for_status()
+
+    running: set[asyncio.Task[None]] = set()
+    while not stop.is_set():
+        while len(running) < outstanding:
+            task = asyncio.create_task(one(sent))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            sent += 1
+        await asyncio.sleep(0.05)
+    await asyncio.gather(*running, return_exceptions=True)
+    return sent
+
+
 def _summary(name: str, latencies: list[float], flood_sent: int, load: float) -> dict[str, Any]:
     result = {
         "phase": name,
@@ -239,16 +268,31 @@ async def turn_phases(args: argparse.Namespace, cap: int) -> list[dict[str, Any]
             stop.set()
             name = "turns_flood" if cap else "turns_flood_uncapped"
             results.append(_summary(name, latencies, await flooding, load))
+            if cap and args.uploads:
+                stop = asyncio.Event()
+                uploading = asyncio.create_task(
+                    _flood_uploads(b_api, args.uploads, args.upload_kib, stop)
+                )
+                await asyncio.sleep(args.slow_turn_s)  # B's documents queue up first
+                load = os.getloadavg()[0]
+                latencies = await quiet(args.turn_count)
+                stop.set()
+                results.append(_summary("turns_uploads", latencies, await uploading, load))
     return results
 
 
 async def turns_main(args: argparse.Namespace) -> None:
     capped = await turn_phases(args, args.turn_cap)
     uncapped = await turn_phases(args, 0)
-    alone, flood = capped
+    alone, flood = capped[:2]
     summary = {
         "phases": [*capped, *uncapped],
         "p99_ratio_flood_over_alone": round(flood["p99_ms"] / alone["p99_ms"], 2),
+        **(
+            {"p99_ratio_uploads_over_alone": round(capped[2]["p99_ms"] / alone["p99_ms"], 2)}
+            if len(capped) > 2
+            else {}
+        ),
         "p99_ratio_uncapped_over_alone": round(uncapped[0]["p99_ms"] / alone["p99_ms"], 2),
         "target": "p99 with flood <= 2x alone",
         "engines": 2,
@@ -275,6 +319,11 @@ async def main() -> None:
     parser.add_argument("--slow-turn-s", type=float, default=3.0, help="B's answer time")
     parser.add_argument("--step-slots", type=int, default=4, help="per engine")
     parser.add_argument("--turn-cap", type=int, default=3, help="B's turn cap")
+    parser.add_argument(
+        "--uploads", type=int, default=4,
+        help="with --turns: B's uploads kept in flight in a last phase (0: no such phase)",
+    )  # fmt: skip
+    parser.add_argument("--upload-kib", type=int, default=256, help="size of B's documents")
     args = parser.parse_args()
     if args.turns:
         await turns_main(args)

@@ -133,7 +133,8 @@ async def test_another_tenants_skill_is_not_found_through_the_api(
 async def test_another_tenants_skill_is_not_found_in_the_sandbox(
     sandbox: Sandbox, sessions: async_sessionmaker[AsyncSession]
 ) -> None:  # SPEC S-04: even when the call's context names it
-    await SkillStore(sessions).install("tenant-owner", package_from_zip(greeter_zip("owned")))
+    owner = f"tenant-owner-{secrets.token_hex(4)}"  # a store that outlives runs: unique
+    await SkillStore(sessions).install(owner, package_from_zip(greeter_zip("owned")))
     missing = await sandbox.call(
         "read_file", path="skill://nosuch/SKILL.md", allowed_skills=["nosuch"]
     )
