@@ -184,8 +184,9 @@ async def _flood_turns(
 async def _flood_uploads(
     api: httpx.AsyncClient, outstanding: int, doc_kib: int, stop: asyncio.Event
 ) -> int:
-    """Keep ``outstanding`` uploads of B (``doc_kib`` KiB of text each, into one knowledge
-    base) in flight until ``stop``, so its ingestion queue never empties; documents sent."""
+    """Keep ``outstanding`` file uploads of B (``doc_kib`` KiB of text each, into one
+    knowledge base) in flight until ``stop``, so its ingestion queue never empties;
+    documents sent."""
     made = await api.post("/api/v1/knowledge-bases", json={"name": "flood"})
     kb = made.raise_for_status().json()["id"]
     paragraph = "Tenant B uploads this paragraph again and again to keep ingestion busy. "
@@ -193,8 +194,11 @@ async def _flood_uploads(
     sent = 0
 
     async def one(n: int) -> None:
-        doc = {"title": f"flood {n}", "content": body, "file_name": f"flood-{n}.md"}
-        (await api.post(f"/api/v1/knowledge-bases/{kb}/documents", json=doc)).raise_for_status()
+        # The file route: queued and ingested by tool-exec under the per-tenant ingestion
+        # cap (the JSON documents route ingests inline in the gateway instead).
+        files = {"file": (f"flood-{n}.md", body.encode(), "text/markdown")}
+        answer = await api.post(f"/api/v1/knowledge-bases/{kb}/files", files=files)
+        answer.raise_for_status()
 
     running: set[asyncio.Task[None]] = set()
     while not stop.is_set():
