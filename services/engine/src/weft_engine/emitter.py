@@ -3,30 +3,65 @@
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+import structlog
+from pydantic import TypeAdapter
 from redis.asyncio import Redis
-from weft_contracts import CompleteData, CompleteEvent, Envelope, Topic
+from weft_contracts import AgentEvent, CompleteData, CompleteEvent, Envelope, Topic
 from weft_platform.bus import EventBus
 
-from weft_engine.keys import completed_key, seq_key, streaming_key
+from weft_engine.keys import completed_key, outbox_holder_key, outbox_key, seq_key, streaming_key
+from weft_engine.outbox import (
+    BUSY,
+    HOLD_MS,
+    LET_GO,
+    ORPHANED,
+    OUTBOX_GUARD,
+    SETTLE,
+    TAKE_ORPHANS,
+    OutboxWrite,
+    SeqsHeld,
+    entries_by_seq,
+)
 from weft_engine.state import TurnStateLost
+
+log = structlog.get_logger(__name__)
 
 # Reserve ARGV[1] seqs on the turn's counter, which must exist (the opening save of
 # TurnIntake.start creates it): a missing counter means Redis lost the turn, and counting
-# again from 1 would hand clients seqs they already have. -1 then.
-_NEXT_SEQS = """
+# again from 1 would hand clients seqs they already have. -1 then. Only past every
+# published seq: BUSY or ORPHANED while earlier ones wait in the outbox (KEYS[2], KEYS[3];
+# ARGV[2] this emitter).
+_NEXT_SEQS = (
+    OUTBOX_GUARD
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local held = outbox_guard(KEYS[2], KEYS[3], ARGV[2])
+if held ~= 0 then return held end
 return redis.call('INCRBY', KEYS[1], ARGV[1])
 """
+)
+
+DRAIN_WAIT_S = 3 * HOLD_MS / 1000
+"""How long :meth:`EventEmitter.drain` waits for a live holder to let go of a turn."""
+_HELD_POLL_S = 0.05
+
+_AGENT_EVENT: TypeAdapter[Any] = TypeAdapter(AgentEvent)
 
 # Count on from ARGV[1], the turn's last seq in Kafka, when the counter is past it; the
-# number of seqs given back (-1: no counter).
+# number of seqs given back (-1: no counter). Never below a seq still in the turn's
+# outbox (KEYS[2]): its event is reserved and will be published.
 _RECOUNT = """
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
 if current < 0 then return -1 end
 local published = tonumber(ARGV[1])
+for _, seq in ipairs(redis.call('HKEYS', KEYS[2])) do
+  published = math.max(published, tonumber(seq))
+end
 if current <= published then return 0 end
 redis.call('SET', KEYS[1], published, 'KEEPTTL')
 return current - published
@@ -40,14 +75,23 @@ class EventEmitter:
     keeps counting. ``complete`` is guarded by a once-only flag (SPEC E-04).
     """
 
-    def __init__(self, bus: EventBus, redis: Redis, ttl_s: int):
+    def __init__(self, bus: EventBus, redis: Redis, ttl_s: int, *, hold_ms: int = HOLD_MS):
         self._bus = bus
         self._redis = redis
         self._ttl = ttl_s
+        self.holder = uuid.uuid4().hex
+        """Who this emitter is in a turn's outbox (``outbox``)."""
+        self._hold_ms = hold_ms
         self._streaming: set[str] = set()
         self._next_seqs = redis.register_script(_NEXT_SEQS)
         self._recount = redis.register_script(_RECOUNT)
+        self._take_orphans = redis.register_script(TAKE_ORPHANS)
+        self._settle = redis.register_script(SETTLE)
+        self._let_go = redis.register_script(LET_GO)
         self._unacked: dict[str, list[asyncio.Future[Any]]] = {}
+        self._outboxed: dict[str, list[int]] = {}
+        """Seqs of the turn's queued events that wait in its outbox for their ack."""
+        self._letting_go: set[asyncio.Task[Any]] = set()
 
     async def emit(
         self,
@@ -92,18 +136,77 @@ class EventEmitter:
             last = int(await self._redis.incrby(key, count))
             if last == count:
                 await self._redis.expire(key, self._ttl)
-        else:
-            last = int(await self._next_seqs(keys=[key], args=[count]))
-            if last < 0:
-                raise TurnStateLost(request_id)
+            return range(last - count + 1, last + 1)
+        keys = [key, outbox_key(request_id), outbox_holder_key(request_id)]
+        while (last := int(await self._next_seqs(keys=keys, args=[count, self.holder]))) in (
+            BUSY,
+            ORPHANED,
+        ):
+            await self.drain(request_id)  # earlier seqs go out first
+        if last < 0:
+            raise TurnStateLost(request_id)
         return range(last - count + 1, last + 1)
+
+    def stage(
+        self, ids: dict[str, Any], events: list[tuple[Callable[..., Envelope], Any]]
+    ) -> tuple[list[Envelope], OutboxWrite]:
+        """The turn's events as envelopes before their seqs are known (seq 0; the id they
+        keep), and the outbox write that stores them with the reservation
+        (``TurnStore.save_reserving``); :meth:`queue_outboxed` queues them once reserved."""
+        envelopes = [event_type(**ids, data=data) for event_type, data in events]
+        entries = [e.model_dump_json() for e in envelopes]
+        return envelopes, OutboxWrite(self.holder, entries, self._hold_ms)
+
+    async def queue_outboxed(self, envelopes: list[Envelope], seqs: range) -> None:
+        """Queue :meth:`stage`'s envelopes at their reserved seqs; :meth:`flush` waits for
+        the acks and then takes them out of the outbox."""
+        rid = envelopes[0].request_id
+        queued = self._unacked.setdefault(rid, [])
+        for seq, envelope in zip(seqs, envelopes, strict=True):
+            event = envelope.model_copy(update={"seq": seq})
+            queued.append(await self._bus.publish_nowait(Topic.AGENT_EVENTS, event))
+        self._outboxed.setdefault(rid, []).extend(seqs)
+
+    async def drain(self, request_id: str) -> int:
+        """Publish what a dead holder left in the turn's outbox, at its seqs and in seq
+        order, and wait for the acks; first wait (up to ``DRAIN_WAIT_S``) for a live
+        holder to let go. The number of events published: 0 when there were none, or
+        when they are this emitter's own (queued already). :class:`SeqsHeld` when a
+        holder keeps the turn past the wait."""
+        keys = [outbox_key(request_id), outbox_holder_key(request_id)]
+        give_up = time.monotonic() + DRAIN_WAIT_S
+        while (
+            flat := await self._take_orphans(keys=keys, args=[self.holder, self._hold_ms])
+        ) is None:
+            if time.monotonic() > give_up:
+                raise SeqsHeld(request_id, BUSY)
+            await asyncio.sleep(_HELD_POLL_S)
+        orphans = entries_by_seq(flat)
+        if not orphans:
+            return 0
+        try:
+            futures = [
+                await self._bus.publish_nowait(
+                    Topic.AGENT_EVENTS,
+                    _AGENT_EVENT.validate_json(raw).model_copy(update={"seq": seq}),
+                )
+                for seq, raw in orphans
+            ]
+            await asyncio.gather(*futures)
+        except Exception:
+            await self._let_go(keys=keys, args=[self.holder])
+            raise
+        await self._settle(keys=keys, args=[self.holder, *(seq for seq, _ in orphans)])
+        log.info("outbox_drained", request_id=request_id, seqs=[seq for seq, _ in orphans])
+        return len(orphans)
 
     async def recount(self, request_id: str, published: int) -> int:
         """Count on from ``published``, the turn's last ``seq`` in Kafka: seqs a stopped
         replica reserved but never published are handed out again, so clients see no gap.
         Only when nobody else can be reserving the turn's seqs (a takeover's step holds
         the lease, and no tool result can be recorded). The number of seqs given back."""
-        return int(await self._recount(keys=[seq_key(request_id)], args=[published]))
+        keys = [seq_key(request_id), outbox_key(request_id)]
+        return int(await self._recount(keys=keys, args=[published]))
 
     async def queue_reserved(
         self,
@@ -119,14 +222,31 @@ class EventEmitter:
             queued.append(await self._bus.publish_nowait(Topic.AGENT_EVENTS, event))
 
     async def flush(self, request_id: str) -> None:
-        """Wait until every event queued for the turn is acknowledged (raises if one failed)."""
+        """Wait until every event queued for the turn is acknowledged (raises if one
+        failed); the acked ones are then taken out of the turn's outbox."""
         futures = self._unacked.pop(request_id, [])
-        if futures:
-            await asyncio.gather(*futures)
+        outboxed = self._outboxed.pop(request_id, [])
+        keys = [outbox_key(request_id), outbox_holder_key(request_id)]
+        try:
+            if futures:
+                await asyncio.gather(*futures)
+        except Exception:
+            if outboxed:  # whoever reserves a seq next publishes them, without waiting
+                await self._let_go(keys=keys, args=[self.holder])
+            raise
+        if outboxed:
+            await self._settle(keys=keys, args=[self.holder, *outboxed])
 
     def drop_unacked(self, request_id: str) -> None:
         """Forget the turn's queued events after a failed step (the producer still sends
-        them; their outcome no longer matters to this step)."""
+        them; their outcome no longer matters to this step). The turn's outbox is let go
+        of: the next reservation publishes its entries again (the same envelopes), as it
+        cannot know whether they were acked."""
+        if self._outboxed.pop(request_id, None):
+            keys = [outbox_key(request_id), outbox_holder_key(request_id)]
+            task = asyncio.create_task(self._let_go(keys=keys, args=[self.holder]))
+            self._letting_go.add(task)
+            task.add_done_callback(self._letting_go.discard)
         for future in self._unacked.pop(request_id, []):
             future.add_done_callback(_retrieve)
 

@@ -63,3 +63,14 @@ def acked_key(request_id: str) -> str:
 def audit_lock_key(request_id: str) -> str:
     """Which replica's ``TurnAuditor`` recovers the turn whose state was lost."""
     return f"weft:turn:{request_id}:audit"
+
+
+def outbox_key(request_id: str) -> str:
+    """Hash of the events whose seqs a result's write reserved, by seq, until Kafka acked
+    them (``outbox``)."""
+    return f"weft:turn:{request_id}:outbox"
+
+
+def outbox_holder_key(request_id: str) -> str:
+    """The emitter publishing the turn's outbox entries now (``outbox``), with an expiry."""
+    return f"weft:turn:{request_id}:outbox:holder"

@@ -22,6 +22,7 @@ from weft_contracts.files import download_path
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import LeaseRequest, StepClaim
+from weft_engine.outbox import SeqsHeld
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
 
@@ -52,9 +53,11 @@ class ResultReporter:
         turn ended or moved on). A redelivered result changes nothing and returns the turn
         as stored, so its caller can still start a step that a crash prevented.
 
-        The same write reserves the ``seq`` of the result's events (queued, the caller
-        flushes) and, given ``lease`` and when this is the last result the turn waits for,
-        takes the step's lease (one round trip from result to next step)."""
+        The same write reserves the ``seq`` of the result's events and stores them in the
+        turn's outbox (queued, the caller flushes: the ack takes them out again; a replica
+        that dies before leaves them to the next one that reserves a seq, ``outbox``).
+        Given ``lease``, when this is the last result the turn waits for, it also takes the
+        step's lease (one round trip from result to next step)."""
         for _ in range(CAS_ATTEMPTS):
             state = await self._store.load(result.request_id)
             call_id = result.data.call_id
@@ -63,18 +66,25 @@ class ResultReporter:
             if call_id in state.results:
                 return Recorded(state)
             updated = state.model_copy(update={"results": {**state.results, call_id: result.data}})
-            events = _result_events(updated, result.data)
+            envelopes, outbox = self._emitter.stage(
+                updated.ids(), _result_events(updated, result.data)
+            )
             claim = None
             try:
                 if lease is not None and updated.tools_answered():
                     saved, seqs, claim = await self._store.save_claiming(
-                        updated, len(events), lease
+                        updated, len(envelopes), lease, outbox=outbox
                     )
                 else:
-                    saved, seqs = await self._store.save_reserving(updated, len(events))
+                    saved, seqs = await self._store.save_reserving(
+                        updated, len(envelopes), outbox=outbox
+                    )
+            except SeqsHeld:
+                await self._emitter.drain(result.request_id)  # earlier seqs go out first
+                continue
             except StaleTurnState:
                 continue
-            await self._emitter.queue_reserved(saved.ids(), events, seqs)  # the caller flushes
+            await self._emitter.queue_outboxed(envelopes, seqs)  # the caller flushes
             self._tracer.tool_done(saved, result.data)
             return Recorded(saved, claim)
         raise StaleTurnState(result.request_id)

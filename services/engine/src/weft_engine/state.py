@@ -14,12 +14,15 @@ from weft_engine.keys import (
     acked_key,
     completed_key,
     images_key,
+    outbox_holder_key,
+    outbox_key,
     seq_key,
     state_key,
     takeovers_key,
     version_key,
 )
 from weft_engine.leases import TAKE_STEP_LEASE, DeadlineUpdate, LeaseRequest, StepClaim
+from weft_engine.outbox import BUSY, ORPHANED, OUTBOX_GUARD, OutboxWrite, SeqsHeld
 
 
 class PendingCall(BaseModel):
@@ -182,38 +185,58 @@ class TurnState(BaseModel):
 # -1); then reserve ARGV[5] event seqs (maybe 0) on the turn's counter (KEYS[3]; `last` is
 # the last one). The counter lives as long as the state: the first write creates it, and
 # EventEmitter counts only on an existing one (a missing counter means a lost turn).
-_WRITE = """
+# With a holder (ARGV[6], '' for none) the seqs are reserved only past every published
+# one (outbox.OUTBOX_GUARD on KEYS[4] box, KEYS[5] holder: else BUSY or ORPHANED), and
+# the events from ARGV[entries_from] on are stored at their seqs, held for ARGV[7] ms.
+_WRITE = (
+    OUTBOX_GUARD
+    + """
+if ARGV[6] ~= '' then
+  local held = outbox_guard(KEYS[4], KEYS[5], ARGV[6])
+  if held ~= 0 then return held end
+end
 local current = redis.call('GET', KEYS[2])
 if (current or '0') ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
 local last = redis.call('INCRBY', KEYS[3], ARGV[5])
 redis.call('EXPIRE', KEYS[3], ARGV[4])
+if #ARGV >= entries_from then
+  local first = last - tonumber(ARGV[5]) + 1
+  for i = entries_from, #ARGV do
+    redis.call('HSET', KEYS[4], tostring(first + i - entries_from), ARGV[i])
+  end
+  redis.call('EXPIRE', KEYS[4], ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[7])
+end
 """
+)
 
-# _WRITE, then the optional tool-deadline change (KEYS[4], ARGV[6] member, ARGV[7] score or
+# _WRITE, then the optional tool-deadline change (KEYS[6], ARGV[8] member, ARGV[9] score or
 # ''); returns `last`.
 _CAS = (
-    _WRITE
+    "local entries_from = 10\n"
+    + _WRITE
     + """
-if KEYS[4] then
-  if ARGV[7] == '' then redis.call('ZREM', KEYS[4], ARGV[6])
-  else redis.call('ZADD', KEYS[4], ARGV[7], ARGV[6]) end
+if KEYS[6] then
+  if ARGV[9] == '' then redis.call('ZREM', KEYS[6], ARGV[8])
+  else redis.call('ZADD', KEYS[6], ARGV[9], ARGV[8]) end
 end
 return last
 """
 )
 
-# _WRITE, then the step's lease (KEYS[4..6], ARGV[6..9] as TAKE_STEP_LEASE; KEYS[7] cancel
-# flag, KEYS[8] steer inbox): {last, taken, stopped, steer messages waiting}.
+# _WRITE, then the step's lease (KEYS[6..8], ARGV[8..11] as TAKE_STEP_LEASE; KEYS[9] cancel
+# flag, KEYS[10] steer inbox): {last, taken, stopped, steer messages waiting}.
 _CAS_CLAIM = (
     TAKE_STEP_LEASE
+    + "local entries_from = 12\n"
     + _WRITE
     + """
-if not take_step_lease(KEYS[4], KEYS[5], KEYS[6], ARGV[6], ARGV[7], ARGV[8], ARGV[9]) then
+if not take_step_lease(KEYS[6], KEYS[7], KEYS[8], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) then
   return {last, 0, 0, 0}
 end
-return {last, 1, redis.call('EXISTS', KEYS[7]), redis.call('LLEN', KEYS[8])}
+return {last, 1, redis.call('EXISTS', KEYS[9]), redis.call('LLEN', KEYS[10])}
 """
 )
 
@@ -257,49 +280,76 @@ class TurnStore:
         return saved
 
     async def save_reserving(
-        self, state: TurnState, seqs: int, *, deadline: DeadlineUpdate | None = None
+        self,
+        state: TurnState,
+        seqs: int,
+        *,
+        deadline: DeadlineUpdate | None = None,
+        outbox: OutboxWrite | None = None,
     ) -> tuple[TurnState, range]:
         """:meth:`save`, reserving ``seqs`` event sequence numbers of the turn (the
-        ``EventEmitter``'s counter) in the same round trip; the saved state and the range."""
-        new, keys, args = self._write(state, seqs)
+        ``EventEmitter``'s counter) in the same round trip; the saved state and the range.
+
+        With ``outbox`` its events are stored at the reserved seqs until their holder has
+        them acked, and the write waits for earlier seqs to be published: :class:`SeqsHeld`
+        (the ``outbox`` module)."""
+        new, keys, args = self._write(state, seqs, outbox)
         if deadline is not None:
             keys.append(deadline.key)
-            args += [deadline.request_id, "" if deadline.at_ms is None else str(deadline.at_ms)]
+            args[7:9] = [deadline.request_id, "" if deadline.at_ms is None else str(deadline.at_ms)]
         last = int(await self._cas(keys=keys, args=args))
-        if last < 0:
-            raise StaleTurnState(state.request_id)
+        _check_written(state.request_id, last)
         return new, range(last - seqs + 1, last + 1)
 
     async def save_claiming(
-        self, state: TurnState, seqs: int, lease: LeaseRequest
+        self, state: TurnState, seqs: int, lease: LeaseRequest, *, outbox: OutboxWrite | None = None
     ) -> tuple[TurnState, range, StepClaim | None]:
         """:meth:`save_reserving`, and in the same round trip take the step's lease
         (``TurnLeases.lease_request``) as ``TurnLeases.claim_step`` does: the write that
         records a round's last result starts the next step without another round trip.
         The claim is None when another replica holds the lease; the state is
         written either way."""
-        new, keys, args = self._write(state, seqs)
-        read: Any = await self._cas_claim(keys=[*keys, *lease.keys], args=[*args, *lease.args])
-        if read == -1:
-            raise StaleTurnState(state.request_id)
+        new, keys, args = self._write(state, seqs, outbox)
+        args[7:9] = lease.args
+        read: Any = await self._cas_claim(keys=[*keys, *lease.keys], args=args)
+        if isinstance(read, int):
+            _check_written(state.request_id, read)
         last, taken, stopped, waiting = (int(v) for v in read)
         claim = StepClaim(new.version, bool(stopped), bool(waiting)) if taken else None
         return new, range(last - seqs + 1, last + 1), claim
 
-    def _write(self, state: TurnState, seqs: int) -> tuple[TurnState, list[str], list[Any]]:
-        """The state with its next version, and _WRITE's keys and arguments."""
+    def _write(
+        self, state: TurnState, seqs: int, outbox: OutboxWrite | None
+    ) -> tuple[TurnState, list[str], list[Any]]:
+        """The state with its next version, and _WRITE's keys and arguments: two
+        placeholders where the deadline's (or the lease's) arguments go, then the outbox
+        entries."""
         new = state.model_copy(update={"version": state.version + 1})
         rid = state.request_id
-        keys = [*self._keys(rid), seq_key(rid)]
-        args: list[Any] = [state.version, new.version, new.model_dump_json(), self._ttl, seqs]
+        keys = [*self._keys(rid), seq_key(rid), outbox_key(rid), outbox_holder_key(rid)]
+        holder, hold_ms, entries = ("", 0, []) if outbox is None else (
+            outbox.holder, outbox.hold_ms, outbox.entries,
+        )  # fmt: skip
+        args: list[Any] = [
+            state.version, new.version, new.model_dump_json(), self._ttl, seqs, holder, hold_ms,
+            "", "", *entries,
+        ]  # fmt: skip
         return new, keys, args
 
     async def delete(self, request_id: str) -> None:
         """Forget a finished turn, its parked images and takeover records too."""
         await self._redis.delete(
             *self._keys(request_id), images_key(request_id), acked_key(request_id),
-            takeovers_key(request_id),
+            takeovers_key(request_id), outbox_key(request_id), outbox_holder_key(request_id),
         )  # fmt: skip
+
+
+def _check_written(request_id: str, answer: int) -> None:
+    """Raise for a write script's refusal: a stale version, or seqs held (``outbox``)."""
+    if answer == -1:
+        raise StaleTurnState(request_id)
+    if answer in (BUSY, ORPHANED):
+        raise SeqsHeld(request_id, answer)
 
 
 class _Named(Protocol):

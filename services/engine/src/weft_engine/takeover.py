@@ -67,10 +67,13 @@ class _TurnRef:
 async def catch_up(trails: TurnTrails, emitter: EventEmitter, state: TurnState) -> None:
     """Count the turn's events on from the last one in Kafka: the stopped replica may have
     reserved seqs (a delta, a thought) that it never published, and clients would see the
-    gap. Only for a turn whose dispatched calls all have their results (it thinks, or
+    gap. Events a dead replica left in the turn's outbox (a recorded result's) are
+    published first, at their seqs: their seqs are not given back (``outbox``).
+    Only for a turn whose dispatched calls all have their results (it thinks, or
     was about to): no result recorder reserves the turn's seqs meanwhile (a duplicate
     result reserves none), and the takeover's step holds the lease. A trail that cannot be
     read leaves the counter as it is: a gap is better than a seq handed out twice."""
+    await emitter.drain(state.request_id)
     started = datetime.fromtimestamp(state.started_at, UTC)
     try:
         found = await trails.read([_TurnRef(state.session_id, state.request_id, started)])
