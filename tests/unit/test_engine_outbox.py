@@ -105,8 +105,8 @@ async def test_a_results_write_keeps_its_events_until_the_ack_takes_them_out(
     state = await _turn(redis)
     _, envelopes, seqs = await _record(redis, live.emitter, state, "c1", "c2")
     assert seqs == range(1, 3)
-    stored = entries_by_seq(list(_flat(await redis.hgetall(outbox_key(RID)))))
-    assert [seq for seq, _ in stored] == [1, 2]
+    stored = await redis.hgetall(outbox_key(RID))
+    assert sorted(int(seq) for seq in stored) == [1, 2]
     assert await redis.get(outbox_holder_key(RID)) == live.emitter.holder.encode()
 
     await live.emitter.queue_outboxed(envelopes, seqs)
@@ -147,7 +147,7 @@ async def test_a_dead_holders_events_go_out_first_at_their_seqs_in_seq_order(
         (2, envelopes[1].id),
         (3, live.bus.sent[2].id),
     ]
-    assert [e.type for e in live.bus.sent] == ["tool_result", "tool_result", "thought"]
+    assert [type(e) for e in live.bus.sent] == [ToolResultEvent, ToolResultEvent, ThoughtEvent]
     assert not await redis.exists(outbox_key(RID), outbox_holder_key(RID))
     assert dead.bus.sent == []
 
@@ -196,5 +196,6 @@ async def test_a_failed_publish_lets_go_and_the_next_reservation_publishes_the_e
     assert [(e.seq, e.id) for e in live.bus.sent] == [(1, envelopes[0].id)]
 
 
-def _flat(mapping: dict[bytes, bytes]) -> list[bytes]:
-    return [item for pair in mapping.items() for item in pair]
+def test_a_take_answer_comes_in_seq_order() -> None:
+    flat = [b"10", b"{ten}", b"9", b"{nine}", b"11", b"{eleven}"]
+    assert entries_by_seq(flat) == [(9, b"{nine}"), (10, b"{ten}"), (11, b"{eleven}")]
