@@ -49,6 +49,7 @@ from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
 from weft_engine.metering import with_tool_calls
 from weft_engine.observe import ERROR_HINT, observe
+from weft_engine.outbox import SeqsHeld
 from weft_engine.outcomes import AwaitTools, Continue, Dispatch
 from weft_engine.prompt import display_hint
 from weft_engine.reporting import ResultReporter
@@ -279,11 +280,20 @@ class ToolRound:
         """Write the state with the group's deadline, then send the round's events and the
         group's calls together."""
         due = self._leases.deadline(state.request_id, _earliest_deadline(state))
-        count = 0 if news is None else len(news.calls)
-        state, seqs = await self._store.save_reserving(state, count, deadline=due)
+        # The tool_call events wait in the turn's outbox until acked: a replica that dies
+        # before leaves them to whoever reserves the turn's next seq (``outbox``).
+        staged, outbox = self._emitter.stage(state.ids(), [] if news is None else _calls(news))
+        while True:
+            try:
+                state, seqs = await self._store.save_reserving(
+                    state, len(staged), deadline=due, outbox=outbox if staged else None
+                )
+                break
+            except SeqsHeld:
+                await self._emitter.drain(state.request_id)  # earlier seqs go out first
         await self._emitter.stopped_streaming(state.request_id)
         if news is not None:
-            await self._announce(state, news, seqs)
+            await self._announce(state, news, (staged, seqs))
         # Queued in the same loop iteration as the events (queueing does not suspend),
         # they share one produce request. Keyed by call id, the calls have no order to
         # keep: one wait for all acks.
@@ -326,17 +336,17 @@ class ToolRound:
         return state
 
     async def _announce(
-        self, state: TurnState, news: _RoundNews, seqs: range | None = None
+        self,
+        state: TurnState,
+        news: _RoundNews,
+        reserved: tuple[list[Envelope], range] | None = None,
     ) -> None:
-        """Queue the round's ``tool_call`` events (with ``seqs`` when the state write
-        reserved them), then the results of calls that failed before dispatch."""
-        events: list[tuple[Callable[..., Envelope], object]] = [
-            (ToolCallEvent, data) for data in news.calls
-        ]
-        if seqs is None:
-            await self._emitter.emit_many(state.ids(), events)
-        else:
-            await self._emitter.queue_reserved(state.ids(), events, seqs)
+        """Queue the round's ``tool_call`` events (staged, at the seqs the state write
+        reserved, when it did), then the results of calls that failed before dispatch."""
+        if reserved is None:
+            await self._emitter.emit_many(state.ids(), _calls(news))
+        elif reserved[0]:
+            await self._emitter.queue_outboxed(*reserved)
         for result in news.early:
             await self._reporter.report(state, result)
 
@@ -389,3 +399,8 @@ def _earliest_deadline(state: TurnState) -> float:
         c.deadline for c in state.pending if c.deadline and c.call_id not in state.results
     ]
     return min(open_calls, default=time.time() + 60)
+
+
+def _calls(news: _RoundNews) -> list[tuple[Callable[..., Envelope], Any]]:
+    """The round's ``tool_call`` events."""
+    return [(ToolCallEvent, data) for data in news.calls]
