@@ -35,7 +35,7 @@ tenant id. A feature adding such a key family adds it here."""
 
 TURN_KEY_SUFFIXES = (
     "state", "version", "seq", "cancel", "inbox", "lease", "images", "streaming",
-    "completed", "takeovers", "acked", "audit",
+    "completed", "takeovers", "acked", "audit", "outbox", "outbox:holder",
 )  # fmt: skip
 """The engine's per-turn keys ``weft:turn:{request_id}:{suffix}`` (weft_engine.keys)."""
 
