@@ -20,7 +20,7 @@ import json
 import secrets
 import threading
 import zipfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -182,17 +182,11 @@ def bomb() -> bytes:
     return content
 
 
-@pytest.fixture
-async def engine(own_database: str) -> AsyncIterator[AsyncEngine]:
-    """This module's engine: on its own database (``own_database``), not the shared one."""
-    eng = create_async_engine(own_database)
-    yield eng
-    await eng.dispose()
-
-
-@pytest.fixture
-async def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False)
+@pytest.fixture(scope="module")
+def migrated(own_database: str) -> str:
+    """The ``engine`` and ``sessions`` of this module are on its own database: it drives
+    the ingestion queue itself (``own_database``)."""
+    return own_database
 
 
 @pytest.fixture
