@@ -25,7 +25,8 @@ through the gateway, two engines and the scripted LLM), on a stack whose engines
 2. ``turns_flood``: while B keeps ``--flood-turns`` turns outstanding, each streaming its
    answer for about ``--slow-turn-s`` seconds, B capped at ``--turn-cap`` turns;
 3. ``turns_uploads`` (capped stack, ``--uploads`` > 0): while B keeps ``--uploads``
-   document uploads of ``--upload-kib`` KiB in flight, so its ingestion never idles;
+   document uploads of ``--upload-kib`` KiB in flight, so its ingestion never idles,
+   through ``--upload-route`` (``documents``: texts as JSON, the default; ``files``);
 4. ``turns_flood_uncapped``: the turn flood on a stack with the turn cap off
    (``WEFT_TURN_TENANT_MAX_INFLIGHT=0``).
 
