@@ -41,8 +41,7 @@ async def ensure_sample_kb(api: httpx.AsyncClient, kb_dir: Path) -> str:
         added = (
             await _ok(api.post(f"/api/v1/knowledge-bases/{kb['id']}/documents", json=body))
         ).json()
-        done = f"{added['chunks']} chunk(s)" if added["status"] == "ready" else added["status"]
-        console.print(f"[dim]loaded {body['file_name']}: {done}[/dim]")
+        console.print(f"[dim]loaded {body['file_name']}: {added['chunks']} chunk(s)[/dim]")
     return str(kb["id"])
 
 
