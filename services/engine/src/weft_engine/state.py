@@ -187,7 +187,8 @@ class TurnState(BaseModel):
 # EventEmitter counts only on an existing one (a missing counter means a lost turn).
 # With a holder (ARGV[6], '' for none) the seqs are reserved only past every published
 # one (outbox.OUTBOX_GUARD on KEYS[4] box, KEYS[5] holder: else BUSY or ORPHANED), and
-# the events from ARGV[entries_from] on are stored at their seqs, held for ARGV[7] ms.
+# the events, the last ARGV[5] arguments (one per reserved seq), are stored at their seqs,
+# held for ARGV[7] ms.
 _WRITE = (
     OUTBOX_GUARD
     + """
@@ -201,10 +202,10 @@ redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
 local last = redis.call('INCRBY', KEYS[3], ARGV[5])
 redis.call('EXPIRE', KEYS[3], ARGV[4])
-if #ARGV >= entries_from then
-  local first = last - tonumber(ARGV[5]) + 1
-  for i = entries_from, #ARGV do
-    redis.call('HSET', KEYS[4], tostring(first + i - entries_from), ARGV[i])
+if ARGV[6] ~= '' and tonumber(ARGV[5]) > 0 then
+  local count = tonumber(ARGV[5])
+  for i = 1, count do
+    redis.call('HSET', KEYS[4], tostring(last - count + i), ARGV[#ARGV - count + i])
   end
   redis.call('EXPIRE', KEYS[4], ARGV[4])
   redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[7])
@@ -215,8 +216,7 @@ end
 # _WRITE, then the optional tool-deadline change (KEYS[6], ARGV[8] member, ARGV[9] score or
 # ''); returns `last`.
 _CAS = (
-    "local entries_from = 10\n"
-    + _WRITE
+    _WRITE
     + """
 if KEYS[6] then
   if ARGV[9] == '' then redis.call('ZREM', KEYS[6], ARGV[8])
@@ -230,7 +230,6 @@ return last
 # flag, KEYS[10] steer inbox): {last, taken, stopped, steer messages waiting}.
 _CAS_CLAIM = (
     TAKE_STEP_LEASE
-    + "local entries_from = 12\n"
     + _WRITE
     + """
 if not take_step_lease(KEYS[6], KEYS[7], KEYS[8], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) then
@@ -293,11 +292,11 @@ class TurnStore:
         With ``outbox`` its events are stored at the reserved seqs until their holder has
         them acked, and the write waits for earlier seqs to be published: :class:`SeqsHeld`
         (the ``outbox`` module)."""
-        new, keys, args = self._write(state, seqs, outbox)
+        new, keys, args, entries = self._write(state, seqs, outbox)
         if deadline is not None:
             keys.append(deadline.key)
-            args[7:9] = [deadline.request_id, "" if deadline.at_ms is None else str(deadline.at_ms)]
-        last = int(await self._cas(keys=keys, args=args))
+            args += [deadline.request_id, "" if deadline.at_ms is None else str(deadline.at_ms)]
+        last = int(await self._cas(keys=keys, args=[*args, *entries]))
         _check_written(state.request_id, last)
         return new, range(last - seqs + 1, last + 1)
 
@@ -309,9 +308,10 @@ class TurnStore:
         records a round's last result starts the next step without another round trip.
         The claim is None when another replica holds the lease; the state is
         written either way."""
-        new, keys, args = self._write(state, seqs, outbox)
-        args[7:9] = lease.args
-        read: Any = await self._cas_claim(keys=[*keys, *lease.keys], args=args)
+        new, keys, args, entries = self._write(state, seqs, outbox)
+        read: Any = await self._cas_claim(
+            keys=[*keys, *lease.keys], args=[*args, *lease.args, *entries]
+        )
         if isinstance(read, int):
             _check_written(state.request_id, read)
         last, taken, stopped, waiting = (int(v) for v in read)
@@ -320,21 +320,21 @@ class TurnStore:
 
     def _write(
         self, state: TurnState, seqs: int, outbox: OutboxWrite | None
-    ) -> tuple[TurnState, list[str], list[Any]]:
-        """The state with its next version, and _WRITE's keys and arguments: two
-        placeholders where the deadline's (or the lease's) arguments go, then the outbox
-        entries."""
+    ) -> tuple[TurnState, list[str], list[Any], list[str]]:
+        """The state with its next version, _WRITE's keys and arguments, and the outbox
+        entries (one per reserved seq), which go after the caller's own arguments."""
         new = state.model_copy(update={"version": state.version + 1})
         rid = state.request_id
         keys = [*self._keys(rid), seq_key(rid), outbox_key(rid), outbox_holder_key(rid)]
         holder, hold_ms, entries = ("", 0, []) if outbox is None else (
             outbox.holder, outbox.hold_ms, outbox.entries,
         )  # fmt: skip
+        if outbox is not None and len(entries) != seqs:
+            raise ValueError(f"{len(entries)} outbox entries for {seqs} reserved seqs")
         args: list[Any] = [
             state.version, new.version, new.model_dump_json(), self._ttl, seqs, holder, hold_ms,
-            "", "", *entries,
         ]  # fmt: skip
-        return new, keys, args
+        return new, keys, args, entries
 
     async def delete(self, request_id: str) -> None:
         """Forget a finished turn, its parked images and takeover records too."""
