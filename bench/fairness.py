@@ -25,7 +25,8 @@ through the gateway, two engines and the scripted LLM), on a stack whose engines
 2. ``turns_flood``: while B keeps ``--flood-turns`` turns outstanding, each streaming its
    answer for about ``--slow-turn-s`` seconds, B capped at ``--turn-cap`` turns;
 3. ``turns_uploads`` (capped stack, ``--uploads`` > 0): while B keeps ``--uploads``
-   document uploads of ``--upload-kib`` KiB in flight, so its ingestion never idles;
+   document uploads of ``--upload-kib`` KiB in flight, so its ingestion never idles,
+   through ``--upload-route`` (``documents``: texts as JSON, the default; ``files``);
 4. ``turns_flood_uncapped``: the turn flood on a stack with the turn cap off
    (``WEFT_TURN_TENANT_MAX_INFLIGHT=0``).
 
@@ -182,11 +183,11 @@ async def _flood_turns(
 
 
 async def _flood_uploads(
-    api: httpx.AsyncClient, outstanding: int, doc_kib: int, stop: asyncio.Event
+    api: httpx.AsyncClient, outstanding: int, doc_kib: int, stop: asyncio.Event, route: str
 ) -> int:
-    """Keep ``outstanding`` file uploads of B (``doc_kib`` KiB of text each, into one
-    knowledge base) in flight until ``stop``, so its ingestion queue never empties;
-    documents sent."""
+    """Keep ``outstanding`` uploads of B (``doc_kib`` KiB of text each, into one knowledge
+    base, through ``route``: ``files`` or the JSON ``documents``) in flight until ``stop``,
+    so its ingestion queue never empties; documents sent."""
     made = await api.post("/api/v1/knowledge-bases", json={"name": "flood"})
     kb = made.raise_for_status().json()["id"]
     paragraph = "Tenant B uploads this paragraph again and again to keep ingestion busy. "
@@ -194,10 +195,14 @@ async def _flood_uploads(
     sent = 0
 
     async def one(n: int) -> None:
-        # The file route: queued and ingested by tool-exec under the per-tenant ingestion
-        # cap (the JSON documents route ingests inline in the gateway instead).
-        files = {"file": (f"flood-{n}.md", body.encode(), "text/markdown")}
-        answer = await api.post(f"/api/v1/knowledge-bases/{kb}/files", files=files)
+        # Both routes queue the document for tool-exec, under the per-tenant ingestion cap;
+        # the JSON one also waits (up to the gateway's document_wait_s) for it.
+        if route == "files":
+            files = {"file": (f"flood-{n}.md", body.encode(), "text/markdown")}
+            answer = await api.post(f"/api/v1/knowledge-bases/{kb}/files", files=files)
+        else:
+            doc = {"title": f"flood {n}", "content": body}
+            answer = await api.post(f"/api/v1/knowledge-bases/{kb}/documents", json=doc)
         answer.raise_for_status()
 
     running: set[asyncio.Task[None]] = set()
@@ -275,7 +280,7 @@ async def turn_phases(args: argparse.Namespace, cap: int) -> list[dict[str, Any]
             if cap and args.uploads:
                 stop = asyncio.Event()
                 uploading = asyncio.create_task(
-                    _flood_uploads(b_api, args.uploads, args.upload_kib, stop)
+                    _flood_uploads(b_api, args.uploads, args.upload_kib, stop, args.upload_route)
                 )
                 await asyncio.sleep(args.slow_turn_s)  # B's documents queue up first
                 load = os.getloadavg()[0]
@@ -328,6 +333,10 @@ async def main() -> None:
         help="with --turns: B's uploads kept in flight in a last phase (0: no such phase)",
     )  # fmt: skip
     parser.add_argument("--upload-kib", type=int, default=256, help="size of B's documents")
+    parser.add_argument(
+        "--upload-route", choices=("documents", "files"), default="documents",
+        help="B's uploads as JSON texts (POST .../documents) or files (POST .../files)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.turns:
         await turns_main(args)

@@ -5,11 +5,13 @@ tests/conftest.py."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
+import asyncpg
 import pytest
 import uvicorn
 from sqlalchemy.ext.asyncio import (
@@ -60,3 +62,32 @@ async def scripted_llm() -> AsyncIterator[str]:
     server.should_exit = True
     await serving
     sock.close()
+
+
+@pytest.fixture(scope="module")
+def own_database(infra: dict[str, str]) -> Iterator[str]:
+    """A migrated database of the module's own, dropped after it: for tests that drive the
+    ingestion queue themselves. The tool-exec workers of stacks running meanwhile share
+    the main database and, woken by its notifications, would take the documents such a
+    test queues (and ingest them under other bounds and embeddings)."""
+    url = infra["WEFT_DATABASE_URL"]
+    name = f"weft_queue_{secrets.token_hex(4)}"
+    own = f"{url.rsplit('/', 1)[0]}/{name}"
+    asyncio.run(_admin(url, f'CREATE DATABASE "{name}"'))
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
+            env={**infra, "WEFT_DATABASE_URL": own}, check=True, capture_output=True,
+            timeout=120,
+        )  # fmt: skip
+        yield own
+    finally:
+        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _admin(url: str, statement: str) -> None:
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()

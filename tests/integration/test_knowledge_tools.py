@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 import json
 import secrets
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -76,12 +74,10 @@ def workbook() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def migrated(infra: dict[str, str]) -> dict[str, str]:
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra
+def migrated(infra: dict[str, str], own_database: str) -> dict[str, str]:
+    """The infrastructure with a database of this module's own: the Kit ingests with
+    scripted embeddings, which a stack's worker must not do first."""
+    return {**infra, "WEFT_DATABASE_URL": own_database}
 
 
 @pytest.fixture

@@ -27,12 +27,21 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
-from weft_gateway.auth import ApiKeyAuth
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+from weft_gateway.auth import ApiKeyAuth, Principal
+from weft_gateway.knowledge_api import knowledge_router
+from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
-from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.knowledge_ingest import INGESTION_CHANNEL, IngestionQueue
+from weft_storage.listen import ChannelWakeups
 from weft_testkit import LocalStack, SseEvent, StackConfig, chat_requests, read_turn
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 from weft_tool_exec.ingestion_loop import IngestionLoop
@@ -171,6 +180,13 @@ def bomb() -> bytes:
     content = _spreadsheet(400_000)
     assert 1_000_000 < len(content) < 4_000_000  # "a ~2 MB spreadsheet"
     return content
+
+
+@pytest.fixture(scope="module")
+def migrated(own_database: str) -> str:
+    """The ``engine`` and ``sessions`` of this module are on its own database: it drives
+    the ingestion queue itself (``own_database``)."""
+    return own_database
 
 
 @pytest.fixture
@@ -365,3 +381,92 @@ async def test_a_tenant_flooding_turns_cannot_starve_another_tenants_turn(
     finally:
         await redis.aclose()
         await engine.dispose()
+
+
+# -- Ingestion: a text posted as JSON takes the same fair queue ------------------------
+
+
+class _Caller:
+    """The principal the overridden auth returns (tenant switches between requests)."""
+
+    def __init__(self) -> None:
+        self.who = Principal(tenant_id="", user_id="u1")
+
+
+async def test_a_text_posted_as_json_waits_for_its_tenants_share_not_in_the_gateway(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], queue: IngestionQueue
+) -> None:
+    """B already has its one document in ingestion (the cap), so B's posted text is queued
+    behind it (202 ``pending``); C's text, posted next, is ingested at once by a worker
+    woken by the queue's notification (its poll is 60 s) and answered 201 ``ready``,
+    searchable; B's follows once its first document is done. The JSON route used to chunk
+    the text in the gateway, outside every tenant's share."""
+    store, reader = KnowledgeStore(sessions), DocumentReader(sessions)
+    tenant_b, tenant_c = f"b-{secrets.token_hex(4)}", f"c-{secrets.token_hex(4)}"
+    kb_b = await store.create_knowledge_base(tenant_b, "docs")
+    kb_c = await store.create_knowledge_base(tenant_c, "docs")
+    await queue.enqueue_file(tenant_b, kb_b, title="first", file_name="a.txt", content=b"one")
+    held = await queue.claim(tenant_max_inflight=1)  # B's first document, still "processing"
+    assert held is not None and held.tenant_id == tenant_b
+
+    auth, caller = ApiKeyAuth(sessions), _Caller()
+    app = FastAPI()
+    app.include_router(knowledge_router(store, auth, queue, reader, KnowledgeScope(store, reader)))
+    app.dependency_overrides[auth] = lambda: caller.who
+    wakeups = ChannelWakeups(engine, INGESTION_CHANNEL)
+    loop = IngestionLoop(DocumentIngestor(queue, None), poll_s=60, wakeups=wakeups)
+    body = {"title": "refunds", "content": "Refunds take five days."}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=30) as api:
+        await loop.start()
+        try:
+            async with asyncio.timeout(30):
+                await wakeups.listening.wait()
+            caller.who = Principal(tenant_id=tenant_b, user_id="u1")
+            queued = await api.post(f"{KBS}/{kb_b}/documents?wait_s=0", json=body)
+            assert (queued.status_code, queued.json()["status"]) == (202, "pending"), queued.text
+            b_doc = queued.json()["id"]
+
+            caller.who = Principal(tenant_id=tenant_c, user_id="u1")
+            added = await api.post(f"{KBS}/{kb_c}/documents", json=body)  # waits up to 10 s
+            assert added.status_code == 201, added.text
+            assert (added.json()["status"], added.json()["chunks"]) == ("ready", 1)
+            hits = await store.keyword_search(tenant_c, [kb_c], "refunds")
+            assert [h.document_id for h in hits] == [added.json()["id"]]
+            assert (await _status(reader, tenant_b, kb_b, b_doc))[0] == "pending"
+
+            await queue.finish(held.document_id)  # B's share frees (and wakes the workers)
+            for _ in range(600):
+                if (await _status(reader, tenant_b, kb_b, b_doc))[0] == "ready":
+                    break
+                await asyncio.sleep(0.05)
+            assert (await _status(reader, tenant_b, kb_b, b_doc))[0] == "ready"
+        finally:
+            await loop.stop()
+
+
+KBS = "/api/v1/knowledge-bases"
+
+
+async def test_queuing_and_ending_a_document_wake_the_listening_workers(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], queue: IngestionQueue
+) -> None:
+    """The notification that lets an idle worker claim at once rather than at its poll."""
+    wakeups = ChannelWakeups(engine, INGESTION_CHANNEL)
+    listener = asyncio.create_task(wakeups.run())
+    try:
+        async with asyncio.timeout(30):
+            await wakeups.listening.wait()
+        wakeups.event.clear()
+        tenant = f"w-{secrets.token_hex(4)}"
+        kb = await KnowledgeStore(sessions).create_knowledge_base(tenant, "docs")
+        doc = await queue.enqueue_file(tenant, kb, title="t", file_name="t.txt", content=b"x")
+        async with asyncio.timeout(30):
+            await wakeups.wait(60)
+        assert not wakeups.event.is_set()  # re-armed
+        await queue.finish(doc)
+        async with asyncio.timeout(30):
+            await wakeups.event.wait()
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)

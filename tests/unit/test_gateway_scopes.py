@@ -55,14 +55,9 @@ class FakeKnowledge:
         self.writes.append(f"create {name}")
         return "kb_new"
 
-    async def add_document(
-        self, tenant_id: str, kb_id: str, *args: Any, **kwargs: Any
-    ) -> tuple[str, int]:
-        self.writes.append(f"document in {kb_id}")
-        return "doc_new", 1
-
     async def enqueue_file(self, tenant_id: str, kb_id: str, **kwargs: Any) -> str:
-        self.writes.append(f"file in {kb_id}")
+        self.writes.append(f"queued in {kb_id}")
+        self.homes["doc_new"] = kb_id  # ingested at once
         return "doc_new"
 
     async def list_documents(
@@ -200,7 +195,7 @@ async def test_every_knowledge_route_refuses_a_kb_outside_the_key(
     own = await client.post(
         f"/api/v1/knowledge-bases/{KB_A}/documents", json={"title": "t", "content": "c"}
     )
-    assert own.status_code == 201 and fake.writes == [f"document in {KB_A}"]
+    assert own.status_code == 201 and fake.writes == [f"queued in {KB_A}"]
     assert (await client.get(f"/api/v1/knowledge-bases/{KB_A}/documents/{DOC_A}")).is_success
 
 

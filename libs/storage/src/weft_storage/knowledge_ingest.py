@@ -6,6 +6,11 @@ document at a time with ``FOR UPDATE SKIP LOCKED``, so any number of tool-exec r
 ingest without a coordinator; a claim older than ``stale_after_s`` (its worker died) is
 taken over. Progress (``chunk_count``, ``embedded_count``) is visible while it runs, and
 searches never wait for it: chunks become searchable batch by batch.
+
+Queuing a document, and ending one (its tenant's share frees), notifies
+:data:`INGESTION_CHANNEL` (PostgreSQL ``NOTIFY``, sent at
+commit), so idle workers listening on it (:class:`weft_storage.listen.ChannelWakeups`)
+claim it at once rather than at their next poll.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from ulid import ULID
 from weft_storage.models import Chunk, Document
 from weft_storage.models_knowledge import DocumentFile
 from weft_storage.usage import record_document
+
+INGESTION_CHANNEL = "weft_ingestion"
+"""The ``NOTIFY`` channel of queued documents; its payload is empty (a wake-up, no data)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +59,11 @@ class IngestionQueue:
         content: bytes,
         content_type: str = "",
         user_id: str = "",
+        parse_as: str = "",
     ) -> str:
         """Store the file as a ``pending`` document, metered as ``user_id``'s ingestion;
-        return its id."""
+        return its id. ``parse_as`` is the name its parser goes by when ``file_name`` (kept
+        as the document's) does not tell its type, as for a text posted as JSON."""
         doc_id = f"doc_{ULID()}"
         async with self._sessions.begin() as s:
             s.add(
@@ -73,7 +83,7 @@ class IngestionQueue:
                 DocumentFile(
                     document_id=doc_id,
                     tenant_id=tenant_id,
-                    file_name=file_name,
+                    file_name=parse_as or file_name,
                     content_type=content_type,
                     content=content,
                 )
@@ -82,6 +92,7 @@ class IngestionQueue:
                 s, tenant_id=tenant_id, document_id=doc_id, user_id=user_id,
                 size_bytes=len(content),
             )  # fmt: skip
+            await _notify(s)
         return doc_id
 
     async def claim(self, *, tenant_max_inflight: int | None = None) -> PendingDocument | None:
@@ -173,10 +184,12 @@ class IngestionQueue:
             await self._progress(s, doc.document_id, embedded_count=done)
 
     async def finish(self, document_id: str, *, error: str | None = None) -> None:
-        """Mark the document ``ready`` or ``failed``."""
+        """Mark the document ``ready`` or ``failed``; its tenant's share frees, so idle
+        workers are woken for a document they passed over."""
         async with self._sessions.begin() as s:
             status = "failed" if error else "ready"
             await self._progress(s, document_id, status=status, error=error)
+            await _notify(s)
 
     @staticmethod
     async def _progress(s: AsyncSession, document_id: str, **values: object) -> None:
@@ -185,3 +198,8 @@ class IngestionQueue:
             .where(Document.id == document_id)
             .values(updated_at=func.now(), **values)
         )
+
+
+async def _notify(s: AsyncSession) -> None:
+    """Wake the listening workers once the transaction commits."""
+    await s.execute(select(func.pg_notify(INGESTION_CHANNEL, "")))

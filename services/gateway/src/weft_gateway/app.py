@@ -212,7 +212,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             shared_agents_router(agents, auth),
             suggestions_router(suggestions, directory, auth),
             knowledge_router(
-                knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope
+                knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope,
+                document_wait_s=s.document_wait_s,
             ),
             skills_router(SkillStore(runtime.sessions), auth),
             admin_router(admin),

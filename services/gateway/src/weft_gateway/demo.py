@@ -41,7 +41,8 @@ async def ensure_sample_kb(api: httpx.AsyncClient, kb_dir: Path) -> str:
         added = (
             await _ok(api.post(f"/api/v1/knowledge-bases/{kb['id']}/documents", json=body))
         ).json()
-        console.print(f"[dim]loaded {body['file_name']}: {added['chunks']} chunk(s)[/dim]")
+        done = f"{added['chunks']} chunk(s)" if added["status"] == "ready" else added["status"]
+        console.print(f"[dim]loaded {body['file_name']}: {done}[/dim]")
     return str(kb["id"])
 
 

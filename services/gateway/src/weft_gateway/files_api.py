@@ -73,7 +73,7 @@ def files_router(
         name = file.filename or ""
         problem = attachment_name_problem(name)
         if problem:
-            raise _invalid(["body", "file", "filename"], problem)
+            raise invalid(["body", "file", "filename"], problem)
         suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
         if suffix not in suffixes:
             raise HTTPException(
@@ -100,7 +100,7 @@ def files_router(
         """One file, ``path`` relative to ``/workspace`` (``output/report.md``)."""
         problem = file_path_problem(path)  # before a client normalises ``..`` away
         if problem:
-            raise _invalid(["path", "path"], problem)
+            raise invalid(["path", "path"], problem)
         await memory.get_session(who.tenant_id, who.user_id, session_id)
         data = await sandbox.download(who, session_id, path)
         name = path.rsplit("/", 1)[-1]
@@ -125,6 +125,6 @@ async def _read_capped(file: UploadFile, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _invalid(loc: list[str], problem: str) -> RequestValidationError:
+def invalid(loc: list[str], problem: str) -> RequestValidationError:
     """A 422 shaped as every other validation error of the API (``detail`` a list)."""
     return RequestValidationError([{"type": "value_error", "loc": loc, "msg": problem}])

@@ -2,16 +2,19 @@
 scoped to its tenant, and is behind the knowledge scope guard (``knowledge_scope``): a
 knowledge base or document outside a KB-restricted key's list is 404 (SPEC A-09)."""
 
+import asyncio
+import time
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, File, Form, HTTPException, UploadFile
+from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Response, UploadFile
 from pydantic import BaseModel, Field
 from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge_documents import DocumentInfo, DocumentReader
 from weft_storage.knowledge_ingest import IngestionQueue
 
 from weft_gateway.auth import ApiKeyAuth, Principal
+from weft_gateway.files_api import invalid
 from weft_gateway.knowledge_scope import (
     KnowledgeScope,
     document_not_found,
@@ -21,6 +24,8 @@ from weft_gateway.knowledge_scope import (
 )
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".xlsx", ".pdf")
+TEXT_SUFFIXES = (".txt", ".md")
+DONE = ("ready", "failed")
 
 
 class KnowledgeBaseCreate(BaseModel):
@@ -44,6 +49,8 @@ def knowledge_router(
     queue: IngestionQueue,
     catalog: DocumentReader,
     scope: KnowledgeScope,
+    *,
+    document_wait_s: float = 10.0,
 ) -> APIRouter:
     """Routes under ``/api/v1``. The scope guard has already checked every ``{kb_id}`` and
     ``{doc_id}`` of a path when a handler runs; handlers check what their body names."""
@@ -61,12 +68,41 @@ def knowledge_router(
     async def list_kbs(who: Who) -> list[dict[str, str]]:
         return visible_to(who, await store.list_knowledge_bases(who.tenant_id))
 
-    @router.post("/knowledge-bases/{kb_id}/documents", status_code=201)
-    async def add_document(who: Who, kb_id: str, body: DocumentCreate) -> dict[str, Any]:
-        doc_id, chunks = await store.add_document(
-            who.tenant_id, kb_id, body.title, body.content, body.file_name, user_id=who.user_id
-        )
-        return {"id": doc_id, "knowledge_base_id": kb_id, "chunks": chunks, "status": "ready"}
+    @router.post(
+        "/knowledge-bases/{kb_id}/documents",
+        status_code=201,
+        responses={202: {"description": "Queued; not ingested within the wait (poll it)"}},
+    )
+    async def add_document(
+        who: Who,
+        kb_id: str,
+        body: DocumentCreate,
+        response: Response,
+        wait_s: Annotated[
+            float | None,
+            Query(ge=0, description="Seconds to wait for ingestion (at most the server's)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Ingest a text through the same fair queue as uploaded files (its tenant's share
+        and bounds), waiting for it up to ``wait_s`` (the server's ``document_wait_s`` by
+        default and at most): 201 ``ready``, or 202 with the document still ``pending`` or
+        ``processing`` (poll it); a text its bounds refuse is 422."""
+        name = body.file_name
+        doc_id = await queue.enqueue_file(
+            who.tenant_id, kb_id, title=body.title, file_name=name,
+            content=body.content.encode(), content_type="text/markdown", user_id=who.user_id,
+            parse_as=name if name.lower().endswith(TEXT_SUFFIXES) else "document.md",
+        )  # fmt: skip
+        wait = document_wait_s if wait_s is None else min(wait_s, document_wait_s)
+        info = await _ingested(catalog, who.tenant_id, kb_id, doc_id, wait)
+        if info is None:  # deleted while it waited
+            raise document_not_found(doc_id)
+        if info.status == "failed":
+            raise invalid(["body", "content"], f"document {doc_id} was refused: {info.error}")
+        if info.status != "ready":
+            response.status_code = 202
+        return {"id": doc_id, "knowledge_base_id": kb_id, "chunks": info.chunk_count,
+                "status": info.status}  # fmt: skip
 
     @router.post("/knowledge-bases/{kb_id}/files", status_code=202)
     async def upload_file(
@@ -108,3 +144,16 @@ def knowledge_router(
         return asdict(info)
 
     return seal(router, guard)
+
+
+async def _ingested(
+    catalog: DocumentReader, tenant_id: str, kb_id: str, doc_id: str, wait_s: float
+) -> DocumentInfo | None:
+    """The document once ready or failed, or as it is when ``wait_s`` ran out."""
+    deadline, pause = time.monotonic() + wait_s, 0.02
+    while True:
+        info = await catalog.document(tenant_id, [kb_id], doc_id)
+        if info is None or info.status in DONE or time.monotonic() + pause > deadline:
+            return info
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.25)

@@ -26,6 +26,12 @@ class GatewaySettings(TokenBudgetSettings):
                  "jpeg", "gif", "webp", "zip", "parquet"],
         description="File name extensions a session attachment may have (415 otherwise).",
     )  # fmt: skip
+    document_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="How long POST .../documents waits for its text to be ingested (201 "
+        "ready) before it answers 202 pending.",
+    )
     dev_api_key: str = Field(default="", description="Registered at start for dev_tenant if set.")
     dev_tenant: str = "demo"
     dev_user: str = "dev"

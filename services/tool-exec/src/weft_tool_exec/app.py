@@ -15,7 +15,8 @@ from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
-from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.knowledge_ingest import INGESTION_CHANNEL, IngestionQueue
+from weft_storage.listen import ChannelWakeups
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
 from weft_tools.database_query import QueryLimits
@@ -107,7 +108,10 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
         tenant_max_inflight=settings.ingestion_tenant_max_inflight,
     )
     ingestion = IngestionLoop(
-        ingestor, settings.ingestion_poll_s, concurrency=settings.ingestion_concurrency
+        ingestor,
+        settings.ingestion_poll_s,
+        concurrency=settings.ingestion_concurrency,
+        wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
     )
     return create_service_app(
         runtime,

@@ -7,6 +7,7 @@ import asyncio
 
 import structlog
 from weft_platform.tasks import cancel_and_wait
+from weft_storage.listen import ChannelWakeups
 from weft_tools.ingestion import DocumentIngestor
 
 log = structlog.get_logger(__name__)
@@ -14,22 +15,34 @@ log = structlog.get_logger(__name__)
 
 class IngestionLoop:
     """``concurrency`` tasks, each ingesting documents one after another; a task sleeps
-    ``poll_s`` when the queue has nothing it may take. With the queue's per-tenant cap
+    ``poll_s`` when the queue has nothing it may take, or until ``wakeups`` signals a
+    newly queued document (``IngestionQueue.enqueue_file`` notifies). With the queue's
+    per-tenant cap
     (:meth:`IngestionQueue.claim`), one tenant's big document holds at most that many
     tasks: the others go on with other tenants' documents."""
 
-    def __init__(self, ingestor: DocumentIngestor, poll_s: float, *, concurrency: int = 1):
+    def __init__(
+        self,
+        ingestor: DocumentIngestor,
+        poll_s: float,
+        *,
+        concurrency: int = 1,
+        wakeups: ChannelWakeups | None = None,
+    ):
         self._ingestor = ingestor
         self._poll_s = poll_s
         self._concurrency = concurrency
+        self._wakeups = wakeups
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Start the tasks."""
+        """Start the tasks (and the listener of wake-ups)."""
         self._tasks = [
             asyncio.create_task(self._run(), name=f"ingestion-loop-{i}")
             for i in range(self._concurrency)
         ]
+        if self._wakeups is not None:
+            self._tasks.append(asyncio.create_task(self._wakeups.run(), name="ingestion-wakeups"))
 
     async def stop(self) -> None:
         """Cancel the tasks and wait for them (a document in progress is taken over later)."""
@@ -44,5 +57,9 @@ class IngestionLoop:
             except Exception:  # database unavailable: retry after the poll interval
                 log.exception("ingestion_poll_failed")
                 busy = False
-            if not busy:
+            if busy:
+                continue
+            if self._wakeups is None:
                 await asyncio.sleep(self._poll_s)
+            else:
+                await self._wakeups.wait(self._poll_s)
