@@ -171,6 +171,18 @@ async def test_rerank_threshold_then_best_candidate_fallback() -> None:  # SPEC 
     assert await rerank(LexicalReranker(), query, none) == ([], True)
 
 
+async def test_the_reranker_matches_word_forms_as_the_keyword_index_does() -> None:  # T-07
+    """ "refunded" and "plans" answer "refund" and "plan" (the Snowball English stems the
+    keyword index uses); a passage that shares only one form of one word ranks below."""
+    query = "How long do I have to get a refund on an annual plan?"
+    refunds = _cand("r", "Annual plans can be refunded in full within 30 days of purchase.")
+    payments = _cand("p", "Bank transfers are available for annual plans above 5,000 EUR.")
+    scores = await LexicalReranker().scores(query, [refunds.content, payments.content])
+    assert scores == [3 / 5, 2 / 5]  # of {long, get, refund, annual, plan}
+    kept, _ = await rerank(LexicalReranker(), query, [payments, refunds])
+    assert [c.chunk_id for c in kept] == ["r", "p"]
+
+
 def test_mmr_prefers_a_different_passage_over_a_near_copy() -> None:  # SPEC T-07
     a = _cand("a", "refund policy annual plans thirty days", 1.0)
     a_copy = _cand("b", "refund policy annual plans thirty days window", 0.95)

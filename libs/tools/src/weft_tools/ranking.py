@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import httpx
+import snowballstemmer
 
 from weft_tools.safe_http import tls_context
 
@@ -73,9 +74,19 @@ class Candidate:
     rerank_score: float | None = None
 
 
+_STEMMER = snowballstemmer.stemmer("english")
+"""The Snowball English stemmer, the one PostgreSQL's ``english`` text search (the keyword
+index) uses, so the reranker and the index agree that "refunded" answers "refund"."""
+
+
 def terms(text: str) -> set[str]:
     """Lower-cased content words."""
     return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS}
+
+
+def stems(text: str) -> set[str]:
+    """The stems of the content words: what the reranker and MMR compare."""
+    return set(_STEMMER.stemWords(sorted(terms(text))))
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
@@ -96,18 +107,18 @@ class Reranker(Protocol):
 
 
 class LexicalReranker:
-    """Offline default: share of the query's content words found in the passage (plus a
-    bonus for the exact phrase). Cheap, deterministic, no model."""
+    """Offline default: share of the query's content words found in the passage, compared
+    by stem (plus a bonus for the exact phrase). Cheap, deterministic, no model."""
 
     async def scores(self, query: str, passages: list[str]) -> list[float]:
         """Coverage scores."""
-        wanted = terms(query)
+        wanted = stems(query)
         phrase = " ".join(query.lower().split())
         if not wanted:
             return [0.0 for _ in passages]
         result = []
         for text in passages:
-            coverage = len(wanted & terms(text)) / len(wanted)
+            coverage = len(wanted & stems(text)) / len(wanted)
             bonus = 0.2 if len(phrase) > 3 and phrase in text.lower() else 0.0
             result.append(min(1.0, coverage + bonus))
         return result
@@ -165,7 +176,7 @@ def mmr(candidates: list[Candidate], limit: int, lam: float = MMR_LAMBDA) -> lis
     rel = [c.rerank_score if c.rerank_score is not None else c.score for c in candidates]
     top = max(rel) or 1.0
     relevance = [r / top for r in rel]
-    words = [terms(c.content) for c in candidates]
+    words = [stems(c.content) for c in candidates]
     picked: list[int] = []
     left = list(range(len(candidates)))
     while left and len(picked) < limit:
