@@ -7,6 +7,8 @@
 - Turns: tenant B opens more slow turns than the engines' step slots across two engine
   replicas; tenant C's turn completes while none of B's has, B never holds more than its
   turn cap, and every one of B's turns completes (the ones over the cap wait, none lost).
+- One replica's step slots: B's turns, more than the one engine's slots and within B's turn
+  cap, leave a slot to C (B's steps over its share of the replica are deferred).
 - The spreadsheet bomb: a ~2 MB xlsx of 400,000 rows is refused with a document error that
   names the bound, while another tenant's document ingests (real PostgreSQL).
 - Bounds refused early: a zip member that inflates past the limit, a PDF over its pages.
@@ -295,6 +297,8 @@ def capped_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
         extra_env={
             "WEFT_MAX_INFLIGHT_TURNS": "2",
             "WEFT_TURN_TENANT_MAX_INFLIGHT": str(TURN_CAP),
+            # The cap across replicas alone: the share of one replica has its own test.
+            "WEFT_TURN_TENANT_MAX_LOCAL": "0",
         },
     )
     with LocalStack(config) as running:
@@ -380,6 +384,73 @@ async def test_a_tenant_flooding_turns_cannot_starve_another_tenants_turn(
             assert await redis.zcard(slots_key) == 0
     finally:
         await redis.aclose()
+        await engine.dispose()
+
+
+SHARE_FLOOD = 3
+SHARE_PIECES = 20
+"""Each of B's turns streams for about 6 s; one replica runs them one after another."""
+
+
+@pytest.fixture(scope="module")
+def one_engine_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
+    """One engine of two step slots, the turn cap above them: only the replica's share
+    (all but one slot, by default) keeps a slot for another tenant."""
+    config = StackConfig(
+        log_dir=LOG_DIR.parent / "e2e-step-share",
+        replicas={"engine": 1},
+        extra_env={"WEFT_MAX_INFLIGHT_TURNS": "2", "WEFT_TURN_TENANT_MAX_INFLIGHT": "8"},
+    )
+    with LocalStack(config) as running:
+        yield running
+
+
+@pytest.mark.kafka
+async def test_a_tenant_filling_one_replicas_step_slots_leaves_one_to_another_tenant(
+    one_engine_stack: LocalStack, infra: dict[str, str]
+) -> None:
+    """B opens three slow turns, more than the replica's two step slots and within its
+    turn cap; C's turn completes while none of B's has (B's steps over its share are
+    deferred, not waited for in the handler that reads C's request), and every one of
+    B's turns completes."""
+    stack = one_engine_stack
+    slow = [f"piece{i} " for i in range(SHARE_PIECES)]
+    engine = create_async_engine(infra["WEFT_DATABASE_URL"])
+    try:
+        async with (
+            AsyncExitStack() as clients,
+            httpx.AsyncClient(base_url=stack.llm_url, timeout=30) as llm,
+        ):
+            keys = ApiKeys(stack, ApiKeyAuth(async_sessionmaker(engine)), clients)
+            flooder = await keys.client(tenant=f"flood-{secrets.token_hex(4)}")
+            quiet = await keys.client(tenant=f"quiet-{secrets.token_hex(4)}")
+            steps = [{"match": "SHAREB", "content": slow, "chunk_delay_ms": SLOW_CHUNK_MS}]
+            steps = steps * SHARE_FLOOD + [{"match": "SHAREC", "content": "quick answer"}]
+            script = await llm.post("/_script", json={"steps": steps, "fallback": "demo"})
+            assert script.status_code == 200, script.text
+            b_sessions = [await _chat_session(flooder) for _ in range(SHARE_FLOOD)]
+            c_session = await _chat_session(quiet)
+
+            flood = [
+                asyncio.create_task(_chat(flooder, sid, f"SHAREB {i}"))
+                for i, sid in enumerate(b_sessions)
+            ]
+            for _ in range(300):  # B's first turn streams
+                asked = [r for r in await chat_requests(llm) if "SHAREB" in json.dumps(r)]
+                if asked:
+                    break
+                await asyncio.sleep(0.1)
+            assert asked, "B's turns never reached the model"
+            await asyncio.sleep(1)  # B's other turns open and meet the replica's share
+
+            c_events = await _chat(quiet, c_session, "SHAREC please")
+            c_done = c_events[-1].data["data"]
+            assert c_done["status"] == "completed", c_done
+            assert not any(t.done() for t in flood), "C's turn waited for B's turns to end"
+
+            b_done = [events[-1].data["data"] for events in await asyncio.gather(*flood)]
+            assert [d["status"] for d in b_done] == ["completed"] * SHARE_FLOOD, b_done
+    finally:
         await engine.dispose()
 
 

@@ -29,7 +29,7 @@ from weft_engine.metering import TurnMeter
 from weft_engine.parked_images import ImageResolvingModel, ParkedImages
 from weft_engine.reporting import ResultReporter
 from weft_engine.requests_replay import RequestsReplay, kafka_requests
-from weft_engine.scheduler import StepScheduler
+from weft_engine.scheduler import StepScheduler, local_share
 from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.settings import EngineSettings
 from weft_engine.state import TurnStore
@@ -108,8 +108,10 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         trails=trails, meter=turn_meter(runtime, s),
     )  # fmt: skip
     scheduler = StepScheduler(
-        leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s
-    )
+        leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s,
+        tenant_max_local=local_share(s.max_inflight_turns, s.turn_tenant_max_local),
+        load=store.load,
+    )  # fmt: skip
     cancel_channel = f"weft:{s.topic_prefix}cancel"
     intake = TurnIntake(
         redis=redis, store=store, emitter=emitter, context=context, sessions=sessions,

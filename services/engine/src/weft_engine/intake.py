@@ -280,7 +280,7 @@ class TurnIntake:
         step, which a crash between recording and submitting would otherwise leave unrun.
         """
         rid = result.request_id
-        lease = await self._scheduler.reserve(rid)
+        lease = await self._scheduler.reserve(rid, result.tenant_id)
         try:
             recorded = await self._reporter.record(result, lease)
         except BaseException:

@@ -51,6 +51,13 @@ class EngineSettings(TokenBudgetSettings):
         description="Turns one tenant has open at once across every replica (0: no cap); "
         "a turn over it waits as a pending start (docs/fairness.md).",
     )
+    turn_tenant_max_local: int | None = Field(
+        default=None,
+        ge=0,
+        description="Step slots of one replica a single tenant may hold at once; unset: "
+        "all but one (max_inflight_turns - 1, at least 1), so that a tenant whose turns "
+        "all land on one replica leaves it a slot for the others; 0: no limit per replica.",
+    )
     lease_ttl_s: float = Field(default=6.0, gt=1, description="Takeover delay after a crash.")
     shutdown_grace_s: float = Field(default=15.0, ge=0)
     audit_interval_s: float = Field(
