@@ -27,8 +27,11 @@ through the gateway, two engines and the scripted LLM), on a stack whose engines
 3. ``turns_uploads`` (capped stack, ``--uploads`` > 0): while B keeps ``--uploads``
    document uploads of ``--upload-kib`` KiB in flight, so its ingestion never idles,
    through ``--upload-route`` (``documents``: texts as JSON, the default; ``files``);
-4. ``turns_flood_uncapped``: the turn flood on a stack with the turn cap off
-   (``WEFT_TURN_TENANT_MAX_INFLIGHT=0``).
+4. ``turns_flood_share_only``: the turn flood on a stack with the turn cap off
+   (``WEFT_TURN_TENANT_MAX_INFLIGHT=0``): each engine's share per tenant (all but one
+   step slot) is the one bound left;
+5. ``turns_flood_no_bounds``: the same with that share lifted too
+   (``WEFT_TURN_TENANT_MAX_LOCAL=0``): what the two bounds buy.
 
 Writes ``bench/results/fairness_turns.json``.
 """
@@ -231,14 +234,17 @@ def _summary(name: str, latencies: list[float], flood_sent: int, load: float) ->
     return result
 
 
-async def turn_phases(args: argparse.Namespace, cap: int) -> list[dict[str, Any]]:
-    """On one stack with turn cap ``cap``: C alone (capped stack only), then C while B
-    floods."""
+async def turn_phases(
+    args: argparse.Namespace, cap: int, *, share: bool = True
+) -> list[dict[str, Any]]:
+    """On one stack with turn cap ``cap`` (and each engine's share per tenant unless
+    ``share`` is False): C alone (capped stack only), then C while B floods."""
     config = StackConfig(
         log_dir=REPO / ".weft/logs/bench-fair-turns", replicas={"engine": 2},
         extra_env={
             "WEFT_MAX_INFLIGHT_TURNS": str(args.step_slots),
             "WEFT_TURN_TENANT_MAX_INFLIGHT": str(cap),
+            **({} if share else {"WEFT_TURN_TENANT_MAX_LOCAL": "0"}),
         },
     )  # fmt: skip
     pieces = max(1, int(args.slow_turn_s * 1000 / SLOW_CHUNK_MS))
@@ -275,7 +281,13 @@ async def turn_phases(args: argparse.Namespace, cap: int) -> list[dict[str, Any]
             load = os.getloadavg()[0]
             latencies = await quiet(args.turn_count)
             stop.set()
-            name = "turns_flood" if cap else "turns_flood_uncapped"
+            name = (
+                "turns_flood"
+                if cap
+                else "turns_flood_share_only"
+                if share
+                else "turns_flood_no_bounds"
+            )
             results.append(_summary(name, latencies, await flooding, load))
             if cap and args.uploads:
                 stop = asyncio.Event()
@@ -292,17 +304,19 @@ async def turn_phases(args: argparse.Namespace, cap: int) -> list[dict[str, Any]
 
 async def turns_main(args: argparse.Namespace) -> None:
     capped = await turn_phases(args, args.turn_cap)
-    uncapped = await turn_phases(args, 0)
+    share_only = await turn_phases(args, 0)
+    unbounded = await turn_phases(args, 0, share=False)
     alone, flood = capped[:2]
     summary = {
-        "phases": [*capped, *uncapped],
+        "phases": [*capped, *share_only, *unbounded],
         "p99_ratio_flood_over_alone": round(flood["p99_ms"] / alone["p99_ms"], 2),
         **(
             {"p99_ratio_uploads_over_alone": round(capped[2]["p99_ms"] / alone["p99_ms"], 2)}
             if len(capped) > 2
             else {}
         ),
-        "p99_ratio_uncapped_over_alone": round(uncapped[0]["p99_ms"] / alone["p99_ms"], 2),
+        "p99_ratio_share_only_over_alone": round(share_only[0]["p99_ms"] / alone["p99_ms"], 2),
+        "p99_ratio_no_bounds_over_alone": round(unbounded[0]["p99_ms"] / alone["p99_ms"], 2),
         "target": "p99 with flood <= 2x alone",
         "engines": 2,
         "step_slots_per_engine": args.step_slots,
