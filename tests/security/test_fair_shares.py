@@ -314,6 +314,26 @@ async def _chat_session(client: KeyedClient) -> str:
     return str(session.json()["id"])
 
 
+async def _flood_and_quiet(
+    keys: ApiKeys,
+    llm: httpx.AsyncClient,
+    tenants: tuple[str, str],
+    tags: tuple[str, str],
+    slow: list[str],
+    flood: int,
+) -> tuple[KeyedClient, KeyedClient, list[str], str]:
+    """Tenant B's and C's clients, B's ``flood`` sessions and C's one, with the model
+    scripted to stream B's answers (queries tagged ``tags[0]``) slowly and to answer C's
+    (``tags[1]``) at once."""
+    flooder, quiet = await keys.client(tenant=tenants[0]), await keys.client(tenant=tenants[1])
+    steps = [{"match": tags[0], "content": slow, "chunk_delay_ms": SLOW_CHUNK_MS}] * flood
+    steps.append({"match": tags[1], "content": "quick answer"})
+    script = await llm.post("/_script", json={"steps": steps, "fallback": "demo"})
+    assert script.status_code == 200, script.text
+    b_sessions = [await _chat_session(flooder) for _ in range(flood)]
+    return flooder, quiet, b_sessions, await _chat_session(quiet)
+
+
 async def _chat(client: KeyedClient, session_id: str, query: str) -> list[SseEvent]:
     return await read_turn(
         client.http, f"/api/v1/agent-chat/{session_id}", api_key=client.key,
@@ -345,14 +365,9 @@ async def test_a_tenant_flooding_turns_cannot_starve_another_tenants_turn(
             httpx.AsyncClient(base_url=capped_stack.llm_url, timeout=30) as llm,
         ):
             keys = ApiKeys(capped_stack, ApiKeyAuth(async_sessionmaker(engine)), clients)
-            flooder = await keys.client(tenant=tenant_b)
-            quiet = await keys.client(tenant=tenant_c)
-            steps = [{"match": "FLOODB", "content": slow, "chunk_delay_ms": SLOW_CHUNK_MS}]
-            steps = steps * TURN_FLOOD + [{"match": "QUIETC", "content": "quick answer"}]
-            script = await llm.post("/_script", json={"steps": steps, "fallback": "demo"})
-            assert script.status_code == 200, script.text
-            b_sessions = [await _chat_session(flooder) for _ in range(TURN_FLOOD)]
-            c_session = await _chat_session(quiet)
+            flooder, quiet, b_sessions, c_session = await _flood_and_quiet(
+                keys, llm, (tenant_b, tenant_c), ("FLOODB", "QUIETC"), slow, TURN_FLOOD
+            )
 
             watcher = asyncio.create_task(watch_slots())
             flood = [
@@ -422,14 +437,10 @@ async def test_a_tenant_filling_one_replicas_step_slots_leaves_one_to_another_te
             httpx.AsyncClient(base_url=stack.llm_url, timeout=30) as llm,
         ):
             keys = ApiKeys(stack, ApiKeyAuth(async_sessionmaker(engine)), clients)
-            flooder = await keys.client(tenant=f"flood-{secrets.token_hex(4)}")
-            quiet = await keys.client(tenant=f"quiet-{secrets.token_hex(4)}")
-            steps = [{"match": "SHAREB", "content": slow, "chunk_delay_ms": SLOW_CHUNK_MS}]
-            steps = steps * SHARE_FLOOD + [{"match": "SHAREC", "content": "quick answer"}]
-            script = await llm.post("/_script", json={"steps": steps, "fallback": "demo"})
-            assert script.status_code == 200, script.text
-            b_sessions = [await _chat_session(flooder) for _ in range(SHARE_FLOOD)]
-            c_session = await _chat_session(quiet)
+            tenants = (f"flood-{secrets.token_hex(4)}", f"quiet-{secrets.token_hex(4)}")
+            flooder, quiet, b_sessions, c_session = await _flood_and_quiet(
+                keys, llm, tenants, ("SHAREB", "SHAREC"), slow, SHARE_FLOOD
+            )
 
             flood = [
                 asyncio.create_task(_chat(flooder, sid, f"SHAREB {i}"))

@@ -217,8 +217,9 @@ class StepScheduler:
         any replica's reaper if this one is gone; here, deferred again while over)."""
         if not self._over_share(tenant_id):
             return False
-        queued = self._deferred.pop(request_id, None)
-        takeover = takeover or (queued is not None and queued.takeover)
+        queued = self._deferred.get(request_id)  # deferred again: keeps its place in line
+        if queued is not None:  # and what the first submitter held
+            state, takeover = state or queued.state, takeover or queued.takeover
         self._deferred[request_id] = _Deferred(tenant_id, state, takeover)
         await self._leases.set_deadline(request_id, time.time() + self._ttl)
         log.info("step_deferred_for_share", request_id=request_id, tenant_id=tenant_id)
