@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import secrets
 import signal
@@ -32,88 +31,31 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
-from weft_testkit.credentials import DevCredentials, credentials_dir, signed
-from weft_testkit.kafka import client_options, principal_env
+from weft_testkit.credentials import credentials_dir
+from weft_testkit.kafka import principal_env
 from weft_testkit.stack import create_topics, delete_topics, free_port, infra_env
+from weft_testkit.tool_workers import ToolCallClient
 
 from bench.benchlib import machine, save, summary
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = ["shell_exec", "read_file", "write_sandbox_file"]
 
 
-class SandboxCalls:
-    """Publishes sandbox calls like the engine and collects their results."""
-
-    def __init__(self, prefix: str):
-        self.prefix = prefix
-        self._credentials = DevCredentials.load()
-        kafka = client_options(infra_env())
-        self._producer = AIOKafkaProducer(**kafka, acks="all")
-        self._consumer = AIOKafkaConsumer(
-            f"{prefix}weft.tool.results.v1", **kafka,
-            group_id=f"{prefix}bench-{secrets.token_hex(3)}", auto_offset_reset="earliest",
-        )  # fmt: skip
-        self.results: dict[str, tuple[float, dict[str, Any]]] = {}
-        self._arrived = asyncio.Condition()
-        self._reader: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> SandboxCalls:
-        await self._producer.start()
-        await self._consumer.start()
-        self._reader = asyncio.create_task(self._read())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._reader:
-            self._reader.cancel()
-        await self._consumer.stop()
-        await self._producer.stop()
-
-    async def _read(self) -> None:
-        async for record in self._consumer:
-            data = json.loads(record.value)["data"]
-            async with self._arrived:
-                self.results[data["call_id"]] = (time.perf_counter(), data)
-                self._arrived.notify_all()
-
-    async def send(self, session: str, command: str, partition: int | None = None) -> str:
-        call_id = f"call_{secrets.token_hex(6)}"
-        message = ToolCallRequested(
-            tenant_id="bench", session_id=session, request_id=f"r-{session}",
-            data=ToolCallRequestedData(
-                call_id=call_id, tool_name="shell_exec", arguments={"command": command},
-                round=0, deadline=datetime.now(UTC) + timedelta(seconds=300),
-                context=ToolContext(user_id="u", agent_id="a", allowed_tools=TOOLS),
-            ),
-        )  # fmt: skip
-        message = signed(self._credentials, message, user_id="u")
-        await self._producer.send_and_wait(
-            f"{self.prefix}weft.sandbox.calls.v1", message.model_dump_json().encode(),
-            key=session.encode(), partition=partition,
-        )  # fmt: skip
-        return call_id
-
-    async def call(self, session: str, command: str, timeout_s: float = 120) -> tuple[float, int]:
-        """One call and its result: (publish -> result ms, the worker's duration ms)."""
-        started = time.perf_counter()
-        call_id = await self.send(session, command)
-        await self.wait_for([call_id], timeout_s)
-        arrived, data = self.results[call_id]
-        if not data["success"]:
-            raise RuntimeError(f"call failed: {data.get('error')}")
-        return (arrived - started) * 1000, int(data["duration_ms"])
-
-    async def wait_for(self, call_ids: list[str], timeout_s: float) -> None:
-        async with asyncio.timeout(timeout_s), self._arrived:
-            await self._arrived.wait_for(lambda: all(c in self.results for c in call_ids))
+async def _call(
+    calls: ToolCallClient, session: str, command: str, timeout_s: float = 120
+) -> tuple[float, int]:
+    """One ``shell_exec`` and its result: (publish -> result ms, the worker's duration ms)."""
+    started = time.perf_counter()
+    call_id = await calls.send("shell_exec", {"command": command}, session=session, deadline_s=300)
+    await calls.wait_for([call_id], timeout_s)
+    [data] = calls.results[call_id]
+    if not data["success"]:
+        raise RuntimeError(f"call failed: {data.get('error')}")
+    return (calls.arrived[call_id] - started) * 1000, int(data["duration_ms"])
 
 
 def _start_replica(
@@ -197,7 +139,7 @@ def _tmpfs_kib(root_hint: str) -> int:
 
 
 async def _concurrent(
-    calls: SandboxCalls, pid: int, sessions: int, sleep_s: float
+    calls: ToolCallClient, pid: int, sessions: int, sleep_s: float
 ) -> dict[str, Any]:
     """``sessions`` new sessions at once, each writing a 1 MiB deliverable then sleeping;
     the replica's memory at the peak of running commands and once every workspace is
@@ -206,7 +148,10 @@ async def _concurrent(
     names = [f"conc-{i}-{secrets.token_hex(3)}" for i in range(sessions)]
     command = f"head -c 1048576 /dev/zero > output/blob; sleep {sleep_s}; echo done"
     started = time.perf_counter()
-    ids = [await calls.send(name, command) for name in names]
+    ids = [
+        await calls.send("shell_exec", {"command": command}, session=name, deadline_s=300)
+        for name in names
+    ]
     peak: dict[str, int] = {}
     running_peak = 0
     done = asyncio.create_task(calls.wait_for(ids, timeout_s=600))
@@ -220,7 +165,7 @@ async def _concurrent(
         await asyncio.sleep(0.2)
     await done
     wall_s = time.perf_counter() - started
-    failed = [c for c in ids if not calls.results[c][1]["success"]]
+    failed = [c for c in ids if not calls.results[c][0]["success"]]
     live = {**_memory_kib(_tree(pid)), "tmpfs_kib": _tmpfs_kib("weft-sandbox-bench-")}
     return {
         "sessions": sessions,
@@ -251,18 +196,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     before = machine()
     _, process = _start_replica(prefix, args.concurrency, log_dir)
     try:
-        async with SandboxCalls(prefix) as calls:
-            await calls.call(f"warmup-{secrets.token_hex(3)}", "echo warm")  # group joined
+        async with ToolCallClient(prefix, sandbox=True) as calls:
+            await _call(calls, f"warmup-{secrets.token_hex(3)}", "echo warm")  # group joined
             cold, cold_worker = [], []
             for _ in range(args.cold):
-                total, worker = await calls.call(f"cold-{secrets.token_hex(4)}", "echo hi")
+                total, worker = await _call(calls, f"cold-{secrets.token_hex(4)}", "echo hi")
                 cold.append(total)
                 cold_worker.append(worker)
             session = f"warm-{secrets.token_hex(4)}"
-            await calls.call(session, "echo first")
+            await _call(calls, session, "echo first")
             warm, warm_worker = [], []
             for _ in range(args.warm):
-                total, worker = await calls.call(session, "echo hi")
+                total, worker = await _call(calls, session, "echo hi")
                 warm.append(total)
                 warm_worker.append(worker)
             concurrent = await _concurrent(calls, process.pid, args.sessions, args.sleep_s)

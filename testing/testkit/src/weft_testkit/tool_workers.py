@@ -90,12 +90,20 @@ class ToolWorkerPool:
 class ToolCallClient:
     """Publishes ``ToolCallRequested`` like the engine and collects the results."""
 
-    def __init__(self, prefix: str, credentials: DevCredentials | None = None):
-        """``credentials``: signers of the workers' key folder (default: this run's)."""
+    def __init__(
+        self, prefix: str, credentials: DevCredentials | None = None, *, sandbox: bool = False
+    ):
+        """``credentials``: signers of the workers' key folder (default: this run's).
+        ``sandbox``: publish on ``sandbox.calls``, keyed by session as the engine does,
+        instead of ``tool.calls``."""
         self.prefix = prefix
         self._credentials = credentials or DevCredentials.load()
+        self._topic = "weft.sandbox.calls.v1" if sandbox else "weft.tool.calls.v1"
+        self._by_session = sandbox
         kafka = client_options(infra_env())
         self.results: dict[str, list[dict[str, Any]]] = {}
+        self.arrived: dict[str, float] = {}
+        """``time.perf_counter()`` when each call's first result arrived."""
         self._producer = AIOKafkaProducer(**kafka, acks="all")
         self._consumer = AIOKafkaConsumer(
             f"{prefix}weft.tool.results.v1", **kafka,
@@ -120,6 +128,7 @@ class ToolCallClient:
         async for record in self._consumer:
             data = json.loads(record.value)["data"]
             async with self._arrived:
+                self.arrived.setdefault(data["call_id"], time.perf_counter())
                 self.results.setdefault(data["call_id"], []).append(data)
                 self._arrived.notify_all()
 
@@ -165,9 +174,10 @@ class ToolCallClient:
                 ),
             )  # fmt: skip
             message = signed(self._credentials, message, user_id="u")  # as the engine forwards
-            topic = f"{self.prefix}weft.tool.calls.v1"
+            topic = f"{self.prefix}{self._topic}"
             body = message.model_dump_json().encode()
-            pending.append(await self._producer.send(topic, body, key=message.key()))
+            key = message.session_id.encode() if self._by_session else message.key()
+            pending.append(await self._producer.send(topic, body, key=key))
             ids.append(call_id)
         await asyncio.gather(*pending)
         return ids
