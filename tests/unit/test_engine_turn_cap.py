@@ -7,13 +7,14 @@ back once its lease runs out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
-from fakeredis import FakeAsyncRedis
+from fakeredis import FakeAsyncRedis, FakeServer
 from weft_contracts import (
     AgentConfig,
     ChatRequested,
@@ -83,8 +84,10 @@ class _Engine:
         await self.finisher.answer(state, Answer(text="done"))
 
 
-def _engine(cap: int, *, deadline_s: float = 1200, margin_s: float = 60) -> _Engine:
-    redis = FakeAsyncRedis()
+def _engine(
+    cap: int, *, deadline_s: float = 1200, margin_s: float = 60, server: FakeServer | None = None
+) -> _Engine:
+    redis = FakeAsyncRedis(server=server or FakeServer())
     store = TurnStore(redis, 600)
     bus = _Bus()
     emitter = EventEmitter(cast(EventBus, bus), redis, ttl_s=600)
@@ -139,6 +142,28 @@ async def test_a_turn_over_its_tenants_cap_waits_and_opens_when_another_ends() -
     assert engine.bus.opened() == ["b1", "b2", "c1", "b3"]
     assert await engine.redis.zcard(STARTS) == 0
     assert await engine.cap.held("tb") == 2
+
+
+async def test_a_slot_given_back_on_one_replica_wakes_the_others_sweep() -> None:
+    """Replica 2's pending-start sweep wakes when replica 1 gives a slot back (pub/sub),
+    not at its next interval."""
+    server = FakeServer()
+    one, two = _engine(cap=1, server=server), _engine(cap=1, server=server)
+    listening = asyncio.create_task(two.intake.listen_for_cancels())
+    try:
+        await one.intake.on_chat_requested(_request("tb", "b1"))
+        for _ in range(500):  # the listener has subscribed
+            if (await one.redis.pubsub_numsub(one.cap.channel))[0][1]:
+                break
+            await asyncio.sleep(0.01)
+        assert not two.cap.freed.is_set()
+        await one.end("b1")
+        async with asyncio.timeout(2):
+            await two.cap.freed.wait()
+    finally:
+        listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listening
 
 
 async def test_deferred_starts_open_round_robin_by_tenant() -> None:

@@ -156,7 +156,7 @@ class TurnIntake:
         """Start the pending starts that are due, for the life of the replica: queued
         requests whose start failed or whose replica died after taking them off the queue
         (``SessionGate``), and turns deferred by their tenant's cap (``TurnCap``). A slot
-        given back on this replica starts a sweep at once."""
+        given back on any replica starts a sweep at once (``listen_for_cancels``)."""
         while True:
             self._cap.freed.clear()
             try:
@@ -331,21 +331,27 @@ class TurnIntake:
         await self._emitter.complete(ids, CompleteData(status=TurnStatus.FAILED))
 
     async def listen_for_cancels(self) -> None:
-        """Cancel local steps named on the cancel channel (every replica listens).
+        """Cancel local steps named on the cancel channel, and sweep the pending starts
+        when any replica gives a turn slot back (every replica listens to both).
 
         Polls with a short timeout (below the Redis client's socket timeout) and
         resubscribes after a connection error, so the listener never dies quietly.
         """
+        freed = self._cap.channel.encode()
         while True:
             pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self._channel)
+                await pubsub.subscribe(self._channel, self._cap.channel)
                 while True:
                     item = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if item and item.get("type") == "message":
-                        request_id = item["data"].decode()
-                        if self._scheduler.cancel(request_id):
-                            log.info("step_cancelled", request_id=request_id)
+                    if not item or item.get("type") != "message":
+                        continue
+                    if item.get("channel") == freed:
+                        self._cap.freed.set()
+                        continue
+                    request_id = item["data"].decode()
+                    if self._scheduler.cancel(request_id):
+                        log.info("step_cancelled", request_id=request_id)
             except RedisError:
                 log.warning("cancel_listener_reconnecting")
                 await asyncio.sleep(0.5)

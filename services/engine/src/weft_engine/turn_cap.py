@@ -8,8 +8,9 @@ when the replica that held it was killed, and then comes back by itself (invaria
 
 A turn over its tenant's cap is not dropped and does not hold the Kafka handler: it
 becomes a pending start (``SessionGate.defer``, in Redis before the request's offset is
-committed), and ``TurnIntake.retry_starts`` opens it once a slot is free, taking due starts
-round-robin by tenant so one tenant's backlog does not go first.
+committed), and ``TurnIntake.retry_starts`` opens it once a slot is free (on any
+replica: the one that gives a slot back says so on :attr:`TurnCap.channel`), taking due
+starts round-robin by tenant so one tenant's backlog does not go first.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+import structlog
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from weft_platform.tenant_slots import TenantSlots
+
+log = structlog.get_logger(__name__)
 
 SLOT_MARGIN_S = 60.0
 """A turn slot's lease beyond the turn deadline (the deadline's own check runs between
 rounds and after the tool deadline, so a turn can end a little past it)."""
 DEFER_S = 1.0
-"""How soon a start deferred by the cap is due again (a freed slot on this replica wakes
-``retry_starts`` at once; other replicas' sweeps find it within their interval)."""
+"""How soon a start deferred by the cap is due again (a slot given back on any replica
+wakes every replica's ``retry_starts``, through :attr:`TurnCap.channel`)."""
 
 T = TypeVar("T")
 
@@ -46,9 +51,13 @@ class TurnCap:
     ):
         self.cap = cap
         self.lease_s = turn_deadline_s + margin_s
+        self._redis = redis
         self._slots = TenantSlots(redis, name, cap=cap, lease_s=self.lease_s) if cap > 0 else None
+        self.channel = f"weft:{name}:freed"
+        """The pub/sub channel on which a replica that gives a slot back tells the others
+        (its message: the tenant); every replica's listener sets :attr:`freed`."""
         self.freed = asyncio.Event()
-        """Set when this replica gives a slot back: pending starts may go now."""
+        """Set when any replica gives a slot back: pending starts may go now."""
 
     async def take(self, tenant_id: str, request_id: str) -> bool:
         """Take the turn's slot; True also when it holds it already (a retried handler)."""
@@ -62,6 +71,10 @@ class TurnCap:
             return
         await self._slots.release(tenant_id, request_id)
         self.freed.set()
+        try:
+            await self._redis.publish(self.channel, tenant_id)
+        except RedisError as exc:  # the others' sweeps still find the start in time
+            log.warning("turn_slot_freed_unannounced", error=repr(exc))
 
     async def held(self, tenant_id: str) -> int:
         """Slots the tenant holds now."""
