@@ -282,7 +282,11 @@ async def _drain(ingestor: DocumentIngestor) -> None:
 # -- Engine: the per-tenant turn cap across replicas ------------------------------------
 
 TURN_CAP = 2
-TURN_FLOOD = 6
+TURN_SLOTS = 3
+"""Step slots per engine: above the cap, so B's capped turns leave one on every engine
+(with the share per replica lifted, a cap at a replica's slots lets B fill the replica
+that C's session lands on: C's request then waits in its handler for B's to end)."""
+TURN_FLOOD = 8
 SLOW_PIECES = 40
 SLOW_CHUNK_MS = 300
 """Each of B's turns streams its answer for about 12 s, holding a step slot meanwhile."""
@@ -290,12 +294,12 @@ SLOW_CHUNK_MS = 300
 
 @pytest.fixture(scope="module")
 def capped_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
-    """Two engines of two step slots each (four in all), tenants capped at two turns."""
+    """Two engines of three step slots each (six in all), tenants capped at two turns."""
     config = StackConfig(
         log_dir=LOG_DIR.parent / "e2e-turn-cap",
         replicas={"engine": 2},
         extra_env={
-            "WEFT_MAX_INFLIGHT_TURNS": "2",
+            "WEFT_MAX_INFLIGHT_TURNS": str(TURN_SLOTS),
             "WEFT_TURN_TENANT_MAX_INFLIGHT": str(TURN_CAP),
             # The cap across replicas alone: the share of one replica has its own test.
             "WEFT_TURN_TENANT_MAX_LOCAL": "0",
@@ -345,7 +349,7 @@ async def _chat(client: KeyedClient, session_id: str, query: str) -> list[SseEve
 async def test_a_tenant_flooding_turns_cannot_starve_another_tenants_turn(
     capped_stack: LocalStack, infra: dict[str, str]
 ) -> None:
-    """B opens six slow turns against four step slots in all; C's turn completes while
+    """B opens eight slow turns against six step slots in all; C's turn completes while
     none of B's has, B never holds more than its cap of turns, and B's turns all complete."""
     slow = [f"piece{i} " for i in range(SLOW_PIECES)]
     engine = create_async_engine(infra["WEFT_DATABASE_URL"])
