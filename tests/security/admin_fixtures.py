@@ -53,6 +53,12 @@ class AdminStack:
         return created
 
 
+def sandbox_root() -> Path:
+    """The admin stack's sandbox workspaces (one directory per session)."""
+    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
+    return home / "sandbox" / "admin-suite"
+
+
 @pytest.fixture(scope="session")
 def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
     """Every service, with the admin settings above on the gateway."""
@@ -63,6 +69,9 @@ def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
         "WEFT_MAINTENANCE_INTERVAL_S": "1",
         "WEFT_END_USER_ISSUER_CACHE_S": "1",
         "WEFT_BUDGET_CACHE_S": "1",
+        # Where the deletion test looks for a purged session's workspace on the replica.
+        "WEFT_SANDBOX_ROOT": str(sandbox_root()),
+        "WEFT_SANDBOX_REAP_INTERVAL_S": "1",
     }
     config = StackConfig(log_dir=home / "logs" / "admin", extra_env=extra)
     with LocalStack(config) as running:

@@ -1,11 +1,13 @@
 """Deleting a tenant or a user leaves nothing behind, on the real stack: data made through
-the public API (sessions, turns, knowledge bases, agents, keys) by tenants A and B; after
-A's deletion PostgreSQL and Redis hold nothing of A and everything of B. Retention
-deletes a tenant's old messages and streams."""
+the public API (sessions, turns, knowledge bases, agents, keys, a sandbox workspace) by
+tenants A and B; after A's deletion PostgreSQL, Redis and the sandbox replica's disk hold
+nothing of A and everything of B. Retention deletes a tenant's old messages and streams."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from weft_testkit import read_turn
 
-from tests.security.admin_fixtures import AdminStack
+from tests.security.admin_fixtures import AdminStack, sandbox_root
 
 AGENT = "builtin-smart-reasoning"
 
@@ -40,6 +42,40 @@ async def _populate(admin_stack: AdminStack, tenant: str, user: str) -> dict[str
         assert events[-1].event == "complete"
         await _wait_for(lambda: _messages_done(api, sid))
     return {"key": key, "session": sid}
+
+
+async def _sandbox_session(admin_stack: AdminStack, key: str, tenant: str) -> str:
+    """A session whose turn wrote a file in its sandbox workspace (checkpointed in
+    PostgreSQL, kept on the sandbox replica's disk); its id."""
+    marker = f"WRITE-{tenant}"
+    call = {"id": f"w-{tenant}", "name": "write_sandbox_file",
+            "arguments": {"path": "notes.txt", "content": f"{tenant} was here"}}  # fmt: skip
+    script = {"steps": [{"match": marker, "tool_calls": [call]},
+                        {"match": marker, "content": "written"}]}  # fmt: skip
+    async with (
+        admin_stack.public(key) as api,
+        httpx.AsyncClient(base_url=admin_stack.stack.llm_url, timeout=30) as llm,
+    ):
+        assert (await llm.post("/_script", json=script)).status_code == 200
+        body = {"name": "writer", "allowed_tools": ["write_sandbox_file"],
+                "sandbox_enabled": True, "kb_selection_mode": "none"}  # fmt: skip
+        agent = await api.post("/api/v1/agents", json=body)
+        assert agent.status_code == 201, agent.text
+        session = await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})
+        sid = str(session.json()["id"])
+        events = await read_turn(
+            api, f"/api/v1/agent-chat/{sid}", api_key=key, json_body={"query": marker}
+        )
+    results = [e.data["data"] for e in events if e.event == "tool_result"]
+    assert [r["success"] for r in results] == [True], results
+    return sid
+
+
+def _workspace(tenant: str, session_id: str) -> Path:
+    """The session's workspace directory on the admin stack's sandbox replica (named as
+    ``weft_sandbox.workspace.workspace_key`` names it; the test does not import it)."""
+    key = hashlib.sha256(f"{tenant}\x00{session_id}".encode()).hexdigest()[:32]
+    return sandbox_root() / key
 
 
 async def _messages_done(api: httpx.AsyncClient, sid: str) -> bool:
@@ -76,6 +112,19 @@ async def _pg_rows(engine: AsyncEngine, tenant: str) -> dict[str, int]:
     return counts
 
 
+async def _turns_recorded(engine: AsyncEngine, tenant: str, turns: int) -> None:
+    """Wait until the suggestions service has recorded ``turns`` finished turns of
+    ``tenant`` (it does so from ``agent.events``, after the turn's stream ended), so a
+    snapshot of the tenant's rows is not taken while that consumer is still writing."""
+
+    async def recorded() -> bool:
+        sql = "SELECT count(*) FROM suggestion_turns WHERE tenant_id = :t AND status IS NOT NULL"
+        async with engine.connect() as conn:
+            return bool((await conn.execute(text(sql), {"t": tenant})).scalar_one() >= turns)
+
+    await _wait_for(recorded, 30)
+
+
 async def _redis_keys(redis: Redis, fragment: str) -> list[bytes]:
     return [k async for k in redis.scan_iter(match=f"*{fragment}*", count=1000)]
 
@@ -87,9 +136,14 @@ async def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_others(
     tenant_a, tenant_b = await admin_stack.tenant(), await admin_stack.tenant()
     a = await _populate(admin_stack, tenant_a, "alice")
     b = await _populate(admin_stack, tenant_b, "bob")
+    space_a = _workspace(tenant_a, await _sandbox_session(admin_stack, a["key"], tenant_a))
+    space_b = _workspace(tenant_b, await _sandbox_session(admin_stack, b["key"], tenant_b))
+    assert space_a.is_dir() and space_b.is_dir(), "the workspaces are not where expected"
+    for tenant in (tenant_a, tenant_b):
+        await _turns_recorded(engine, tenant, 2)
     rows_a, rows_b = await _pg_rows(engine, tenant_a), await _pg_rows(engine, tenant_b)
     for table in ("sessions", "messages", "knowledge_bases", "documents", "chunks",
-                  "agents", "api_keys", "tenants"):  # fmt: skip
+                  "agents", "api_keys", "tenants", "sandbox_checkpoints"):  # fmt: skip
         assert rows_a[table] > 0 and rows_b[table] > 0, (table, rows_a, rows_b)
     assert await _redis_keys(redis, tenant_a) and await _redis_keys(redis, tenant_b)
     before_b = await _redis_keys(redis, tenant_b)
@@ -106,7 +160,12 @@ async def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_others(
     await _wait_for(gone)
     assert not any((await _pg_rows(engine, tenant_a)).values()), await _pg_rows(engine, tenant_a)
     assert await _redis_keys(redis, tenant_a) == []
-    assert await _pg_rows(engine, tenant_b) == rows_b
+    # B loses no row (its own consumers may still add some: a suggestion set, a memory).
+    after_b = await _pg_rows(engine, tenant_b)
+    assert {t: (n, after_b[t]) for t, n in rows_b.items() if after_b[t] < n} == {}
+    # The sandbox replica drops the purged workspace within its reaper interval (1 s here).
+    await _wait_for(lambda: _gone(space_a), 15)
+    assert (space_b / "ws" / "notes.txt").read_text() == f"{tenant_b} was here"
     # B's keys survive; its running-turn set and stream slots empty (and go) as its own
     # turns and streams end, whatever A's deletion does.
     transient = (b":turns", b":sse")
@@ -132,6 +191,7 @@ async def test_deleting_a_user_removes_only_that_user(
     tenant = await admin_stack.tenant()
     gone_user = await _populate(admin_stack, tenant, "leaver")
     kept_user = await _populate(admin_stack, tenant, "stayer")
+    await _turns_recorded(engine, tenant, 2)
     resp = await admin.delete(f"/admin/v1/tenants/{tenant}/users/leaver")
     assert resp.status_code == 200, resp.text
     report = resp.json()
@@ -153,6 +213,10 @@ async def test_deleting_a_user_removes_only_that_user(
         assert (await api.get("/api/v1/knowledge-bases")).json() != []
     async with admin_stack.public(gone_user["key"]) as api:
         await _wait_for(lambda: _is(api.get("/api/v1/sessions"), 401), 15)
+
+
+async def _gone(path: Path) -> bool:
+    return not await asyncio.to_thread(path.exists)
 
 
 async def _is(call: Any, status: int) -> bool:

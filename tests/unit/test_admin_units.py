@@ -85,6 +85,11 @@ def test_tenant_key_patterns_are_exact_and_escaped() -> None:
     # since "a:*" would also match tenant "a:b"'s keys.
     assert "weft:stream:a\\*b:*" in tenant_patterns("a*b")
     assert tenant_patterns("a:b") == []
+    # The write-call claims carry the deployment's topic prefix before their family.
+    assert "weft:t1.sandboxcall:acme:*" in tenant_patterns("acme", "t1.")
+    assert "weft:t1.toolcall:acme:*" in tenant_patterns("acme", "t1.")
+    assert "weft:toolcall:acme:*" in tenant_patterns("acme")
+    assert r"weft:t\*.toolcall:acme:*" in tenant_patterns("acme", "t*.")
 
 
 class _Registry(TenantRegistry):

@@ -236,7 +236,7 @@ def _admin_services(
     tenants: TenantRegistry,
 ) -> AdminServices:
     audit = AuditLog(sessions)
-    purger = DataPurger(sessions, redis)
+    purger = DataPurger(sessions, redis, prefix=s.topic_prefix)
     lifecycle = TenantLifecycle(
         sessions=sessions, redis=redis, registry=tenants, purger=purger, audit=audit,
         interval_s=s.maintenance_interval_s,

@@ -27,11 +27,15 @@ TENANT_KEY_FAMILIES = (
     "rate",
     "tenant",
     "budget",
-    "toolcall",
-    "sandboxcall",
 )
 """Redis keys ``weft:{family}:{tenant}:...``: everything of a tenant that Redis names by
 tenant id. A feature adding such a key family adds it here."""
+
+PREFIXED_KEY_FAMILIES = ("toolcall", "sandboxcall")
+"""Keys ``weft:{prefix}{family}:{tenant}:...`` of the services that share a deployment's
+topic prefix (``WEFT_TOPIC_PREFIX``): the write-call claims of tool-exec
+(``weft_tool_exec.ledger``) and of the sandbox (``weft_sandbox.worker``), keyed by
+``ToolCallRequested.scoped_call_id``."""
 
 TURN_KEY_SUFFIXES = (
     "state", "version", "seq", "cancel", "inbox", "lease", "images", "streaming",
@@ -82,14 +86,16 @@ def _turn_keys(request_id: str) -> list[str]:
     return [*keys, f"weft:memory:answer:{request_id}", f"weft:memory:turn-ended:{request_id}"]
 
 
-def tenant_patterns(tenant_id: str) -> list[str]:
-    """SCAN patterns of every Redis key of the tenant; none for an id holding ``:``
-    (older ids; a pattern could then match another tenant's keys), whose keys are found
-    through its sessions and turns only."""
+def tenant_patterns(tenant_id: str, prefix: str = "") -> list[str]:
+    """SCAN patterns of every Redis key of the tenant (``prefix``: the deployment's topic
+    prefix); none for an id holding ``:`` (older ids; a pattern could then match another
+    tenant's keys), whose keys are found through its sessions and turns only."""
     if ":" in tenant_id:
         return []
-    escaped = tenant_id.translate(_GLOB)
-    return [f"weft:{family}:{escaped}:*" for family in TENANT_KEY_FAMILIES]
+    escaped, p = tenant_id.translate(_GLOB), prefix.translate(_GLOB)
+    return [f"weft:{family}:{escaped}:*" for family in TENANT_KEY_FAMILIES] + [
+        f"weft:{p}{family}:{escaped}:*" for family in PREFIXED_KEY_FAMILIES
+    ]
 
 
 def stream_pattern(tenant_id: str) -> str | None:
@@ -106,9 +112,13 @@ def _session_patterns(tenant_id: str, sessions: Iterable[str]) -> list[str]:
 class DataPurger:
     """Deletes and counts the data of a tenant or of one user."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], redis: Redis):
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], redis: Redis, *, prefix: str = ""
+    ):
         self._sessions = sessions
         self._redis = redis
+        self._prefix = prefix
+        """The deployment's topic prefix, which the write-call claims' keys carry."""
 
     async def purge(self, scope: Scope) -> PurgeReport:
         """Delete everything of ``scope``; the report says what is left (zero when done)."""
@@ -143,7 +153,7 @@ class DataPurger:
 
     def _patterns(self, scope: Scope, sids: Sequence[str]) -> list[str]:
         if scope.user_id is None:
-            return tenant_patterns(scope.tenant_id)
+            return tenant_patterns(scope.tenant_id, self._prefix)
         return _session_patterns(scope.tenant_id, sids)
 
     async def _delete_session_keys(
