@@ -74,3 +74,47 @@ async def test_a_sandbox_turn_writes_runs_and_survives_a_killed_sandbox(
     assert results["call_read"]["success"] and report in results["call_read"]["output"]
     assert results["call_edit"]["success"], results["call_edit"]
     assert results["call_check"]["output"] == "# Report\nrows: 4\n", results["call_check"]
+
+
+async def test_a_provider_that_counts_call_ids_per_response_gets_every_write_run(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:
+    """Three rounds whose write calls all carry the id ``call_0``, as providers that count
+    ``call_0, call_1...`` in every response send them: each round's call runs (the
+    sandbox keys its write claims by the turn's call id, so a reused id would be taken
+    for a redelivery of the first and never run), and the last round sees both files."""
+    agent = await api.post(
+        "/api/v1/agents",
+        json={"name": "counter", "allowed_tools": SANDBOX_TOOLS, "sandbox_enabled": True,
+              "kb_selection_mode": "none"},
+    )  # fmt: skip
+    assert agent.status_code == 201, agent.text
+    session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
+    marker = "CALL-IDS-PER-RESPONSE"
+    rounds = [
+        {"name": "write_sandbox_file", "arguments": {"path": "a.txt", "content": "one"}},
+        {"name": "write_sandbox_file", "arguments": {"path": "b.txt", "content": "two"}},
+        {"name": "shell_exec", "arguments": {"command": "cat a.txt b.txt"}},
+    ]
+    steps: list[dict[str, Any]] = [
+        {"match": marker, "tool_calls": [{"id": "call_0", **call}]} for call in rounds
+    ]
+    steps.append({"match": marker, "content": "all three ran"})
+    assert (await llm.post("/_script", json={"steps": steps})).status_code == 200
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session['id']}", api_key=stack.api_key,
+        json_body={"query": f"{marker} please"}, timeout_s=240,
+    )  # fmt: skip
+    complete = events[-1].data["data"]
+    assert complete["status"] == "completed" and complete["final_answer"] == "all three ran"
+    results = [e.data["data"] for e in events if e.event == "tool_result"]
+    assert [r["success"] for r in results] == [True] * 3, results
+    ids = [r["call_id"] for r in results]
+    assert len(set(ids)) == 3, ids  # one id per call in the client's stream too
+    stdout = results[2]["output"].split("stdout:\n")[1].split("stderr:")[0]
+    assert "".join(stdout.split()) == "onetwo", results[2]
+    # The model read each result under the id of the call it made in that round.
+    prompt = (await chat_requests(llm))[-1]["messages"]
+    asked = [c["id"] for m in prompt if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    answered = [m["tool_call_id"] for m in prompt if m["role"] == "tool"]
+    assert asked == answered == ids, (asked, answered)

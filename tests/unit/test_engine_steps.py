@@ -121,3 +121,30 @@ def test_dispatch_carries_the_api_keys_knowledge_restriction() -> None:  # SPEC 
     _, messages = dispatch_messages(state.model_copy(update={"pending": pending}), ["q"])
     assert messages[0].data.context.key_knowledge_base_ids == ["kb2"]
     assert messages[0].data.context.knowledge_base_ids == []
+
+
+def test_a_call_id_the_turn_used_already_is_renamed_everywhere_the_model_reads_it() -> None:
+    """Providers that count call_0, call_1... in every response: the second round's
+    call_0 is not the first's (a worker would take it for a redelivery of a write call),
+    nor is an id repeated within one response, nor a model's id equal to the fallback."""
+    state = _state()
+    first, _ = plan_calls(state, [_call("call_0"), _call("")], 60)
+    assert [p.call_id for p in first] == ["call_0", "call_0_1"]
+    results = {
+        p.call_id: ToolCallCompletedData(call_id=p.call_id, tool_name=p.tool_name, success=True)
+        for p in first
+    }
+    state = observe(state.model_copy(update={"pending": first, "results": results}))
+    calls = [_call("call_0"), _call("call_0"), _call("call_0_1"), _call("fresh")]
+    second, _ = plan_calls(state, calls, 60)
+    ids = [p.call_id for p in second]
+    assert len(set(ids)) == len(ids) and not set(ids) & {"call_0", "call_0_1"}, ids
+    assert ids[3] == "fresh"  # an id not met before is the model's own
+    results = {
+        p.call_id: ToolCallCompletedData(call_id=p.call_id, tool_name=p.tool_name, success=True)
+        for p in second
+    }
+    after = observe(state.model_copy(update={"pending": second, "results": results}))
+    assistant = after.messages[-5]
+    assert [c["id"] for c in tool_calls(assistant)] == ids
+    assert [m["tool_call_id"] for m in after.messages[-4:]] == ids  # type: ignore[typeddict-item]

@@ -82,9 +82,25 @@ def parse_arguments(raw: str) -> dict[str, Any]:
     return cleaned
 
 
-def normalise_call_id(call: ToolCallRequest, state: TurnState, index: int) -> str:
-    """A non-empty id unique within the turn, even when the provider sends none."""
-    return call.id.strip() or f"call_{state.round}_{index}"
+def turn_call_ids(state: TurnState) -> set[str]:
+    """The call ids the turn's earlier rounds used."""
+    return {call.call_id for step in state.steps for call in step.tool_calls}
+
+
+def normalise_call_id(call: ToolCallRequest, state: TurnState, index: int, taken: set[str]) -> str:
+    """A non-empty id unique within the turn, even when the provider sends none or sends
+    one again: some providers count ``call_0``, ``call_1``... in every response, and a
+    write call's id met twice in one turn is taken by the workers for a redelivery of
+    the first (reported, never run). ``taken``: the ids used so far (the earlier rounds',
+    this response's before ``index``); the id returned is added to it. The assistant
+    message and the tool messages the model reads next carry the id returned."""
+    model_id = call.id.strip() or f"call_{state.round}_{index}"
+    call_id, n = model_id, 0
+    while call_id in taken:
+        n += 1
+        call_id = f"{model_id}~r{state.round}.{index}" + (f".{n}" if n > 1 else "")
+    taken.add(call_id)
+    return call_id
 
 
 def is_read_only(tool_name: str) -> bool:
@@ -102,8 +118,9 @@ def plan_calls(
     offered = offered_tools(state.agent.allowed_tools)
     pending: list[PendingCall] = []
     errors: dict[str, str] = {}
+    taken = turn_call_ids(state)
     for index, call in enumerate(calls):
-        call_id = normalise_call_id(call, state, index)
+        call_id = normalise_call_id(call, state, index, taken)
         try:
             arguments = parse_arguments(call.arguments)
         except ValueError as exc:
