@@ -67,6 +67,9 @@ def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
         "WEFT_ADMIN_TOKEN_SHA256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(),
         "WEFT_AUTH_CACHE_S": str(AUTH_CACHE_S),
         "WEFT_MAINTENANCE_INTERVAL_S": "1",
+        # Deletions watched for late writes for 2 minutes, not a day: every run (each
+        # second here) counts the residue of each watched tenant.
+        "WEFT_PURGE_WATCH_S": "120",
         "WEFT_END_USER_ISSUER_CACHE_S": "1",
         "WEFT_BUDGET_CACHE_S": "1",
         # Where the deletion test looks for a purged session's workspace on the replica.

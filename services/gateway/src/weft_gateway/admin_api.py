@@ -192,6 +192,14 @@ def _tenant_routes(router: APIRouter, svc: AdminServices) -> None:
     @router.post("/tenants", status_code=201)
     async def create_tenant(who: Who, body: TenantCreate) -> TenantView:
         async with _audited(svc.audit, who, "tenant.create", "tenant", body.id):
+            free_at = await svc.lifecycle.id_free_at(body.id)
+            if free_at is not None:
+                raise HTTPException(
+                    409,
+                    f"tenant {body.id!r} was deleted recently; its id can be created again "
+                    f"after {free_at.isoformat(timespec='seconds')} (WEFT_PURGE_WATCH_S), when "
+                    "no late record of the deleted tenant can reach the new one",
+                )
             return await svc.tenants.create(body.id, body.name, body.settings)
 
     @router.get("/tenants")

@@ -240,7 +240,7 @@ def _admin_services(
     lifecycle = TenantLifecycle(
         sessions=sessions, redis=redis, registry=tenants, purger=purger, audit=audit,
         interval_s=s.maintenance_interval_s,
-        lock_key=f"weft:{s.topic_prefix}admin:maintenance",
+        lock_key=f"weft:{s.topic_prefix}admin:maintenance", watch_s=s.purge_watch_s,
     )  # fmt: skip
     return AdminServices(
         tenants=tenants, keys=KeyRegistry(sessions), audit=audit, purger=purger,

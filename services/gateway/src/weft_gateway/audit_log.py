@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.models_admin import AdminAuditEntry
 
@@ -97,3 +97,19 @@ class AuditLog:
         async with self._sessions() as s:
             rows = await s.scalars(query)
             return [AuditView.model_validate(r, from_attributes=True) for r in rows]
+
+    async def last_done(
+        self, action: str, target_type: str, since: datetime
+    ) -> dict[str, datetime]:
+        """Targets ``action`` was done to (outcome ok) since ``since``: id -> the last time."""
+        at = func.max(AdminAuditEntry.at)
+        query = (
+            select(AdminAuditEntry.target_id, at)
+            .where(AdminAuditEntry.action == action)
+            .where(AdminAuditEntry.target_type == target_type)
+            .where(AdminAuditEntry.outcome == "ok")
+            .where(AdminAuditEntry.at >= since)
+            .group_by(AdminAuditEntry.target_id)
+        )
+        async with self._sessions() as s:
+            return {str(t): when for t, when in (await s.execute(query)).all()}

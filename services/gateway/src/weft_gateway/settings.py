@@ -143,6 +143,13 @@ class GatewaySettings(TokenBudgetSettings):
         description="Period of the maintenance job (unfinished tenant deletions, retention); "
         "one gateway runs each period; 0: never.",
     )
+    purge_watch_s: float = Field(
+        default=86400.0,
+        ge=0,
+        description="For this long after a tenant's deletion finished, the maintenance job "
+        "deletes whatever late records of it wrote again, and its id cannot be created again "
+        "(409), so no late record of the old tenant can land in a new one's data.",
+    )
     end_user_issuer_cache_s: float = Field(
         default=30.0, ge=0, description="Issuer -> tenant lookups of end-user JWTs cached."
     )

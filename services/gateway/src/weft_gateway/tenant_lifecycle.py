@@ -8,12 +8,19 @@ unfinished (a gateway stopped mid-purge) and applies each tenant's retention: me
 older than ``messages_days`` are deleted; session streams get a TTL of at most
 ``streams_days`` (``EXPIRE ... LT``), so a stream not written for that long (plus at
 most one job period) is gone.
+
+A deletion is watched for ``watch_s`` after it finished: records of the tenant still on
+Kafka (a lagging consumer's, a redelivered one's) may write a row or a stream again, so
+each job run purges a watched tenant again when its residue is not empty, and its id
+cannot be created again until the watch ends (a new tenant of that id would otherwise
+receive the old one's late writes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime, timedelta
 
 import structlog
 from redis.asyncio import Redis
@@ -42,6 +49,7 @@ class TenantLifecycle:
         audit: AuditLog,
         interval_s: float,
         lock_key: str,
+        watch_s: float = 0.0,
     ):
         self._sessions = sessions
         self._redis = redis
@@ -50,6 +58,7 @@ class TenantLifecycle:
         self._audit = audit
         self._interval_s = interval_s
         self._lock_key = lock_key
+        self._watch = timedelta(seconds=watch_s)
         self._purges: dict[str, asyncio.Task[bool]] = {}
         self._loop: asyncio.Task[None] | None = None
 
@@ -111,13 +120,36 @@ class TenantLifecycle:
                 log.exception("maintenance_failed")
             await asyncio.sleep(self._interval_s)
 
+    async def watched(self) -> dict[str, datetime]:
+        """Tenants whose deletion finished within the watch: id -> until when."""
+        since = datetime.now(UTC) - self._watch
+        done = await self._audit.last_done("tenant.purge", "tenant", since)
+        return {tenant_id: at + self._watch for tenant_id, at in done.items()}
+
+    async def id_free_at(self, tenant_id: str) -> datetime | None:
+        """When ``tenant_id`` may be created again, if it is still watched."""
+        return (await self.watched()).get(tenant_id)
+
     async def run_once(self) -> None:
-        """One pass: unfinished deletions, then retention."""
+        """One pass: unfinished deletions, late writes of deleted tenants, retention."""
         for tenant_id in await self._registry.deleting():
             if tenant_id not in self._purges:
                 await self.finish_deletion(tenant_id, SYSTEM_ACTOR)
+        await self.purge_late_writes()
         for tenant_id, retention in await self._registry.with_retention():
             await self.apply_retention(tenant_id, retention)
+
+    async def purge_late_writes(self) -> None:
+        """Purge again each watched tenant that has something again (and no row: a tenant
+        being deleted is the loop above's, and a row of a live one is not ours to purge)."""
+        watched = await self.watched()
+        alive = await self._registry.existing(list(watched))
+        for tenant_id in sorted(set(watched) - alive - set(self._purges)):
+            residue = await self._purger.residue(Scope(tenant_id))
+            if not residue.clean:
+                found = {k: n for k, n in {**residue.rows, **residue.keys}.items() if n}
+                log.warning("tenant_late_writes", tenant_id=tenant_id, found=found)
+                await self.finish_deletion(tenant_id, SYSTEM_ACTOR)
 
     async def apply_retention(self, tenant_id: str, retention: Retention) -> None:
         """Delete the tenant's old messages; cap its streams' TTL."""

@@ -7,6 +7,7 @@ unique index), so a token's ``iss`` always names one tenant.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -194,6 +195,14 @@ class TenantRegistry:
             row = await s.get(Tenant, tenant_id)
             if row is not None:
                 await s.delete(row)
+
+    async def existing(self, tenant_ids: Sequence[str]) -> set[str]:
+        """Those of ``tenant_ids`` that have a row (whatever its status)."""
+        if not tenant_ids:
+            return set()
+        async with self._sessions() as s:
+            rows = await s.scalars(select(Tenant.id).where(Tenant.id.in_(list(tenant_ids))))
+            return set(rows)
 
     async def deleting(self) -> list[str]:
         """Tenants whose deletion has not finished."""
