@@ -44,12 +44,13 @@ async def _populate(admin_stack: AdminStack, tenant: str, user: str) -> dict[str
     return {"key": key, "session": sid}
 
 
-async def _sandbox_session(admin_stack: AdminStack, key: str, tenant: str) -> str:
-    """A session whose turn wrote a file in its sandbox workspace (checkpointed in
-    PostgreSQL, kept on the sandbox replica's disk); its id."""
-    marker = f"WRITE-{tenant}"
-    call = {"id": f"w-{tenant}", "name": "write_sandbox_file",
-            "arguments": {"path": "notes.txt", "content": f"{tenant} was here"}}  # fmt: skip
+async def _sandbox_session(admin_stack: AdminStack, key: str, label: str) -> str:
+    """A session whose turn wrote ``{label} was here`` in its sandbox workspace
+    (checkpointed in PostgreSQL, kept on the sandbox replica's disk, claimed in Redis under
+    ``weft:sandboxcall:{tenant}:{turn}:...``); its id."""
+    marker = f"WRITE-{label}"
+    call = {"id": f"w-{label}", "name": "write_sandbox_file",
+            "arguments": {"path": "notes.txt", "content": f"{label} was here"}}  # fmt: skip
     script = {"steps": [{"match": marker, "tool_calls": [call]},
                         {"match": marker, "content": "written"}]}  # fmt: skip
     async with (
@@ -191,7 +192,11 @@ async def test_deleting_a_user_removes_only_that_user(
     tenant = await admin_stack.tenant()
     gone_user = await _populate(admin_stack, tenant, "leaver")
     kept_user = await _populate(admin_stack, tenant, "stayer")
-    await _turns_recorded(engine, tenant, 2)
+    # A write call each, so each user's turn has a write-call claim in Redis.
+    gone_turn = await _turn_of(engine, await _sandbox_session(admin_stack, gone_user["key"], "L"))
+    kept_turn = await _turn_of(engine, await _sandbox_session(admin_stack, kept_user["key"], "S"))
+    await _turns_recorded(engine, tenant, 4)
+    assert await _redis_keys(redis, f"sandboxcall:{tenant}:{gone_turn}:")
     resp = await admin.delete(f"/admin/v1/tenants/{tenant}/users/leaver")
     assert resp.status_code == 200, resp.text
     report = resp.json()
@@ -206,6 +211,8 @@ async def test_deleting_a_user_removes_only_that_user(
             assert left == 0, table
     assert await _redis_keys(redis, gone_user["session"]) == []
     assert await _redis_keys(redis, kept_user["session"]) != []
+    assert await _redis_keys(redis, f"sandboxcall:{tenant}:{gone_turn}:") == []
+    assert await _redis_keys(redis, f"sandboxcall:{tenant}:{kept_turn}:") != []
     residue = (await admin.get(f"/admin/v1/tenants/{tenant}/users/leaver/residue")).json()
     assert residue["clean"], residue
     async with admin_stack.public(kept_user["key"]) as api:
@@ -213,6 +220,21 @@ async def test_deleting_a_user_removes_only_that_user(
         assert (await api.get("/api/v1/knowledge-bases")).json() != []
     async with admin_stack.public(gone_user["key"]) as api:
         await _wait_for(lambda: _is(api.get("/api/v1/sessions"), 401), 15)
+
+
+async def _turn_of(engine: AsyncEngine, session_id: str) -> str:
+    """The id of the session's one turn (once its messages are stored)."""
+    sql = "SELECT DISTINCT request_id FROM messages WHERE session_id = :s"
+    turns: list[str] = []
+
+    async def stored() -> bool:
+        async with engine.connect() as conn:
+            turns[:] = (await conn.execute(text(sql), {"s": session_id})).scalars().all()
+        return bool(turns)
+
+    await _wait_for(stored, 15)
+    (turn,) = turns
+    return str(turn)
 
 
 async def _gone(path: Path) -> bool:

@@ -123,12 +123,20 @@ class DataPurger:
     async def purge(self, scope: Scope) -> PurgeReport:
         """Delete everything of ``scope``; the report says what is left (zero when done)."""
         sids = await session_ids(self._sessions, scope)
+        # A user's turns, for their write-call claims (a tenant's go by pattern).
+        rids = (
+            []
+            if scope.user_id is None
+            else await request_ids(self._sessions, scope.tenant_id, sids)
+        )
         deleted = await self._delete_session_keys(scope.tenant_id, sids)
         deleted += await self._delete_scan(self._patterns(scope, sids))
+        deleted += await self._claims(scope.tenant_id, rids, delete=True)
         rows = await delete_rows(self._sessions, scope)
         deleted += await self._delete_session_keys(scope.tenant_id, sids, turns=False)
         deleted += await self._delete_scan(self._patterns(scope, sids))
-        left = await self.residue(scope, sids)
+        deleted += await self._claims(scope.tenant_id, rids, delete=True)
+        left = await self.residue(scope, sids, rids)
         return PurgeReport(
             deleted_rows={t: n for t, n in rows.items() if n},
             deleted_keys=deleted,
@@ -136,9 +144,12 @@ class DataPurger:
             left_keys=left.keys,
         )
 
-    async def residue(self, scope: Scope, sids: Sequence[str] = ()) -> Residue:
+    async def residue(
+        self, scope: Scope, sids: Sequence[str] = (), rids: Sequence[str] = ()
+    ) -> Residue:
         """Rows and keys of ``scope`` still there: the tenant's key families, and the keys
-        of ``sids`` (a user's sessions, known only while its rows exist or from a purge)."""
+        of ``sids`` and ``rids`` (a user's sessions and turns, known only while its rows
+        exist or from a purge)."""
         rows = await count_rows(self._sessions, scope)
         sids = list(sids) or await session_ids(self._sessions, scope)
         keys: dict[str, int] = {}
@@ -148,6 +159,8 @@ class DataPurger:
         keys["session keys"] = 0
         for start in range(0, len(exact), 1000):
             keys["session keys"] += int(await self._redis.exists(*exact[start : start + 1000]))
+        if scope.user_id is not None:
+            keys["write-call claims"] = await self._claims(scope.tenant_id, rids)
         clean = not any(rows.values()) and not any(keys.values())
         return Residue(rows=rows, keys=keys, clean=clean)
 
@@ -169,6 +182,26 @@ class DataPurger:
             for i in range(0, len(keys), 1000):
                 deleted += int(await self._redis.delete(*keys[i : i + 1000]))
         return deleted
+
+    async def _claims(self, tenant_id: str, rids: Sequence[str], *, delete: bool = False) -> int:
+        """The write-call claims (``weft:<prefix>{family}:{tenant}:{request}:{call}``) of
+        these turns: counted, or deleted. One SCAN per family, whatever the turn count."""
+        if not rids or ":" in tenant_id:
+            return 0
+        wanted, found = set(rids), 0
+        t, p = tenant_id.translate(_GLOB), self._prefix.translate(_GLOB)
+        for family in PREFIXED_KEY_FAMILIES:
+            head = f"weft:{self._prefix}{family}:{tenant_id}:".encode()
+            keys = [
+                key
+                async for key in self._redis.scan_iter(match=f"weft:{p}{family}:{t}:*", count=1000)
+                if key[len(head) :].split(b":", 1)[0].decode() in wanted
+            ]
+            found += len(keys)
+            if delete:
+                for i in range(0, len(keys), 1000):
+                    await self._redis.delete(*keys[i : i + 1000])
+        return found
 
     async def _delete_scan(self, patterns: Sequence[str]) -> int:
         deleted = 0
