@@ -99,9 +99,10 @@ class AuditLog:
             return [AuditView.model_validate(r, from_attributes=True) for r in rows]
 
     async def last_done(
-        self, action: str, target_type: str, since: datetime
+        self, action: str, target_type: str, since: datetime, target_id: str | None = None
     ) -> dict[str, datetime]:
-        """Targets ``action`` was done to (outcome ok) since ``since``: id -> the last time."""
+        """Targets ``action`` was done to (outcome ok) since ``since``, or only
+        ``target_id``: id -> the last time."""
         at = func.max(AdminAuditEntry.at)
         query = (
             select(AdminAuditEntry.target_id, at)
@@ -111,5 +112,7 @@ class AuditLog:
             .where(AdminAuditEntry.at >= since)
             .group_by(AdminAuditEntry.target_id)
         )
+        if target_id is not None:
+            query = query.where(AdminAuditEntry.target_id == target_id)
         async with self._sessions() as s:
             return {str(t): when for t, when in (await s.execute(query)).all()}

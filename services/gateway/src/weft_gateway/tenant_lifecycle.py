@@ -49,7 +49,7 @@ class TenantLifecycle:
         audit: AuditLog,
         interval_s: float,
         lock_key: str,
-        watch_s: float = 0.0,
+        watch_s: float,
     ):
         self._sessions = sessions
         self._redis = redis
@@ -120,15 +120,16 @@ class TenantLifecycle:
                 log.exception("maintenance_failed")
             await asyncio.sleep(self._interval_s)
 
-    async def watched(self) -> dict[str, datetime]:
-        """Tenants whose deletion finished within the watch: id -> until when."""
+    async def watched(self, tenant_id: str | None = None) -> dict[str, datetime]:
+        """Tenants (or only ``tenant_id``) whose deletion finished within the watch: id ->
+        until when."""
         since = datetime.now(UTC) - self._watch
-        done = await self._audit.last_done("tenant.purge", "tenant", since)
-        return {tenant_id: at + self._watch for tenant_id, at in done.items()}
+        done = await self._audit.last_done("tenant.purge", "tenant", since, tenant_id)
+        return {t: at + self._watch for t, at in done.items()}
 
     async def id_free_at(self, tenant_id: str) -> datetime | None:
         """When ``tenant_id`` may be created again, if it is still watched."""
-        return (await self.watched()).get(tenant_id)
+        return (await self.watched(tenant_id)).get(tenant_id)
 
     async def run_once(self) -> None:
         """One pass: unfinished deletions, late writes of deleted tenants, retention."""

@@ -92,10 +92,16 @@ def tenant_patterns(tenant_id: str, prefix: str = "") -> list[str]:
     tenant's keys), whose keys are found through its sessions and turns only."""
     if ":" in tenant_id:
         return []
-    escaped, p = tenant_id.translate(_GLOB), prefix.translate(_GLOB)
+    escaped = tenant_id.translate(_GLOB)
     return [f"weft:{family}:{escaped}:*" for family in TENANT_KEY_FAMILIES] + [
-        f"weft:{p}{family}:{escaped}:*" for family in PREFIXED_KEY_FAMILIES
+        head.translate(_GLOB) + "*" for head in _claim_heads(tenant_id, prefix)
     ]
+
+
+def _claim_heads(tenant_id: str, prefix: str) -> list[str]:
+    """What the tenant's write-call claims begin with, one per family (the turn id and
+    the call id follow)."""
+    return [f"weft:{prefix}{family}:{tenant_id}:" for family in PREFIXED_KEY_FAMILIES]
 
 
 def stream_pattern(tenant_id: str) -> str | None:
@@ -188,14 +194,13 @@ class DataPurger:
         these turns: counted, or deleted. One SCAN per family, whatever the turn count."""
         if not rids or ":" in tenant_id:
             return 0
-        wanted, found = set(rids), 0
-        t, p = tenant_id.translate(_GLOB), self._prefix.translate(_GLOB)
-        for family in PREFIXED_KEY_FAMILIES:
-            head = f"weft:{self._prefix}{family}:{tenant_id}:".encode()
+        wanted, found = {r.encode() for r in rids}, 0
+        for head in _claim_heads(tenant_id, self._prefix):
+            pattern, start = head.translate(_GLOB) + "*", len(head.encode())
             keys = [
                 key
-                async for key in self._redis.scan_iter(match=f"weft:{p}{family}:{t}:*", count=1000)
-                if key[len(head) :].split(b":", 1)[0].decode() in wanted
+                async for key in self._redis.scan_iter(match=pattern, count=1000)
+                if key[start:].split(b":", 1)[0] in wanted
             ]
             found += len(keys)
             if delete:
