@@ -8,7 +8,9 @@ from __future__ import annotations
 import httpx
 from weft_testkit import LocalStack, read_turn
 
-SANDBOX_TOOLS = ["shell_exec", "read_file"]
+from tests.e2e.sandbox_helpers import sandbox_session
+
+FILE_TOOLS = ["shell_exec", "read_file"]
 CSV = "region,units\nnorth,12\nsouth,30\neast,8\n"
 SCRIPT = (  # what a model would write: python3 over the attachment, a Markdown report
     "python3 -c \"import csv; rows = list(csv.DictReader(open('input/data.csv'))); "
@@ -22,14 +24,7 @@ REPORT = b"# Units\nrows: 3\ntotal: 50\n"
 async def test_an_uploaded_csv_becomes_a_downloaded_report(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:
-    agent = await api.post(
-        "/api/v1/agents",
-        json={"name": "analyst", "allowed_tools": SANDBOX_TOOLS, "sandbox_enabled": True,
-              "kb_selection_mode": "none"},
-    )  # fmt: skip
-    assert agent.status_code == 201, agent.text
-    session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
-    sid = session["id"]
+    sid = await sandbox_session(api, "analyst", FILE_TOOLS)
 
     uploaded = await api.post(
         f"/api/v1/sessions/{sid}/files", files={"file": ("data.csv", CSV.encode(), "text/csv")}

@@ -8,9 +8,10 @@ import asyncio
 from typing import Any
 
 import httpx
-from weft_testkit import LocalStack, chat_requests, read_turn
+from weft_testkit import LocalStack, chat_requests
 
-SANDBOX_TOOLS = ["shell_exec", "write_sandbox_file", "edit_sandbox_file", "read_file"]
+from tests.e2e.sandbox_helpers import sandbox_session, scripted_turn
+
 LIST_FILES = {"command": 'for f in *.txt; do echo "$f=$(cat $f)"; done'}
 
 
@@ -18,16 +19,9 @@ async def _turn(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, session_id: str,
     marker: str, calls: list[dict[str, Any]],
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
-    script = {
-        "steps": [{"match": marker, "tool_calls": calls}, {"match": marker, "content": "done"}]
-    }
-    assert (await llm.post("/_script", json=script)).status_code == 200
-    events = await read_turn(
-        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
-        json_body={"query": f"{marker} please"}, timeout_s=240,
-    )  # fmt: skip
-    assert events[-1].data["data"]["status"] == "completed", events[-1].data
-    return {e.data["data"]["call_id"]: e.data["data"] for e in events if e.event == "tool_result"}
+    results, complete = await scripted_turn(api, stack.api_key, llm, session_id, marker, calls)
+    assert complete["status"] == "completed", complete
+    return results
 
 
 async def _stored(api: httpx.AsyncClient, session_id: str, turns: int) -> list[dict[str, Any]]:
@@ -50,14 +44,7 @@ def _stdout(result: dict[str, Any]) -> str:
 async def test_fork_and_rollback_restore_the_files_of_a_turn(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:
-    agent = await api.post(
-        "/api/v1/agents",
-        json={"name": "forker", "allowed_tools": SANDBOX_TOOLS, "sandbox_enabled": True,
-              "kb_selection_mode": "none"},
-    )  # fmt: skip
-    assert agent.status_code == 201, agent.text
-    session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
-    sid = session["id"]
+    sid = await sandbox_session(api, "forker")
 
     await _turn(api, stack, llm, sid, "FORK-ONE", [
         {"id": "c1", "name": "write_sandbox_file",
@@ -75,7 +62,8 @@ async def test_fork_and_rollback_restore_the_files_of_a_turn(
     forked = await api.post(f"/api/v1/sessions/{sid}/fork", json={"at_message_id": first["id"]})
     assert forked.status_code == 201, forked.text
     fork = forked.json()
-    assert fork["id"] != sid and fork["agent_id"] == session["agent_id"]
+    original = (await api.get(f"/api/v1/sessions/{sid}")).json()
+    assert fork["id"] != sid and fork["agent_id"] == original["agent_id"]
     history = (await api.get(f"/api/v1/sessions/{fork['id']}/messages")).json()
     assert [(m["role"], m["content"]) for m in history] == [
         (first["role"], first["content"]), (messages[1]["role"], messages[1]["content"]),

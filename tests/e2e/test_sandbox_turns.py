@@ -10,40 +10,16 @@ from typing import Any
 import httpx
 from weft_testkit import LocalStack, chat_requests, read_turn
 
-SANDBOX_TOOLS = ["shell_exec", "write_sandbox_file", "edit_sandbox_file", "read_file"]
-
-
-async def _turn(
-    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient, session_id: str,
-    marker: str, calls: list[dict[str, Any]], answer: str,
-) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:  # fmt: skip
-    script = {
-        "steps": [{"match": marker, "tool_calls": calls}, {"match": marker, "content": answer}]
-    }
-    assert (await llm.post("/_script", json=script)).status_code == 200
-    events = await read_turn(
-        api, f"/api/v1/agent-chat/{session_id}", api_key=stack.api_key,
-        json_body={"query": f"{marker} please"}, timeout_s=240,
-    )  # fmt: skip
-    results = {
-        e.data["data"]["call_id"]: e.data["data"] for e in events if e.event == "tool_result"
-    }
-    return results, events[-1].data["data"]
+from tests.e2e.sandbox_helpers import SANDBOX_TOOLS, sandbox_session, scripted_turn
 
 
 async def test_a_sandbox_turn_writes_runs_and_survives_a_killed_sandbox(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:
-    agent = await api.post(
-        "/api/v1/agents",
-        json={"name": "coder", "allowed_tools": SANDBOX_TOOLS, "sandbox_enabled": True,
-              "kb_selection_mode": "none"},
-    )  # fmt: skip
-    assert agent.status_code == 201, agent.text
-    session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
+    sid = await sandbox_session(api, "coder")
 
     report = "# Report\nrows: 3\n"
-    results, complete = await _turn(api, stack, llm, session["id"], "SANDBOX-ONE", [
+    results, complete = await scripted_turn(api, stack.api_key, llm, sid, "SANDBOX-ONE", [
         {"id": "call_write", "name": "write_sandbox_file",
          "arguments": {"path": "/workspace/output/report.md", "content": report}},
         {"id": "call_run", "name": "shell_exec",
@@ -63,7 +39,7 @@ async def test_a_sandbox_turn_writes_runs_and_survives_a_killed_sandbox(
     assert stack.kill("sandbox") == -9
     stack.start_again("sandbox")
 
-    results, complete = await _turn(api, stack, llm, session["id"], "SANDBOX-TWO", [
+    results, complete = await scripted_turn(api, stack.api_key, llm, sid, "SANDBOX-TWO", [
         {"id": "call_read", "name": "shell_exec", "arguments": {"command": "cat output/report.md"}},
         {"id": "call_edit", "name": "edit_sandbox_file",
          "arguments": {"path": "output/report.md",
@@ -83,13 +59,7 @@ async def test_a_provider_that_counts_call_ids_per_response_gets_every_write_run
     ``call_0, call_1...`` in every response send them: each round's call runs (the
     sandbox keys its write claims by the turn's call id, so a reused id would be taken
     for a redelivery of the first and never run), and the last round sees both files."""
-    agent = await api.post(
-        "/api/v1/agents",
-        json={"name": "counter", "allowed_tools": SANDBOX_TOOLS, "sandbox_enabled": True,
-              "kb_selection_mode": "none"},
-    )  # fmt: skip
-    assert agent.status_code == 201, agent.text
-    session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
+    sid = await sandbox_session(api, "counter")
     marker = "CALL-IDS-PER-RESPONSE"
     rounds = [
         {"name": "write_sandbox_file", "arguments": {"path": "a.txt", "content": "one"}},
@@ -102,7 +72,7 @@ async def test_a_provider_that_counts_call_ids_per_response_gets_every_write_run
     steps.append({"match": marker, "content": "all three ran"})
     assert (await llm.post("/_script", json={"steps": steps})).status_code == 200
     events = await read_turn(
-        api, f"/api/v1/agent-chat/{session['id']}", api_key=stack.api_key,
+        api, f"/api/v1/agent-chat/{sid}", api_key=stack.api_key,
         json_body={"query": f"{marker} please"}, timeout_s=240,
     )  # fmt: skip
     complete = events[-1].data["data"]

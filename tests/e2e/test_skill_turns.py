@@ -10,6 +10,7 @@ import secrets
 import httpx
 from weft_testkit import LocalStack, chat_requests, read_turn
 
+from tests.e2e.sandbox_helpers import sandbox_session
 from tests.skill_kit import greeter_zip
 
 SKILL_TOOLS = ["read_file", "shell_exec"]
@@ -30,14 +31,9 @@ async def test_an_installed_skill_is_listed_read_and_run(
     files = (await api.get(f"/api/v1/skills/{name}")).json()["files"]
     assert {"path": "scripts/greet.sh", "bytes": files[1]["bytes"], "executable": True} in files
 
-    agent = await api.post(
-        "/api/v1/agents",
-        json={"name": "skilled", "allowed_tools": SKILL_TOOLS, "sandbox_enabled": True,
-              "kb_selection_mode": "none", "skills_selection_mode": "selected",
-              "selected_skills": [name]},
-    )  # fmt: skip
-    assert agent.status_code == 201, agent.text
-    session = (await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})).json()
+    sid = await sandbox_session(
+        api, "skilled", SKILL_TOOLS, skills_selection_mode="selected", selected_skills=[name]
+    )
     marker = "SKILL-TURN"
     # Call ids unique to this test: a write call's claim is keyed by its id in the stack.
     read_id, run_id = f"call_read_{secrets.token_hex(3)}", f"call_run_{secrets.token_hex(3)}"
@@ -51,7 +47,7 @@ async def test_an_installed_skill_is_listed_read_and_run(
     ]}  # fmt: skip
     assert (await llm.post("/_script", json=script)).status_code == 200
     events = await read_turn(
-        api, f"/api/v1/agent-chat/{session['id']}", api_key=stack.api_key,
+        api, f"/api/v1/agent-chat/{sid}", api_key=stack.api_key,
         json_body={"query": f"{marker}: greet ada"}, timeout_s=240,
     )  # fmt: skip
     results = {

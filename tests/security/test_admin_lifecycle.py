@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from weft_testkit import read_turn
 
+from tests.e2e.sandbox_helpers import sandbox_session, scripted_turn
 from tests.security.admin_fixtures import AdminStack, sandbox_root
 
 AGENT = "builtin-smart-reasoning"
@@ -48,27 +49,15 @@ async def _sandbox_session(admin_stack: AdminStack, key: str, label: str) -> str
     """A session whose turn wrote ``{label} was here`` in its sandbox workspace
     (checkpointed in PostgreSQL, kept on the sandbox replica's disk, claimed in Redis under
     ``weft:sandboxcall:{tenant}:{turn}:...``); its id."""
-    marker = f"WRITE-{label}"
     call = {"id": f"w-{label}", "name": "write_sandbox_file",
             "arguments": {"path": "notes.txt", "content": f"{label} was here"}}  # fmt: skip
-    script = {"steps": [{"match": marker, "tool_calls": [call]},
-                        {"match": marker, "content": "written"}]}  # fmt: skip
     async with (
         admin_stack.public(key) as api,
         httpx.AsyncClient(base_url=admin_stack.stack.llm_url, timeout=30) as llm,
     ):
-        assert (await llm.post("/_script", json=script)).status_code == 200
-        body = {"name": "writer", "allowed_tools": ["write_sandbox_file"],
-                "sandbox_enabled": True, "kb_selection_mode": "none"}  # fmt: skip
-        agent = await api.post("/api/v1/agents", json=body)
-        assert agent.status_code == 201, agent.text
-        session = await api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})
-        sid = str(session.json()["id"])
-        events = await read_turn(
-            api, f"/api/v1/agent-chat/{sid}", api_key=key, json_body={"query": marker}
-        )
-    results = [e.data["data"] for e in events if e.event == "tool_result"]
-    assert [r["success"] for r in results] == [True], results
+        sid = await sandbox_session(api, "writer", ["write_sandbox_file"])
+        results, _ = await scripted_turn(api, key, llm, sid, f"WRITE-{label}", [call])
+    assert [r["success"] for r in results.values()] == [True], results
     return sid
 
 
@@ -306,28 +295,37 @@ async def test_late_writes_of_a_deleted_tenant_are_purged_and_its_id_stays_taken
         "INSERT INTO admin_audit (actor, action, target_type, target_id, outcome) "
         "VALUES ('test', 'tenant.purge', 'tenant', :t, 'ok')"
     )
-    late_memory = "INSERT INTO memories (id, tenant_id, user_id, content) VALUES (:i, :t, 'u', 'x')"
+    await redis.xadd(f"weft:stream:{gone_id}:late-session", {"event": "final_answer"})
     async with engine.begin() as conn:
         await conn.execute(text(sql), {"t": live_id})
-        await conn.execute(text(late_memory), {"i": f"late-{gone_id}", "t": gone_id})
-    await redis.xadd(f"weft:stream:{gone_id}:late-session", {"event": "final_answer"})
+    await _late_memory(engine, gone_id, 1)
 
     async def late_writes_gone() -> bool:
         left = await _pg_rows(engine, gone_id)
         return not any(left.values()) and not await _redis_keys(redis, gone_id)
 
-    await _wait_for(late_writes_gone, 30)
-    # The job records the purge after it (the rows go first).
     params = {"action": "tenant.purge", "target_id": gone_id, "actor": "system:maintenance"}
 
-    async def recorded() -> bool:
+    async def purged_by_the_job(times: int) -> bool:
         entries = (await admin.get("/admin/v1/audit", params=params)).json()
-        return any(e["detail"]["deleted_rows"].get("memories") == 1 for e in entries)
+        late = [e for e in entries if e["detail"]["deleted_rows"].get("memories") == 1]
+        return len(late) >= times
 
-    await _wait_for(recorded, 15)
-    # Two more runs (one a second here) have looked at the live tenant too, whatever the
-    # order of the pass that purged the late writes.
-    await asyncio.sleep(3)
+    await _wait_for(late_writes_gone, 30)
+    await _wait_for(lambda: purged_by_the_job(1), 15)  # recorded after the rows went
+    # A second late write, purged by a later run: the run that purged the first one has
+    # then gone through every watched tenant, the live one included (one gateway here,
+    # whose runs follow one another).
+    await _late_memory(engine, gone_id, 2)
+    await _wait_for(late_writes_gone, 30)
+    await _wait_for(lambda: purged_by_the_job(2), 15)
     assert await _pg_rows(engine, live_id) == live_rows
     async with admin_stack.public(live_key) as api:
         assert (await api.get(f"/api/v1/sessions/{made.json()['id']}")).status_code == 200
+
+
+async def _late_memory(engine: AsyncEngine, tenant: str, n: int) -> None:
+    """A memory row of ``tenant`` written as a consumer handling a late record would."""
+    sql = "INSERT INTO memories (id, tenant_id, user_id, content) VALUES (:i, :t, 'u', 'x')"
+    async with engine.begin() as conn:
+        await conn.execute(text(sql), {"i": f"late-{n}-{tenant}", "t": tenant})
