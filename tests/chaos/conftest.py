@@ -79,7 +79,9 @@ class PrivateInfra:
 def private_infra(infra: dict[str, str]) -> Iterator[PrivateInfra]:
     """A Kafka broker and a Redis server of this suite only, on free ports; stopped and
     deleted afterwards (a formatted KRaft log remembers its controller port)."""
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft")) / "chaos-infra"
+    # WEFT_CHAOS_INFRA_HOME: two fault suites run at once (two checkouts) each need their own.
+    default = Path(os.environ.get("WEFT_HOME", REPO / ".weft")) / "chaos-infra"
+    home = Path(os.environ.get("WEFT_CHAOS_INFRA_HOME") or default)
     shutil.rmtree(home, ignore_errors=True)
     kafka, controller, redis = free_port(), free_port(), free_port()
     env = {

@@ -26,6 +26,7 @@ from weft_platform.credentials import (
     load_verifier,
 )
 from weft_platform.record_credentials import RecordCheck
+from weft_platform.redis_client import redis_client
 from weft_platform.settings import ServiceSettings
 
 
@@ -63,7 +64,7 @@ def create_runtime(settings: ServiceSettings) -> ServiceRuntime:
     without the credential keys (``MissingKeys``) unless ``credentials_dev_keys``."""
     verifier = credential_verifier(settings)
     broker = create_broker(settings)
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.redis_url, health_check_s=settings.redis_health_check_s)
     db = create_async_engine(settings.database_url, pool_size=5, max_overflow=5, pool_pre_ping=True)
     return ServiceRuntime(
         settings=settings,

@@ -116,6 +116,12 @@ class ServiceSettings(KafkaAccess):
     service_name: str = Field(default="weft", description="Name in logs and Kafka client ids.")
     database_url: str = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
     redis_url: str = "redis://127.0.0.1:56379/0"
+    redis_health_check_s: int = Field(
+        default=5,
+        ge=1,
+        description="A pooled Redis connection idle this long is pinged before reuse (and "
+        "replaced if dead), as PostgreSQL's pool pre-pings: a Redis restart fails no request.",
+    )
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     log_level: str = "INFO"

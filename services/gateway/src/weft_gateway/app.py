@@ -5,13 +5,14 @@ from __future__ import annotations
 from functools import partial
 
 from fastapi import FastAPI
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
 from weft_platform.bus import EventBus
 from weft_platform.credentials import GATEWAY
+from weft_platform.redis_client import redis_client
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge import KnowledgeStore
@@ -114,10 +115,12 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     init_logging(runtime)
     # SSE connects come in bursts of thousands: their Redis calls wait for a pooled
     # connection instead of failing when the pool is busy.
-    pool = BlockingConnectionPool.from_url(
-        s.redis_url, max_connections=s.redis_max_connections, timeout=s.redis_wait_s
+    redis = redis_client(
+        s.redis_url,
+        health_check_s=s.redis_health_check_s,
+        max_connections=s.redis_max_connections,
+        wait_s=s.redis_wait_s,
     )
-    redis = Redis(connection_pool=pool)
     streams = session_streams(redis, s)
     retry = RetryWindow(window_s=s.internal_retry_window_s)
     memory = SessionsClient(
