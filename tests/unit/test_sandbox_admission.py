@@ -17,16 +17,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import celpy
 import pytest
-from celpy.adapter import json_to_cel
 from kubernetes import client
 from weft_sandbox.k8s_pod import COMMAND_CONTAINER, FILES_CONTAINER, pod_name, session_pod
 from weft_sandbox.settings import SandboxSettings
 
+from tests.k8s_admission import SANDBOX_USER, SandboxAdmission
 from tests.unit.test_deploy_manifests import CHART, HELM_INSTALL_HINT, _find_helm, _render
 
-SANDBOX_USER = "system:serviceaccount:default:weft-sandbox"
 Pod = dict[str, Any]
 
 
@@ -36,41 +34,6 @@ def helm_path() -> str:
     if path is None:
         pytest.fail(HELM_INSTALL_HINT, pytrace=False)
     return path
-
-
-class Policy:
-    """One rendered ValidatingAdmissionPolicy, its CEL compiled by cel-python."""
-
-    def __init__(self, doc: dict[str, Any]):
-        spec = doc["spec"]
-        self.name: str = doc["metadata"]["name"]
-        self.rules: list[dict[str, Any]] = spec["matchConstraints"]["resourceRules"]
-        env = celpy.Environment()
-        self._conditions = [env.program(env.compile(c["expression"])) for c in
-                            spec.get("matchConditions", [])]  # fmt: skip
-        self._validations = [
-            (v["message"], env.program(env.compile(v["expression"]))) for v in spec["validations"]
-        ]
-
-    def refusals(self, request: dict[str, Any], obj: dict[str, Any]) -> list[str]:
-        """The messages of the validations ``obj`` fails ([]: admitted); raises when a
-        matchCondition leaves the request out of the policy."""
-        activation = {"request": json_to_cel(request), "object": json_to_cel(obj)}
-        assert all(_true(c, activation) for c in self._conditions), "request not matched"
-        return [message for message, program in self._validations
-                if not _true(program, activation)]  # fmt: skip
-
-    def matches_user(self, username: str) -> bool:
-        activation = {"request": json_to_cel({"userInfo": {"username": username}})}
-        return all(_true(c, activation) for c in self._conditions)
-
-
-def _true(program: Any, activation: dict[str, Any]) -> bool:
-    result = program.evaluate(activation)
-    # An evaluation error would also refuse on a cluster (failurePolicy Fail); here it fails
-    # the test, so every expression guards its field accesses with has().
-    assert isinstance(result, celpy.celtypes.BoolType), f"not a bool: {result!r}"
-    return bool(result)
 
 
 class Rendered:
@@ -91,8 +54,8 @@ class Rendered:
             sandbox_k8s_uid=int(env["WEFT_SANDBOX_K8S_UID"]),
             sandbox_k8s_runtime_class=env["WEFT_SANDBOX_K8S_RUNTIME_CLASS"],
         )
-        self.pods = Policy(by_kind[("ValidatingAdmissionPolicy", f"{self.namespace}-pods")])
-        self.exec = Policy(by_kind[("ValidatingAdmissionPolicy", f"{self.namespace}-exec")])
+        self.admission = SandboxAdmission(docs, self.namespace)
+        self.pods, self.exec = self.admission.pods, self.admission.exec
         self.bindings = {name: d for (kind, name), d in by_kind.items()
                          if kind == "ValidatingAdmissionPolicyBinding"}  # fmt: skip
 
@@ -103,27 +66,13 @@ class Rendered:
         wire = client.ApiClient().sanitize_for_serialization(body)  # type: ignore[no-untyped-call]
         return json.loads(json.dumps(wire))  # type: ignore[no-any-return]
 
-    def pod_request(self, pod: Pod, operation: str = "CREATE") -> dict[str, Any]:
-        return {
-            "operation": operation, "userInfo": {"username": SANDBOX_USER},
-            "namespace": self.namespace, "name": pod["metadata"].get("name", ""),
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "",
-        }  # fmt: skip
-
     def pod_refusals(self, pod: Pod, operation: str = "CREATE") -> list[str]:
-        return self.pods.refusals(self.pod_request(pod, operation), pod)
+        return self.admission.pod(pod, operation)
 
-    def exec_refusals(self, pod: str, container: str, subresource: str = "exec") -> list[str]:
-        request = {
-            "operation": "CONNECT", "userInfo": {"username": SANDBOX_USER},
-            "namespace": self.namespace, "name": pod,
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "subResource": subresource,
-        }  # fmt: skip
-        options = {"kind": "PodExecOptions", "apiVersion": "v1", "container": container,
-                   "command": ["/bin/sh", "-c", "true"], "stdin": True, "stdout": True,
-                   "stderr": True, "tty": False}  # fmt: skip
-        return self.exec.refusals(request, options)
+    def exec_refusals(
+        self, pod: str, container: str | None, subresource: str = "exec"
+    ) -> list[str]:
+        return self.admission.connect(pod, container, subresource)
 
 
 @pytest.fixture(scope="module", params=["default", "production"])
@@ -286,6 +235,7 @@ def test_execs_reach_only_the_session_pods_containers(rendered: Rendered) -> Non
         assert rendered.exec_refusals(name, container) == []
     assert rendered.exec_refusals("postgres-0", COMMAND_CONTAINER)  # not a session pod
     assert rendered.exec_refusals(name, "istio-proxy")  # another container
+    assert rendered.exec_refusals(name, None)  # the pod's default container, unnamed
     assert rendered.exec_refusals(name, COMMAND_CONTAINER, subresource="attach")
     assert rendered.exec_refusals(name, COMMAND_CONTAINER, subresource="portforward")
 
