@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import itertools
 import json
 import os
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from tests.k8s_admission import SandboxAdmission
 
 TOKEN = "fake-cluster-token"
 PROTOCOL = "v4.channel.k8s.io"
@@ -68,6 +71,13 @@ class FakePod:
         return str(self.manifest["metadata"]["name"])
 
 
+def _denied(refusals: list[str]) -> web.Response:
+    """What an API server answers when a ValidatingAdmissionPolicy (reason Forbidden) denies."""
+    return _status(
+        403, "Forbidden", "ValidatingAdmissionPolicy denied request: " + "; ".join(refusals)
+    )
+
+
 def _status(code: int, reason: str, message: str) -> web.Response:
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}  # fmt: skip
@@ -77,7 +87,16 @@ def _status(code: int, reason: str, message: str) -> web.Response:
 class FakeApiServer:
     """The fake; ``async with FakeApiServer() as api: api.url``."""
 
-    def __init__(self, *, lagging_container: str = "", lag_reads: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        lagging_container: str = "",
+        lag_reads: int = 0,
+        admission: SandboxAdmission | None = None,
+    ) -> None:
+        self.admission = admission
+        """The chart's admission policies, applied to every create, patch and exec as the
+        sandbox's ServiceAccount (a refusal answers 403 with the policy's message)."""
         self.lagging_container = lagging_container
         self.lag_reads = lag_reads
         """That container is reported waiting for the first ``lag_reads`` reads of its pod."""
@@ -148,6 +167,8 @@ class FakeApiServer:
         name = body.get("metadata", {}).get("name", "")
         if not name or not body.get("spec", {}).get("containers"):
             return _status(422, "Invalid", "metadata.name and spec.containers are required")
+        if refused := self.admission and self.admission.pod(body, "CREATE"):
+            return _denied(refused)
         if (ns, name) in self.pods:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
         meta = body["metadata"]
@@ -200,13 +221,17 @@ class FakeApiServer:
             if not isinstance(patch, list):
                 return _status(400, "BadRequest", "json: cannot unmarshal object into []Patch")
             return _status(422, "Invalid", "the fake implements merge patches only")
-        meta = pod.manifest["metadata"]
+        patched = copy.deepcopy(pod.manifest)
+        meta = patched["metadata"]
         for key in ("annotations", "labels"):
             for k, v in ((patch.get("metadata") or {}).get(key) or {}).items():
                 if v is None:
                     meta.setdefault(key, {}).pop(k, None)
                 else:
                     meta.setdefault(key, {})[k] = v
+        if refused := self.admission and self.admission.pod(patched, "UPDATE"):
+            return _denied(refused)
+        pod.manifest["metadata"] = meta
         meta["resourceVersion"] = self._version()
         self._refresh(pod)
         return web.json_response(pod.manifest)
@@ -312,7 +337,10 @@ class FakeApiServer:
             return self._not_found(request)
         self._refresh(pod)
         command = request.query.getall("command", [])
-        name = request.query.get("container") or next(iter(pod.containers))
+        asked = request.query.get("container")
+        if refused := self.admission and self.admission.connect(pod.name, asked):
+            return _denied(refused)
+        name = asked or next(iter(pod.containers))
         container = pod.containers.get(name)
         if container is None or container.init_pid is None or not command:
             return _status(400, "BadRequest", f"container {name} is not running or no command")

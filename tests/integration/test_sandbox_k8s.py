@@ -6,6 +6,7 @@ replica (SPEC S-01, S-02, S-05, T-15). No real cluster: this is the client's sid
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext, Topic
@@ -33,16 +35,29 @@ from weft_storage.skills import SkillStore
 from weft_tools.web_snapshots import MemorySnapshotStore
 
 from tests.integration.sandbox_kit import TOOLS
+from tests.k8s_admission import SandboxAdmission
 from tests.k8s_fake import FakeApiServer, usable
+from tests.unit.test_deploy_manifests import CHART, HELM_INSTALL_HINT, _find_helm, _render
 
 pytestmark = pytest.mark.skipif(usable() is not None, reason=str(usable()))
 
 NAMESPACE = "weft-test"
 
 
+@pytest.fixture(scope="module")
+def admission() -> SandboxAdmission:
+    """The Helm chart's admission policies for the default values (the image and runtime
+    class these tests' settings keep), which the fake applies to every pod and exec."""
+    helm = _find_helm()
+    if helm is None:
+        pytest.fail(HELM_INSTALL_HINT, pytrace=False)
+    docs = _render(helm, "-f", str(CHART / "ci" / "test-double-values.yaml"))
+    return SandboxAdmission(docs, "weft-sandboxes")
+
+
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeApiServer]:
-    async with FakeApiServer() as server:
+async def fake(admission: SandboxAdmission) -> AsyncIterator[FakeApiServer]:
+    async with FakeApiServer(admission=admission) as server:
         yield server
 
 
@@ -134,14 +149,47 @@ async def test_a_session_gets_one_pod_with_the_hardened_spec(
 
 
 async def test_a_new_pod_is_used_only_once_every_container_runs(
-    tmp_path: Path, roots: list[WorkspacePool]
+    tmp_path: Path, roots: list[WorkspacePool], admission: SandboxAdmission
 ) -> None:
-    async with FakeApiServer(lagging_container="files", lag_reads=3) as fake:
+    async with FakeApiServer(lagging_container="files", lag_reads=3, admission=admission) as fake:
         a = await replica(fake, tmp_path, roots)
         result = await a.backend.run(a.space(*ids()), cmd("echo ready"))
         assert result.stdout == b"ready\n", result
         [pod] = fake.pods.values()
         assert pod.reads > 3  # it waited while the pod was Running with one container
+
+
+async def test_the_charts_admission_policies_admit_the_backend_and_nothing_else(
+    fake: FakeApiServer, tmp_path: Path, roots: list[WorkspacePool]
+) -> None:
+    """Every test here runs under the chart's policies (the backend's creates, annotation
+    patches and execs are admitted); with the sandbox's own credentials, a pod mounting a
+    hostPath, a label patch and an exec into another container are refused (403)."""
+    a = await replica(fake, tmp_path, roots)
+    tenant, session = ids()
+    assert (await a.backend.run(a.space(tenant, session), cmd("true"))).exit_code == 0
+    name = pod_name(tenant, session)
+    pod = fake.created[0]
+    escape = {**pod, "metadata": {**pod["metadata"], "name": name + "-x"},
+              "spec": {**pod["spec"], "volumes": [{"name": "workspace",
+                                                   "hostPath": {"path": "/"}}]}}  # fmt: skip
+    unlabel = {"metadata": {"labels": {"weft.dev/sandbox-session": None}}}
+    calls = {
+        "emptyDir volumes only": lambda api: api.create_namespaced_pod(NAMESPACE, escape),
+        "session labels": lambda api: api.patch_namespaced_pod(name, NAMESPACE, unlabel),
+    }
+    for refusal, call in calls.items():  # the calls block: in a thread, as the backend's
+        with pytest.raises(ApiException) as refused:
+            await asyncio.to_thread(a.backend._call, call)
+        assert refused.value.status == 403 and refusal in str(refused.value.body), refusal
+    execs = len(fake.execs)
+    with pytest.raises(PodUnavailable, match="403"):
+        await asyncio.to_thread(
+            a.backend._exec, name, "other", ["true"], b"", bytearray().extend,
+            bytearray().extend, timeout_s=5.0,
+        )  # fmt: skip
+    assert len(fake.execs) == execs  # refused before it ran
+    assert fake.execs and {e[1] for e in fake.execs} <= {"sandbox", "files"}
 
 
 async def test_exec_keeps_the_local_backends_contract(

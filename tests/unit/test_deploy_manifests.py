@@ -75,9 +75,9 @@ HELM_INSTALL_HINT = (
     "Go and the Go module proxy, ~4 min the first time), or put any helm v3 on PATH."
 )
 # Kubernetes version to render for, and the schema versions to validate against
-# (Chart.yaml: kubeVersion >=1.27).
+# (Chart.yaml: kubeVersion >=1.30: ValidatingAdmissionPolicy v1).
 KUBE_VERSION = "1.33.0"
-SCHEMA_VERSIONS = ("1.27.0", "1.37.0")
+SCHEMA_VERSIONS = ("1.30.0", "1.37.0")
 
 
 def required_env(name: str) -> tuple[str, ...]:
@@ -867,12 +867,18 @@ def test_helm_each_service_logs_in_to_kafka_as_its_own_principal(
 
 
 def test_helm_sandbox_kubernetes_backend_rbac_and_network(
-    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+    production_render: list[dict[str, Any]],
 ) -> None:
     """sandbox.backend=kubernetes (production values): the sandbox alone gets a token, for
-    its own ServiceAccount, bound to a Role on the session pods' namespace with exactly the
-    verbs the backend uses; the session pods are denied all traffic; the sandbox may reach
-    the API server. Other backends (test-double values): none of it."""
+    its own ServiceAccount, bound to a Role in the session pods' own namespace (Pod Security
+    `restricted`) with exactly the verbs the backend uses; the pods there are denied all
+    traffic; the sandbox may reach the API server. The admission policies are checked in
+    test_sandbox_admission.py."""
+    (namespace,) = _by_kind(production_render, "Namespace").values()
+    assert namespace["metadata"]["name"] == "weft-sandboxes"
+    labels = namespace["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted", mode
     roles = _by_kind(production_render, "Role")
     role = roles["weft-sandbox-pods"]
     assert role["metadata"]["namespace"] == "weft-sandboxes"
@@ -882,7 +888,9 @@ def test_helm_sandbox_kubernetes_backend_rbac_and_network(
         ("pods/exec",): ["create", "get"],
     }
     assert all(r["apiGroups"] == [""] for r in role["rules"])
-    binding = _by_kind(production_render, "RoleBinding")["weft-sandbox-pods"]
+    assert list(roles) == ["weft-sandbox-pods"] and not _by_kind(production_render, "ClusterRole")
+    (binding,) = _by_kind(production_render, "RoleBinding").values()
+    assert binding["metadata"]["namespace"] == "weft-sandboxes"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "weft-sandbox-pods"
     }  # fmt: skip
@@ -890,6 +898,7 @@ def test_helm_sandbox_kubernetes_backend_rbac_and_network(
         {"kind": "ServiceAccount", "name": "weft-sandbox", "namespace": "default"}
     ]
     assert "weft-sandbox" in _by_kind(production_render, "ServiceAccount")
+    assert not _by_kind(production_render, "ClusterRoleBinding")
 
     deployments = _by_kind(production_render, "Deployment")
     for name, deployment in deployments.items():
@@ -914,8 +923,7 @@ def test_helm_sandbox_kubernetes_backend_rbac_and_network(
     sessions = policies["weft-sandbox-sessions"]
     assert sessions["metadata"]["namespace"] == "weft-sandboxes"
     assert sessions["spec"] == {
-        "podSelector": {"matchLabels": {"weft.dev/sandbox-session": "true"}},
-        "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": [],
+        "podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": [],
     }  # fmt: skip
     egress_ports = [
         [p["port"] for p in rule.get("ports", [])]
@@ -923,8 +931,67 @@ def test_helm_sandbox_kubernetes_backend_rbac_and_network(
     ]
     assert [443, 6443] in egress_ports
 
-    for kind in ("Role", "RoleBinding"):
-        assert not _by_kind(test_double_render, kind), kind
-    assert "weft-sandbox-sessions" not in _by_kind(test_double_render, "NetworkPolicy")
+
+def test_helm_default_sandbox_is_the_kubernetes_backend_in_its_own_namespace(
+    test_double_render: list[dict[str, Any]],
+) -> None:
+    """The chart's defaults (the test-double values set no sandbox value) run a sandbox that
+    can work under the pods' security context: the Kubernetes backend, its namespace
+    <release>-sandboxes created with Pod Security `restricted`, its admission policies."""
     sandbox = _by_kind(test_double_render, "Deployment")["weft-sandbox"]["spec"]["template"]
-    assert sandbox["spec"]["automountServiceAccountToken"] is False
+    env = {e["name"]: e.get("value") for e in sandbox["spec"]["containers"][0]["env"]}
+    assert env["WEFT_SANDBOX_BACKEND"] == "kubernetes"
+    assert env["WEFT_SANDBOX_K8S_NAMESPACE"] == "weft-sandboxes"
+    assert sandbox["spec"]["serviceAccountName"] == "weft-sandbox"
+    (namespace,) = _by_kind(test_double_render, "Namespace")
+    assert namespace == "weft-sandboxes"
+    assert _by_kind(test_double_render, "Role")["weft-sandbox-pods"]["metadata"]["namespace"] == (
+        "weft-sandboxes"
+    )
+    assert set(_by_kind(test_double_render, "ValidatingAdmissionPolicy")) == {
+        "weft-sandboxes-pods", "weft-sandboxes-exec"
+    }  # fmt: skip
+    assert set(_by_kind(test_double_render, "ValidatingAdmissionPolicyBinding")) == {
+        "weft-sandboxes-pods", "weft-sandboxes-exec"
+    }  # fmt: skip
+
+
+def test_helm_sandbox_none_renders_no_pod_rights(helm: str) -> None:
+    """sandbox.backend=none: no namespace, Role, binding or policy; the sandbox keeps no
+    token and its tools answer that no sandbox is configured."""
+    docs = _render(helm, "-f", str(CHART / "ci" / "test-double-values.yaml"),
+                   "--set", "sandbox.backend=none")  # fmt: skip
+    for kind in ("Namespace", "Role", "RoleBinding", "ValidatingAdmissionPolicy",
+                 "ValidatingAdmissionPolicyBinding"):  # fmt: skip
+        assert not _by_kind(docs, kind), kind
+    assert "weft-sandbox-sessions" not in _by_kind(docs, "NetworkPolicy")
+    sandbox = _by_kind(docs, "Deployment")["weft-sandbox"]["spec"]["template"]["spec"]
+    assert sandbox["automountServiceAccountToken"] is False
+    env = {e["name"]: e.get("value") for e in sandbox["containers"][0]["env"]}
+    assert env["WEFT_SANDBOX_BACKEND"] == "none"
+    assert "WEFT_SANDBOX_K8S_NAMESPACE" not in env
+
+
+def test_helm_sandbox_existing_namespace(helm: str) -> None:
+    """createNamespace=false: the chart expects the namespace (helm install checks its Pod
+    Security label; helm template cannot look it up) and renders the rest into it."""
+    docs = _render(helm, "-f", str(CHART / "ci" / "production-values.yaml"),
+                   "--set", "sandbox.kubernetes.createNamespace=false")  # fmt: skip
+    assert not _by_kind(docs, "Namespace")
+    assert _by_kind(docs, "Role")["weft-sandbox-pods"]["metadata"]["namespace"] == (
+        "weft-sandboxes"
+    )
+
+
+def test_helm_refuses_a_sandbox_that_cannot_run_or_is_not_confined(helm: str) -> None:
+    """The local backend (bubblewrap) cannot create namespaces under the pods' security
+    context, and the session pods may not share the release's namespace: both refused at
+    render time with the reason."""
+    base = ["-f", str(CHART / "ci" / "test-double-values.yaml")]
+    for backend in ("local", ""):
+        result = _helm_template(helm, *base, "--set", f"sandbox.backend={backend}")
+        assert result.returncode != 0, backend
+        assert "needs user namespaces" in result.stderr, result.stderr
+        assert "sandbox.backend=kubernetes" in result.stderr
+    shared = _helm_template(helm, *base, "--set", "sandbox.kubernetes.namespace=default")
+    assert shared.returncode != 0 and "namespace of their own" in shared.stderr, shared.stderr

@@ -178,7 +178,25 @@ the client certificate) come from kafka.tls.existingSecret, mounted by weft.kafk
 {{- printf "%s-sandbox" (include "weft.fullname" .) -}}
 {{- end -}}
 
-{{/* Where the sandbox's session pods run. */}}
+{{/* Where the sandbox's session pods run: a namespace of their own, never the release's. */}}
 {{- define "weft.sandboxPodNamespace" -}}
-{{- .Values.sandbox.kubernetes.namespace | default .Release.Namespace -}}
+{{- .Values.sandbox.kubernetes.namespace | default (printf "%s-sandboxes" (include "weft.fullname" .) | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The user name the API server gives the sandbox's ServiceAccount (admission policies). */}}
+{{- define "weft.sandboxUserName" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "weft.sandboxServiceAccountName" .) -}}
+{{- end -}}
+
+{{/*
+The sandbox backend, checked: the chart's pods run non-root without capabilities under
+seccomp RuntimeDefault, where bubblewrap cannot create its namespaces, so `local` (and the
+empty value, the service's default `local`) would start and then fail every command.
+*/}}
+{{- define "weft.sandboxBackend" -}}
+{{- $backend := .Values.sandbox.backend -}}
+{{- if not (has $backend (list "kubernetes" "none")) -}}
+{{- fail (printf "sandbox.backend=%q cannot run in this chart: the local (bubblewrap) backend needs user namespaces, which the pods' securityContext (non-root, no capabilities, seccomp RuntimeDefault) does not allow. Use sandbox.backend=kubernetes (one pod per session) or none (sandbox tools answer that no sandbox is configured)" $backend) -}}
+{{- end -}}
+{{- $backend -}}
 {{- end -}}
