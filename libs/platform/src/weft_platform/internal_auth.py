@@ -85,6 +85,17 @@ class InternalAuth:
         return credential
 
 
+def caller_user(request: Request) -> str | None:
+    """The user whose request credential opened this route (``InternalAuth`` put it on the
+    request); None for a service credential or a route mounted without the guard.
+
+    A tenant route that filters by an optional ``user_id`` filters by this one when the
+    request names none: an omitted filter must narrow to the caller, never widen to the
+    tenant (``_agrees`` has already refused a named user that is not the caller)."""
+    credential = getattr(request.state, "credential", None)
+    return credential.user_id if isinstance(credential, RequestCredential) else None
+
+
 def _presented(request: Request) -> str | None:
     value = request.headers.get(HEADER, "")
     if not value.lower().startswith(SCHEME):
