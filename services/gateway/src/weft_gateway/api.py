@@ -167,6 +167,7 @@ class Gateway:
             user_id=who.user_id,
             session_id=session_id,
             request_id=request_id,
+            knowledge_base_ids=who.knowledge_base_ids,
             audience=TURN_AUDIENCE,
             ttl_s=max(ttl_s, 1.0),
         )

@@ -11,12 +11,12 @@ empty workspace of the caller's own tenant, never the other's files.
 # No ``from __future__ import annotations``: FastAPI reads the route annotations.
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import ChatSession
+from weft_storage.session_owner import owns_session
 
 from weft_sandbox.session_files import FileRefused, SessionFiles
 from weft_sandbox.session_lock import WorkspaceBusy
@@ -32,20 +32,7 @@ Owner = Callable[[str, str, str], Awaitable[bool]]
 
 def session_owner(sessions: async_sessionmaker[AsyncSession]) -> Owner:
     """An :data:`Owner` that asks the sessions table."""
-
-    async def owns(tenant_id: str, user_id: str, session_id: str) -> bool:
-        async with sessions() as s:
-            found = await s.scalar(
-                select(ChatSession.id).where(
-                    ChatSession.id == session_id,
-                    ChatSession.tenant_id == tenant_id,
-                    ChatSession.user_id == user_id,
-                    ChatSession.deleted_at.is_(None),
-                )
-            )
-        return found is not None
-
-    return owns
+    return partial(owns_session, sessions)
 
 
 def files_router(
