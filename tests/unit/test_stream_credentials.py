@@ -31,7 +31,7 @@ def test_an_entry_an_older_gateway_stored_with_a_credential_is_served_without_it
     entry = stream_entry("5-0", fields)
     assert TOKEN not in entry.event_json and "credential" not in json.loads(entry.event_json)
     for fmt in ("native", "weknora"):
-        sse = to_sse(entry, fmt)  # type: ignore[arg-type]
+        sse = to_sse(entry, fmt)
         assert sse is not None and TOKEN not in sse.encode().decode(), fmt
 
 
