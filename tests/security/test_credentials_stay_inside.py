@@ -12,6 +12,7 @@ whose user filter is optional answers A's data only, and names another user: 403
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -105,12 +106,22 @@ async def test_nothing_a_client_receives_carries_a_credential(
     items = messages["items"] if isinstance(messages, dict) else messages
     assistant = [m["id"] for m in items if m["role"] == "assistant"]
     assert assistant, messages
-    pages["the suggestions"] = await attacker.http.get(
-        f"/api/v1/sessions/{sid}/suggestions", params={"assistant_message_id": assistant[-1]}
-    )
+    pages["the suggestions"] = await _suggestions(attacker, sid, assistant[-1])
     for where, resp in pages.items():
         assert resp.status_code in (200, 409), (where, resp.status_code, resp.text)
         _assert_clean(where, resp.text)
+
+
+async def _suggestions(client: KeyedClient, sid: str, message_id: str) -> httpx.Response:
+    """The follow-ups of ``message_id``, once the suggestions service has read the end of
+    its turn off agent.events (404 "message not found" until then)."""
+    url = f"/api/v1/sessions/{sid}/suggestions"
+    deadline = time.monotonic() + 60
+    while True:
+        got = await client.http.get(url, params={"assistant_message_id": message_id})
+        if got.status_code != 404 or time.monotonic() > deadline:
+            return got
+        await asyncio.sleep(0.2)
 
 
 async def test_the_turn_credential_expires_at_the_turns_deadline(
