@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -54,6 +55,13 @@ class ChatRequestedData(Payload):
         default=None,
         description="The user's language (BCP 47), from the request or its "
         "Accept-Language; None: the deployment's default.",
+    )
+    deadline: datetime | None = Field(
+        default=None,
+        description="SPEC E-20: when the turn must have ended, counted from the request "
+        "(the gateway's WEFT_TURN_DEADLINE_S); the turn's credential expires then too. "
+        "The engine ends the turn at this time or at its own bound, whichever is first. "
+        "None (an older gateway): the engine's bound alone.",
     )
 
 

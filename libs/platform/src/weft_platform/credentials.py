@@ -77,6 +77,10 @@ class RequestCredential:
     user_id: str
     session_id: str | None
     request_id: str | None
+    knowledge_base_ids: tuple[str, ...] | None = None
+    """The key's knowledge bases (SPEC A-09, claim ``kbs``); None: every KB of the tenant.
+    A service that resolves or writes knowledge scope takes it from here, not from what
+    the request says."""
     audience: tuple[str, ...]
     issued_at: float
     expires_at: float
@@ -126,6 +130,7 @@ class CredentialVerifier:
             user_id=user,
             session_id=_optional_str(claims.get("ses")),
             request_id=_optional_str(claims.get("req")),
+            knowledge_base_ids=_knowledge_bases(claims),
             audience=_audience(claims),
             issued_at=float(claims["iat"]),
             expires_at=float(claims["exp"]),
@@ -243,8 +248,10 @@ class CredentialSigner:
         session_id: str | None = None,
         request_id: str | None = None,
         issued_at: float | None = None,
+        knowledge_base_ids: Iterable[str] | None = None,
     ) -> str:
-        """A request credential (the gateway only); ``issued_at`` defaults to now."""
+        """A request credential (the gateway only); ``issued_at`` defaults to now;
+        ``knowledge_base_ids``: the key's KB restriction (None: none)."""
         if self.issuer != GATEWAY:
             raise ValueError("only the gateway signs request credentials")
         claims: dict[str, Any] = {"typ": "request", "ten": tenant_id, "sub": user_id}
@@ -252,6 +259,8 @@ class CredentialSigner:
             claims["ses"] = session_id
         if request_id is not None:
             claims["req"] = request_id
+        if knowledge_base_ids is not None:
+            claims["kbs"] = sorted(knowledge_base_ids)
         return self._sign(claims, audience, ttl_s, issued_at)
 
     def service(
@@ -400,6 +409,15 @@ def _names(path: Path, suffix: str) -> tuple[str, str]:
 
 def _optional_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _knowledge_bases(claims: dict[str, Any]) -> tuple[str, ...] | None:
+    if "kbs" not in claims:
+        return None
+    kbs = claims["kbs"]
+    if not isinstance(kbs, list) or not all(isinstance(kb, str) for kb in kbs):
+        raise CredentialRejected(401, "request credential with malformed knowledge bases")
+    return tuple(kbs)
 
 
 def _audience(claims: dict[str, Any]) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ another tenant, user, session or scope: 403.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +83,35 @@ class InternalAuth:
             raise HTTPException(exc.status, exc.reason, headers) from None
         request.state.credential = credential
         return credential
+
+
+def caller_user(request: Request) -> str | None:
+    """The user whose request credential opened this route (``InternalAuth`` put it on the
+    request); None for a service credential or a route mounted without the guard.
+
+    A tenant route that filters by an optional ``user_id`` filters by this one when the
+    request names none: an omitted filter must narrow to the caller, never widen to the
+    tenant (``_agrees`` has already refused a named user that is not the caller)."""
+    credential = getattr(request.state, "credential", None)
+    return credential.user_id if isinstance(credential, RequestCredential) else None
+
+
+def caller_knowledge_bases(request: Request) -> tuple[str, ...] | None:
+    """The knowledge bases the request credential's key is limited to (SPEC A-09); None:
+    unrestricted, a service credential, or a route mounted without the guard."""
+    credential = getattr(request.state, "credential", None)
+    return credential.knowledge_base_ids if isinstance(credential, RequestCredential) else None
+
+
+def narrowest(named: Sequence[str] | None, credential: Sequence[str] | None) -> list[str] | None:
+    """The tighter of two KB restrictions (None: unrestricted): what a request names can
+    only narrow what its credential allows, never widen it."""
+    if credential is None:
+        return None if named is None else list(named)
+    if named is None:
+        return list(credential)
+    allowed = set(credential)
+    return [kb for kb in named if kb in allowed]
 
 
 def _presented(request: Request) -> str | None:

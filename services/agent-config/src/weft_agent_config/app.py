@@ -7,11 +7,16 @@ as query parameters; agent-config is never exposed publicly."""
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, HTTPException, Query, Response
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 from weft_contracts import AgentConfig, ReasoningEffort
 from weft_platform.app import create_service_app, init_logging
-from weft_platform.internal_auth import InternalAuth, SystemRoute
+from weft_platform.internal_auth import (
+    InternalAuth,
+    SystemRoute,
+    caller_knowledge_bases,
+    narrowest,
+)
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_storage.skills import SkillStore
@@ -19,6 +24,7 @@ from weft_storage.skills import SkillStore
 from weft_agent_config.agent_service import AgentService
 from weft_agent_config.catalogs import BuiltinAgents, TypePresets
 from weft_agent_config.definition import (
+    AgentDefinition,
     display_name,
 )
 from weft_agent_config.knowledge_guard import (
@@ -95,7 +101,10 @@ def resolve_router(resolver: AgentResolver) -> APIRouter:
     router = APIRouter(prefix="/internal", tags=["internal"])
 
     @router.post("/resolve", response_model=AgentConfig)
-    async def resolve(body: ResolveRequest) -> AgentConfig:
+    async def resolve(request: Request, body: ResolveRequest) -> AgentConfig:
+        # The key's restriction comes from the credential: a body that leaves it out (or
+        # names more) never widens a restricted key to every KB of the tenant.
+        key_kbs = narrowest(body.key_knowledge_base_ids, caller_knowledge_bases(request))
         overrides = TurnOverrides(
             reasoning_effort=body.reasoning_effort, summary_model_id=body.summary_model_id
         )
@@ -104,7 +113,7 @@ def resolve_router(resolver: AgentResolver) -> APIRouter:
                 body.tenant_id,
                 body.agent_id,
                 body.knowledge_base_ids,
-                body.key_knowledge_base_ids,
+                key_kbs,
                 overrides,
             )
         except AgentNotFound:
@@ -148,8 +157,11 @@ def agents_router(svc: AgentService, shares: SharingService | None = None) -> AP
         return listed + own + shared
 
     @router.post("", status_code=201)
-    async def create(tenant_id: Tenant, body: dict[str, Any], user_id: User = "") -> dict[str, Any]:
+    async def create(
+        request: Request, tenant_id: Tenant, body: dict[str, Any], user_id: User = ""
+    ) -> dict[str, Any]:
         agent = svc.validate(body, apply_preset=True)
+        _within_key(request, agent)
         await svc.check_knowledge(tenant_id, agent)
         return svc.view(await svc.store.create(tenant_id, user_id, agent))
 
@@ -167,12 +179,13 @@ def agents_router(svc: AgentService, shares: SharingService | None = None) -> AP
 
     @router.put("/{agent_id}")
     async def replace(
-        tenant_id: Tenant, agent_id: str, body: dict[str, Any], user_id: User = ""
+        request: Request, tenant_id: Tenant, agent_id: str, body: dict[str, Any], user_id: User = ""
     ) -> dict[str, Any]:
         svc.refuse_builtin(agent_id)
         if shares:
             await shares.refuse_shared(tenant_id, agent_id)
         agent = svc.validate(body, apply_preset=False)
+        _within_key(request, agent)
         await svc.check_knowledge(tenant_id, agent)
         if shares:
             await shares.keep_shareable(tenant_id, agent_id, agent)
@@ -202,6 +215,17 @@ def agents_router(svc: AgentService, shares: SharingService | None = None) -> AP
         return svc.view(await svc.store.create(tenant_id, user_id, clone))
 
     return router
+
+
+def _within_key(request: Request, agent: AgentDefinition) -> None:
+    """A KB-restricted key (its credential's ``kbs``) may name only its own KBs in an
+    agent it writes: another is the 404 of a missing one, as the gateway answers."""
+    allowed = caller_knowledge_bases(request)
+    if allowed is None:
+        return
+    for kb_id in agent.knowledge_base_ids or []:
+        if kb_id not in allowed:
+            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
 
 
 async def _existing(svc: AgentService, tenant_id: str, agent_id: str) -> StoredAgent:

@@ -205,7 +205,7 @@ class TurnIntake:
             messages=[],
             phase="opening",
             started_at=now,
-            deadline_at=now + self._turn_deadline_s,
+            deadline_at=_deadline(now + self._turn_deadline_s, request),
         )
         try:
             # The same round trip reserves turn_started's seq (the turn's counter starts
@@ -369,3 +369,11 @@ def _ids(request: ChatRequested) -> dict[str, Any]:
         "traceparent": request.traceparent,
         "credential": request.credential,
     }
+
+
+def _deadline(own: float, request: ChatRequested) -> float:
+    """The turn's bound: the engine's own, or the request's when that is earlier (the
+    gateway counts it from the request, and the turn's credential expires with it, so a
+    turn that waited in the queue does not outlive what it may call)."""
+    requested = request.data.deadline
+    return own if requested is None else min(own, requested.timestamp())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Literal
 
@@ -147,18 +148,28 @@ class Gateway:
     origins: QuestionOrigins | None = None
     """Resolves a clicked suggested question and its source (SPEC Q-03)."""
 
-    def turn_credential(self, who: Principal, session_id: str, request_id: str) -> str | None:
+    def turn_deadline(self) -> datetime:
+        """When a turn requested now must have ended (SPEC E-20)."""
+        return datetime.now(UTC) + timedelta(seconds=self.settings.turn_deadline_s)
+
+    def turn_credential(
+        self, who: Principal, session_id: str, request_id: str, deadline: datetime | None = None
+    ) -> str | None:
         """The credential of a turn's records and of the internal calls made for it: this
-        tenant, user, session and turn; it lives past the turn deadline (SPEC E-20)."""
+        tenant, user, session and turn. It expires at the turn's ``deadline`` (default: a
+        turn requested now), so the copy every subscriber of ``agent.events`` reads off the
+        records opens nothing once the turn is over."""
         if self.signer is None:
             return None
+        ttl_s = ((deadline or self.turn_deadline()) - datetime.now(UTC)).total_seconds()
         return self.signer.request(
             tenant_id=who.tenant_id,
             user_id=who.user_id,
             session_id=session_id,
             request_id=request_id,
+            knowledge_base_ids=who.knowledge_base_ids,
             audience=TURN_AUDIENCE,
-            ttl_s=self.settings.turn_credential_ttl_s,
+            ttl_s=max(ttl_s, 1.0),
         )
 
     async def start_turn(
@@ -196,11 +207,12 @@ class Gateway:
         if body.double_texting == "reject":
             await self._reject_if_running(who.tenant_id, session_id)
         request_id = f"req_{ULID()}"
+        deadline = self.turn_deadline()
         request = ChatRequested(
             tenant_id=who.tenant_id,
             session_id=session_id,
             request_id=request_id,
-            credential=self.turn_credential(who, session_id, request_id),
+            credential=self.turn_credential(who, session_id, request_id, deadline),
             data=ChatRequestedData(
                 query=body.query,
                 user_id=who.user_id,
@@ -210,6 +222,7 @@ class Gateway:
                 images=images,
                 question_origin=origin,
                 locale=locale,
+                deadline=deadline,
             ),
         )
         slot = await self._stream_slot(who.tenant_id)

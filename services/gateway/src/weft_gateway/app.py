@@ -164,6 +164,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         issuer_cache_s=s.end_user_issuer_cache_s,
         jwks_cache_s=s.end_user_jwks_cache_s,
         leeway_s=s.end_user_leeway_s,
+        max_lifetime_s=s.end_user_max_token_lifetime_s,
     )
     auth = ApiKeyAuth(
         runtime.sessions,

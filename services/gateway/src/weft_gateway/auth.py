@@ -94,6 +94,7 @@ class ApiKeyAuth:
                 self._signer.request(
                     tenant_id=principal.tenant_id,
                     user_id=principal.user_id,
+                    knowledge_base_ids=principal.knowledge_base_ids,
                     audience=API_AUDIENCE,
                     ttl_s=self._credential_ttl_s,
                 )

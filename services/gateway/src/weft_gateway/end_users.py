@@ -5,7 +5,10 @@ names the tenant whose identity provider has that issuer (unknown issuer: 401); 
 token must be signed by a key of that provider's JWK set with an algorithm the provider
 allows (RS256, ES256 or EdDSA; never ``none`` nor an HMAC, whose "secret" would be the
 public key); ``exp`` (required), ``nbf``, ``iss`` and ``aud`` are checked with a small
-leeway; ``sub`` becomes the user id inside that tenant. A token signed by another
+leeway; ``exp`` may be at most the maximum lifetime (the provider's
+``max_token_lifetime_s``, else the gateway's, 24 h) after ``iat``, or after now for a token
+without ``iat``: a stolen ten-year token is not a ten-year key; ``sub`` becomes the user id
+inside that tenant. A token signed by another
 tenant's provider but claiming this tenant's issuer fails its signature check.
 
 JWK sets are fetched with httpx and cached (``jwks_cache_s``); a token whose ``kid`` is
@@ -63,6 +66,7 @@ class EndUserAuth:
         jwks_cache_s: float = 300.0,
         jwks_min_refresh_s: float = 10.0,
         leeway_s: float = 30.0,
+        max_lifetime_s: float = 24 * 3600,
     ):
         self._tenants = tenants
         self._http = http or httpx.AsyncClient(timeout=5.0, follow_redirects=False)
@@ -70,6 +74,7 @@ class EndUserAuth:
         self._jwks_cache_s = jwks_cache_s
         self._min_refresh_s = jwks_min_refresh_s
         self._leeway_s = leeway_s
+        self._max_lifetime_s = max_lifetime_s
         self._issuers: dict[str, tuple[float, _Issuer | None]] = {}
         self._jwks: dict[str, _Jwks] = {}
         self._fetch_lock = asyncio.Lock()
@@ -116,11 +121,26 @@ class EndUserAuth:
             raise _unauthorized(f"algorithm {alg!r} not allowed by this identity provider")
         key = await self._signing_key(found, header.get("kid"))
         verified = self._verify(token, key, alg, provider)
+        self._check_lifetime(verified, provider)
         subject = verified.get("sub")
         if not isinstance(subject, str) or not 1 <= len(subject) <= 128:
             raise _unauthorized("subject (sub) must be a string of 1 to 128 characters")
         principal = Principal(tenant_id=found.tenant_id, user_id=subject)
         return principal, found.status, issuer, float(verified["exp"])
+
+    def _check_lifetime(self, claims: dict[str, Any], provider: IdentityProvider) -> None:
+        """401 when ``exp`` lies further than the maximum lifetime after ``iat`` (after now
+        without ``iat``): the limit is the provider's, else the gateway's."""
+        limit = provider.max_token_lifetime_s or self._max_lifetime_s
+        issued = claims.get("iat")
+        start = float(issued) if isinstance(issued, int | float) else time.time()
+        lifetime = float(claims["exp"]) - start
+        if lifetime > limit + self._leeway_s:
+            since = "its iat" if isinstance(issued, int | float) else "now (no iat)"
+            raise _unauthorized(
+                f"lifetime too long: exp is {lifetime:.0f} s after {since}, "
+                f"at most {limit:.0f} s is accepted"
+            )
 
     def _verify(
         self, token: str, key: jwt.PyJWK, alg: str, provider: IdentityProvider

@@ -40,7 +40,7 @@ from redis.exceptions import NoScriptError
 from weft_contracts import SuggestionsReady, Topic
 from weft_platform.bus import EventBus
 
-from weft_gateway.streams import stream_key
+from weft_gateway.streams import client_json, stream_key
 
 log = structlog.get_logger(__name__)
 
@@ -111,7 +111,7 @@ class NoticeProjector:
         """One append attempt."""
         key = stream_key(notice.tenant_id, notice.session_id)
         args: list[str | int] = [
-            notice.id, notice.request_id or "", notice.type, notice.model_dump_json(),
+            notice.id, notice.request_id or "", notice.type, client_json(notice),
             self._max_len, self._retention, "1" if force else "0",
         ]  # fmt: skip
         try:

@@ -118,13 +118,15 @@ class GatewaySettings(TokenBudgetSettings):
         description="Life of the request credential the gateway's internal calls carry "
         "for one API request (weft_platform.credentials).",
     )
-    turn_credential_ttl_s: float = Field(
-        default=3600.0,
+    turn_deadline_s: float = Field(
+        default=20 * 60,
         gt=0,
-        description="Life of a turn's request credential, which the engine and tool "
-        "workers forward on the turn's calls and records: three times the engine's "
-        "turn_deadline_s (20 min, itself above the longest tool timeout), so a request "
-        "enqueued behind two full-length turns (double-texting) still runs its own.",
+        description="SPEC E-20: a turn must have ended this long after its request (the "
+        "engine's WEFT_TURN_DEADLINE_S, the same variable: set it once for both). The "
+        "ChatRequested carries the moment, and the turn's credential, which the engine and "
+        "tool workers forward on the turn's calls and records (so every subscriber of "
+        "agent.events sees it), expires then: a copy read off a record is useless once the "
+        "turn is over.",
     )
     internal_max_connections: int = Field(
         default=200, ge=10, description="Connection pool of each internal HTTP client."
@@ -158,6 +160,13 @@ class GatewaySettings(TokenBudgetSettings):
     )
     end_user_leeway_s: float = Field(
         default=30.0, ge=0, le=300, description="Clock skew allowed on exp/nbf of end-user JWTs."
+    )
+    end_user_max_token_lifetime_s: float = Field(
+        default=24 * 3600,
+        ge=60,
+        description="Longest end-user JWT accepted: exp at most this long after iat (or, "
+        "without iat, after the moment it is presented), else 401. An identity provider's "
+        "max_token_lifetime_s overrides it for that provider's tokens.",
     )
     sse_max_per_tenant: int = Field(
         default=200,

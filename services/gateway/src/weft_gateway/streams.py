@@ -21,15 +21,22 @@ guarded by a mark (``marks_key``, one field per partition) that an empty Redis d
 have. An append of a partition without its mark writes nothing and says so; the projector
 then writes the partition's recent log again (unguarded), sets the mark, and goes on
 (``StreamProjector``).
+
+**No credential is stored.** Records on ``agent.events`` carry the turn's credential (a
+signed token other services accept); a stream is what clients read, so every entry is
+written without it (:func:`client_json`) and read without it (:func:`stream_entry`, which
+also cleans entries an older gateway wrote with it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 from weft_platform.bus import Logged
@@ -131,7 +138,7 @@ class SessionStreams:
                 key = stream_key(event.tenant_id, event.session_id)
                 pipe.evalsha(
                     self._append.sha, 3, key, key + ":seq", self._marks_key,
-                    event.request_id, event.seq, event.type, event.model_dump_json(),
+                    event.request_id, event.seq, event.type, client_json(event),
                     self._max_len, self._retention, record.offset + 1, record.partition,
                     "1" if guarded else "0",
                 )  # fmt: skip
@@ -171,13 +178,32 @@ class SessionStreams:
         return oldest
 
 
+PRIVATE_FIELDS = frozenset({"credential"})
+"""Envelope fields that never reach a client: the credential opens internal routes."""
+_PRIVATE_MARKS = tuple(f'"{name}"'.encode() for name in PRIVATE_FIELDS)
+
+
+def client_json(envelope: BaseModel) -> str:
+    """``envelope`` as a client may read it: without its credential."""
+    return envelope.model_dump_json(exclude=set(PRIVATE_FIELDS))
+
+
 def stream_entry(entry_id: str, fields: Any) -> StreamEntry:
-    """A stored entry from its Redis id and fields."""
+    """A stored entry from its Redis id and fields, never with a credential (an entry
+    written before streams were stored without one is cleaned here, the one place every
+    entry passes on its way to a client)."""
+    raw: bytes = fields[b"event"]
+    if any(mark in raw for mark in _PRIVATE_MARKS):
+        envelope = json.loads(raw)
+        if isinstance(envelope, dict) and PRIVATE_FIELDS & envelope.keys():
+            for name in PRIVATE_FIELDS:
+                envelope.pop(name, None)
+            raw = json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode()
     return StreamEntry(
         entry_id=entry_id,
         type=fields[b"type"].decode(),
         request_id=fields[b"request_id"].decode(),
-        event_json=fields[b"event"].decode(),
+        event_json=raw.decode(),
     )
 
 

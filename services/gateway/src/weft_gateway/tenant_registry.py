@@ -51,6 +51,15 @@ class IdentityProvider(BaseModel):
     jwks: dict[str, Any] | None = None
     """An inline JWK set (``{"keys": [...]}``) instead of ``jwks_url``."""
     algorithms: list[Algorithm] = Field(default_factory=_every_algorithm, min_length=1)
+    max_token_lifetime_s: int | None = Field(
+        default=None,
+        ge=60,
+        le=366 * 86400,
+        description="Longest end-user token this provider may issue: a token whose exp is "
+        "further than this after its iat (or, without iat, after the moment it is "
+        "presented) is refused with 401. None: the gateway's "
+        "WEFT_END_USER_MAX_TOKEN_LIFETIME_S (24 h).",
+    )
 
     @model_validator(mode="after")
     def _one_key_source(self) -> IdentityProvider:

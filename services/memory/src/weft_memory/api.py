@@ -3,7 +3,9 @@
 Every route is scoped by ``tenant_id``: another tenant's session answers 404 (invariant 5).
 The routes a user's request reaches (get, change, delete, messages) are scoped by
 ``user_id`` too, a required parameter: another user's session of the same tenant answers
-the same 404, exactly as lists hide it.
+the same 404, exactly as lists hide it. The session list's ``user_id`` is optional, and
+without it the list is the caller's (the user of the request credential), never the
+tenant's.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import ColumnElement, delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
+from weft_platform.internal_auth import caller_user
 from weft_storage.models import ChatSession, Message
 
 from weft_memory.rollback import UnknownMessage, delete_turn, roll_back_workspace, truncate_from
@@ -83,11 +86,17 @@ async def get_owned(
     )
 
 
-async def get_in_tenant(s: AsyncSession, tenant_id: str, session_id: str) -> ChatSession:
-    """The live session ``session_id`` of ``tenant_id``, whoever owns it, or 404: only for
-    service-to-service routes acting for a turn the gateway already authorised (the
-    engine's history and context checkpoints)."""
-    return await _live(s, session_id, ChatSession.tenant_id == tenant_id)
+async def get_in_tenant(
+    s: AsyncSession, tenant_id: str, session_id: str, *, user_id: str | None
+) -> ChatSession:
+    """The live session ``session_id`` of ``tenant_id`` or 404, owned by ``user_id`` when
+    one is given: routes that name no user (the engine's history and context checkpoints)
+    pass the caller's (``caller_user``), so a request credential reaches its own user's
+    sessions only, whatever the request names."""
+    scope = [ChatSession.tenant_id == tenant_id]
+    if user_id is not None:
+        scope.append(ChatSession.user_id == user_id)
+    return await _live(s, session_id, *scope)
 
 
 async def _live(s: AsyncSession, session_id: str, *scope: ColumnElement[bool]) -> ChatSession:
@@ -118,6 +127,7 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
 
     @router.get("/sessions", response_model=list[SessionOut])
     async def list_sessions(
+        request: Request,
         tenant_id: str = Query(min_length=1),
         user_id: str | None = Query(default=None, min_length=1),
         limit: int = Query(default=20, ge=1, le=100),
@@ -126,6 +136,7 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         stmt = select(ChatSession).where(
             ChatSession.tenant_id == tenant_id, ChatSession.deleted_at.is_(None)
         )
+        user_id = user_id or caller_user(request)
         if user_id is not None:
             stmt = stmt.where(ChatSession.user_id == user_id)
         stmt = stmt.order_by(ChatSession.updated_at.desc(), ChatSession.id.desc())

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field, model_validator
 from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.tokens import clamp_scale
+from weft_platform.internal_auth import caller_user
 from weft_storage.models import Message
 
 from weft_memory.api import get_in_tenant
@@ -94,6 +95,7 @@ def history_router(
 
     @router.get("/sessions/{session_id}/history", response_model=HistoryOut)
     async def get_history(
+        request: Request,
         session_id: str,
         tenant_id: str = Query(min_length=1),
         max_turns: int | None = Query(default=None, ge=0, le=1000),
@@ -110,7 +112,7 @@ def history_router(
         """Without ``token_budget``: the last ``max_turns`` (default 5) turns, as before.
         With it (agent mode, SPEC M-08): as many contiguous recent turns as fit."""
         async with sessions() as s:
-            await get_in_tenant(s, tenant_id, session_id)
+            await get_in_tenant(s, tenant_id, session_id, user_id=caller_user(request))
         stored = None
         if after is not None:
             stored = await wait_turn_end(sessions, redis, tenant_id, after, wait_s)
@@ -126,12 +128,16 @@ def history_router(
 
     @router.put("/sessions/{session_id}/turns/{turn_id}/context", status_code=204)
     async def put_turn_context(
-        session_id: str, turn_id: str, body: TurnContextIn, tenant_id: str = Query(min_length=1)
+        request: Request,
+        session_id: str,
+        turn_id: str,
+        body: TurnContextIn,
+        tenant_id: str = Query(min_length=1),
     ) -> Response:
         """Store a checkpoint and/or a token scale on the assistant message ``turn_id`` (or
         the assistant message of request ``turn_id``); 404 when none matches (SPEC M-07)."""
         async with sessions.begin() as s:
-            await get_in_tenant(s, tenant_id, session_id)
+            await get_in_tenant(s, tenant_id, session_id, user_id=caller_user(request))
             row = await _assistant_of(s, tenant_id, session_id, turn_id)
             if body.summary is not None:
                 row.context_checkpoint = {

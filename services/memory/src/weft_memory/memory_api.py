@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_platform.internal_auth import caller_user
 
 from weft_memory.api import get_owned
 from weft_memory.extraction import ExtractionFailed, MemoryExtractor
@@ -107,12 +108,13 @@ def memory_router(
 
     @router.get("/memories/extractions/{request_id}", response_model=ExtractionOut)
     async def extraction_status(
-        request_id: str, tenant_id: str = Query(min_length=1)
+        request: Request, request_id: str, tenant_id: str = Query(min_length=1)
     ) -> ExtractionOut:
         """The automatic extraction of turn ``request_id``; 404 when the turn has none (its
-        agent had memory off, or the turn is unknown)."""
+        agent had memory off, or the turn is unknown) or is another user's."""
         row = await queue.get(tenant_id, request_id) if queue is not None else None
-        if row is None:
+        caller = caller_user(request)
+        if row is None or (caller is not None and row.user_id != caller):
             raise HTTPException(404, f"no memory extraction for turn {request_id!r}")
         return ExtractionOut.model_validate(row, from_attributes=True)
 

@@ -22,7 +22,7 @@ from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_sandbox.backend import SandboxBackend
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
-from weft_sandbox.files_api import files_router
+from weft_sandbox.files_api import files_router, session_owner
 from weft_sandbox.k8s_backend import KubernetesBackend
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.session_files import SessionFiles
@@ -147,6 +147,8 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     files = SessionFiles(host) if host is not None else None
     return create_service_app(
         runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown,
-        routers=[files_router(files, settings.sandbox_attachment_bytes)],
+        routers=[
+            files_router(files, settings.sandbox_attachment_bytes, session_owner(runtime.sessions))
+        ],
         internal=InternalAuth(runtime.verifier, "sandbox"),
     )  # fmt: skip

@@ -1,16 +1,22 @@
 """Internal routes of the sandbox: a session's files for the gateway's files API.
 
 Tenant routes (``weft_platform.internal_auth``): the request credential's tenant and user
-must be the ones named. The gateway has checked that the user owns the session (memory)
-before it calls; the workspace is found by tenant and session, so a session id of another
-tenant names an empty workspace of the caller's own tenant, never the other's files.
+must be the ones named. The gateway checks that the user owns the session (memory) before
+it calls, and so does this route (``owner``: the session is a live one of that tenant and
+user), so a credential of one user never reaches another user's workspace of the tenant;
+the workspace is found by tenant and session, so a session id of another tenant names an
+empty workspace of the caller's own tenant, never the other's files.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route annotations.
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_storage.session_owner import owns_session
 
 from weft_sandbox.session_files import FileRefused, SessionFiles
 from weft_sandbox.session_lock import WorkspaceBusy
@@ -20,11 +26,26 @@ Caller = Annotated[str, Query(min_length=1, max_length=128)]
 NO_SANDBOX = "no sandbox is configured on this deployment (WEFT_SANDBOX_BACKEND=none)"
 
 
-def files_router(files: SessionFiles | None, max_upload_bytes: int) -> APIRouter:
-    """``/internal/sessions/{session_id}/files...``."""
+Owner = Callable[[str, str, str], Awaitable[bool]]
+"""Whether (tenant, user, session) names a live session of that user."""
+
+
+def session_owner(sessions: async_sessionmaker[AsyncSession]) -> Owner:
+    """An :data:`Owner` that asks the sessions table."""
+    return partial(owns_session, sessions)
+
+
+def files_router(
+    files: SessionFiles | None, max_upload_bytes: int, owner: Owner | None = None
+) -> APIRouter:
+    """``/internal/sessions/{session_id}/files...``; ``owner`` (none: no check, for unit
+    tests of the routes alone) refuses another user's session with the 404 of a missing
+    one."""
     router = APIRouter(prefix="/internal/sessions/{session_id}/files", tags=["files"])
 
-    def usable() -> SessionFiles:
+    async def usable(tenant_id: str, user_id: str, session_id: str) -> SessionFiles:
+        if owner is not None and not await owner(tenant_id, user_id, session_id):
+            raise HTTPException(404, f"session {session_id!r} not found")
         if files is None:
             raise HTTPException(409, NO_SANDBOX)
         return files
@@ -34,7 +55,7 @@ def files_router(files: SessionFiles | None, max_upload_bytes: int) -> APIRouter
         request: Request, session_id: SessionId, name: str, tenant_id: Caller, user_id: Caller
     ) -> dict[str, Any]:
         """The raw body becomes ``/workspace/input/<name>``."""
-        service = usable()
+        service = await usable(tenant_id, user_id, session_id)
         data = await _body(request, max_upload_bytes)
         with _answered():
             stored = await service.upload(tenant_id, session_id, name, data)
@@ -46,7 +67,7 @@ def files_router(files: SessionFiles | None, max_upload_bytes: int) -> APIRouter
         session_id: SessionId, tenant_id: Caller, user_id: Caller,
         folder: str = Query(default="output", alias="dir"),
     ) -> dict[str, Any]:  # fmt: skip
-        service = usable()
+        service = await usable(tenant_id, user_id, session_id)
         with _answered():
             listed = await service.list(tenant_id, session_id, folder)
         items = [
@@ -59,7 +80,7 @@ def files_router(files: SessionFiles | None, max_upload_bytes: int) -> APIRouter
     async def download(
         session_id: SessionId, path: str, tenant_id: Caller, user_id: Caller
     ) -> Response:
-        service = usable()
+        service = await usable(tenant_id, user_id, session_id)
         with _answered():
             _, data = await service.read(tenant_id, session_id, path)
         return Response(content=data, media_type="application/octet-stream")

@@ -17,6 +17,7 @@ from ulid import ULID
 from weft_contracts import SuggestedQuestion, SuggestionPlacement
 from weft_contracts.locale import LOCALE_PATTERN
 from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
+from weft_storage.session_owner import owns_session
 
 from weft_suggestions.agent_settings import SettingsUnavailable
 from weft_suggestions.config import FollowUpConfig, UnknownAgent
@@ -156,6 +157,8 @@ def suggestions_router(
             # is the one the gateway found among the caller's own.
             if not body.assistant_message_id.startswith("agent:"):
                 raise HTTPException(422, "a starter event names its set as agent:<agent id>")
+            if not await owns_session(sessions, body.tenant_id, body.user_id, session_id):
+                raise HTTPException(404, "session not found")
             where = FinishedTurnRef(body.tenant_id, session_id, body.user_id)
         else:
             turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
@@ -213,9 +216,12 @@ class StarterSetOut(BaseModel):
     reason: str = ""
 
 
-def starters_router(starters: StarterSets) -> APIRouter:
-    """``GET /internal/sessions/{session_id}/starters``: the gateway has checked that the
-    session is the caller's; the agent is looked up as the caller's tenant runs it."""
+def starters_router(
+    starters: StarterSets, sessions: async_sessionmaker[AsyncSession] | None = None
+) -> APIRouter:
+    """``GET /internal/sessions/{session_id}/starters``: the session must be the caller's
+    (the gateway checks it too; ``sessions`` None: no check, for tests of the route
+    alone); the agent is looked up as the caller's tenant runs it."""
     router = APIRouter(prefix="/internal", tags=["suggestions"])
 
     @router.get("/sessions/{session_id}/starters", response_model=StarterSetOut)
@@ -226,6 +232,10 @@ def starters_router(starters: StarterSets) -> APIRouter:
         agent_id: str = Query(min_length=1, max_length=64),
         locale: str | None = Query(default=None, max_length=35, pattern=LOCALE_PATTERN),
     ) -> StarterSetOut:
+        if sessions is not None and not await owns_session(
+            sessions, tenant_id, user_id, session_id
+        ):
+            raise HTTPException(404, "session not found")
         try:
             found = await starters.starters(tenant_id, session_id, agent_id, locale)
         except UnknownAgent:

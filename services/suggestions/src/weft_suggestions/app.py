@@ -142,7 +142,10 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
     app = create_service_app(
         runtime,
         title="weft suggestions",
-        routers=[suggestions_router(runtime.sessions, turns, worker), starters_router(starters)],
+        routers=[
+            suggestions_router(runtime.sessions, turns, worker),
+            starters_router(starters, runtime.sessions),
+        ],
         internal=InternalAuth(runtime.verifier, "suggestions"),
         on_startup=[worker.start, retention.start],
         on_shutdown=[retention.stop, worker.stop, model.aclose, *closers],
