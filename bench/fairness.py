@@ -368,9 +368,9 @@ async def _sandbox_calls(client: ToolCallClient, session: str, count: int) -> li
 
 async def _sandbox_flood(
     client: ToolCallClient, outstanding: int, sleep_s: float, stop: asyncio.Event
-) -> int:
+) -> list[str]:
     """Keep ``outstanding`` long commands of B in flight (one session each) until
-    ``stop``; calls sent."""
+    ``stop``; the ids of the calls sent."""
     sent: list[str] = []
     command = {"command": f"sleep {sleep_s:g}", "timeout_sec": int(sleep_s) + 30}
     while not stop.is_set():
@@ -382,7 +382,7 @@ async def _sandbox_flood(
             ]
             sent += await client.send_many(batch, tenant="tenant-b", deadline_s=600)
         await asyncio.sleep(0.1)
-    return len(sent)
+    return sent
 
 
 async def sandbox_main(args: argparse.Namespace) -> None:
@@ -410,8 +410,9 @@ async def sandbox_main(args: argparse.Namespace) -> None:
             load = os.getloadavg()[0]
             flood = await _sandbox_calls(client, session, args.calls)
             stop.set()
-            phases.append(_sandbox_summary("sandbox_flood", flood, await flooding, load))
-            b_done = sum(1 for d in client.results.values() if d[0]["tenant_id"] == "tenant-b")
+            b_sent = await flooding
+            phases.append(_sandbox_summary("sandbox_flood", flood, len(b_sent), load))
+            b_done = sum(1 for c in b_sent if c in client.results)
             phases[-1]["flood_calls_done_while_c_measured"] = b_done
     finally:
         process.send_signal(signal.SIGTERM)
