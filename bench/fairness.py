@@ -34,6 +34,16 @@ through the gateway, two engines and the scripted LLM), on a stack whose engines
    (``WEFT_TURN_TENANT_MAX_LOCAL=0``): what the two bounds buy.
 
 Writes ``bench/results/fairness_turns.json``.
+
+With ``--sandbox``: C's ``shell_exec echo`` latency (publish on ``sandbox.calls`` to the
+result, in one warm session of C) on one ``python -m weft_sandbox`` replica with the
+shipped fair-share defaults (4 runners, a tenant capped at 3 calls and 3 runners):
+
+1. ``sandbox_alone``: C's calls one after another;
+2. ``sandbox_flood``: while B keeps ``--sandbox-flood`` ``sleep --sandbox-sleep-s``
+   commands outstanding, each in its own session (topped up as they end).
+
+Writes ``bench/results/fairness_sandbox.json``.
 """
 
 from __future__ import annotations
@@ -42,7 +52,11 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +67,7 @@ import httpx
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_gateway.auth import ApiKeyAuth
 from weft_testkit import LocalStack, StackConfig, infra_env, read_turn
+from weft_testkit.stack import create_topics, delete_topics
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -331,6 +346,113 @@ async def turns_main(args: argparse.Namespace) -> None:
     out.write_text(json.dumps(summary, indent=2) + "\n")
 
 
+# -- the sandbox -------------------------------------------------------------------------
+
+
+async def _sandbox_calls(client: ToolCallClient, session: str, count: int) -> list[float]:
+    """C's ``shell_exec echo`` calls in ``session``, one after another: latencies in ms."""
+    latencies: list[float] = []
+    for _ in range(count):
+        started = time.perf_counter()
+        call_id = await client.send(
+            "shell_exec", {"command": "echo hi"}, tenant="tenant-c", session=session,
+            deadline_s=300,
+        )  # fmt: skip
+        await client.wait_for([call_id], timeout_s=600)
+        [data] = client.results[call_id]
+        if not data["success"]:
+            raise RuntimeError(f"C's call failed: {data.get('error')}")
+        latencies.append((client.arrived[call_id] - started) * 1000)
+    return latencies
+
+
+async def _sandbox_flood(
+    client: ToolCallClient, outstanding: int, sleep_s: float, stop: asyncio.Event
+) -> list[str]:
+    """Keep ``outstanding`` long commands of B in flight (one session each) until
+    ``stop``; the ids of the calls sent."""
+    sent: list[str] = []
+    command = {"command": f"sleep {sleep_s:g}", "timeout_sec": int(sleep_s) + 30}
+    while not stop.is_set():
+        open_calls = sum(1 for c in sent if c not in client.results)
+        if open_calls < outstanding:
+            batch: list[tuple[str, dict[str, Any], str | None]] = [
+                ("shell_exec", command, f"b-{secrets.token_hex(4)}")
+                for _ in range(outstanding - open_calls)
+            ]
+            sent += await client.send_many(batch, tenant="tenant-b", deadline_s=600)
+        await asyncio.sleep(0.1)
+    return sent
+
+
+async def sandbox_main(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(REPO))  # run as a script: bench/ is on the path, not the repo
+    from bench.sandbox import _start_replica
+
+    log_dir = REPO / ".weft/logs/bench-fair-sandbox"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    prefix = f"fs{secrets.token_hex(4)}."
+    create_topics(prefix, 6)
+    _, process = _start_replica(prefix, 4, log_dir)
+    phases: list[dict[str, Any]] = []
+    try:
+        async with ToolCallClient(prefix, sandbox=True) as client:
+            session = f"c-{secrets.token_hex(4)}"
+            await _sandbox_calls(client, session, 3)  # group joined, C's workspace made
+            load = os.getloadavg()[0]
+            alone = await _sandbox_calls(client, session, args.calls)
+            phases.append(_sandbox_summary("sandbox_alone", alone, 0, load))
+            stop = asyncio.Event()
+            flooding = asyncio.create_task(
+                _sandbox_flood(client, args.sandbox_flood, args.sandbox_sleep_s, stop)
+            )
+            await asyncio.sleep(3)  # B's commands hold their runners before C measures
+            load = os.getloadavg()[0]
+            flood = await _sandbox_calls(client, session, args.calls)
+            stop.set()
+            b_sent = await flooding
+            phases.append(_sandbox_summary("sandbox_flood", flood, len(b_sent), load))
+            b_done = sum(1 for c in b_sent if c in client.results)
+            phases[-1]["flood_calls_done_while_c_measured"] = b_done
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        delete_topics(prefix)
+    uptime = await asyncio.to_thread(subprocess.run, ["uptime"], capture_output=True, text=True)
+    summary = {
+        "phases": phases,
+        "p99_ratio_flood_over_alone": round(phases[1]["p99_ms"] / phases[0]["p99_ms"], 2),
+        "target": "p99 with flood <= 2x alone",
+        "flood": args.sandbox_flood,
+        "sleep_s": args.sandbox_sleep_s,
+        "cpus": os.cpu_count(),
+        "uptime": uptime.stdout.strip(),
+    }
+    print(json.dumps(summary, indent=2))
+    out = REPO / "bench/results/fairness_sandbox.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _sandbox_summary(
+    name: str, latencies: list[float], flood_sent: int, load: float
+) -> dict[str, Any]:
+    result = {
+        "phase": name,
+        "calls": len(latencies),
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p99_ms": round(_percentile(latencies, 0.99), 1),
+        "max_ms": round(max(latencies), 1),
+        "flood_calls_sent": flood_sent,
+        "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
+    print(json.dumps(result))
+    return result
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=60, help="C's calls per phase")
@@ -351,7 +473,13 @@ async def main() -> None:
         "--upload-route", choices=("documents", "files"), default="documents",
         help="B's uploads as JSON texts (POST .../documents) or files (POST .../files)",
     )  # fmt: skip
+    parser.add_argument("--sandbox", action="store_true", help="C's shell_exec instead")
+    parser.add_argument("--sandbox-flood", type=int, default=8, help="B's long commands")
+    parser.add_argument("--sandbox-sleep-s", type=float, default=60.0, help="B's command time")
     args = parser.parse_args()
+    if args.sandbox:
+        await sandbox_main(args)
+        return
     if args.turns:
         await turns_main(args)
         return

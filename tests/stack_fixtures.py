@@ -19,11 +19,22 @@ from weft_testkit import LocalStack, StackConfig
 REPO = Path(__file__).resolve().parents[1]
 
 
+SANDBOX_SHARES_ENV = {
+    "WEFT_SANDBOX_CONCURRENCY": "3",
+    "WEFT_SANDBOX_READ_AHEAD": "8",
+    "WEFT_SANDBOX_PARTITION_READ_AHEAD": "2",
+}
+"""The stack's sandbox: three runners (a tenant holds two at most) and a read-ahead of two
+calls per partition, small enough that tests/security/test_sandbox_fairness.py floods them
+with a few calls (docs/fairness.md, "Sandbox calls")."""
+
+
 @pytest.fixture(scope="session")
 def stack(infra: dict[str, str]) -> Iterator[LocalStack]:
     """Seven services + the scripted LLM test double, isolated by a topic prefix."""
     home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
-    with LocalStack(StackConfig(log_dir=home / "logs" / "e2e")) as running:
+    config = StackConfig(log_dir=home / "logs" / "e2e", extra_env=SANDBOX_SHARES_ENV)
+    with LocalStack(config) as running:
         yield running
 
 

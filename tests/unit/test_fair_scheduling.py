@@ -214,12 +214,12 @@ class _Delivery:
     consumer: Any
 
 
-def _call(tenant: str, n: int) -> bytes:
+def _call(tenant: str, n: int, deadline_s: float = 60) -> bytes:
     call = ToolCallRequested(
         tenant_id=tenant, session_id=f"s-{tenant}", request_id=f"r-{tenant}",
         data=ToolCallRequestedData(
             call_id=f"{tenant}-{n}", tool_name="thinking", arguments={"n": n}, round=0,
-            deadline=datetime.now(UTC) + timedelta(seconds=60),
+            deadline=datetime.now(UTC) + timedelta(seconds=deadline_s),
             context=ToolContext(user_id="u", agent_id="a"),
         ),
     )  # fmt: skip
@@ -236,6 +236,7 @@ def _fair(
     read_ahead: ReadAhead,
     slots: TenantSlots | None = None,
     tenant_max_local: int | None = None,
+    **options: Any,
 ) -> tuple[FairConsumer, _Consumer]:
     redis = FakeAsyncRedis()
     settings = ServiceSettings(topic_prefix="unit.", commit_interval_ms=0)
@@ -244,7 +245,7 @@ def _fair(
     fair = FairConsumer(
         bus, Topic.TOOL_CALLS, "tool-exec", handler,
         slots=slots, concurrency=concurrency, read_ahead=read_ahead, holder_prefix="unit",
-        tenant_max_local=tenant_max_local,
+        tenant_max_local=tenant_max_local, **options,
     )  # fmt: skip
     return fair, _Consumer({P0, P1})
 
@@ -301,7 +302,8 @@ async def test_a_flooder_leaves_a_runner_of_the_replica_to_a_later_tenant(
         await _deliver(fair, consumer, [(1, "c", 0)])
         if tenant_max_local is None:
             await _poll(lambda: ran == ["c"], "c ran while b's calls are held")
-            assert fair.state()["running"] == 1  # b holds one runner of two, not both
+            # c's runner frees just after its handler returns: b holds one runner of two.
+            await _poll(lambda: fair.state()["running"] == 1, "b holds one runner, not both")
         else:
             await _poll(lambda: fair.state()["running"] == 2, "b holds both runners")
             assert ran == []  # c waits for b's held calls: the starvation
@@ -463,3 +465,201 @@ async def test_a_partition_given_back_by_a_rebalance_is_paused_again_when_full()
     consumer.paused_now.clear()  # revoked and assigned again: aiokafka starts it unpaused
     await _deliver(fair, consumer, [(0, "b", 0), (0, "b", 1)])  # read again from the commit
     assert consumer.paused_now == {P0}
+
+
+# -- One record of a key at a time, parked records, overdue records (sandbox.calls) ------
+
+
+async def test_entries_of_one_key_run_one_at_a_time_in_offset_order() -> None:
+    buffer = FairBuffer(ReadAhead())
+    first = buffer.add(P0, 0, "b", "s1-a", key=b"s1")
+    buffer.add(P0, 1, "b", "s1-b", key=b"s1")
+    buffer.add(P0, 2, "b", "s2-a", key=b"s2")
+    taken = [await buffer.take(_admit_all), await buffer.take(_admit_all)]
+    assert [e.item for e in taken if e] == ["s1-a", "s2-a"]  # s1's second waits, s2 goes on
+    assert await buffer.take(_admit_all) is None
+    assert buffer.done(first) == 1
+    later = await buffer.take(_admit_all)
+    assert later is not None and later.item == "s1-b"
+
+
+async def test_a_key_put_back_runs_before_its_later_records() -> None:
+    buffer = FairBuffer(ReadAhead())
+    buffer.add(P0, 0, "b", "s1-a", key=b"s1")
+    buffer.add(P0, 1, "b", "s1-b", key=b"s1")
+    first = await buffer.take(_admit_all)
+    assert first is not None
+    buffer.put_back(first)  # its handling was not durable: it runs again, first
+    again = await buffer.take(_admit_all)
+    assert again is first
+    assert buffer.ready("b") is None  # s1's second waits for it
+    buffer.release(again)  # a cancelled run frees the key as well
+    ready = buffer.ready("b")
+    assert ready is not None and ready.item == "s1-b"
+
+
+async def test_without_keys_a_tenants_records_run_side_by_side() -> None:
+    """tool-exec's calls (keyed by call id, added without a key) are not serialized."""
+    buffer = FairBuffer(ReadAhead())
+    for offset in range(3):
+        buffer.add(P0, offset, "b", offset)
+    taken = [await buffer.take(_admit_all) for _ in range(3)]
+    assert [e.offset for e in taken if e] == [0, 1, 2]
+
+
+def test_a_flooders_backlog_is_parked_so_the_partition_is_still_read() -> None:
+    buffer = FairBuffer(ReadAhead(max_buffered=100, partition_buffer=3, partition_window=20))
+    for offset in range(6):
+        buffer.add(P0, offset, "b", offset)
+    buffer.add(P0, 6, "c", 6)
+    assert buffer.park() == 4  # down to three held bodies: b's two oldest and c's
+    held = [(e.tenant_id, e.offset) for q in buffer._queues.values() for e in q if not e.parked]
+    assert held == [("b", 0), ("b", 1), ("c", 6)]
+    assert buffer.to_pause({P0}) == set()  # not paused: c's later records are read
+    assert buffer.outstanding(P0) == 7  # nothing past b's parked records is committed
+
+
+def test_with_parking_a_partition_pauses_at_its_window() -> None:
+    buffer = FairBuffer(ReadAhead(max_buffered=100, partition_buffer=2, partition_window=4))
+    for offset in range(4):
+        buffer.add(P0, offset, "b", offset)
+    buffer.park()
+    assert buffer.to_pause({P0, P1}) == {P0}
+
+
+class _Log:
+    """What the fetch of parked records reads: the records delivered, by place."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[TopicPartition, int], tuple[_Record, bytes]] = {}
+        self.fetched: list[int] = []
+
+    def keep(self, records: list[_Record], bodies: list[bytes]) -> None:
+        for record, body in zip(records, bodies, strict=True):
+            self.records[(TopicPartition(record.topic, record.partition), record.offset)] = (
+                record,
+                body,
+            )
+
+    async def fetch(self, partition: TopicPartition, offset: int) -> tuple[Any, bytes] | None:
+        self.fetched.append(offset)
+        return self.records.get((partition, offset))
+
+
+async def _deliver_keyed(
+    fair: FairConsumer,
+    consumer: _Consumer,
+    calls: list[tuple[str, str, int]],
+    log: _Log | None = None,
+    deadline_s: float = 60,
+) -> None:
+    """One fetch on P0: ``(tenant, key, offset)`` per record."""
+    records = [_Record(TOPIC, 0, offset, key.encode()) for _, key, offset in calls]
+    bodies = [_call(tenant, offset, deadline_s) for tenant, _, offset in calls]
+    if log is not None:
+        log.keep(records, bodies)
+    await fair._on_batch(_Delivery(bodies, records, consumer))
+
+
+@pytest.mark.parametrize("serialize", [True, False], ids=["by-key", "tool-exec"])
+async def test_a_keys_records_do_not_overlap_while_other_keys_run(serialize: bool) -> None:
+    release = asyncio.Event()
+    running: set[int] = set()
+    overlap: list[set[int]] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        running.add(call.data.arguments["n"])
+        overlap.append(set(running))
+        await release.wait()
+        running.discard(call.data.arguments["n"])
+
+    fair, consumer = _fair(
+        handle, concurrency=3, read_ahead=ReadAhead(), tenant_max_local=0,
+        serialize_keys=serialize,
+    )  # fmt: skip
+    await _deliver_keyed(fair, consumer, [("b", "s1", 0), ("b", "s1", 1), ("b", "s2", 2)])
+    await fair.start()
+    try:
+        if serialize:
+            await _poll(lambda: running == {0, 2}, "s1's first call and s2's run")
+            assert fair.state()["running"] == 2  # s1's second waits though a runner is free
+        else:
+            await _poll(lambda: running == {0, 1, 2}, "all three run at once")
+        release.set()
+        await _poll(lambda: consumer.committed_offset(P0) == 3, "all committed")
+    finally:
+        release.set()
+        await fair.stop()
+    if serialize:
+        assert not any({0, 1} <= seen for seen in overlap)
+
+
+async def test_a_quiet_tenant_is_read_past_a_flooders_backlog_in_its_partition() -> None:
+    """B's held calls are more than the partition's read-ahead: parked, not a pause, so
+    C's later call in the same partition is read and runs while B's still run."""
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        if call.tenant_id == "b":
+            await release.wait()
+        ran.append(f"{call.tenant_id}{call.data.arguments['n']}")
+
+    log = _Log()
+    slots = TenantSlots(FakeAsyncRedis(), "unit", cap=1, lease_s=30)
+    fair, consumer = _fair(
+        handle, concurrency=2, slots=slots, serialize_keys=True, fetch=log.fetch,
+        read_ahead=ReadAhead(max_buffered=100, partition_buffer=2, partition_window=50),
+    )  # fmt: skip
+    await fair.start()
+    try:
+        flood = [("b", f"s{n}", n) for n in range(6)]
+        await _deliver_keyed(fair, consumer, flood, log)
+        assert consumer.paused_now == set()  # parked, not paused
+        await _deliver_keyed(fair, consumer, [("c", "c1", 6)], log)
+        await _poll(lambda: ran == ["c6"], "c's call ran while b's are held")
+        await _poll(lambda: fair.state()["running"] == 1, "c's runner is free again")
+        assert await slots.held("b") == 1  # b at its cap of 1
+        assert consumer.committed_offset(P0) == -1  # b's first call still runs
+        release.set()
+        await _poll(lambda: consumer.committed_offset(P0) == 7, "every call ran, committed")
+    finally:
+        release.set()
+        await fair.stop()
+    assert sorted(ran) == sorted(["c6", *(f"b{n}" for n in range(6))])
+    assert log.fetched == [1, 2, 3, 4, 5]  # b's parked calls, read again in order
+
+
+async def test_a_call_waiting_past_its_deadline_is_answered_and_committed() -> None:
+    release = asyncio.Event()
+    ran: list[int] = []
+    overdue: list[tuple[int, float]] = []
+
+    async def handle(call: ToolCallRequested) -> None:
+        if call.data.arguments["n"] == 0:
+            await release.wait()
+        ran.append(call.data.arguments["n"])
+
+    async def answer(call: ToolCallRequested, waited_s: float) -> None:
+        overdue.append((call.data.arguments["n"], waited_s))
+
+    slots = TenantSlots(FakeAsyncRedis(), "unit", cap=1, lease_s=30)
+    fair, consumer = _fair(
+        handle, concurrency=2, slots=slots, read_ahead=ReadAhead(),
+        deadline_of=lambda call: call.data.deadline, overdue=answer,
+    )  # fmt: skip
+    await fair.start()
+    try:
+        await _deliver_keyed(fair, consumer, [("b", "s0", 0)])
+        await _poll(lambda: fair.state()["running"] == 1, "b's first call holds its slot")
+        await _deliver_keyed(fair, consumer, [("b", "s1", 1)], deadline_s=0.3)
+        await _poll(lambda: len(overdue) == 1, "the waiting call was answered")
+        assert overdue[0][0] == 1 and overdue[0][1] > 0
+        assert ran == []  # it never ran, and b's first call still holds the slot
+        assert await slots.held("b") == 1
+        release.set()
+        await _poll(lambda: consumer.committed_offset(P0) == 2, "both committed")
+    finally:
+        release.set()
+        await fair.stop()
+    assert ran == [0]

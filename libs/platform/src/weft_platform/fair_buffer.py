@@ -8,6 +8,21 @@ keeps :class:`PartitionOffsets`: the offset committed for a partition is always 
 after its *unbroken run* of handled records, never past a record still queued or running.
 A crash hands back at most the read-ahead window, which the id-based dedupe absorbs.
 
+Two options serve a topic whose records of one key must not overlap (the sandbox's calls,
+keyed by session, share a workspace):
+
+- **One record of a key at a time.** An entry added with a ``key`` is not taken while an
+  earlier entry of that key runs or waits ahead of it; its tenant's next entry of another
+  key is offered instead, so other keys and tenants go on. A key's records therefore run
+  one after another in offset order.
+- **Parked records.** With :attr:`ReadAhead.partition_window` set, a partition is not
+  paused when it holds ``partition_buffer`` queued records: the newest queued records of
+  the tenant with the most of them are *parked* instead (their bodies dropped, their
+  place, tenant, key and deadline kept) and read again from Kafka when they run. A tenant
+  whose backlog of long calls fills a partition's read-ahead then costs memory for its
+  offsets only, and the records of other tenants behind it are still read. The partition
+  pauses when its records read and not committed past reach ``partition_window``.
+
 The buffer is pure state (no Kafka, no Redis) so its rules are unit-tested directly;
 :class:`~weft_platform.fair_consumer.FairConsumer` drives it from a consumer.
 """
@@ -17,6 +32,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -65,6 +81,17 @@ class Entry:
     generation: int
     holder: str = field(default="")
     """The slot this entry holds while it runs (TenantSlots holder id)."""
+    key: bytes | None = None
+    """Entries of one key run one at a time, in offset order (None: no such rule)."""
+    deadline: datetime | None = None
+    """When the record's work is due at the latest (None: no deadline)."""
+    read_at: float = 0.0
+    """When the record was read (event loop time): what it has waited since."""
+
+    @property
+    def parked(self) -> bool:
+        """The record's body was dropped: it is read again from Kafka before it runs."""
+        return self.item is None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,10 +103,22 @@ class ReadAhead:
     at this many every partition is paused."""
     partition_buffer: int = 64
     """The same for one partition: at this many the partition is paused."""
+    partition_window: int = 0
+    """0: as above. Above 0: ``max_buffered`` and ``partition_buffer`` bound the queued
+    records whose bodies are held (the newest beyond them are parked, read again when
+    they run), and a partition pauses only when its records read and not committed past
+    reach this many."""
 
     def __post_init__(self) -> None:
-        if self.max_buffered < 1 or self.partition_buffer < 1:
+        if self.max_buffered < 1 or self.partition_buffer < 1 or self.partition_window < 0:
             raise ValueError("read-ahead bounds must be at least 1")
+        if 0 < self.partition_window < self.partition_buffer:
+            raise ValueError("partition_window must be at least partition_buffer")
+
+    @property
+    def parks(self) -> bool:
+        """Queued records beyond the bounds are parked rather than the partition paused."""
+        return self.partition_window > 0
 
 
 Admit = Callable[[Entry], Awaitable[bool]]
@@ -94,11 +133,24 @@ class FairBuffer:
         self._queues: OrderedDict[str, deque[Entry]] = OrderedDict()
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._generation: dict[TopicPartition, int] = {}
+        self._busy_keys: dict[bytes, Entry] = {}
+        """The key of each entry taken and not yet done or put back."""
 
-    def add(self, partition: TopicPartition, offset: int, tenant_id: str, item: Any) -> Entry:
+    def add(
+        self,
+        partition: TopicPartition,
+        offset: int,
+        tenant_id: str,
+        item: Any,
+        *,
+        key: bytes | None = None,
+        deadline: datetime | None = None,
+        read_at: float = 0.0,
+    ) -> Entry:
         """Buffer a record read from ``partition``. An offset at or before the last one read
         means the partition is read again from its commit point (a rebalance gave it back,
-        or a seek): what was buffered for it is dropped, since it comes again."""
+        or a seek): what was buffered for it is dropped, since it comes again. ``key``: run
+        after the earlier entries of that key (None: no order of its own)."""
         offsets = self._offsets.get(partition)
         if offsets is not None and offset <= offsets.last_read:
             self.forget(partition)
@@ -112,6 +164,9 @@ class FairBuffer:
             tenant_id=tenant_id,
             item=item,
             generation=self._generation.get(partition, 0),
+            key=key,
+            deadline=deadline,
+            read_at=read_at,
         )
         self._queues.setdefault(tenant_id, deque()).append(entry)
         return entry
@@ -144,21 +199,46 @@ class FairBuffer:
         """The next entry in round-robin order of tenants whose ``admit`` allows it, or
         None when no waiting tenant may start anything now. A served tenant moves to the
         back of the order, so a tenant with one record waits behind at most one record of
-        each other tenant, whatever their backlogs."""
+        each other tenant, whatever their backlogs. A tenant is offered its oldest entry
+        whose key is free (see :meth:`ready`)."""
         for tenant_id in list(self._queues):
             queue = self._queues[tenant_id]
-            if not await admit(queue[0]):
+            index = self._first_ready(queue)
+            if index is None or not await admit(queue[index]):
                 continue
-            entry = queue.popleft()
+            entry = queue[index]
+            del queue[index]
             del self._queues[tenant_id]
             if queue:
                 self._queues[tenant_id] = queue  # to the back of the order
+            if entry.key is not None:
+                self._busy_keys[entry.key] = entry
             return entry
         return None
+
+    def _first_ready(self, queue: deque[Entry]) -> int | None:
+        """The position of the queue's oldest entry whose key is neither running nor held
+        by an older entry of the queue (a key's entries are in one partition, so in offset
+        order here)."""
+        ahead: set[bytes] = set()
+        for index, entry in enumerate(queue):
+            if entry.key is None:
+                return index
+            if entry.key not in self._busy_keys and entry.key not in ahead:
+                return index
+            ahead.add(entry.key)
+        return None
+
+    def ready(self, tenant_id: str) -> Entry | None:
+        """The entry :meth:`take` would offer for ``tenant_id`` now (None: nothing)."""
+        queue = self._queues.get(tenant_id)
+        index = None if queue is None else self._first_ready(queue)
+        return None if queue is None or index is None else queue[index]
 
     def put_back(self, entry: Entry) -> None:
         """Queue an entry again at the head of its tenant's queue (it could not be
         handled durably: it must run again, and nothing after it is committed meanwhile)."""
+        self._free_key(entry)
         if entry.generation != self._generation.get(entry.partition, 0):
             return  # its partition was dropped: it is read again from Kafka
         queue = self._queues.get(entry.tenant_id)
@@ -167,8 +247,17 @@ class FairBuffer:
         else:
             queue.appendleft(entry)
 
+    def release(self, entry: Entry) -> None:
+        """The entry no longer runs, handled or not (a cancelled run): its key is free."""
+        self._free_key(entry)
+
+    def _free_key(self, entry: Entry) -> None:
+        if entry.key is not None and self._busy_keys.get(entry.key) is entry:
+            del self._busy_keys[entry.key]
+
     def done(self, entry: Entry) -> int | None:
         """Mark ``entry`` handled; its partition's new commit offset, if any."""
+        self._free_key(entry)
         if entry.generation != self._generation.get(entry.partition, 0):
             return None
         offsets = self._offsets.get(entry.partition)
@@ -177,6 +266,10 @@ class FairBuffer:
     def waiting(self) -> int:
         """Entries queued (not running)."""
         return sum(len(q) for q in self._queues.values())
+
+    def parked_count(self) -> int:
+        """Queued entries whose bodies were dropped."""
+        return sum(1 for q in self._queues.values() for e in q if e.parked)
 
     def tenants(self) -> list[str]:
         """Tenants with queued entries, in the order they will be offered a runner."""
@@ -194,10 +287,55 @@ class FairBuffer:
 
     def to_pause(self, assigned: Iterable[TopicPartition]) -> set[TopicPartition]:
         """The partitions that must not be fetched now: those at their own bound, or all
-        of them while the consumer's whole read-ahead is at its bound."""
+        of them while the consumer's whole read-ahead is at its bound. With parking, held
+        bodies are bounded by :meth:`park`, and a partition pauses at its window only."""
         assigned = set(assigned)
+        bounds = self.read_ahead
+        if bounds.parks:  # the bodies are bounded by parking: the windows are what is left
+            return {p for p in assigned if self.outstanding(p) >= bounds.partition_window}
         total = sum(o.outstanding for o in self._offsets.values())
-        if total >= self.read_ahead.max_buffered:
+        if total >= bounds.max_buffered:
             return assigned
-        limit = self.read_ahead.partition_buffer
+        limit = bounds.partition_buffer
         return {p for p in assigned if self.outstanding(p) >= limit}
+
+    def _held(self) -> dict[TopicPartition, int]:
+        """Queued entries whose bodies are held, per partition."""
+        held: dict[TopicPartition, int] = {}
+        for queue in self._queues.values():
+            for entry in queue:
+                if not entry.parked:
+                    held[entry.partition] = held.get(entry.partition, 0) + 1
+        return held
+
+    def park(self) -> int:
+        """With parking on, drop the bodies of queued entries past the bounds (at most
+        ``partition_buffer`` held per partition and ``max_buffered`` in all): each time
+        the newest held entry of the tenant holding the most, so a flooding tenant's
+        backlog goes first and a tenant with one record keeps it. The entries parked."""
+        if not self.read_ahead.parks:
+            return 0
+        parked = 0
+        held = self._held()
+        for partition, count in held.items():
+            while count > self.read_ahead.partition_buffer and self._park_one(partition):
+                count -= 1
+                parked += 1
+        total = sum(self._held().values())
+        while total > self.read_ahead.max_buffered and self._park_one(None):
+            total -= 1
+            parked += 1
+        return parked
+
+    def _park_one(self, partition: TopicPartition | None) -> bool:
+        """Park the newest held entry (of ``partition``, or any) of the tenant holding the
+        most such entries; False when none is held."""
+        best: list[Entry] = []
+        for queue in self._queues.values():
+            mine = [e for e in queue if not e.parked and partition in (None, e.partition)]
+            if len(mine) > len(best):
+                best = mine
+        if not best:
+            return False
+        best[-1].item = None
+        return True

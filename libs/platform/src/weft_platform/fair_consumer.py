@@ -26,13 +26,25 @@ dedupe, retries and dead letters):
   growing pause), not skipped;
 - a revoked partition's queued records are dropped (its new owner reads them from the
   commit point); a partition read again from an older offset starts over.
+
+Options for a topic like ``sandbox.calls`` (docs/fairness.md, "Sandbox calls"):
+
+- ``serialize_keys``: records of one Kafka key (the session) run one at a time, in offset
+  order (:class:`~weft_platform.fair_buffer.FairBuffer`); other keys and tenants go on.
+- ``ReadAhead.partition_window``: a tenant's backlog past the read-ahead is parked, not
+  a reason to pause the partition; a parked record is read again (:class:`RecordFetcher`)
+  when it runs.
+- ``deadline_of`` and ``overdue``: a record still waiting when its deadline passes (its
+  tenant at its cap, or its key busy) is handed to ``overdue`` with how long it waited,
+  without a slot, so that it ends in an answer at its deadline and is committed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -56,6 +68,7 @@ from weft_platform.bus import (
     _wanted,
 )
 from weft_platform.fair_buffer import Entry, FairBuffer, ReadAhead
+from weft_platform.record_fetch import Fetch, RecordFetcher
 from weft_platform.tasks import cancel_and_wait
 from weft_platform.tenant_slots import TenantSlots
 
@@ -63,7 +76,10 @@ log = structlog.get_logger(__name__)
 
 IDLE_POLL_S = 0.2
 """How often runners look again when every waiting tenant is at its cap: another
-replica's slot coming free wakes nobody here."""
+replica's slot coming free wakes nobody here (and a waiting record's deadline passes)."""
+
+Overdue = Callable[[Any, float], Awaitable[None]]
+"""Answers a decoded record whose deadline passed while it waited (seconds waited)."""
 
 
 class _Wakeup:
@@ -130,7 +146,16 @@ class FairConsumer:
         holder_prefix: str,
         tenant_max_local: int | None = None,
         types: Collection[str] | None = None,
+        serialize_keys: bool = False,
+        deadline_of: Callable[[Any], datetime | None] | None = None,
+        overdue: Overdue | None = None,
+        fetch: Fetch | None = None,
     ):
+        """``serialize_keys``, ``deadline_of`` with ``overdue``, and ``fetch`` (how a
+        parked record is read again; default: a :class:`RecordFetcher` on the bus's
+        broker) are the options of the module docstring."""
+        if (deadline_of is None) != (overdue is None):
+            raise ValueError("deadline_of and overdue go together")
         self._bus = bus
         self._topic = topic
         self._group = group_id
@@ -140,6 +165,14 @@ class FairConsumer:
         self._local_cap = _local_cap(concurrency, tenant_max_local)
         self.buffer = FairBuffer(read_ahead)
         self._prefix = holder_prefix
+        self._serialize_keys = serialize_keys
+        self._deadline_of = deadline_of
+        self._overdue = overdue
+        self._fetcher: RecordFetcher | None = None
+        if fetch is None and read_ahead.parks:
+            self._fetcher = RecordFetcher(bus._settings)
+            fetch = self._fetcher.fetch
+        self._fetch = fetch
         self._wanted = None if types is None else frozenset(types)
         self._adapter: TypeAdapter[Any] = TypeAdapter(TOPIC_MODELS[topic])
         self._commits = _Commits(group_id, bus._settings.commit_interval_ms / 1000)
@@ -192,6 +225,8 @@ class FairConsumer:
         for entry in list(self._running.values()):
             await self._release(entry)
         self._running.clear()
+        if self._fetcher is not None:
+            await self._fetcher.stop()
 
     def state(self) -> dict[str, Any]:
         """What the consumer holds now (operators' view)."""
@@ -199,6 +234,7 @@ class FairConsumer:
             "waiting": self.buffer.waiting(),
             "running": len(self._running),
             "tenants_waiting": len(self.buffer.tenants()),
+            "parked": self.buffer.parked_count(),
             "paused_partitions": sorted(p.partition for p in self._paused),
         }
 
@@ -226,7 +262,14 @@ class FairConsumer:
                 await self._commit(partition, self.buffer.skip(partition, record.offset))
             else:
                 item = (decoded, record, body)
-                self.buffer.add(partition, record.offset, decoded.tenant_id, item)
+                self.buffer.add(
+                    partition, record.offset, decoded.tenant_id, item,
+                    key=record.key if self._serialize_keys else None,
+                    deadline=None if self._deadline_of is None else self._deadline_of(decoded),
+                    read_at=asyncio.get_running_loop().time(),
+                )  # fmt: skip
+        if parked := self.buffer.park():
+            log.info("records_parked", group=self._group, parked=parked)
         self._sync_pauses()
         self._changed.set()
 
@@ -295,6 +338,10 @@ class FairConsumer:
         return None
 
     async def _try_slot(self, entry: Entry) -> bool:
+        if self._is_overdue(entry):
+            # Answered, not run: it takes a runner for a moment but no slot of its tenant.
+            entry.holder = f"{self._prefix}:overdue:{uuid.uuid4().hex[:8]}"
+            return True
         here = sum(1 for e in self._running.values() if e.tenant_id == entry.tenant_id)
         if here >= self._local_cap:
             return False  # the replica's last runners stay free for other tenants
@@ -303,6 +350,9 @@ class FairConsumer:
             return False
         entry.holder = holder
         return True
+
+    def _is_overdue(self, entry: Entry) -> bool:
+        return entry.deadline is not None and entry.deadline <= datetime.now(UTC)
 
     def _drop_revoked(self) -> None:
         consumer = self._consumer
@@ -314,10 +364,14 @@ class FairConsumer:
             self.buffer.forget(partition)  # its calls still running no longer commit
 
     async def _run(self, entry: Entry) -> None:
-        decoded, record, body = entry.item
         bus = self._bus
         try:
-            await bus._handle(self._topic, self._group, record, body, decoded, self._handler)
+            if entry.parked and not await self._unpark(entry):
+                await self._commit(entry.partition, self.buffer.done(entry))
+                return
+            decoded, record, body = entry.item
+            handler = self._handler_for(entry)
+            await bus._handle(self._topic, self._group, record, body, decoded, handler)
             await bus._mark(self._group, decoded.id)
         except asyncio.CancelledError:
             raise  # shutdown: not committed, read again by the partition's next owner
@@ -329,6 +383,33 @@ class FairConsumer:
         self._pauses.reset()
         await self._commit(entry.partition, self.buffer.done(entry))
         self._sync_pauses()
+
+    def _handler_for(self, entry: Entry) -> Handler:
+        """The handler, or ``overdue`` for an entry taken past its deadline."""
+        overdue = self._overdue
+        if overdue is None or not entry.holder.startswith(f"{self._prefix}:overdue:"):
+            return self._handler
+        waited = asyncio.get_running_loop().time() - entry.read_at
+
+        async def answer(call: Any) -> None:
+            await overdue(call, waited)
+
+        return answer
+
+    async def _unpark(self, entry: Entry) -> bool:
+        """Read a parked record again; False when it turns out handled already (another
+        replica ran it, or it is gone from the log: nothing is left to run)."""
+        assert self._fetch is not None, "records are parked only with a fetch"
+        fetched = await self._fetch(entry.partition, entry.offset)
+        if fetched is None:
+            log.error("parked_record_gone", group=self._group, offset=entry.offset)
+            return False
+        record, body = fetched
+        decoded = await self._admit(record, body)
+        if decoded is None:
+            return False
+        entry.item = (decoded, record, body)
+        return True
 
     async def _commit(self, partition: TopicPartition, offset: int | None) -> None:
         if offset is not None and self._consumer is not None:

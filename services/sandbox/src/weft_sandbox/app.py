@@ -1,6 +1,6 @@
-"""App factory of the sandbox service: ``sandbox_concurrency`` consumers of
-``sandbox.calls``, the local or Kubernetes backend, checkpoints in PostgreSQL and the idle
-reaper."""
+"""App factory of the sandbox service: a fair consumer of ``sandbox.calls`` with
+``sandbox_concurrency`` runners, the local or Kubernetes backend, checkpoints in PostgreSQL
+and the idle reaper."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 
 import structlog
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import create_async_engine
-from weft_contracts import Topic
+from weft_contracts import ToolCallRequested, Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.fair_buffer import ReadAhead
+from weft_platform.fair_consumer import FairConsumer
 from weft_platform.internal_auth import InternalAuth
-from weft_platform.runtime import create_runtime
+from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.tenant_slots import TenantSlots
 from weft_storage.skills import SkillStore
 from weft_tools.web_snapshots import RedisSnapshotStore
 
@@ -141,9 +145,9 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         runtime.bus, registry, host, runtime.redis,
         worker_name=runtime.instance_id, prefix=settings.topic_prefix,
     )  # fmt: skip
-    # Each consumer of the group owns some partitions and runs one call at a time.
-    for _ in range(settings.sandbox_concurrency):
-        runtime.bus.consume(Topic.SANDBOX_CALLS, CONSUMER_GROUP, worker.handle)
+    calls = fair_calls(runtime, settings, worker)
+    on_startup.append(calls.start)
+    on_shutdown.insert(0, calls.stop)  # the calls end before the workspaces go
     files = SessionFiles(host) if host is not None else None
     return create_service_app(
         runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown,
@@ -152,3 +156,43 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         ],
         internal=InternalAuth(runtime.verifier, "sandbox"),
     )  # fmt: skip
+
+
+def fair_calls(
+    runtime: ServiceRuntime, settings: SandboxSettings, worker: SandboxWorker
+) -> FairConsumer:
+    """The consumer of ``sandbox.calls``, as tool-exec's of ``tool.calls``
+    (docs/fairness.md): ``sandbox_concurrency`` runners taking calls round-robin by tenant,
+    a tenant capped at ``sandbox_tenant_max_inflight`` calls across replicas and
+    ``sandbox_tenant_max_local`` runners here. Besides: a session's calls (the record key)
+    run one at a time in order, a tenant's backlog past the read-ahead is parked rather
+    than holding its partition back, and a call still waiting at its deadline is answered
+    with an error naming the cap."""
+    cap = settings.sandbox_tenant_max_inflight
+    slots = TenantSlots(
+        runtime.redis, f"{settings.topic_prefix}sandbox", cap=cap,
+        lease_s=settings.sandbox_slot_lease_s,
+    )  # fmt: skip
+
+    async def overdue(call: ToolCallRequested, waited_s: float) -> None:
+        await worker.handle_overdue(call, waited_s, cap)
+
+    calls = FairConsumer(
+        runtime.bus, Topic.SANDBOX_CALLS, CONSUMER_GROUP, worker.handle,
+        slots=slots, concurrency=settings.sandbox_concurrency,
+        read_ahead=ReadAhead(
+            max_buffered=settings.sandbox_read_ahead,
+            partition_buffer=settings.sandbox_partition_read_ahead,
+            partition_window=max(
+                settings.sandbox_partition_window, settings.sandbox_partition_read_ahead
+            ),
+        ),
+        holder_prefix=runtime.instance_id, tenant_max_local=settings.sandbox_tenant_max_local,
+        serialize_keys=True, deadline_of=_deadline, overdue=overdue,
+    )  # fmt: skip
+    calls.register()
+    return calls
+
+
+def _deadline(call: ToolCallRequested) -> datetime:
+    return call.data.deadline

@@ -26,7 +26,41 @@ class SandboxSettings(ServiceSettings):
         description="Where local workspaces live; empty: $WEFT_HOME/sandbox/<instance id>.",
     )
     sandbox_concurrency: int = Field(
-        default=4, ge=1, le=64, description="Calls one replica runs at once (its consumers)."
+        default=4, ge=1, le=64, description="Calls one replica runs at once (its runner tasks)."
+    )
+    # Fair shares of the sandbox between tenants (docs/fairness.md, "Sandbox calls"): named
+    # as tool-exec's WEFT_TOOL_* settings.
+    sandbox_tenant_max_inflight: int = Field(
+        default=3,
+        ge=1,
+        description="Sandbox calls one tenant runs at once across every replica (Redis leases).",
+    )
+    sandbox_tenant_max_local: int | None = Field(
+        default=None,
+        ge=0,
+        description="Runners of one replica a single tenant may hold at once; unset: all but "
+        "one (sandbox_concurrency - 1, at least 1); 0: no limit per replica.",
+    )
+    sandbox_slot_lease_s: float = Field(
+        default=30.0,
+        gt=1,
+        description="A tenant slot's lease, renewed while its call runs: a killed "
+        "replica's slots come back after at most this long.",
+    )
+    sandbox_read_ahead: int = Field(
+        default=256,
+        ge=1,
+        description="Calls whose bodies a replica holds read ahead of its commit points "
+        "(all partitions); past it the newest of the biggest backlog are parked.",
+    )
+    sandbox_partition_read_ahead: int = Field(
+        default=64, ge=1, description="The same bound for one partition."
+    )
+    sandbox_partition_window: int = Field(
+        default=4096,
+        ge=1,
+        description="Calls of one partition read and not committed past, parked ones "
+        "included; at this many the partition pauses.",
     )
     sandbox_workspace_bytes: int = Field(
         default=256 * MIB, ge=MIB, description="Size cap of one session's workspace."

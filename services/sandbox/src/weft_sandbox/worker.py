@@ -54,6 +54,12 @@ BUSY = (
     "held it); retry"
 )
 
+CAPPED = (
+    "{tool}: waited {waited:.0f}s behind this tenant's cap of {cap} concurrent sandbox calls "
+    "(its other calls held every slot); deadline passed, so it was not run. Run fewer long "
+    "commands at once, or shorter ones."
+)
+
 ALREADY_REPORTED = ToolOutcome(success=False, error="already reported")
 """A redelivered write call whose result is published: nothing to do (compared by
 identity, never published)."""
@@ -221,6 +227,13 @@ class SandboxWorker:
         except WorkspaceBusy:
             return ToolOutcome(success=False, error=BUSY.format(tool=name))
         return outcome
+
+    async def handle_overdue(self, call: ToolCallRequested, waited_s: float, cap: int) -> None:
+        """Answer a call whose deadline passed while it waited for a runner (its tenant at
+        its cap of ``cap`` calls, or its session's earlier call still running)."""
+        error = CAPPED.format(tool=call.data.tool_name[:SHOWN_NAME_CHARS], waited=waited_s, cap=cap)
+        log.info("sandbox_call_overdue", call_id=call.data.call_id, waited_s=round(waited_s, 1))
+        await self._publish(call, ToolOutcome(success=False, error=error), time.monotonic())
 
     def _claim_key(self, call: ToolCallRequested) -> str:
         return f"weft:{self._prefix}sandboxcall:{call.scoped_call_id()}"
