@@ -82,12 +82,12 @@ async def test_proc_in_the_jail_shows_no_host_path_and_no_host_process(
     assert look["success"], look
     seen = look["output"]
     assert re.search(r"^\d+ \d+ \S+ \S+ /workspace rw", seen, re.M), seen  # mountinfo
-    assert "bwrap --args" in seen, seen  # bubblewrap is the jail's pid 1
     # Neither the workspace's host folder nor any part of the path that leads to it.
     for leak in (str(host_ws), host_ws.parent.name, str(host_ws.parents[1]),
                  os.environ["WEFT_HOME"]):  # fmt: skip
         assert leak not in seen, (leak, seen)
     assert marker not in seen, seen
+    assert "bwrap --args" in seen, seen  # bubblewrap is the jail's pid 1
     pids = [int(n) for n in seen.rsplit("--- ls", 1)[1].split("--- mountinfo")[0].split()
             if n.isdigit()]  # fmt: skip
     # bubblewrap (1), the command's sh and the few commands it runs: nothing of the host's.
