@@ -19,11 +19,18 @@ from weft_testkit import LocalStack, StackConfig
 REPO = Path(__file__).resolve().parents[1]
 
 
+SANDBOX_TENANT_BYTES = 8 * 1024 * 1024
+"""The stack's sandbox holds each tenant's live workspaces to 8 MiB in all: the tests write
+kilobytes, and tests/security/test_sandbox_workspace_caps.py fills the cap with tenants of
+its own (small, so it stays quick; a restart with other settings would cost ~20 s)."""
+
+
 @pytest.fixture(scope="session")
 def stack(infra: dict[str, str]) -> Iterator[LocalStack]:
     """Seven services + the scripted LLM test double, isolated by a topic prefix."""
     home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
-    with LocalStack(StackConfig(log_dir=home / "logs" / "e2e")) as running:
+    caps = {"WEFT_SANDBOX_TENANT_BYTES": str(SANDBOX_TENANT_BYTES)}
+    with LocalStack(StackConfig(log_dir=home / "logs" / "e2e", extra_env=caps)) as running:
         yield running
 
 
