@@ -1,16 +1,19 @@
 """The workspace ledger in the real Redis (docs/sandbox.md, "Bounded workspaces"): each
 replica sees the bytes the other live replicas hold for a tenant; a replica that stops
-beating stops counting (its field is dropped), one that shuts down withdraws at once,
-and every key expires unless renewed."""
+beating stops counting (its field is dropped), one that shuts down withdraws at once, and
+every key expires unless renewed. Then two in-process replicas of one deployment (real
+bubblewrap, PostgreSQL checkpoints) held to one tenant cap together."""
 
 from __future__ import annotations
 
 import secrets
 
+import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_sandbox.session_files import FileRefused, SessionFiles
 from weft_sandbox.settings import MIB
-from weft_sandbox.workspace_budget import RedisLedger
+from weft_sandbox.workspace_budget import RedisLedger, WorkspaceFull
 
 from tests.integration.sandbox_kit import open_sandbox
 
@@ -76,3 +79,35 @@ async def test_the_tenant_cap_counts_what_other_replicas_hold(
         # Another tenant on the same replica is not held to the first one's bytes.
         other = await second.call("shell_exec", session="s3", tenant="tenant-x", command=fill)
         assert other.success, other
+
+
+async def test_a_workspace_that_would_pass_the_cap_is_not_opened(
+    sessions: async_sessionmaker[AsyncSession], redis: Redis
+) -> None:
+    """A session restored on a replica with nothing idle to release: the call is refused
+    with the cap named, a listing or download is refused (the files API answers 409), and
+    an upload that would pass the cap is refused (413)."""
+    fill = f"head -c {3 * MIB} /dev/urandom > big && echo wrote"
+    prefix = f"t{secrets.token_hex(4)}."
+    async with (
+        open_sandbox(sessions, redis, tenant_bytes=8 * MIB, prefix=prefix) as first,
+        open_sandbox(sessions, redis, tenant_bytes=8 * MIB, prefix=prefix,
+                     tenant=first.tenant) as second,
+    ):  # fmt: skip
+        assert (await second.call("shell_exec", session="s3", command=fill)).success
+        assert second.host.reap(0) == 1  # idle: dropped, its checkpoint stays
+        assert second.host.budget is not None
+        await second.host.budget.ledger.heartbeat(second.pool.tenants())
+        for session in ("s1", "s2"):
+            assert (await first.call("shell_exec", session=session, command=fill)).success
+        refused = await second.call("shell_exec", session="s3", command="ls")
+        error = refused.error or ""
+        assert not refused.success and "no room to open" in error, refused
+        assert "WEFT_SANDBOX_TENANT_BYTES" in error and second.pool.held() == 0, refused
+        files = SessionFiles(second.host)
+        with pytest.raises(WorkspaceFull):
+            await files.list(second.tenant, "s3", "output")
+        with pytest.raises(FileRefused) as upload:
+            await files.upload(second.tenant, "s4", "big.csv", b"x" * (3 * MIB))
+        assert upload.value.status == 413 and "WEFT_SANDBOX_TENANT_BYTES" in upload.value.reason
+        assert second.pool.held() == 0
