@@ -87,6 +87,7 @@ async def test_proc_in_the_jail_shows_no_host_path_and_no_host_process(
                  os.environ["WEFT_HOME"]):  # fmt: skip
         assert leak not in seen, (leak, seen)
     assert marker not in seen, seen
+    assert "weft-bwrap-args" not in seen, seen  # bubblewrap's options are not left open
     assert "bwrap --args" in seen, seen  # bubblewrap is the jail's pid 1
     pids = [int(n) for n in seen.rsplit("--- ls", 1)[1].split("--- mountinfo")[0].split()
             if n.isdigit()]  # fmt: skip

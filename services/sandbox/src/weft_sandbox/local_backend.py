@@ -1,7 +1,9 @@
 """The local backend: each command in its own bubblewrap sandbox (SPEC S-01, S-05).
 
 bubblewrap isolates (no network, only the session's workspace writable, its own PID
-namespace, no host files but ``/usr`` and a few of ``/etc``); it limits nothing. Limits:
+namespace and ``/proc``, no host files but ``/usr`` and a few of ``/etc``; its options,
+which name host paths, come through a descriptor, so its argv in ``/proc`` names none); it
+limits nothing. Limits:
 
 - ``prlimit``: CPU seconds, address space, largest file, open files (per process);
 - processes: a cgroup of its own per command (``pids.max``) when the service may create
@@ -265,7 +267,9 @@ class LocalBackend:
 def _args_file(options: list[str]) -> int:
     """An anonymous in-memory file holding ``options`` NUL-separated, read from its start
     (written whole before the command starts: a pipe would block past its buffer)."""
-    fd = os.memfd_create("weft-bwrap-args", 0)  # no MFD_CLOEXEC: the command inherits it
+    # Close-on-exec here; ``pass_fds`` hands it to bubblewrap alone, which closes it once
+    # read, so the command never holds it (it could seek back and read the host paths).
+    fd = os.memfd_create("weft-bwrap-args")
     try:
         data = memoryview(b"".join(os.fsencode(option) + b"\0" for option in options))
         while data:
