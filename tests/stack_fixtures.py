@@ -27,14 +27,18 @@ SANDBOX_SHARES_ENV = {
 """The stack's sandbox: three runners (a tenant holds two at most) and a read-ahead of two
 calls per partition, small enough that tests/security/test_sandbox_fairness.py floods them
 with a few calls (docs/fairness.md, "Sandbox calls")."""
+SANDBOX_TENANT_BYTES = 8 * 1024 * 1024
+"""The stack's sandbox holds each tenant's live workspaces to 8 MiB in all: the tests write
+kilobytes, and tests/security/test_sandbox_workspace_caps.py fills the cap with tenants of
+its own (small, so it stays quick; a restart with other settings would cost ~20 s)."""
 
 
 @pytest.fixture(scope="session")
 def stack(infra: dict[str, str]) -> Iterator[LocalStack]:
     """Seven services + the scripted LLM test double, isolated by a topic prefix."""
     home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
-    config = StackConfig(log_dir=home / "logs" / "e2e", extra_env=SANDBOX_SHARES_ENV)
-    with LocalStack(config) as running:
+    env = {**SANDBOX_SHARES_ENV, "WEFT_SANDBOX_TENANT_BYTES": str(SANDBOX_TENANT_BYTES)}
+    with LocalStack(StackConfig(log_dir=home / "logs" / "e2e", extra_env=env)) as running:
         yield running
 
 

@@ -32,6 +32,7 @@ from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
+from weft_sandbox.workspace_budget import RedisLedger, WorkspaceBudget
 from weft_storage.skills import SkillStore
 from weft_tools.sandbox_specs import SANDBOX_SPECS
 from weft_tools.web_snapshots import MemorySnapshotStore
@@ -121,8 +122,12 @@ async def open_sandbox(
     tenant: str | None = None,
     session: str | None = None,
     lock_wait_s: float = 30.0,
+    tenant_bytes: int | None = None,
+    prefix: str | None = None,
 ) -> AsyncIterator[Sandbox]:
-    """A sandbox replica of its own (own root, own cgroup parent) on the shared stores."""
+    """A sandbox replica of its own (own root, own cgroup parent) on the shared stores;
+    with ``tenant_bytes``, its workspaces are under that tenant cap, counted in Redis under
+    ``prefix`` (replicas of one deployment share it)."""
     settings = SandboxSettings(
         sandbox_workspace_bytes=WORKSPACE_BYTES, sandbox_memory_bytes=256 * MIB,
         sandbox_pids=32, sandbox_cpu_seconds=20, sandbox_kill_grace_s=1.0,
@@ -136,9 +141,15 @@ async def open_sandbox(
     backend.start()
     pool.start()
     engine = sessions.kw["bind"]  # the session locks of every replica share a database
+    budget = None
+    if tenant_bytes is not None:
+        ledger = RedisLedger(redis, prefix=prefix or f"{instance}.", replica=instance)
+        budget = WorkspaceBudget(
+            pool, ledger, tenant_bytes=tenant_bytes, replica_bytes=64 * tenant_bytes
+        )
     host = SandboxHost(
         pool, GitCheckpoints(CheckpointStore(sessions)), SessionLock(engine),
-        lock_wait_s=lock_wait_s,
+        lock_wait_s=lock_wait_s, budget=budget,
     )  # fmt: skip
     skills = SkillLibrary(SkillStore(sessions), root.parent / f"{root.name}-skills")
     skills.start()
@@ -155,6 +166,8 @@ async def open_sandbox(
             session or f"session-{secrets.token_hex(4)}", skills,
         )  # fmt: skip
     finally:
+        if budget is not None:
+            await budget.stop()
         pool.close()
         backend.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -37,6 +37,7 @@ from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
+from weft_sandbox.workspace_budget import RedisLedger, WorkspaceBudget
 
 __all__ = ["CONSUMER_GROUP", "IdleReaper", "SandboxSettings", "create_app"]
 
@@ -101,9 +102,15 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             settings.database_url, pool_size=settings.sandbox_concurrency + 2,
             max_overflow=8, pool_pre_ping=True,
         )  # fmt: skip
+        budget = WorkspaceBudget(
+            pool,
+            RedisLedger(runtime.redis, prefix=settings.topic_prefix, replica=runtime.instance_id),
+            tenant_bytes=settings.sandbox_tenant_bytes,
+            replica_bytes=settings.sandbox_replica_bytes,
+        )
         host = SandboxHost(
             pool, GitCheckpoints(CheckpointStore(runtime.sessions)), SessionLock(locks_db),
-            lock_wait_s=settings.sandbox_files_wait_s,
+            lock_wait_s=settings.sandbox_files_wait_s, budget=budget,
         )  # fmt: skip
         reaper = IdleReaper(host, settings.sandbox_idle_ttl_s, settings.sandbox_reap_interval_s)
         skills = SkillLibrary(SkillStore(runtime.sessions), root.parent / f"{root.name}-skills")
@@ -127,10 +134,12 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             await start_backend()
             pool.start()
             library.start()
+            await budget.start()
             await reaper.start()
 
         async def stop_sandbox() -> None:
             await reaper.stop()
+            await budget.stop()
             pool.close()
             library.stop()
             await stop_backend()

@@ -20,6 +20,7 @@ from weft_storage.session_owner import owns_session
 
 from weft_sandbox.session_files import FileRefused, SessionFiles
 from weft_sandbox.session_lock import WorkspaceBusy
+from weft_sandbox.workspace_budget import WorkspaceFull
 
 SessionId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 Caller = Annotated[str, Query(min_length=1, max_length=128)]
@@ -108,6 +109,8 @@ class _answered:
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, FileRefused):
             raise HTTPException(exc.status, exc.reason) from None
+        if isinstance(exc, WorkspaceFull):
+            raise HTTPException(409, f"the session's workspace cannot be opened: {exc}") from None
         if isinstance(exc, WorkspaceBusy):
             raise HTTPException(
                 409, "the session's workspace is busy with a tool call; retry", {"Retry-After": "5"}

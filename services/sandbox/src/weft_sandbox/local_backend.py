@@ -1,7 +1,9 @@
 """The local backend: each command in its own bubblewrap sandbox (SPEC S-01, S-05).
 
 bubblewrap isolates (no network, only the session's workspace writable, its own PID
-namespace, no host files but ``/usr`` and a few of ``/etc``); it limits nothing. Limits:
+namespace and ``/proc``, no host files but ``/usr`` and a few of ``/etc``; its options,
+which name host paths, come through a descriptor, so its argv in ``/proc`` names none); it
+limits nothing. Limits:
 
 - ``prlimit``: CPU seconds, address space, largest file, open files (per process);
 - processes: a cgroup of its own per command (``pids.max``) when the service may create
@@ -128,16 +130,20 @@ class LocalBackend:
         """Run ``command`` in ``space`` under every limit; never raises for what the
         command does, only when the sandbox itself cannot start."""
         cgroup = self._cgroup(space)
-        argv = self._argv(space, command, cgroup)
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-        )
+        args_fd = _args_file(self._bwrap_options(space, command))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._argv(space, command, cgroup, args_fd),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+                pass_fds=(args_fd,),
+            )
+        finally:
+            os.close(args_fd)  # bubblewrap has its own copy (and closes it once read)
         assert proc.stdin and proc.stdout and proc.stderr
         readers = asyncio.gather(
             _capped(proc.stdout, command.stdout_cap), _capped(proc.stderr, command.stderr_cap)
@@ -167,7 +173,9 @@ class LocalBackend:
             duration_ms=int((time.monotonic() - started) * 1000),
         )
 
-    def _argv(self, space: Workspace, command: Command, cgroup: Path | None) -> list[str]:
+    def _argv(
+        self, space: Workspace, command: Command, cgroup: Path | None, args_fd: int
+    ) -> list[str]:
         s = self._settings
         limits = [
             f"--cpu={s.sandbox_cpu_seconds}",
@@ -182,13 +190,17 @@ class LocalBackend:
         if os.geteuid() == 0:
             argv += ["setpriv", f"--reuid={space.uid}", f"--regid={space.gid}", "--clear-groups",
                      "--inh-caps=-all", "--"]  # fmt: skip
-        argv += self._bwrap(space, command)
+        # Only the command itself on bubblewrap's command line: its options (the host
+        # paths of the workspace and the mounts) come from ``args_fd``, so /proc/1/cmdline
+        # inside the sandbox (bubblewrap is its pid 1) names no host path.
+        argv += ["bwrap", "--args", str(args_fd), "--", "/bin/sh", "-c", command.command]
         if cgroup is not None:  # join the cgroup first, then become the command
             argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *argv]
         return argv
 
-    def _bwrap(self, space: Workspace, command: Command) -> list[str]:
-        argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    def _bwrap_options(self, space: Workspace, command: Command) -> list[str]:
+        """bubblewrap's options, read from a file descriptor (``--args``)."""
+        argv = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
         if self._settings.sandbox_network:
             argv.append("--share-net")
         argv += ["--ro-bind", "/usr", "/usr"]
@@ -206,7 +218,7 @@ class LocalBackend:
                "TMPDIR": "/tmp", **(command.env or {})}  # fmt: skip
         for name, value in env.items():
             argv += ["--setenv", name, value]
-        return [*argv, "--", "/bin/sh", "-c", command.command]
+        return argv
 
     def _cgroup(self, space: Workspace) -> Path | None:
         if self.pid_limit != "cgroup":
@@ -250,6 +262,23 @@ class LocalBackend:
             except OSError:
                 time.sleep(0.01)  # the kernel reaps the killed processes first
         log.warning("sandbox_cgroup_left", group=str(cgroup))
+
+
+def _args_file(options: list[str]) -> int:
+    """An anonymous in-memory file holding ``options`` NUL-separated, read from its start
+    (written whole before the command starts: a pipe would block past its buffer)."""
+    # Close-on-exec here; ``pass_fds`` hands it to bubblewrap alone, which closes it once
+    # read, so the command never holds it (it could seek back and read the host paths).
+    fd = os.memfd_create("weft-bwrap-args")
+    try:
+        data = memoryview(b"".join(os.fsencode(option) + b"\0" for option in options))
+        while data:
+            data = data[os.write(fd, data) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def check_env(env: dict[str, str]) -> str | None:

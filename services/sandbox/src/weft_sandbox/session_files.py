@@ -84,6 +84,8 @@ class SessionFiles:
             if self._host.pool.over_cap(space) is not None:
                 target.unlink(missing_ok=True)
                 raise FileRefused(413, _full(self._host, len(data)))
+            if (over := await self._host.keep_within_caps(space)) is not None:
+                raise FileRefused(413, f"no room for {len(data)} bytes: {over.reason()}")
             done = await self._host.checkpoints.commit(
                 space, request_id=UPLOAD_REQUEST, call_id=f"upload-{secrets.token_hex(8)}"
             )

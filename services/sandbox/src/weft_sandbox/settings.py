@@ -65,6 +65,18 @@ class SandboxSettings(ServiceSettings):
     sandbox_workspace_bytes: int = Field(
         default=256 * MIB, ge=MIB, description="Size cap of one session's workspace."
     )
+    sandbox_tenant_bytes: int = Field(
+        default=2048 * MIB,
+        ge=MIB,
+        description="What one tenant's live workspaces may hold in all, across replicas "
+        "(idle ones are evicted first, least recently used; then a call is refused).",
+    )
+    sandbox_replica_bytes: int = Field(
+        default=8192 * MIB,
+        ge=MIB,
+        description="What the live workspaces of one replica may hold in all (tmpfs: host "
+        "memory; size it against the host's RAM).",
+    )
     sandbox_cpu_seconds: int = Field(default=300, ge=1, description="RLIMIT_CPU per command.")
     sandbox_memory_bytes: int = Field(
         default=1024 * MIB, ge=16 * MIB, description="RLIMIT_AS per process of a command."

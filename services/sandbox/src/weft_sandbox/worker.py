@@ -33,6 +33,7 @@ from weft_tools.sandbox_specs import SCRIPT_TOOLS
 from weft_sandbox.checkpoints import GitCheckpoints
 from weft_sandbox.session_lock import SessionLock, WorkspaceBusy
 from weft_sandbox.workspace import Workspace, WorkspacePool, workspace_key
+from weft_sandbox.workspace_budget import OverCap, WorkspaceBudget, WorkspaceFull
 
 log = structlog.get_logger(__name__)
 
@@ -75,10 +76,13 @@ class SandboxHost:
         session_lock: SessionLock | None = None,
         *,
         lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+        budget: WorkspaceBudget | None = None,
     ):
         """``session_lock``: the lock across replicas that a change takes (None: this
-        replica is the only one, as in tests of one host)."""
+        replica is the only one, as in tests of one host). ``budget``: the caps on the
+        bytes of a tenant's and of this replica's workspaces (None: no caps)."""
         self.pool = pool
+        self.budget = budget
         self.checkpoints = checkpoints
         self._session_lock = session_lock
         self.lock_wait_s = lock_wait_s
@@ -114,11 +118,25 @@ class SandboxHost:
                     space = self.pool.create(tenant_id, session_id)
                     space.lock = lock
                     await self.checkpoints.restore(space)
+                    if (over := await self.keep_within_caps(space)) is not None:
+                        raise WorkspaceFull(over)
                 space.touch()
                 yield space
                 space.touch()
         finally:
             lock.release()
+
+    async def keep_within_caps(self, space: Workspace) -> OverCap | None:
+        """Measure ``space`` and make room for it under the caps (evicting idle
+        workspaces); when none can be made, drop its local copy (its newest checkpoint
+        stays, so a change since is undone) and return the cap it passed."""
+        if self.budget is None:
+            return None
+        over = await self.budget.fit(space, self._drop)
+        if over is not None:
+            self.pool.drop(space)  # the lock stays: its holder is still running
+            await self.budget.publish(space.tenant_id)
+        return over
 
     def held(self, tenant_id: str, session_id: str) -> Workspace:
         """The workspace :meth:`hold` is holding for the current call."""
@@ -226,6 +244,9 @@ class SandboxWorker:
                     outcome = await self._after_write(space, call, outcome)
         except WorkspaceBusy:
             return ToolOutcome(success=False, error=BUSY.format(tool=name))
+        except WorkspaceFull as full:
+            error = f"{name}: no room to open this session's workspace: {full}"
+            return ToolOutcome(success=False, error=error)
         return outcome
 
     async def handle_overdue(self, call: ToolCallRequested, waited_s: float, cap: int) -> None:
@@ -262,7 +283,8 @@ class SandboxWorker:
     async def _after_write(
         self, space: Workspace, call: ToolCallRequested, outcome: ToolOutcome
     ) -> ToolOutcome:
-        """Keep the size cap where no tmpfs keeps it, then checkpoint."""
+        """Keep the size cap where no tmpfs keeps it and the tenant's and replica's caps,
+        then checkpoint."""
         assert self._host is not None
         used = self._host.pool.over_cap(space)
         if used is not None:
@@ -272,6 +294,9 @@ class SandboxWorker:
                 f"{call.data.tool_name}: the workspace grew to {used} bytes, over its "
                 f"{cap}-byte cap; this call's changes were undone"
             )
+            return ToolOutcome(success=False, error=error)
+        if (over := await self._host.keep_within_caps(space)) is not None:
+            error = f"{call.data.tool_name}: {over.reason()}; this call's changes were undone"
             return ToolOutcome(success=False, error=error)
         done = await self._host.checkpoints.commit(
             space, request_id=call.request_id, call_id=call.data.call_id

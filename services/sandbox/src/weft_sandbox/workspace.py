@@ -58,6 +58,8 @@ class Workspace:
     checkpoint_seq: int = 0
     """The checkpoint this copy matches (0: none yet)."""
     last_used: float = field(default_factory=time.monotonic)
+    bytes_used: int = 0
+    """What its files held when last measured (after each change): the budget counts it."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Serialises the session's calls on this replica (T-16: append/edit per path)."""
 
@@ -178,10 +180,42 @@ class WorkspacePool:
         """The workspace's size when over the cap (``checked`` quota only), else None."""
         if self.quota == "tmpfs":
             return None
-        used = sum(
-            (Path(d) / f).lstat().st_size for d, _, files in os.walk(space.work) for f in files
-        )
+        used = _tree_bytes(space.work)
         return used if used > self.size_bytes else None
+
+    def measure(self, space: Workspace) -> int:
+        """Measure what the workspace's files hold now (kept as ``bytes_used``): a tmpfs's
+        used pages (its memory), else the sizes of the files under it."""
+        if self.quota == "tmpfs" and os.path.ismount(space.work):
+            stat = os.statvfs(space.work)
+            space.bytes_used = (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+        else:
+            space.bytes_used = _tree_bytes(space.work)
+        return space.bytes_used
+
+    def held(self, tenant_id: str | None = None) -> int:
+        """Bytes held by the workspaces of ``tenant_id`` (None: all) on this replica."""
+        return sum(
+            s.bytes_used for s in self._spaces.values()
+            if tenant_id is None or s.tenant_id == tenant_id
+        )  # fmt: skip
+
+    def tenants(self) -> dict[str, int]:
+        """Bytes held per tenant on this replica."""
+        held: dict[str, int] = {}
+        for space in self._spaces.values():
+            held[space.tenant_id] = held.get(space.tenant_id, 0) + space.bytes_used
+        return held
+
+    def least_recently_used(self, tenant_id: str | None, *, besides: Workspace) -> Workspace | None:
+        """The idle workspace (of ``tenant_id``; None: of any tenant) unused the longest,
+        holding bytes, other than ``besides``: the first to evict."""
+        idle = [
+            s for s in self.idle(0)
+            if s is not besides and s.bytes_used > 0
+            and (tenant_id is None or s.tenant_id == tenant_id)
+        ]  # fmt: skip
+        return min(idle, key=lambda s: s.last_used, default=None)
 
     def idle(self, ttl_s: float) -> list[Workspace]:
         """Workspaces unused for ``ttl_s`` and not busy."""
@@ -197,6 +231,11 @@ class WorkspacePool:
         """Drop every local copy (shutdown)."""
         for space in list(self._spaces.values()):
             self.drop(space)
+
+
+def _tree_bytes(top: Path) -> int:
+    """The sizes of the files under ``top`` (links not followed)."""
+    return sum((Path(d) / f).lstat().st_size for d, _, files in os.walk(top) for f in files)
 
 
 def _can_mount(root: Path) -> bool:
