@@ -37,8 +37,9 @@ FLOOD = max(RUNNERS, PARTITION_READ_AHEAD) + 1
 """B's long calls: more than the runners and than one partition's read-ahead."""
 B_SHARE = RUNNERS - 1
 """Runners of the replica B may hold (the default share: all but one)."""
-SLEEP_S = 15
-"""B's commands are bounded: they end on their own soon after the test."""
+SLEEP_S = 10
+"""B's commands are bounded: the test waits for them all in the end (two rounds of B's
+share), which proves the calls parked past the read-ahead are read again and run."""
 
 
 def _shell(command: str) -> list[dict[str, Any]]:
@@ -129,9 +130,17 @@ async def test_a_tenant_flooding_the_sandbox_cannot_hold_back_another_tenants_co
         assert int(await redis.zcard(b_slots)) == B_SHARE, "B ran past its share"
         asked = [r for r in await chat_requests(llm) if "SBFLOOD" in json.dumps(r)]
         assert len(asked) == FLOOD  # each of B's turns made its call, none got back
+
+        # B loses nothing: its parked calls are read again from Kafka and every one runs.
+        try:
+            b_turns = await asyncio.wait_for(asyncio.gather(*flood), timeout=4 * SLEEP_S * FLOOD)
+        except TimeoutError:
+            raise AssertionError("a call of B parked past the read-ahead never ran") from None
+        for events in b_turns:
+            b_results = [e.data["data"] for e in events if e.event == "tool_result"]
+            assert len(b_results) == 1 and b_results[0]["success"], b_results
+            assert events[-1].data["data"]["final_answer"] == "slept"
     finally:
-        # B's turns are left to end by themselves (their sleeps are bounded); only the
-        # streams are closed here.
         for task in flood:
             task.cancel()
         await asyncio.gather(*flood, return_exceptions=True)
