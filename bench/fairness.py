@@ -235,14 +235,17 @@ async def _flood_uploads(
     return sent
 
 
-def _summary(name: str, latencies: list[float], flood_sent: int, load: float) -> dict[str, Any]:
+def _summary(
+    name: str, latencies: list[float], flood_sent: int, load: float, unit: str = "turns"
+) -> dict[str, Any]:
+    """One phase's latencies of ``unit`` (turns or calls) and the flood sent meanwhile."""
     result = {
         "phase": name,
-        "turns": len(latencies),
+        unit: len(latencies),
         "p50_ms": round(statistics.median(latencies), 1),
         "p99_ms": round(_percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1),
-        "flood_turns_sent": flood_sent,
+        f"flood_{unit}_sent": flood_sent,
         "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
     }
     print(json.dumps(result))
@@ -401,7 +404,7 @@ async def sandbox_main(args: argparse.Namespace) -> None:
             await _sandbox_calls(client, session, 3)  # group joined, C's workspace made
             load = os.getloadavg()[0]
             alone = await _sandbox_calls(client, session, args.calls)
-            phases.append(_sandbox_summary("sandbox_alone", alone, 0, load))
+            phases.append(_summary("sandbox_alone", alone, 0, load, "calls"))
             stop = asyncio.Event()
             flooding = asyncio.create_task(
                 _sandbox_flood(client, args.sandbox_flood, args.sandbox_sleep_s, stop)
@@ -411,7 +414,7 @@ async def sandbox_main(args: argparse.Namespace) -> None:
             flood = await _sandbox_calls(client, session, args.calls)
             stop.set()
             b_sent = await flooding
-            phases.append(_sandbox_summary("sandbox_flood", flood, len(b_sent), load))
+            phases.append(_summary("sandbox_flood", flood, len(b_sent), load, "calls"))
             b_done = sum(1 for c in b_sent if c in client.results)
             phases[-1]["flood_calls_done_while_c_measured"] = b_done
     finally:
@@ -435,22 +438,6 @@ async def sandbox_main(args: argparse.Namespace) -> None:
     out = REPO / "bench/results/fairness_sandbox.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2) + "\n")
-
-
-def _sandbox_summary(
-    name: str, latencies: list[float], flood_sent: int, load: float
-) -> dict[str, Any]:
-    result = {
-        "phase": name,
-        "calls": len(latencies),
-        "p50_ms": round(statistics.median(latencies), 1),
-        "p99_ms": round(_percentile(latencies, 0.99), 1),
-        "max_ms": round(max(latencies), 1),
-        "flood_calls_sent": flood_sent,
-        "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
-    }
-    print(json.dumps(result))
-    return result
 
 
 async def main() -> None:
