@@ -143,17 +143,7 @@ async def phase(
             flood_sent = await flooding if flooding else 0
     finally:
         await asyncio.to_thread(pool.stop)
-    result = {
-        "phase": name,
-        "calls": calls,
-        "p50_ms": round(statistics.median(latencies), 1),
-        "p99_ms": round(_percentile(latencies, 0.99), 1),
-        "max_ms": round(max(latencies), 1),
-        "flood_calls_sent": flood_sent,
-        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-    }
-    print(json.dumps(result))
-    return result
+    return _summary(name, latencies, flood_sent, load_before, "calls")
 
 
 # -- whole turns ------------------------------------------------------------------------
