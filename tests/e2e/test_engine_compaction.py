@@ -71,7 +71,8 @@ async def _memory_history(stack: LocalStack, session_id: str) -> dict[str, Any]:
     async with stack.internal_client("memory", timeout=30) as memory:
         resp = await memory.get(
             f"/internal/sessions/{session_id}/history",
-            params={"tenant_id": stack.tenant, "token_budget": 20_000},
+            # The session's owner: the stack's API key is the gateway's dev user.
+            params={"tenant_id": stack.tenant, "user_id": "dev", "token_budget": 20_000},
         )
     assert resp.status_code == 200, resp.text
     body: dict[str, Any] = resp.json()

@@ -163,7 +163,7 @@ async def _extraction_done(
     url = f"/internal/memories/extractions/{request_id}"
     async with asyncio.timeout(60):
         while True:
-            resp = await memory.get(url, params={"tenant_id": stack.tenant})
+            resp = await memory.get(url, params={"tenant_id": stack.tenant, "user_id": "dev"})
             if resp.status_code == 200 and resp.json()["status"] in ("done", "failed"):
                 body: dict[str, Any] = resp.json()
                 assert body["status"] == "done", body

@@ -80,7 +80,14 @@ def test_tenant_settings_accept_only_asymmetric_algorithms_and_one_key_source() 
 
 def test_tenant_key_patterns_are_exact_and_escaped() -> None:
     assert "weft:stream:acme:*" in tenant_patterns("acme")
-    assert all(p.startswith("weft:") and p.endswith(":*") for p in tenant_patterns("acme"))
+    # Every pattern ends at the tenant (an exact key) or after it (":*"), never inside it.
+    assert all(
+        p.startswith("weft:") and (p.endswith(":*") or p.endswith(":acme"))
+        for p in tenant_patterns("acme")
+    )
+    # The sandbox's ledger of a tenant's workspace bytes is one key, the tenant last.
+    assert "weft:t1.sandboxbytes:acme" in tenant_patterns("acme", "t1.")
+    assert "weft:sandboxbytes:a\\*b" in tenant_patterns("a*b")
     # Ids from before the tenants table: glob characters escaped; ':' gets no pattern,
     # since "a:*" would also match tenant "a:b"'s keys.
     assert "weft:stream:a\\*b:*" in tenant_patterns("a*b")

@@ -31,6 +31,12 @@ TENANT_KEY_FAMILIES = (
 """Redis keys ``weft:{family}:{tenant}:...``: everything of a tenant that Redis names by
 tenant id. A feature adding such a key family adds it here."""
 
+PREFIXED_TENANT_KEYS = ("sandboxbytes",)
+"""Keys ``weft:{prefix}{name}:{tenant}`` (nothing after the tenant): the sandbox's ledger of
+the bytes each replica holds of the tenant's live workspaces (``weft_sandbox.workspace_budget``;
+a replica writes its part again while it still holds a purged workspace, and withdraws it
+when its reaper drops that workspace, within one reaper interval)."""
+
 PREFIXED_KEY_FAMILIES = ("toolcall", "sandboxcall")
 """Keys ``weft:{prefix}{family}:{tenant}:...`` of the services that share a deployment's
 topic prefix (``WEFT_TOPIC_PREFIX``): the write-call claims of tool-exec
@@ -93,9 +99,12 @@ def tenant_patterns(tenant_id: str, prefix: str = "") -> list[str]:
     if ":" in tenant_id:
         return []
     escaped = tenant_id.translate(_GLOB)
-    return [f"weft:{family}:{escaped}:*" for family in TENANT_KEY_FAMILIES] + [
-        head.translate(_GLOB) + "*" for head in _claim_heads(tenant_id, prefix)
-    ]
+    exact = [f"weft:{prefix}{name}:{tenant_id}".translate(_GLOB) for name in PREFIXED_TENANT_KEYS]
+    return (
+        [f"weft:{family}:{escaped}:*" for family in TENANT_KEY_FAMILIES]
+        + exact
+        + [head.translate(_GLOB) + "*" for head in _claim_heads(tenant_id, prefix)]
+    )
 
 
 def _claim_heads(tenant_id: str, prefix: str) -> list[str]:

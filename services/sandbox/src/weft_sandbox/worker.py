@@ -156,7 +156,7 @@ class SandboxHost:
         """Drop the local copies whose checkpoints are gone from PostgreSQL (a tenant or
         user deletion removed them): a purge leaves no file of the session on any replica
         past one reaper interval, whether or not the session is used again."""
-        dropped = 0
+        dropped, tenants = 0, set()
         for space in self.pool.idle(0):
             if space.checkpoint_seq == 0:
                 continue  # never checkpointed: nothing of it was stored to be purged
@@ -165,6 +165,12 @@ class SandboxHost:
             if not space.lock.locked():  # a call holding it sees the purge itself
                 self._drop(space)
                 dropped += 1
+                tenants.add(space.tenant_id)
+        if self.budget is not None:
+            # At once, not at the next heartbeat: a purged tenant's entry in the ledger
+            # (weft:<prefix>sandboxbytes:<tenant>) goes with its last workspace here.
+            for tenant_id in tenants:
+                await self.budget.publish(tenant_id)
         return dropped
 
     def _drop(self, space: Workspace) -> None:
