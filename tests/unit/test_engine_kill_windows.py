@@ -169,9 +169,10 @@ async def test_a_complete_whose_replica_died_before_sending_it_is_sent_by_the_ta
 async def test_text_streamed_before_the_rounds_tool_calls_is_not_lost(
     engine: _Engine, dies: Dies
 ) -> None:
-    """The round's preamble was queued, the write that saved its tool calls (and made the
-    turn wait for them) went through, and the replica died before its producer sent the
-    preamble: the tool calls went out of the outbox at seqs past a hole."""
+    """The round's preamble was queued, and the replica died before its producer sent it.
+    Had the write that saves the round's tool calls (and makes the turn wait) gone
+    through, the takeover would publish them from the outbox at seqs past a hole and keep
+    the text in the steps: that write waits for the text's ack, so the round runs again."""
     engine.trails = _PublishedTrails(engine.bus)
     agent = _agent(allowed_tools=["web_search"])
     state = await _started(engine, await _turn(engine, agent))
