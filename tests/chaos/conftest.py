@@ -47,6 +47,13 @@ SCRIPT = {
 """Every turn: one round of two parallel read-only tool calls, then a slow answer."""
 
 
+def chaos_home() -> Path:
+    """Where the suite keeps its private infra, its stack's logs and its results:
+    ``WEFT_CHAOS_HOME``, else ``WEFT_HOME`` (two fault runs at once need two of them)."""
+    home = os.environ.get("WEFT_CHAOS_HOME") or os.environ.get("WEFT_HOME")
+    return Path(home) if home else REPO / ".weft"
+
+
 @dataclass(frozen=True)
 class PrivateInfra:
     """The suite's own Kafka and Redis, run by ``deploy/local/infra.sh`` under ``home``."""
@@ -79,9 +86,7 @@ class PrivateInfra:
 def private_infra(infra: dict[str, str]) -> Iterator[PrivateInfra]:
     """A Kafka broker and a Redis server of this suite only, on free ports; stopped and
     deleted afterwards (a formatted KRaft log remembers its controller port)."""
-    # WEFT_CHAOS_INFRA_HOME: two fault suites run at once (two checkouts) each need their own.
-    default = Path(os.environ.get("WEFT_HOME", REPO / ".weft")) / "chaos-infra"
-    home = Path(os.environ.get("WEFT_CHAOS_INFRA_HOME") or default)
+    home = chaos_home() / "chaos-infra"
     shutil.rmtree(home, ignore_errors=True)
     kafka, controller, redis = free_port(), free_port(), free_port()
     env = {
@@ -126,7 +131,7 @@ def private_infra(infra: dict[str, str]) -> Iterator[PrivateInfra]:
 def chaos_stack(private_infra: PrivateInfra) -> Iterator[LocalStack]:
     """Two engine replicas and one of every other service on the private infra; short
     leases so that a dead replica's turns are taken over within seconds."""
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
+    home = chaos_home()
     config = StackConfig(
         log_dir=home / "logs" / "chaos",
         replicas={"engine": 2},

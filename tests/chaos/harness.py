@@ -89,53 +89,60 @@ class ChaosClient:
         accepted = False
         while time.monotonic() < deadline:
             try:
-                async with self._client() as http:
-                    if not accepted:
-                        record.sends += 1
-                        source_cm = aconnect_sse(
-                            http, "POST", f"/api/v1/agent-chat/{record.session_id}",
-                            json={"query": record.query},
-                        )  # fmt: skip
-                    else:
-                        record.reconnects += 1
-                        headers = {"Last-Event-ID": last_id} if last_id else {}
-                        source_cm = aconnect_sse(
-                            http, "GET", f"/api/v1/sessions/{record.session_id}/stream",
-                            headers=headers,
-                        )  # fmt: skip
-                    async with source_cm as source:
-                        status = source.response.status_code
-                        # 5xx/429: the gateway or what it needs is down (a POST it refused
-                        # was not sent on); 404 on a resume: the session's stream is not
-                        # there (yet, or again after Redis lost it). Both are retried.
-                        if status == 500:  # a dependency down must be a 503, never a 500
-                            record.problems.append("HTTP 500")
-                        if status >= 500 or status == 429 or (accepted and status == 404):
-                            await source.response.aread()
-                            await asyncio.sleep(RETRY_PAUSE_S)
-                            continue
-                        if status != 200:
-                            body = (await source.response.aread()).decode(errors="replace")
-                            record.problems.append(f"HTTP {status}: {body[:300]}")
-                            return
+                # The gateway's keep-alives keep a read going: the deadline bounds it.
+                async with asyncio.timeout(deadline - time.monotonic()):
+                    async with self._client() as http:
                         if not accepted:
-                            record.request_id = source.response.headers.get("x-request-id")
-                        accepted = True
-                        async for sse in source.aiter_sse():
-                            if not sse.event or not sse.data:
+                            record.sends += 1
+                            source_cm = aconnect_sse(
+                                http, "POST", f"/api/v1/agent-chat/{record.session_id}",
+                                json={"query": record.query},
+                            )  # fmt: skip
+                        else:
+                            record.reconnects += 1
+                            headers = {"Last-Event-ID": last_id} if last_id else {}
+                            source_cm = aconnect_sse(
+                                http, "GET", f"/api/v1/sessions/{record.session_id}/stream",
+                                headers=headers,
+                            )  # fmt: skip
+                        async with source_cm as source:
+                            status = source.response.status_code
+                            # 5xx/429: the gateway or what it needs is down (a POST it refused
+                            # was not sent on); 404 on a resume: the session's stream is not
+                            # there (yet, or again after Redis lost it). Both are retried.
+                            if status == 500:  # a dependency down must be a 503, never a 500
+                                record.problems.append("HTTP 500")
+                            if status >= 500 or status == 429 or (accepted and status == 404):
+                                await source.response.aread()
+                                await asyncio.sleep(RETRY_PAUSE_S)
                                 continue
-                            envelope = json.loads(sse.data)
-                            if envelope.get("request_id") != record.request_id:
-                                continue  # another turn of the session (a replayed one)
-                            record.events.append(envelope)
-                            last_id = sse.id or last_id
-                            if sse.event == "complete":
-                                record.ended_at = time.monotonic()
+                            if status != 200:
+                                body = (await source.response.aread()).decode(errors="replace")
+                                record.problems.append(f"HTTP {status}: {body[:300]}")
                                 return
+                            if not accepted:
+                                record.request_id = source.response.headers.get("x-request-id")
+                            accepted = True
+                            async for sse in source.aiter_sse():
+                                if not sse.event or not sse.data:
+                                    continue
+                                envelope = json.loads(sse.data)
+                                if envelope.get("request_id") != record.request_id:
+                                    continue  # another turn of the session (a replayed one)
+                                record.events.append(envelope)
+                                last_id = sse.id or last_id
+                                if sse.event == "complete":
+                                    record.ended_at = time.monotonic()
+                                    return
             except (httpx.TransportError, httpx.StreamError):
                 pass
+            except TimeoutError:
+                break
             await asyncio.sleep(RETRY_PAUSE_S)
-        record.problems.append("no complete before the deadline")
+        record.problems.append(
+            f"no complete before the deadline (request {record.request_id}, "
+            f"{len(record.events)} events, accepted: {accepted})"
+        )
 
 
 async def run_load(

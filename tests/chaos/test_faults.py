@@ -12,7 +12,10 @@ losing Redis's contents may end a running turn with ``turn_state_lost``.
 
 Size: ``WEFT_CHAOS_SESSIONS`` x ``WEFT_CHAOS_TURNS`` (``make test``: 8 x 2 and the faults
 in ``REDUCED``; ``make test-full``: 40 x 3 and every fault). Outcomes and recovery times
-are written to ``$WEFT_HOME/chaos/<fault>.json`` (docs/operations.md quotes them).
+are written to ``$WEFT_CHAOS_HOME/chaos/<fault>.json`` (docs/operations.md quotes them).
+``WEFT_CHAOS_REPEAT=N`` runs each selected fault N times on the same stack (ids
+``engine-1`` .. ``engine-N``, results ``<fault>-<i>.json``): a rare hole shows only under
+repetition (``WEFT_CHAOS_FAULTS=engine WEFT_CHAOS_REPEAT=20``, outside ``make test``).
 """
 
 from __future__ import annotations
@@ -24,13 +27,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 from weft_testkit import LocalStack
 
-from tests.chaos.conftest import REPO, PrivateInfra
+from tests.chaos.conftest import PrivateInfra, chaos_home
 from tests.chaos.harness import (
     ChaosClient,
     LoadShape,
@@ -109,15 +111,20 @@ FAULTS = [
 REDUCED = "tool_exec,memory,gateway,engine,kafka_stopped,redis"
 """The faults of ``make test``; ``make test-full`` runs every one (``WEFT_CHAOS_FAULTS=all``)."""
 _chosen = os.environ.get("WEFT_CHAOS_FAULTS", REDUCED)
+_repeat = int(os.environ.get("WEFT_CHAOS_REPEAT", "1"))
 SELECTED = [f for f in FAULTS if _chosen == "all" or f.name in _chosen.split(",")]
+RUNS = [(f, i) for f in SELECTED for i in range(1, _repeat + 1)]
 ALLOWED_ERRORS: dict[str, set[str]] = {"redis": {"turn_state_lost"}}
 """Error codes a fault may end a running turn with; any other failure is a finding."""
 
 
 @pytest.mark.timeout(SHAPE.turn_timeout_s * SHAPE.turns + 300)
-@pytest.mark.parametrize("fault", SELECTED, ids=[f.name for f in SELECTED])
+@pytest.mark.parametrize(
+    ("fault", "run"), RUNS, ids=[f.name if _repeat == 1 else f"{f.name}-{i}" for f, i in RUNS]
+)
 async def test_every_turn_ends_once_and_nothing_is_lost(
     fault: Fault,
+    run: int,
     chaos_stack: LocalStack,
     private_infra: PrivateInfra,
     chaos_agent: str,
@@ -126,7 +133,8 @@ async def test_every_turn_ends_once_and_nothing_is_lost(
     await _all_ready(chaos_stack)
     client = ChaosClient(chaos_stack.gateway_url, chaos_stack.api_key)
     records: list[TurnRecord] = []
-    load = asyncio.create_task(run_load(client, chaos_agent, SHAPE, fault.name, records))
+    tag = f"{fault.name} run {run}"
+    load = asyncio.create_task(run_load(client, chaos_agent, SHAPE, tag, records))
     await _until(lambda: mid_answer(records) >= max(1, SHAPE.sessions // 3), load, 120)
     fault_at = time.monotonic()
     await asyncio.to_thread(fault.inject, chaos_stack, private_infra)
@@ -161,7 +169,7 @@ async def test_every_turn_ends_once_and_nothing_is_lost(
         "problems": problems,
         "load_average": os.getloadavg(),
     }
-    _write(fault.name, result)
+    _write(fault.name if _repeat == 1 else f"{fault.name}-{run}", result)
     print(json.dumps(result, indent=2))
     assert result["turns"] == SHAPE.sessions * SHAPE.turns, result
     assert not problems, json.dumps(problems, indent=2)[:6000]
@@ -210,6 +218,6 @@ async def _settled_messages(api: httpx.AsyncClient, session_id: str) -> list[dic
 
 
 def _write(name: str, result: dict[str, object]) -> None:
-    folder = Path(os.environ.get("WEFT_HOME", REPO / ".weft")) / "chaos"
+    folder = chaos_home() / "chaos"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.json").write_text(json.dumps(result, indent=2))

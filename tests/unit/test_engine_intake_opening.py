@@ -130,9 +130,24 @@ async def test_a_redelivery_finishes_an_opening_cut_short_and_nothing_more(
     opened = await engine.store.load("r1")
     assert opened is not None and opened.phase == "think"
     assert [rid for rid, _ in engine.scheduler.submitted] == ["r1"]
-    await engine.intake.on_chat_requested(request)  # once opened, a redelivery is a no-op
+    await engine.intake.on_chat_requested(request)  # once opened, a redelivery opens nothing
     assert len(engine.bus.sent) == 1 and engine.context.opened == 1
-    assert len(engine.scheduler.submitted) == 1
+
+
+async def test_a_redelivery_submits_an_opened_turn_whose_first_step_never_took_its_lease(
+    engine: _Engine,
+) -> None:
+    """The replica that opened the turn died after saving it ready to think, before its
+    first step took the lease (it waited for a step slot): no lease expires, so no reaper
+    takes it over. The redelivered request submits it (the lease decides: a step running
+    on another replica keeps the turn); it does not open it again."""
+    request = _request()
+    await engine.intake.on_chat_requested(request)
+    opened = await engine.store.load("r1")
+    engine.scheduler.submitted.clear()  # that submit died with its replica
+    await engine.intake.on_chat_requested(request)
+    assert engine.scheduler.submitted == [("r1", opened)]
+    assert len(engine.bus.sent) == 1 and engine.context.opened == 1
 
 
 async def test_a_retried_handler_does_not_open_again_a_turn_whose_state_redis_lost(

@@ -7,7 +7,8 @@ Lua, a bus that keeps what it is given (invariant 1, SPEC E-18).
   refused (nothing written) and so is an emitter's own reservation.
 - Entries left without a holder (their replica died) are published first, at their seqs
   and in seq order, by whoever reserves the next seq; a live holder is waited for.
-- A catch-up never gives back a seq that waits in the outbox.
+- A catch-up never gives back a seq that waits in the outbox, and holds the turn while
+  it reads the trail: a result recorded meanwhile waits, so no seq is handed out twice.
 - A failed publish lets go at once, so the next reservation publishes the entries.
 """
 
@@ -177,6 +178,33 @@ async def test_a_catch_up_gives_back_no_seq_that_waits_in_the_outbox(
     await redis.incrby(seq_key(RID), 2)  # deltas reserved and never published
     assert await other.emitter.recount(RID, 0) == 2
     assert await redis.get(seq_key(RID)) == b"1"
+
+
+async def test_a_result_recorded_while_a_catch_up_reads_the_trail_waits(
+    redis: FakeAsyncRedis,
+) -> None:
+    """Seq 1 is in Kafka, 2 and 3 were reserved by a step that died. While the takeover
+    reads the trail, a result arriving on another replica may not reserve seq 4: once its
+    event was acked and taken out of the outbox, the recount would hand 4 out again."""
+    takeover, recorder = _replica(redis), _replica(redis)
+    state = await _turn(redis)
+    await redis.incrby(seq_key(RID), 3)
+    reading, read = asyncio.Event(), asyncio.Event()
+
+    async def last_published() -> int:
+        reading.set()
+        await read.wait()
+        return 1
+
+    catching_up = asyncio.create_task(takeover.emitter.catch_up(RID, last_published))
+    await reading.wait()
+    with pytest.raises(SeqsHeld) as held:
+        await _record(redis, recorder.emitter, state, "c1")
+    assert not held.value.orphaned, "held by the catch-up, which is alive"
+    read.set()
+    assert await catching_up == 2
+    _, _, seqs = await _record(redis, recorder.emitter, state, "c1")
+    assert seqs == range(2, 3)
 
 
 async def test_a_failed_publish_lets_go_and_the_next_reservation_publishes_the_events(

@@ -49,7 +49,6 @@ from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
 from weft_engine.metering import with_tool_calls
 from weft_engine.observe import ERROR_HINT, observe
-from weft_engine.outbox import SeqsHeld
 from weft_engine.outcomes import AwaitTools, Continue, Dispatch
 from weft_engine.prompt import display_hint
 from weft_engine.reporting import ResultReporter
@@ -292,25 +291,30 @@ class ToolRound:
         return AwaitTools(state)
 
     async def _publish(
-        self, state: TurnState, messages: list[ToolCallRequested], news: _RoundNews | None
+        self,
+        state: TurnState,
+        messages: list[ToolCallRequested],
+        news: _RoundNews | None,
+        results: list[ToolCallCompletedData] | None = None,
     ) -> TurnState:
         """Write the state with the group's deadline, then send the round's events and the
-        group's calls together."""
+        group's calls together. ``results``: results the state holds that no event has
+        reported yet (a takeover's "outcome unknown"); a new round's are in ``news``."""
+        # The round's text (queued deltas) goes first: the write below makes the turn
+        # wait for its tools, and a replica that dies after it leaves the outbox's events
+        # to be published at their seqs, past any seq of this step still unsent.
+        await self._emitter.flush(state.request_id)
         due = self._leases.deadline(state.request_id, _earliest_deadline(state))
-        # The tool_call events wait in the turn's outbox until acked: a replica that dies
-        # before leaves them to whoever reserves the turn's next seq (``outbox``).
-        staged, outbox = self._emitter.stage(state.ids(), [] if news is None else _calls(news))
-        while True:
-            try:
-                state, seqs = await self._store.save_reserving(
-                    state, len(staged), deadline=due, outbox=outbox if staged else None
-                )
-                break
-            except SeqsHeld:
-                await self._emitter.drain(state.request_id)  # earlier seqs go out first
+        # The tool_call events, and the results known before dispatch, wait in the turn's
+        # outbox until acked: a replica that dies before leaves them to whoever reserves
+        # the turn's next seq (``outbox``).
+        calls = [] if news is None else _calls(news)
+        reported = [*(results or []), *([] if news is None else news.early)]
+        state, staged = await self._reporter.save_reporting(
+            state, reported, before=calls, deadline=due
+        )
         await self._emitter.stopped_streaming(state.request_id)
-        if news is not None:
-            await self._announce(state, news, (staged, seqs))
+        await self._emitter.queue_outboxed(*staged)
         # Queued in the same loop iteration as the events (queueing does not suspend),
         # they share one produce request. Keyed by call id, the calls have no order to
         # keep: one wait for all acks.
@@ -344,26 +348,19 @@ class ToolRound:
         state = state.model_copy(update={"pending": pending})
         log.warning("tool_calls_recovered", request_id=state.request_id,
                     resent=[m.data.call_id for m in messages], unknown=list(unknown))  # fmt: skip
-        if messages:
-            state = await self._publish(state, [self._traced(state, m) for m in messages], None)
-        else:
-            state = await self._store.save(state)
-        for result in unknown.values():
-            await self._reporter.report(state, result)  # the step flushes
+        traced = [self._traced(state, m) for m in messages]
+        if traced:
+            return await self._publish(state, traced, None, list(unknown.values()))
+        # Stored with their events (the outbox): the model reads them, so must clients.
+        state, reported = await self._reporter.save_reporting(state, unknown.values())
+        await self._emitter.queue_outboxed(*reported)  # the step flushes
         return state
 
-    async def _announce(
-        self,
-        state: TurnState,
-        news: _RoundNews,
-        reserved: tuple[list[Envelope], range] | None = None,
-    ) -> None:
-        """Queue the round's ``tool_call`` events (staged, at the seqs the state write
-        reserved, when it did), then the results of calls that failed before dispatch."""
-        if reserved is None:
-            await self._emitter.emit_many(state.ids(), _calls(news))
-        elif reserved[0]:
-            await self._emitter.queue_outboxed(*reserved)
+    async def _announce(self, state: TurnState, news: _RoundNews) -> None:
+        """Queue the round's ``tool_call`` events, then the results of calls that failed
+        before dispatch, when no write stores the round (nothing was dispatched: the round
+        is thought again after a crash, and announced again)."""
+        await self._emitter.emit_many(state.ids(), _calls(news))
         for result in news.early:
             await self._reporter.report(state, result)
 

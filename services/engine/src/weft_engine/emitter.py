@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -46,6 +46,34 @@ return redis.call('INCRBY', KEYS[1], ARGV[1])
 """
 )
 
+# The turn's ``complete`` (KEYS[4] its once-only flag; ARGV[3] ttl, ARGV[4] its envelope):
+# 0 when the flag is set already; else as _NEXT_SEQS for one seq, and in the same script
+# the flag set and the event stored in the outbox at its seq, held by ARGV[2] ms.
+_RESERVE_COMPLETE = (
+    OUTBOX_GUARD
+    + """
+if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local held = outbox_guard(KEYS[2], KEYS[3], ARGV[1])
+if held ~= 0 then return held end
+local seq = redis.call('INCR', KEYS[1])
+redis.call('SET', KEYS[4], 1, 'EX', ARGV[3])
+redis.call('HSET', KEYS[2], tostring(seq), ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+return seq
+"""
+)
+
+# Publishing the complete at seq ARGV[2] failed (KEYS: box, holder, flag; ARGV[1] me):
+# take it out of the outbox and the flag down, and let go of the turn.
+_UNRESERVE_COMPLETE = """
+redis.call('HDEL', KEYS[1], ARGV[2])
+redis.call('DEL', KEYS[3])
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+
 DRAIN_WAIT_S = 3 * HOLD_MS / 1000
 """How long :meth:`EventEmitter.drain` waits for a live holder to let go of a turn."""
 _HELD_POLL_S = 0.05
@@ -54,8 +82,14 @@ _AGENT_EVENT: TypeAdapter[Any] = TypeAdapter(AgentEvent)
 
 # Count on from ARGV[1], the turn's last seq in Kafka, when the counter is past it; the
 # number of seqs given back (-1: no counter). Never below a seq still in the turn's
-# outbox (KEYS[2]): its event is reserved and will be published.
+# outbox (KEYS[2]): its event is reserved and will be published. With ARGV[2] (a catch-up
+# hold, KEYS[3] the holder): only while it still holds the turn (else -2, nothing given
+# back: a seq may have been reserved since the read), and it lets go.
 _RECOUNT = """
+if ARGV[2] ~= '' then
+  if redis.call('GET', KEYS[3]) ~= ARGV[2] then return -2 end
+  redis.call('DEL', KEYS[3])
+end
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
 if current < 0 then return -1 end
 local published = tonumber(ARGV[1])
@@ -65,6 +99,25 @@ end
 if current <= published then return 0 end
 redis.call('SET', KEYS[1], published, 'KEEPTTL')
 return current - published
+"""
+
+# Hold the turn for a catch-up (KEYS: box, holder; ARGV: the catch-up's id, hold ms): 0,
+# or BUSY / ORPHANED as OUTBOX_GUARD (its own emitter's hold counts as another's: a
+# result recorded on this replica must not reserve a seq while the trail is read).
+_HOLD = (
+    OUTBOX_GUARD
+    + """
+local held = outbox_guard(KEYS[1], KEYS[2], ARGV[1])
+if held ~= 0 then return held end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 0
+"""
+)
+
+# Keep holding (KEYS[1] holder; ARGV: id, hold ms) while the hold is still ours.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
 """
 
 
@@ -88,6 +141,10 @@ class EventEmitter:
         self._take_orphans = redis.register_script(TAKE_ORPHANS)
         self._settle = redis.register_script(SETTLE)
         self._let_go = redis.register_script(LET_GO)
+        self._hold = redis.register_script(_HOLD)
+        self._renew = redis.register_script(_RENEW)
+        self._reserve_complete = redis.register_script(_RESERVE_COMPLETE)
+        self._unreserve_complete = redis.register_script(_UNRESERVE_COMPLETE)
         self._unacked: dict[str, list[asyncio.Future[Any]]] = {}
         self._outboxed: dict[str, list[int]] = {}
         """Seqs of the turn's queued events that wait in its outbox for their ack."""
@@ -160,6 +217,8 @@ class EventEmitter:
     async def queue_outboxed(self, envelopes: list[Envelope], seqs: range) -> None:
         """Queue :meth:`stage`'s envelopes at their reserved seqs; :meth:`flush` waits for
         the acks and then takes them out of the outbox."""
+        if not envelopes:
+            return
         rid = envelopes[0].request_id
         queued = self._unacked.setdefault(rid, [])
         for seq, envelope in zip(seqs, envelopes, strict=True):
@@ -203,10 +262,48 @@ class EventEmitter:
     async def recount(self, request_id: str, published: int) -> int:
         """Count on from ``published``, the turn's last ``seq`` in Kafka: seqs a stopped
         replica reserved but never published are handed out again, so clients see no gap.
-        Only when nobody else can be reserving the turn's seqs (a takeover's step holds
-        the lease, and no tool result can be recorded). The number of seqs given back."""
-        keys = [seq_key(request_id), outbox_key(request_id)]
-        return int(await self._recount(keys=keys, args=[published]))
+        Only when nobody else can be reserving the turn's seqs (see :meth:`catch_up`).
+        The number of seqs given back."""
+        keys = [seq_key(request_id), outbox_key(request_id), outbox_holder_key(request_id)]
+        return int(await self._recount(keys=keys, args=[published, ""]))
+
+    async def catch_up(
+        self, request_id: str, last_published: Callable[[], Awaitable[int | None]]
+    ) -> int | None:
+        """Count the turn's events on from ``last_published()`` (the last seq Kafka holds,
+        None when unknown): what a dead holder left in the outbox goes out first, then
+        the turn is held while the trail is read, so that no replica reserves a seq
+        meanwhile (a result recorder waits, ``drain``): every seq reserved before the
+        hold is in Kafka or in the outbox, or was reserved by the stopped replica and
+        never published. The number of seqs given back; None when none could be (no
+        trail, or the hold ran out)."""
+        keys = [outbox_key(request_id), outbox_holder_key(request_id)]
+        me = f"{self.holder}:catch-up"
+        give_up = time.monotonic() + DRAIN_WAIT_S
+        while (held := int(await self._hold(keys=keys, args=[me, self._hold_ms]))) != 0:
+            # A live holder is waited for, a dead one's entries go out; this replica's
+            # own entries (a result its consumer records) are acked within moments.
+            if await self.drain(request_id) == 0 and held == BUSY:
+                if time.monotonic() > give_up:
+                    raise SeqsHeld(request_id, BUSY)
+                await asyncio.sleep(_HELD_POLL_S)
+        renewing = asyncio.create_task(self._keep_holding(keys[1], me))
+        try:
+            published = await last_published()
+        finally:
+            renewing.cancel()
+        if published is None:
+            await self._let_go(keys=keys, args=[me])
+            return None
+        given_back = int(
+            await self._recount(keys=[seq_key(request_id), *keys], args=[published, me])
+        )
+        return None if given_back == -2 else given_back
+
+    async def _keep_holding(self, holder_key: str, me: str) -> None:
+        while True:
+            await asyncio.sleep(self._hold_ms / 3000)
+            await self._renew(keys=[holder_key], args=[me, self._hold_ms])
 
     async def queue_reserved(
         self,
@@ -251,16 +348,32 @@ class EventEmitter:
             future.add_done_callback(_retrieve)
 
     async def complete(self, ids: dict[str, Any], data: CompleteData) -> bool:
-        """Publish the turn's ``complete`` unless it was already; True when this call did."""
-        flag = completed_key(ids["request_id"])
-        if not await self._redis.set(flag, 1, nx=True, ex=self._ttl):
+        """Publish the turn's ``complete`` unless it was already; True when this call did.
+
+        The once-only flag, the event's seq and the event itself (in the turn's outbox)
+        are written by one script: a replica killed before the ack leaves the event to the
+        takeover, which sees the flag and publishes it (``drain``) instead of ending the
+        turn without one."""
+        rid = ids["request_id"]
+        envelope = CompleteEvent(**ids, data=data)
+        keys = [seq_key(rid), outbox_key(rid), outbox_holder_key(rid), completed_key(rid)]
+        args: list[str | int] = [self.holder, self._hold_ms, self._ttl, envelope.model_dump_json()]
+        while (seq := int(await self._reserve_complete(keys=keys, args=args))) in (
+            BUSY,
+            ORPHANED,
+        ):
+            await self.drain(rid)  # earlier seqs go out first
+        if seq == 0:
             return False
+        if seq < 0:
+            raise TurnStateLost(rid)
         try:
-            await self.emit(CompleteEvent, ids, data)
+            await self._bus.publish(Topic.AGENT_EVENTS, envelope.model_copy(update={"seq": seq}))
         except BaseException:
-            # Not published: let the redelivered step try again.
-            await self._redis.delete(flag)
+            # Not published: let the redelivered step try again (it reserves a new seq).
+            await self._unreserve_complete(keys=keys[1:], args=[self.holder, seq])
             raise
+        await self._settle(keys=keys[1:3], args=[self.holder, seq])
         return True
 
     async def completed(self, request_id: str) -> bool:

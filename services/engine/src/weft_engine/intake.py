@@ -99,6 +99,12 @@ class TurnIntake:
         before its first step) finishes the opening here."""
         rid = request.request_id
         known = await self._store.load(rid)
+        if known is not None and known.phase == "think":
+            # Opened, and its replica may have died before its first step took the lease
+            # (waiting for a step slot): no lease to expire, no reaper would find it. The
+            # lease decides: a step running elsewhere keeps the turn.
+            await self._scheduler.submit(rid, state=known)
+            return
         if (known is not None and known.phase != "opening") or await self._emitter.completed(rid):
             return  # redelivery of a turn already started
         claim = await self._sessions.claim(request.tenant_id, request.session_id, rid)

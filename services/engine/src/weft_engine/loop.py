@@ -295,11 +295,14 @@ class TurnLoop:
         holds keeps its text)."""
         seen = await read_takeover(self._redis, state.request_id)
         if seen.completed:
+            # Its complete may wait in the outbox: the stopped replica set the once-only
+            # flag and died before the ack.
+            await self._emitter.drain(state.request_id)
             return Ended(AlreadyCompleted(state))
+        if self._trails is not None:
+            await catch_up(self._trails, self._emitter, state)
         if seen.attempt > MAX_TAKEOVERS:
             return Ended(TooManyTakeovers(state))
-        if self._trails is not None and (state.phase == "think" or state.tools_answered()):
-            await catch_up(self._trails, self._emitter, state)
         if state.phase == "waiting" and not _overdue(state):
             state = await self._tools.recover(state, seen.acked)
         result = await self._go_on(state)

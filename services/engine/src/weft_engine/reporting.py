@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 from weft_contracts import (
     DeliverableData,
     DeliverableEvent,
+    Envelope,
     Reference,
     ReferencesData,
     ReferencesEvent,
@@ -21,7 +23,7 @@ from weft_contracts import (
 from weft_contracts.files import download_path
 
 from weft_engine.emitter import EventEmitter
-from weft_engine.leases import LeaseRequest, StepClaim
+from weft_engine.leases import DeadlineUpdate, LeaseRequest, StepClaim
 from weft_engine.outbox import SeqsHeld
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
@@ -91,9 +93,41 @@ class ResultReporter:
 
     async def report(self, state: TurnState, result: ToolCallCompletedData) -> None:
         """Queue ``tool_result`` (and ``references`` when the tool found sources) with one
-        ``seq`` round trip; ``EventEmitter.flush`` waits for the acks."""
+        ``seq`` round trip; ``EventEmitter.flush`` waits for the acks. Only for a result
+        the stored state does not hold yet (a round that is thought again after a crash
+        reports it again): one it holds is reported by the write that stores it
+        (:meth:`save_reporting`)."""
         await self._emitter.emit_many(state.ids(), _result_events(state, result))
         self._tracer.tool_done(state, result)
+
+    async def save_reporting(
+        self,
+        state: TurnState,
+        results: Iterable[ToolCallCompletedData],
+        *,
+        before: list[tuple[Any, Any]] | None = None,
+        deadline: DeadlineUpdate | None = None,
+    ) -> tuple[TurnState, tuple[list[Envelope], range]]:
+        """Write ``state``, which holds ``results``, and in the same write reserve the
+        seqs of their events (after the events ``before``, a round's ``tool_call``) and
+        store them in the turn's outbox: a replica that dies after the write leaves them
+        to whoever reserves the turn's next seq, so a result the state holds always
+        reaches clients (``outbox``). The caller queues them
+        (``EventEmitter.queue_outboxed``) when it is ready and flushes."""
+        results = list(results)
+        events = [*(before or []), *(e for r in results for e in _result_events(state, r))]
+        staged, outbox = self._emitter.stage(state.ids(), events)
+        while True:
+            try:
+                saved, seqs = await self._store.save_reserving(
+                    state, len(staged), deadline=deadline, outbox=outbox if staged else None
+                )
+                break
+            except SeqsHeld:
+                await self._emitter.drain(state.request_id)  # earlier seqs go out first
+        for result in results:
+            self._tracer.tool_done(saved, result)
+        return saved, (staged, seqs)
 
     async def expire_overdue(self, state: TurnState) -> TurnState:
         """SPEC E-17 backstop: a dispatched call past its deadline gets a timeout result,
@@ -115,11 +149,9 @@ class ResultReporter:
             )
             for c in overdue
         }
-        saved = await self._store.save(
-            state.model_copy(update={"results": {**state.results, **timeouts}})
-        )
-        for result in timeouts.values():
-            await self.report(saved, result)  # the step flushes
+        updated = state.model_copy(update={"results": {**state.results, **timeouts}})
+        saved, reported = await self.save_reporting(updated, timeouts.values())
+        await self._emitter.queue_outboxed(*reported)  # the step flushes
         return saved
 
 

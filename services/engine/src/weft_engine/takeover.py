@@ -4,8 +4,8 @@ One round trip, at the start of the takeover's step: the attempt count (bounded 
 ``MAX_TAKEOVERS``), the round whose text was half-streamed (that round runs again after
 a superseded marker, ``TurnLoop._take_over``), whether the turn's ``complete`` was sent
 already (then only its state is left to forget), and how far Kafka acknowledged the
-turn's dispatched calls (``ToolRound.recover``). A takeover of a thinking turn also counts
-its events on from the last one Kafka holds (:func:`catch_up`).
+turn's dispatched calls (``ToolRound.recover``). Every takeover also counts the turn's
+events on from the last one Kafka holds (:func:`catch_up`).
 """
 
 from __future__ import annotations
@@ -66,23 +66,26 @@ class _TurnRef:
 
 async def catch_up(trails: TurnTrails, emitter: EventEmitter, state: TurnState) -> None:
     """Count the turn's events on from the last one in Kafka: the stopped replica may have
-    reserved seqs (a delta, a thought) that it never published, and clients would see the
-    gap. Events a dead replica left in the turn's outbox (a recorded result's) are
-    published first, at their seqs: their seqs are not given back (``outbox``).
-    Only for a turn whose dispatched calls all have their results (it thinks, or
-    was about to): no result recorder reserves the turn's seqs meanwhile (a duplicate
-    result reserves none), and the takeover's step holds the lease. A trail that cannot be
-    read leaves the counter as it is: a gap is better than a seq handed out twice."""
-    await emitter.drain(state.request_id)
+    reserved seqs (a delta, a thought, an ``error``) that it never published, and clients
+    would see the gap. Events a dead replica left in the turn's outbox (a recorded
+    result's, its tool calls', its ``complete``) are published first, at their seqs: their
+    seqs are not given back (``outbox``). The turn is held while its trail is read
+    (``EventEmitter.catch_up``), so a result recorded meanwhile on any replica waits
+    instead of reserving a seq the recount would hand out again; the takeover's step
+    holds the lease, so no other step reserves any. A trail that cannot be read leaves
+    the counter as it is: a gap is better than a seq handed out twice."""
     started = datetime.fromtimestamp(state.started_at, UTC)
-    try:
-        found = await trails.read([_TurnRef(state.session_id, state.request_id, started)])
-    except (TimeoutError, KafkaError, OSError) as exc:
-        log.warning("takeover_trail_unread", request_id=state.request_id, error=repr(exc))
-        return
-    trail = found.get(state.request_id)
-    if trail is None or trail.last_seq == 0:  # not even turn_started: not this topic's turn
-        return
-    given_back = await emitter.recount(state.request_id, trail.last_seq)
-    log.info("takeover_caught_up", request_id=state.request_id, last_seq=trail.last_seq,
-             given_back=given_back)  # fmt: skip
+
+    async def last_published() -> int | None:
+        try:
+            found = await trails.read([_TurnRef(state.session_id, state.request_id, started)])
+        except (TimeoutError, KafkaError, OSError) as exc:
+            log.warning("takeover_trail_unread", request_id=state.request_id, error=repr(exc))
+            return None
+        trail = found.get(state.request_id)
+        if trail is None or trail.last_seq == 0:  # not even turn_started: not this topic's
+            return None
+        return trail.last_seq
+
+    given_back = await emitter.catch_up(state.request_id, last_published)
+    log.info("takeover_caught_up", request_id=state.request_id, given_back=given_back)
