@@ -109,7 +109,8 @@ async def test_facts_extracted_after_a_turn_are_recalled_only_in_the_callers_sco
         assert not [e for e in events if e.event == "memory_recalled"]
         rid = await _persisted_request(api, quiet)
         status = await memory.get(
-            f"/internal/memories/extractions/{rid}", params={"tenant_id": stack.tenant}
+            f"/internal/memories/extractions/{rid}",
+            params={"tenant_id": stack.tenant, "user_id": "dev"},
         )
         assert status.status_code == 404  # recorded without an extraction row: never one
 
@@ -132,7 +133,9 @@ async def test_facts_extracted_after_a_turn_are_recalled_only_in_the_callers_sco
             found = [e.data["data"] for e in events if e.event == "tool_result"]
             assert found[0]["success"] and "BLUEHERON" not in found[0]["output"]
             assert await _facts(memory, stack, "other-user", "codename") == []
-            await _extraction_done(memory, stack, await _persisted_request(other, theirs))
+            await _extraction_done(
+                memory, stack, await _persisted_request(other, theirs), user="other-user"
+            )
         assert await _facts(memory, stack, "dev", "VERMILION") == []
     extraction_prompts = [
         str(r["messages"][-1]["content"])
@@ -157,13 +160,14 @@ async def _session(api: httpx.AsyncClient, agent_id: str) -> str:
 
 
 async def _extraction_done(
-    memory: httpx.AsyncClient, stack: LocalStack, request_id: str
+    memory: httpx.AsyncClient, stack: LocalStack, request_id: str, user: str = "dev"
 ) -> dict[str, Any]:
-    """Wait for memory's own extraction of the turn (no one asks for it)."""
+    """Wait for memory's own extraction of the turn (no one asks for it), asked as the
+    turn's user (the stack's API key is the gateway's dev user)."""
     url = f"/internal/memories/extractions/{request_id}"
     async with asyncio.timeout(60):
         while True:
-            resp = await memory.get(url, params={"tenant_id": stack.tenant, "user_id": "dev"})
+            resp = await memory.get(url, params={"tenant_id": stack.tenant, "user_id": user})
             if resp.status_code == 200 and resp.json()["status"] in ("done", "failed"):
                 body: dict[str, Any] = resp.json()
                 assert body["status"] == "done", body
