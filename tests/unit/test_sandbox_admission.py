@@ -23,17 +23,10 @@ from weft_sandbox.k8s_pod import COMMAND_CONTAINER, FILES_CONTAINER, pod_name, s
 from weft_sandbox.settings import SandboxSettings
 
 from tests.k8s_admission import SANDBOX_USER, SandboxAdmission
-from tests.unit.test_deploy_manifests import CHART, HELM_INSTALL_HINT, _find_helm, _render
+from tests.unit.test_deploy_manifests import CHART, _render
+from tests.unit.test_deploy_manifests import helm as helm  # the fixture: helm, or a clear failure
 
 Pod = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def helm_path() -> str:
-    path = _find_helm()
-    if path is None:
-        pytest.fail(HELM_INSTALL_HINT, pytrace=False)
-    return path
 
 
 class Rendered:
@@ -76,11 +69,11 @@ class Rendered:
 
 
 @pytest.fixture(scope="module", params=["default", "production"])
-def rendered(request: pytest.FixtureRequest, helm_path: str) -> Rendered:
+def rendered(request: pytest.FixtureRequest, helm: str) -> Rendered:
     """The chart's defaults (the test-double values set no sandbox value) and production
     values (their own namespace, runtimeClassName gvisor)."""
     values = {"default": "test-double-values.yaml", "production": "production-values.yaml"}
-    return Rendered(_render(helm_path, "-f", str(CHART / "ci" / values[request.param])))
+    return Rendered(_render(helm, "-f", str(CHART / "ci" / values[request.param])))
 
 
 def test_the_backends_pod_and_its_updates_are_admitted(rendered: Rendered) -> None:
