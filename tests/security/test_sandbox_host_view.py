@@ -14,6 +14,7 @@ import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,7 +53,12 @@ def decoy_process() -> Iterator[str]:
     marker = f"weft-host-decoy-{secrets.token_hex(6)}"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker])
     try:
-        assert any(marker in c for c in host_cmdlines())  # the host does list it
+        # The host does list it, once the child has exec'd (until then its cmdline is
+        # still its parent's: CI once looked too early).
+        deadline = time.monotonic() + 15
+        while not any(marker in c for c in host_cmdlines()):
+            assert time.monotonic() < deadline, "the decoy never showed on the host"
+            time.sleep(0.05)
         yield marker
     finally:
         proc.kill()
