@@ -53,7 +53,6 @@ import asyncio
 import json
 import os
 import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -67,7 +66,7 @@ import httpx
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_gateway.auth import ApiKeyAuth
 from weft_testkit import LocalStack, StackConfig, infra_env, read_turn
-from weft_testkit.stack import create_topics, delete_topics
+from weft_testkit.stack import create_topics
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -380,7 +379,7 @@ async def _sandbox_flood(
 
 async def sandbox_main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO))  # run as a script: bench/ is on the path, not the repo
-    from bench.sandbox import _start_replica
+    from bench.sandbox import _start_replica, _stop_replica
 
     log_dir = REPO / ".weft/logs/bench-fair-sandbox"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -408,12 +407,7 @@ async def sandbox_main(args: argparse.Namespace) -> None:
             b_done = sum(1 for c in b_sent if c in client.results)
             phases[-1]["flood_calls_done_while_c_measured"] = b_done
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        delete_topics(prefix)
+        _stop_replica(process, prefix)
     uptime = await asyncio.to_thread(subprocess.run, ["uptime"], capture_output=True, text=True)
     summary = {
         "phases": phases,

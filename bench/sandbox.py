@@ -93,6 +93,17 @@ def _start_replica(
     raise RuntimeError("the sandbox replica was not ready in time")
 
 
+def _stop_replica(process: subprocess.Popen[bytes], prefix: str) -> None:
+    """Stop a replica of :func:`_start_replica` (SIGTERM, then SIGKILL after 30 s) and
+    delete its topics."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    delete_topics(prefix)
+
+
 def _tree(pid: int) -> list[int]:
     """``pid`` and every process below it."""
     children: dict[int, list[int]] = {}
@@ -212,12 +223,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 warm_worker.append(worker)
             concurrent = await _concurrent(calls, process.pid, args.sessions, args.sleep_s)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        delete_topics(prefix)
+        _stop_replica(process, prefix)
     return {
         "machine_before": before, "machine_after": machine(),
         "cold_first_call_ms": {**summary(cold, (0.5, 0.9)),
