@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import asyncpg
 import pytest
@@ -64,25 +65,40 @@ async def scripted_llm() -> AsyncIterator[str]:
     sock.close()
 
 
+@contextmanager
+def fresh_database(infra: dict[str, str], prefix: str) -> Iterator[str]:
+    """An empty database of its own on the shared PostgreSQL (not migrated), dropped
+    afterwards; its URL."""
+    url = infra["WEFT_DATABASE_URL"]
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    asyncio.run(_admin(url, f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"{url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def migrate_upgrade(infra: dict[str, str], url: str) -> subprocess.Popen[bytes]:
+    """``python -m weft_storage.migrate upgrade`` on ``url``, started (not awaited)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
+        env={**infra, "WEFT_DATABASE_URL": url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
 @pytest.fixture(scope="module")
 def own_database(infra: dict[str, str]) -> Iterator[str]:
     """A migrated database of the module's own, dropped after it: for tests that drive the
     ingestion queue themselves. The tool-exec workers of stacks running meanwhile share
     the main database and, woken by its notifications, would take the documents such a
     test queues (and ingest them under other bounds and embeddings)."""
-    url = infra["WEFT_DATABASE_URL"]
-    name = f"weft_queue_{secrets.token_hex(4)}"
-    own = f"{url.rsplit('/', 1)[0]}/{name}"
-    asyncio.run(_admin(url, f'CREATE DATABASE "{name}"'))
-    try:
-        subprocess.run(
-            [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-            env={**infra, "WEFT_DATABASE_URL": own}, check=True, capture_output=True,
-            timeout=120,
-        )  # fmt: skip
+    with fresh_database(infra, "weft_queue") as own:
+        done = migrate_upgrade(infra, own)
+        output, _ = done.communicate(timeout=120)
+        assert done.returncode == 0, output.decode()[-2000:]
         yield own
-    finally:
-        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def _admin(url: str, statement: str) -> None:
