@@ -22,9 +22,12 @@ PY := $(VENV)/python
 # user or run (wrong owner) makes pytest refuse every tmp_path.
 BASETEMP = --basetemp=$(shell mkdir -p $(WEFT_HOME)/pytest && echo $(WEFT_HOME))/pytest/$(1)
 LOCAL := deploy/local
+# pytest-xdist workers of the infrastructure suites (tests/parallel.py says what they share).
+TEST_WORKERS ?= 3
+XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 .PHONY: help bootstrap infra-up infra-down infra-status up down status logs proto lint \
-	typecheck test-unit test-integration test-chaos test-chaos-full test-full test demo bench
+	typecheck test-unit test-integration test-timings test-chaos test-chaos-full test-full test demo bench
 
 help: ## List the targets
 	@echo "Weft make targets (variables: TOOL_WORKERS=$(TOOL_WORKERS), WEFT_HOME=$(WEFT_HOME)):"
@@ -72,9 +75,14 @@ test-unit: ## Unit tests (no infrastructure needed; installs helm first if missi
 	@$(LOCAL)/ensure-helm.sh
 	@$(VENV)/pytest tests/unit -q $(call BASETEMP,unit)
 
-test-integration: ## Integration, e2e and security tests against the real infra (runs infra-up first)
+test-integration: ## Integration, e2e and security tests on the real infra, TEST_WORKERS in parallel (runs infra-up first)
 	@$(LOCAL)/infra.sh up
-	@$(VENV)/pytest tests/integration tests/e2e tests/security -q $(call BASETEMP,integration)
+	@$(VENV)/pytest tests/integration tests/e2e tests/security -q $(XDIST) $(call BASETEMP,integration)
+
+test-timings: ## Measure each test group's seconds into tests/timings.json (the order groups start in)
+	@$(LOCAL)/infra.sh up
+	@WEFT_TEST_TIMINGS_OUT=tests/timings.json $(VENV)/pytest tests/integration tests/e2e tests/security \
+		-q $(XDIST) $(call BASETEMP,integration)
 
 test-chaos: ## Fault suite, reduced (8 sessions x 2 turns, 6 faults) on its own Kafka and Redis
 	@$(LOCAL)/infra.sh up

@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.db_fixtures",
     "tests.private_broker",
     "tests.security.admin_fixtures",
+    "tests.parallel",
 ]
 
 

@@ -19,6 +19,18 @@ from weft_testkit import LocalStack, StackConfig
 REPO = Path(__file__).resolve().parents[1]
 
 
+def weft_home() -> Path:
+    """``WEFT_HOME`` (what ``make`` exports), else the repository's ``.weft``."""
+    return Path(os.environ.get("WEFT_HOME") or REPO / ".weft")
+
+
+def stack_log_dir(name: str) -> Path:
+    """Where a stack named ``name`` logs (and keeps its credential keys): one directory
+    per pytest-xdist worker, since each worker starts its own session stacks."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return weft_home() / "logs" / (f"{name}-{worker}" if worker else name)
+
+
 SANDBOX_SHARES_ENV = {
     "WEFT_SANDBOX_CONCURRENCY": "3",
     "WEFT_SANDBOX_READ_AHEAD": "8",
@@ -36,9 +48,8 @@ its own (small, so it stays quick; a restart with other settings would cost ~20 
 @pytest.fixture(scope="session")
 def stack(infra: dict[str, str]) -> Iterator[LocalStack]:
     """Seven services + the scripted LLM test double, isolated by a topic prefix."""
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     env = {**SANDBOX_SHARES_ENV, "WEFT_SANDBOX_TENANT_BYTES": str(SANDBOX_TENANT_BYTES)}
-    with LocalStack(StackConfig(log_dir=home / "logs" / "e2e", extra_env=env)) as running:
+    with LocalStack(StackConfig(log_dir=stack_log_dir("e2e"), extra_env=env)) as running:
         yield running
 
 
@@ -132,8 +143,7 @@ request heads complete within 2 s (docs/budgets.md)."""
 def limits_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
     """A stack whose gateway and engine enforce small budgets and caps (``LIMITS_ENV``),
     shared by tests/security/test_budgets.py and test_connection_limits.py."""
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
-    config = StackConfig(log_dir=home / "logs" / "e2e-limits", extra_env=LIMITS_ENV)
+    config = StackConfig(log_dir=stack_log_dir("e2e-limits"), extra_env=LIMITS_ENV)
     with LocalStack(config) as running:
         yield running
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,7 +29,8 @@ from weft_testkit import (
     read_turn,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.stack_fixtures import stack_log_dir
+
 NO_TOOLS_AGENT = "e2e-no-tools"
 WEB_AGENT = "e2e-web"
 """Offered web_fetch (its web switch on), whose long deadline the stop tests rely on."""
@@ -40,9 +39,8 @@ COALESCE_WINDOW_MS = 250
 
 @pytest.fixture(scope="module")
 def faults_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     config = StackConfig(
-        log_dir=home / "logs" / "e2e-faults",
+        log_dir=stack_log_dir("e2e-faults"),
         replicas={"engine": 3},
         partitions=1,
         extra_env={

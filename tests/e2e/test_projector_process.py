@@ -5,23 +5,20 @@ stopped, nothing reaches the client: the gateway really projects nothing itself.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from weft_testkit import LocalStack, StackConfig, read_turn
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.stack_fixtures import stack_log_dir
 
 
 @pytest.fixture(scope="module")
 def split_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     config = StackConfig(
-        log_dir=home / "logs" / "e2e-projector",
+        log_dir=stack_log_dir("e2e-projector"),
         extra_env={"WEFT_PROJECTOR": "off", "WEFT_TURN_IDLE_TIMEOUT_S": "5"},
     )
     with LocalStack(config) as running:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +18,8 @@ from httpx_sse import aconnect_sse
 from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env
 from weft_testkit.kafka import client_options
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.stack_fixtures import stack_log_dir
+
 AGENT = "builtin-smart-reasoning"
 LONG_ANSWER = " ".join(f"word{i}" for i in range(240))
 MAX_TURNS = 3
@@ -29,9 +28,8 @@ MAX_TURNS = 3
 @pytest.fixture(scope="module")
 def stack2(infra: dict[str, str]) -> Iterator[LocalStack]:
     """A stack with two gateway replicas (one module only: it costs a stack start)."""
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     config = StackConfig(
-        log_dir=home / "logs" / "e2e-sse",
+        log_dir=stack_log_dir("e2e-sse"),
         replicas={"gateway": 2},
         extra_env={
             "WEFT_TURN_IDLE_TIMEOUT_S": "15",

@@ -6,9 +6,7 @@ request log shows what the model was asked."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +14,8 @@ import pytest
 from weft_engine.loop import DEADLINE_REASON, TURN_DEADLINE
 from weft_testkit import LocalStack, SseEvent, StackConfig, chat_requests, read_turn
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.stack_fixtures import stack_log_dir
+
 DEADLINE_S = 4
 OUTLIVES_IT_MS = (DEADLINE_S + 1) * 1000
 THINK = {
@@ -28,9 +27,8 @@ THINK = {
 
 @pytest.fixture(scope="module")
 def short_deadline_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     config = StackConfig(
-        log_dir=home / "logs" / "e2e-turn-deadline",
+        log_dir=stack_log_dir("e2e-turn-deadline"),
         extra_env={"WEFT_TURN_DEADLINE_S": str(DEADLINE_S)},
     )
     with LocalStack(config) as running:

@@ -15,11 +15,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +32,8 @@ from weft_engine.act import TOOL_TIMEOUTS_S
 from weft_storage.models import Agent, Message
 from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.stack_fixtures import stack_log_dir
+
 REDIS_DB = 12
 DATABASE_SUFFIX = "_turnloss"
 WEB_AGENT = "e2e-turnloss-web"
@@ -67,9 +66,8 @@ async def _create_database() -> None:
 @pytest.fixture(scope="module")
 def loss_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
     asyncio.run(_create_database())
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     config = StackConfig(
-        log_dir=home / "logs" / "e2e-turn-state-loss",
+        log_dir=stack_log_dir("e2e-turn-state-loss"),
         replicas={"engine": 2},
         redis_url=_redis_url(),
         database_url=_database_url(),

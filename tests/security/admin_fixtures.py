@@ -4,7 +4,6 @@ cache and a one-second maintenance period, on real Kafka, PostgreSQL and Redis."
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -15,7 +14,8 @@ import httpx
 import pytest
 from weft_testkit import LocalStack, StackConfig
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.stack_fixtures import stack_log_dir, weft_home
+
 OPERATOR_TOKEN = f"op-{secrets.token_hex(24)}"
 AUTH_CACHE_S = 1.0
 
@@ -55,14 +55,12 @@ class AdminStack:
 
 def sandbox_root() -> Path:
     """The admin stack's sandbox workspaces (one directory per session)."""
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
-    return home / "sandbox" / "admin-suite"
+    return weft_home() / "sandbox" / "admin-suite"
 
 
 @pytest.fixture(scope="session")
 def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
     """Every service, with the admin settings above on the gateway."""
-    home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     extra = {
         "WEFT_ADMIN_TOKEN_SHA256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(),
         "WEFT_AUTH_CACHE_S": str(AUTH_CACHE_S),
@@ -76,7 +74,7 @@ def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
         "WEFT_SANDBOX_ROOT": str(sandbox_root()),
         "WEFT_SANDBOX_REAP_INTERVAL_S": "1",
     }
-    config = StackConfig(log_dir=home / "logs" / "admin", extra_env=extra)
+    config = StackConfig(log_dir=stack_log_dir("admin"), extra_env=extra)
     with LocalStack(config) as running:
         yield running
 

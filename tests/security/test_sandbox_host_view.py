@@ -9,7 +9,6 @@ marker of its own in its argv.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import subprocess
@@ -24,6 +23,7 @@ from weft_sandbox.workspace import workspace_key
 from weft_testkit import LocalStack
 
 from tests.e2e.sandbox_helpers import sandbox_session, scripted_turn
+from tests.stack_fixtures import weft_home
 
 PROC_LOOK = (
     "for f in /proc/[0-9]*/cmdline; do echo \"$f: $(tr '\\0' ' ' < $f)\"; done; "
@@ -67,7 +67,7 @@ def decoy_process() -> Iterator[str]:
 
 def workspace_on_host(stack: LocalStack, session_id: str) -> Path:
     """The host folder the sandbox service mounts as the session's ``/workspace``."""
-    root = Path(os.environ["WEFT_HOME"]) / "sandbox" / f"sandbox-{stack.ports['sandbox'][0]}"
+    root = weft_home() / "sandbox" / f"sandbox-{stack.ports['sandbox'][0]}"
     return root / workspace_key(stack.tenant, session_id) / "ws"
 
 
@@ -90,7 +90,7 @@ async def test_proc_in_the_jail_shows_no_host_path_and_no_host_process(
     assert re.search(r"^\d+ \d+ \S+ \S+ /workspace rw", seen, re.M), seen  # mountinfo
     # Neither the workspace's host folder nor any part of the path that leads to it.
     for leak in (str(host_ws), host_ws.parent.name, str(host_ws.parents[1]),
-                 os.environ["WEFT_HOME"]):  # fmt: skip
+                 str(weft_home())):  # fmt: skip
         assert leak not in seen, (leak, seen)
     assert marker not in seen, seen
     assert "weft-bwrap-args" not in seen, seen  # bubblewrap's options are not left open

@@ -10,7 +10,6 @@ The stack's sandbox holds a tenant to 8 MiB (``tests.stack_fixtures``); the file
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from weft_sandbox.workspace import workspace_key
 from weft_testkit import LocalStack
 
 from tests.e2e.sandbox_helpers import sandbox_session, scripted_turn
-from tests.stack_fixtures import SANDBOX_TENANT_BYTES, ApiKeys, KeyedClient
+from tests.stack_fixtures import SANDBOX_TENANT_BYTES, ApiKeys, KeyedClient, weft_home
 
 TENANT_CAP = SANDBOX_TENANT_BYTES
 FILE = 3 * MIB
@@ -51,7 +50,7 @@ class Tenant:
     def on_host(self, sid: str) -> Path:
         """The host folder of the session's live workspace (the stack's one sandbox)."""
         port = self.stack.ports["sandbox"][0]
-        root = Path(os.environ["WEFT_HOME"]) / "sandbox" / f"sandbox-{port}"
+        root = weft_home() / "sandbox" / f"sandbox-{port}"
         return root / workspace_key(self.name, sid) / "ws"
 
 

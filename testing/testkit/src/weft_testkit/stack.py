@@ -6,12 +6,14 @@ test stack never competes with ``make up`` or another test run on the same broke
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ from weft_platform.credentials import ensure_dev_keys
 from weft_platform.kafka_acls import SERVICE_PRINCIPALS
 from weft_platform.runtime import DEV_ISSUERS
 
+from weft_testkit import forkserver
 from weft_testkit.credentials import DevCredentials, TrustedTransport
 from weft_testkit.kafka import kafka_client_env, principal_env
 
@@ -88,11 +91,33 @@ class StackConfig:
     other's turns."""
 
 
+Process = subprocess.Popen[bytes] | forkserver.ForkedProcess
+
+_FORKS: forkserver.ForkServer | None = None
+
+
+def start_service(module: str, args: list[str], env: dict[str, str], log: Path) -> Process:
+    """``python -m module *args`` in a session of its own, output appended to ``log``:
+    forked from the test run's fork server (``weft_testkit.forkserver``), or with
+    ``Popen`` when ``WEFT_TESTKIT_FORK=0``."""
+    global _FORKS
+    if forkserver.enabled():
+        if _FORKS is None:
+            _FORKS = forkserver.ForkServer(Path(tempfile.mkdtemp(prefix="weft-forks-")))
+            atexit.register(_FORKS.close)
+        return _FORKS.spawn(module, args, env, log)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args], env=env, stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+
+
 @dataclass
 class _Proc:
     name: str
     port: int
-    process: subprocess.Popen[bytes]
+    process: Process
 
 
 def create_topics(prefix: str, partitions: int) -> None:
@@ -230,13 +255,8 @@ class LocalStack:
         }
 
     def _spawn(self, name: str, port: int, args: list[str]) -> None:
-        log = open(self.log_path(name, port), "ab")  # noqa: SIM115
-        process = subprocess.Popen(
-            [sys.executable, "-m", f"weft_{name}", *args],
-            env=self.service_env(name, port),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        process = start_service(
+            f"weft_{name}", args, self.service_env(name, port), self.log_path(name, port)
         )
         self._procs.append(_Proc(name, port, process))
 

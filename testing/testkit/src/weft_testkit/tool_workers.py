@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,7 +21,14 @@ from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 
 from weft_testkit.credentials import DevCredentials, credentials_dir, signed
 from weft_testkit.kafka import client_options, principal_env
-from weft_testkit.stack import create_topics, delete_topics, free_port, infra_env
+from weft_testkit.stack import (
+    Process,
+    create_topics,
+    delete_topics,
+    free_port,
+    infra_env,
+    start_service,
+)
 
 
 class ToolWorkerPool:
@@ -35,7 +41,7 @@ class ToolWorkerPool:
         self.log_dir = log_dir
         self.partitions = partitions
         self.extra_env = extra_env or {}
-        self.procs: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
+        self.procs: dict[str, tuple[int, Process]] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
         create_topics(self.prefix, partitions)
 
@@ -49,11 +55,9 @@ class ToolWorkerPool:
             "WEFT_EMBEDDING_MODEL": "", "WEFT_CREDENTIALS_DIR": str(credentials_dir()),
             **self.extra_env,
         }  # fmt: skip
-        log = open(self.log_dir / f"{self.prefix}{name}.log", "ab")  # noqa: SIM115
-        process = subprocess.Popen(
-            [sys.executable, "-m", "weft_tool_exec"], env=env, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        process = start_service(
+            "weft_tool_exec", [], env, self.log_dir / f"{self.prefix}{name}.log"
+        )
         self.procs[name] = (port, process)
         deadline = time.monotonic() + 120
         with httpx.Client(timeout=3) as client:
