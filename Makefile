@@ -23,7 +23,7 @@ PY := $(VENV)/python
 BASETEMP = --basetemp=$(shell mkdir -p $(WEFT_HOME)/pytest && echo $(WEFT_HOME))/pytest/$(1)
 LOCAL := deploy/local
 # pytest-xdist workers of the infrastructure suites (tests/parallel.py says what they share).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 .PHONY: help bootstrap infra-up infra-down infra-status up down status logs proto lint \
@@ -73,7 +73,7 @@ typecheck: ## mypy on libs, services, testing, tests
 
 test-unit: ## Unit tests (no infrastructure needed; installs helm first if missing, for the chart tests)
 	@$(LOCAL)/ensure-helm.sh
-	@$(VENV)/pytest tests/unit -q $(call BASETEMP,unit)
+	@$(VENV)/pytest tests/unit -q -n 2 $(call BASETEMP,unit)
 
 test-integration: ## Integration, e2e and security tests on the real infra, TEST_WORKERS in parallel (runs infra-up first)
 	@$(LOCAL)/infra.sh up
@@ -96,23 +96,8 @@ test-full: ## make test, then the full fault suite (test-chaos-full)
 	@$(MAKE) test
 	@$(MAKE) test-chaos-full
 
-# Runs every step even after a failure (so one run shows all problems), then fails if any did.
-test: ## bootstrap, lint, typecheck, test-unit, infra-up, test-integration, test-chaos (what CI runs)
-	@$(LOCAL)/bootstrap.sh
-	@failed=(); \
-	step() { local name="$$1"; shift; echo "[weft] ===== $$name ====="; \
-		local t0=$$SECONDS; \
-		if "$$@"; then echo "[weft] ===== $$name: ok ($$((SECONDS - t0))s) ====="; \
-		else echo "[weft] ===== $$name: FAILED ($$((SECONDS - t0))s) ====="; failed+=("$$name"); return 1; fi; }; \
-	step lint $(MAKE) lint || true; \
-	step typecheck $(MAKE) typecheck || true; \
-	step test-unit $(MAKE) test-unit || true; \
-	if step infra-up $(MAKE) infra-up; then \
-		step test-integration $(MAKE) test-integration || true; \
-		step test-chaos $(MAKE) test-chaos || true; \
-	else failed+=("test-integration, test-chaos (skipped: no infra)"); fi; \
-	if [ $${#failed[@]} -gt 0 ]; then echo "[weft] make test FAILED: $${failed[*]}"; exit 1; fi; \
-	echo "[weft] make test: all steps passed"
+test: ## What CI runs: bootstrap, lint, typecheck, test-unit, infra-up, then test-integration and test-chaos side by side; prints each step's time (deploy/local/test-steps.sh)
+	@MAKE="$(MAKE)" $(LOCAL)/test-steps.sh
 
 demo: ## bootstrap + up + run the gateway demo (weft_gateway.demo)
 	@$(LOCAL)/bootstrap.sh
