@@ -77,7 +77,7 @@ test-unit: ## Unit tests (no infrastructure needed; installs helm first if missi
 
 test-integration: ## Integration, e2e and security tests on the real infra, TEST_WORKERS in parallel (runs infra-up first)
 	@$(LOCAL)/infra.sh up
-	@$(VENV)/pytest tests/integration tests/e2e tests/security -q $(XDIST) $(call BASETEMP,integration)
+	@$(VENV)/pytest tests/integration tests/e2e tests/security -q $(XDIST) --durations=15 $(call BASETEMP,integration)
 
 test-timings: ## Measure each test group's seconds into tests/timings.json (the order groups start in)
 	@$(LOCAL)/infra.sh up

@@ -51,7 +51,7 @@ def _timings() -> dict[str, float]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its group (before xdist reads the marks) and put the groups in
     the order they should start: longest first."""
-    if not config.getoption("dist", "no") == "loadgroup":
+    if config.getoption("dist", "no") != "loadgroup":
         return
     timings = _timings()
     for item in items:

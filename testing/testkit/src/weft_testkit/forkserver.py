@@ -8,7 +8,11 @@ then forked from it, set up the way ``subprocess.Popen([python, "-m", module], e
 start_new_session=True, stdout=log)`` would set it up (its own session, the given
 environment, output to the log, stdin from /dev/null), and runs the module as
 ``__main__``. It is a separate OS process with its own sockets and connections, like any
-replica; only the interpreter's imported modules come from the fork.
+replica; only the interpreter's imported modules come from the fork. Two visible
+differences: ``ps`` and ``/proc/<pid>/cmdline`` show the fork server's command line, and
+``/proc/<pid>/environ`` the environment the server started with (the kernel's copy of the
+first environment; the service itself and every process it starts see the one it was
+given).
 
 Services read their settings when they start, never at import time, so the environment
 set in the child is what they see. ``make up``, compose and the chart start services
