@@ -24,7 +24,7 @@ BASETEMP = --basetemp=$(shell mkdir -p $(WEFT_HOME)/pytest && echo $(WEFT_HOME))
 LOCAL := deploy/local
 # pytest-xdist workers of the infrastructure suites (tests/parallel.py says what they share).
 TEST_WORKERS ?= 2
-XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: help bootstrap infra-up infra-down infra-status up down status logs proto lint \
 	typecheck test-unit test-integration test-timings test-chaos test-chaos-full test-full test demo bench

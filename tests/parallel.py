@@ -1,19 +1,20 @@
-"""How the suites run in parallel (pytest-xdist, ``--dist loadgroup``); loaded by
+"""How the suites run in parallel (pytest-xdist, ``--dist loadfile``); loaded by
 tests/conftest.py.
 
-Each worker is its own process with its own session fixtures, so what a group shares must
-stay on one worker:
+Each worker is its own process with its own session fixtures. A test file runs whole on
+one worker, so a module-scoped stack (``test_engine_faults.py``'s, say) starts once. A
+session stack starts once per worker that needs it: the common ``stack`` on each (each
+test resets that stack's scripted LLM, so two workers could not share one), and the admin
+and limits stacks on each worker that runs one of their files (they keep per-worker
+folders, ``stack_log_dir``).
 
-- a test file is one group, so a module-scoped stack (``test_engine_faults.py``'s, say)
-  starts once, on one worker;
-- the tests of a session stack other than the common one (``admin_stack_process``,
-  ``limits_stack``) form one group per stack, so each starts once;
-- the common ``stack`` starts once per worker that needs it (its scripted LLM is reset by
-  every test, so two workers could not share one).
+(``--dist loadgroup`` would keep the files of one session stack on one worker, but
+pytest-xdist 3.8 marks a group by editing ``Item._nodeid``, which pytest 9 no longer
+reads: the marks are silently ignored.)
 
-Groups start longest first, from ``tests/timings.json`` (seconds per group, written by
-``make test-timings``): the longest group then does not start last and leave the other
-workers idle at the end. A group missing from the file counts as ``DEFAULT_S``.
+Files start longest first, from ``tests/timings.json`` (seconds per file, written by
+``make test-timings``), so the longest does not start last and leave the other worker
+idle at the end. A file missing from it counts as ``DEFAULT_S``.
 """
 
 from __future__ import annotations
@@ -27,16 +28,11 @@ import pytest
 
 TIMINGS = Path(__file__).with_name("timings.json")
 DEFAULT_S = 5.0
-SHARED_STACKS = {"admin_stack_process": "admin-stack", "limits_stack": "limits-stack"}
-"""Session fixtures that start a stack of their own: their tests form one group."""
 
 
-def group_of(item: pytest.Item) -> str:
-    """The xdist group of ``item``: its shared stack's, else its file's."""
-    for fixture, group in SHARED_STACKS.items():
-        if fixture in getattr(item, "fixturenames", ()):
-            return group
-    return item.nodeid.split("::", 1)[0]
+def file_of(nodeid: str) -> str:
+    """The test file of a node id."""
+    return nodeid.split("::", 1)[0]
 
 
 def _timings() -> dict[str, float]:
@@ -47,27 +43,22 @@ def _timings() -> dict[str, float]:
     return {str(k): float(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its group (before xdist reads the marks) and put the groups in
-    the order they should start: longest first."""
-    if config.getoption("dist", "no") != "loadgroup":
+    """Put the files in the order they should start: longest first."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     timings = _timings()
-    for item in items:
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group_of(item)))
-    first_seen = {group_of(item): n for n, item in reversed(list(enumerate(items)))}
+    first_seen = {file_of(item.nodeid): n for n, item in reversed(list(enumerate(items)))}
 
     def start_order(item: pytest.Item) -> tuple[float, int]:
-        group = group_of(item)
-        return (-timings.get(group, DEFAULT_S), first_seen[group])
+        path = file_of(item.nodeid)
+        return (-timings.get(path, DEFAULT_S), first_seen[path])
 
-    items.sort(key=start_order)  # stable: a group's tests keep their order
+    items.sort(key=start_order)  # stable: a file's tests keep their order
 
 
 class TimingRecorder:
-    """Adds up each group's setup, call and teardown time; written to ``path`` at the end
+    """Adds up each file's setup, call and teardown time; written to ``path`` at the end
     (``WEFT_TEST_TIMINGS_OUT``: ``make test-timings``)."""
 
     def __init__(self, path: Path):
@@ -75,13 +66,10 @@ class TimingRecorder:
         self.seconds: defaultdict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        nodeid = report.nodeid
-        at = nodeid.rfind("@")
-        group = nodeid[at + 1 :] if at > nodeid.rfind("]") else nodeid.split("::", 1)[0]
-        self.seconds[group] += report.duration
+        self.seconds[file_of(report.nodeid)] += report.duration
 
     def pytest_sessionfinish(self) -> None:
-        merged = {**_timings(), **{g: round(s, 1) for g, s in self.seconds.items()}}
+        merged = {**_timings(), **{f: round(s, 1) for f, s in self.seconds.items()}}
         self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 

@@ -24,11 +24,16 @@ def weft_home() -> Path:
     return Path(os.environ.get("WEFT_HOME") or REPO / ".weft")
 
 
-def stack_log_dir(name: str) -> Path:
-    """Where a stack named ``name`` logs (and keeps its credential keys): one directory
-    per pytest-xdist worker, since each worker starts its own session stacks."""
+def per_worker(name: str) -> str:
+    """``name``, suffixed with the pytest-xdist worker's id when there is one: each worker
+    starts its own session stacks, which must not share folders."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    return weft_home() / "logs" / (f"{name}-{worker}" if worker else name)
+    return f"{name}-{worker}" if worker else name
+
+
+def stack_log_dir(name: str) -> Path:
+    """Where a stack named ``name`` logs (and keeps its credential keys)."""
+    return weft_home() / "logs" / per_worker(name)
 
 
 SANDBOX_SHARES_ENV = {

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from weft_testkit import LocalStack, StackConfig
 
-from tests.stack_fixtures import stack_log_dir, weft_home
+from tests.stack_fixtures import per_worker, stack_log_dir, weft_home
 
 OPERATOR_TOKEN = f"op-{secrets.token_hex(24)}"
 AUTH_CACHE_S = 1.0
@@ -55,7 +55,7 @@ class AdminStack:
 
 def sandbox_root() -> Path:
     """The admin stack's sandbox workspaces (one directory per session)."""
-    return weft_home() / "sandbox" / "admin-suite"
+    return weft_home() / "sandbox" / per_worker("admin-suite")
 
 
 @pytest.fixture(scope="session")
