@@ -7,7 +7,7 @@ import secrets
 from datetime import UTC, datetime
 
 from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from weft_gateway.auth import hash_key
 from weft_gateway.key_registry import DEV_KEY_NAME, KeyRegistry
 from weft_storage.models import ApiKey
@@ -21,9 +21,18 @@ async def _dev_key_state(sessions: async_sessionmaker[AsyncSession], secret: str
     return row.revoked_at is None
 
 
-async def test_dev_key_is_revoked_when_its_variable_is_unset(
-    sessions: async_sessionmaker[AsyncSession],
-) -> None:
+async def test_dev_key_is_revoked_when_its_variable_is_unset(own_database: str) -> None:
+    # Its own database: an unset variable revokes every development key of the database,
+    # and the shared one holds the keys of the test stacks running meanwhile on other
+    # workers (it once revoked one, and that stack's tests all got 401).
+    engine = create_async_engine(own_database)
+    try:
+        await _dev_key_rule(async_sessionmaker(engine, expire_on_commit=False))
+    finally:
+        await engine.dispose()
+
+
+async def _dev_key_rule(sessions: async_sessionmaker[AsyncSession]) -> None:
     keys = KeyRegistry(sessions)
     tenant, secret = f"t-{secrets.token_hex(4)}", f"dev-{secrets.token_hex(8)}"
     await keys.apply_dev_key(tenant, "dev", secret)
