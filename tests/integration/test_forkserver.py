@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +44,12 @@ def test_a_forked_process_gets_its_env_argv_session_and_exit_code(tmp_path: Path
         assert seen["env"] == env, "the child sees exactly the environment it was given"
         assert seen["argv"] == ["3", "x"]
         assert seen["sid"] == seen["pid"] == probe.pid, "not in a session of its own"
+        # The signal dispositions a Python started with Popen has: above all SIGPIPE
+        # ignored, or a write to a peer that died (a killed Redis) kills the service.
+        started = subprocess.run(
+            [sys.executable, "-m", "tests.fork_probe", "0"], capture_output=True, check=True
+        )
+        assert seen["signals"] == json.loads(started.stdout)["signals"]
     finally:
         server.close()
 

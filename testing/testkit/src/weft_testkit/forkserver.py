@@ -38,7 +38,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 PRELOAD = (
     "weft_gateway.__main__",
@@ -167,10 +167,14 @@ def _reap(status_dir: Path) -> None:
         tmp.replace(status_dir / str(pid))
 
 
-def _child(request: dict[str, Any], status_dir: Path) -> None:
-    """In the forked child: become what ``Popen`` would have started, run the module."""
-    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
+def _child(request: dict[str, Any]) -> NoReturn:
+    """In the forked child: become what ``Popen`` would have started, run the module,
+    exit the way ``python -m`` does (``SystemExit`` out of the server's loop: atexit
+    handlers and thread joins run as in any interpreter's exit)."""
+    # Only the server's own handler goes: the rest is what every Python process starts
+    # with (SIGPIPE and SIGXFSZ ignored, so a write to a dead peer raises instead of
+    # killing the process; SIGINT raising KeyboardInterrupt).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -190,9 +194,7 @@ def _child(request: dict[str, Any], status_dir: Path) -> None:
     except BaseException:
         traceback.print_exc()
         code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    raise SystemExit(code)
 
 
 def serve(status_dir: Path, requests: IO[str], answers: IO[str]) -> None:
@@ -211,7 +213,7 @@ def serve(status_dir: Path, requests: IO[str], answers: IO[str]) -> None:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _child(request, status_dir)
+            _child(request)
         answers.write(json.dumps({"pid": pid}) + "\n")
 
 
