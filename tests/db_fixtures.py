@@ -26,12 +26,9 @@ from weft_scripted_llm.app import create_app as scripted_llm_app
 
 @pytest.fixture(scope="session")
 def migrated(infra: dict[str, str]) -> str:
-    """The database URL after ``weft_storage.migrate upgrade`` (once per test run)."""
-    subprocess.run(
-        [sys.executable, "-m", "weft_storage.migrate", "upgrade"],
-        env={**infra}, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return infra["WEFT_DATABASE_URL"]
+    """The database URL after ``weft_storage.migrate upgrade`` (once per test run and
+    worker)."""
+    return _migrated(infra, infra["WEFT_DATABASE_URL"])
 
 
 @pytest.fixture
@@ -88,6 +85,13 @@ def migrate_upgrade(infra: dict[str, str], url: str) -> subprocess.Popen[bytes]:
     )
 
 
+def _migrated(infra: dict[str, str], url: str) -> str:
+    done = migrate_upgrade(infra, url)
+    output, _ = done.communicate(timeout=120)
+    assert done.returncode == 0, output.decode()[-2000:]
+    return url
+
+
 @pytest.fixture(scope="module")
 def own_database(infra: dict[str, str]) -> Iterator[str]:
     """A migrated database of the module's own, dropped after it: for tests that drive the
@@ -95,10 +99,7 @@ def own_database(infra: dict[str, str]) -> Iterator[str]:
     the main database and, woken by its notifications, would take the documents such a
     test queues (and ingest them under other bounds and embeddings)."""
     with fresh_database(infra, "weft_queue") as own:
-        done = migrate_upgrade(infra, own)
-        output, _ = done.communicate(timeout=120)
-        assert done.returncode == 0, output.decode()[-2000:]
-        yield own
+        yield _migrated(infra, own)
 
 
 async def _admin(url: str, statement: str) -> None:

@@ -32,18 +32,30 @@ step() {  # step NAME COMMAND...: run, time, remember a failure
     fi
     return "$rc"
 }
-background() {  # background NAME COMMAND...: like step, output to a log, waited by finish
+background() {  # background NAME COMMAND...: run beside the next steps; finish NAME counts it
     local name="$1"
     shift
-    (step "$name" "$@" >"$LOGS/$name.log" 2>&1; echo "$?" >"$LOGS/$name.rc") &
+    (
+        t0=$SECONDS
+        rc=0
+        "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
+        echo "$rc $((SECONDS - t0))" >"$LOGS/$name.rc"
+    ) &
     echo "[weft] ===== $name: started alongside (output below when it ends) ====="
 }
-finish() {  # finish NAME: wait for a background step, print its output, count it
-    local name="$1"
+finish() {  # finish NAME: wait for the background step, print its output, time and result
+    local name="$1" rc took
     wait
+    read -r rc took <"$LOGS/$name.rc" || { rc=1 took=0; }
+    echo "[weft] ===== $name ====="
     cat "$LOGS/$name.log"
-    times+=("$(grep -o "$name: [A-Za-z]* ([0-9]*s)" "$LOGS/$name.log" | sed 's/: [A-Za-z]* (/ /; s/)$//')")
-    [[ "$(cat "$LOGS/$name.rc" 2>/dev/null)" == 0 ]] || failed+=("$name")
+    times+=("$name ${took}s")
+    if ((rc == 0)); then
+        echo "[weft] ===== $name: ok (${took}s) ====="
+    else
+        echo "[weft] ===== $name: FAILED (${took}s) ====="
+        failed+=("$name")
+    fi
 }
 
 start=$SECONDS
