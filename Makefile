@@ -90,9 +90,7 @@ test-chaos: ## Fault suite, reduced (8 sessions x 2 turns, 6 faults) on its own 
 
 test-chaos-full: ## Fault suite, full (40 sessions x 3 turns, every fault; 5-15 min)
 	@$(LOCAL)/infra.sh up
-	@# Services started with Popen here until a full run's Redis fault with forked services
-	@# (one failure, 2026-12-06) is understood: docs/operations.md, "Test suite time".
-	@WEFT_TESTKIT_FORK=0 WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all $(VENV)/pytest tests/chaos -q $(call BASETEMP,chaos)
+	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all $(VENV)/pytest tests/chaos -q $(call BASETEMP,chaos)
 
 test-full: ## make test, then the full fault suite (test-chaos-full)
 	@$(MAKE) test
