@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from weft_contracts.approvals import ApprovalPolicy
+
 ReasoningEffort = Literal["off", "auto", "minimal", "low", "medium", "high", "xhigh", "max"]
 """SPEC A-05 levels; ``auto`` leaves the choice to the model, ``off`` asks for none."""
 
@@ -114,4 +116,9 @@ class AgentConfig(BaseModel):
         description="SPEC S-04: the installed skills this agent may use this turn (its "
         "skills_selection_mode and selected_skills applied); empty without a sandbox or "
         "read_file.",
+    )
+    approval: ApprovalPolicy = Field(
+        default_factory=ApprovalPolicy,
+        description="SPEC H-01..H-03: access level (capped by the tenant's maximum), "
+        "prompt timeout and escalation, tools always asked about.",
     )

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from weft_contracts.agent import AgentConfig
+from weft_contracts.approvals import ApprovalDecided
 from weft_contracts.envelope import Envelope, Payload
 from weft_contracts.locale import Locale
 from weft_contracts.text import CleanText
@@ -101,5 +102,7 @@ class SteerMessage(Envelope):
 AgentRequest = Annotated[ChatRequested, Field(discriminator="type")]
 """Any message of ``weft.agent.requests.v1``."""
 
-AgentControl = Annotated[CancelRequested | SteerMessage, Field(discriminator="type")]
+AgentControl = Annotated[
+    CancelRequested | SteerMessage | ApprovalDecided, Field(discriminator="type")
+]
 """Any message of ``weft.agent.control.v1``."""

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from weft_contracts.approvals import ToolApprovalRequiredEvent, ToolApprovalResolvedEvent
 from weft_contracts.envelope import Envelope, Payload
 from weft_contracts.locale import Locale
 from weft_contracts.text import CleanJson, CleanText
@@ -364,7 +365,9 @@ AgentEvent = Annotated[
     | ContextCompactedEvent
     | MemoryRecalledEvent
     | ImagesDescribedEvent
-    | DeliverableEvent,
+    | DeliverableEvent
+    | ToolApprovalRequiredEvent
+    | ToolApprovalResolvedEvent,
     Field(discriminator="type"),
 ]
 """Any message of ``weft.agent.events.v1``."""

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from weft_contracts.approvals import ApprovalEscalated
 from weft_contracts.envelope import Envelope, Payload
 from weft_contracts.text import CleanText
 
@@ -54,5 +55,5 @@ class SuggestionsReady(Envelope):
     data: SuggestionsReadyData
 
 
-SessionNotice = Annotated[SuggestionsReady, Field(discriminator="type")]
+SessionNotice = Annotated[SuggestionsReady | ApprovalEscalated, Field(discriminator="type")]
 """Any message of ``weft.session.notices.v1``."""

@@ -14,7 +14,13 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import structlog
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
-from weft_contracts import ToolCallCompleted, ToolCallCompletedData, ToolCallRequested, ToolContext
+from weft_contracts import (
+    RiskClass,
+    ToolCallCompleted,
+    ToolCallCompletedData,
+    ToolCallRequested,
+    ToolContext,
+)
 from weft_contracts.tools import SHOWN_NAME_CHARS
 
 from weft_tools.arguments import ToolArguments, arguments_schema
@@ -45,6 +51,17 @@ class ToolSpec:
     """The tool's own output cap, applied when tighter than the agent's (SPEC T-03)."""
     sensitive_arguments: frozenset[str] = frozenset()
     """Arguments masked in events, traces and logs (E-23: database_query's SQL)."""
+    risk: RiskClass | None = None
+    """SPEC H-01: read, probe, write or destructive; None: ``read`` for a read-only tool,
+    else ``write`` (``risk_class``)."""
+    always_ask: bool = False
+    """Asked about at every access level; no grant skips it (SPEC H-01)."""
+
+    def risk_class(self) -> RiskClass:
+        """The tool's risk class (``risk``, or what ``read_only`` implies)."""
+        if self.risk is not None:
+            return self.risk
+        return "read" if self.read_only else "write"
 
     def __post_init__(self) -> None:
         if self.arguments is not None:

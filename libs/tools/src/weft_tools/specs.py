@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import Field
+from weft_contracts import RiskClass
 
 from weft_tools.arguments import ToolArguments
 from weft_tools.capabilities import DOCUMENT_READER, RETRIEVAL
@@ -255,12 +256,14 @@ WEB_FETCH = ToolSpec(
         "at full_output_path for read_file."
     ),
     arguments=WebFetchArguments,
+    risk="probe",
 )
 
 WEB_SEARCH = ToolSpec(
     name="web_search",
     description="Search the web. Set content=true to also read the top 3 pages.",
     arguments=WebSearchArguments,
+    risk="probe",
 )
 
 SEARCH_MEMORY = ToolSpec(
@@ -313,6 +316,19 @@ def offered_tools(allowed: Iterable[str]) -> list[str]:
     (SPEC A-08: ``allowed`` is the agent's list after the runtime registration rules)."""
     wanted = set(allowed)
     return sorted(s.name for s in OFFERABLE_SPECS if s.name in wanted)
+
+
+def risk_of(tool_name: str) -> RiskClass:
+    """SPEC H-01: a built-in's risk class; a tool Weft does not know is ``destructive``
+    (nothing it could do is assumed harmless)."""
+    spec = spec_by_name(tool_name)
+    return "destructive" if spec is None else spec.risk_class()
+
+
+def always_asks(tool_name: str) -> bool:
+    """Whether the tool's own spec says it is asked about at every level."""
+    spec = spec_by_name(tool_name)
+    return spec is not None and spec.always_ask
 
 
 def definitions_for(allowed: Iterable[str]) -> list[dict[str, object]]:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from weft_contracts import AgentMode, QuestionSuggestions, ReasoningEffort
+from weft_contracts.approvals import DEFAULT_APPROVAL_TIMEOUT_S
 
 EFFORT_ORDER: tuple[str, ...] = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 """Levels from least to most; ``auto`` stands for the model's own choice (SPEC A-05)."""
@@ -41,6 +42,21 @@ class AgentDefinition(BaseModel):
     reasoning_effort: ReasoningEffort | None = None
     citation_enabled: bool | None = None
     access_level: Literal["read_only", "confirm", "auto_write"] | None = None
+    approval_timeout_s: float = Field(
+        default=DEFAULT_APPROVAL_TIMEOUT_S,
+        ge=10,
+        le=7 * 24 * 3600,
+        description="SPEC H-03: how long a prompt waits for a person.",
+    )
+    approval_on_timeout: Literal["deny", "escalate"] = Field(
+        default="deny", description="What an unanswered prompt does at its expiry."
+    )
+    approver_group: str | None = Field(default=None, min_length=1, max_length=128)
+    escalation_timeout_s: float = Field(default=3600.0, ge=10, le=7 * 24 * 3600)
+    always_ask_tools: list[str] = Field(
+        default_factory=list, max_length=100,
+        description="SPEC H-01: tools asked about at every access level, whatever the grants.",
+    )  # fmt: skip
     max_iterations: int | None = Field(default=None, ge=-1_000_000, le=1_000_000)
     llm_call_timeout_s: float = Field(default=0, ge=0, le=86_400)
     allowed_tools: list[str] | None = Field(default=None, max_length=100)

@@ -7,7 +7,14 @@ import re
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
-from weft_contracts import AgentConfig, AgentMode, KnowledgeBaseInfo, ReasoningEffort, SkillInfo
+from weft_contracts import (
+    AgentConfig,
+    AgentMode,
+    ApprovalPolicy,
+    KnowledgeBaseInfo,
+    ReasoningEffort,
+    SkillInfo,
+)
 from weft_storage.skills import SkillStore
 from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
 
@@ -165,6 +172,14 @@ def runtime_config(
         image_upload_enabled=full.image_upload_enabled,
         vision=models.supports_vision(full.model) if models else False,
         vlm_model=full.vlm_model_id or None,
+        approval=ApprovalPolicy(
+            access_level=full.access_level or "auto_write",
+            timeout_s=full.approval_timeout_s,
+            on_timeout=full.approval_on_timeout,
+            approver_group=full.approver_group,
+            escalation_timeout_s=full.escalation_timeout_s,
+            always_ask=sorted(set(full.always_ask_tools) & set(tools)),
+        ),
     )
 
 

@@ -1,0 +1,84 @@
+"""SPEC H-01 (the policy matrix), H-04 (grants never widen rights): weft_contracts.approvals."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from weft_contracts import Grant, cap_access, decide, grant_covers
+from weft_tools.specs import OFFERABLE_SPECS, always_asks, risk_of
+
+MATRIX = {
+    # level: (read, probe, write, destructive)
+    "read_only": ("allow", "allow", "deny", "deny"),
+    "confirm": ("allow", "allow", "ask", "ask"),
+    "auto_write": ("allow", "allow", "allow", "ask"),
+}
+
+
+@pytest.mark.parametrize("level", sorted(MATRIX))
+def test_access_levels_decide_by_risk_class(level: str) -> None:
+    risks = ("read", "probe", "write", "destructive")
+    got = tuple(decide(risk, level) for risk in risks)  # type: ignore[arg-type]
+    assert got == MATRIX[level]
+
+
+@pytest.mark.parametrize("level", sorted(MATRIX))
+def test_always_ask_asks_at_every_level_and_no_grant_skips_it(level: str) -> None:
+    for risk in ("read", "probe", "write", "destructive"):
+        verdict = decide(risk, level, always_ask=True, granted=True)  # type: ignore[arg-type]
+        expected = (
+            "deny"
+            if MATRIX[level][("read", "probe", "write", "destructive").index(risk)] == "deny"
+            else "ask"
+        )
+        assert verdict == expected
+
+
+def test_a_grant_spares_the_question_but_never_lifts_a_denial() -> None:
+    assert decide("write", "confirm", granted=True) == "allow"
+    assert decide("destructive", "auto_write", granted=True) == "allow"
+    assert decide("write", "read_only", granted=True) == "deny"
+    assert decide("destructive", "read_only", granted=True) == "deny"
+
+
+def test_the_tenant_maximum_caps_the_agent_level() -> None:
+    assert cap_access("auto_write", "confirm") == "confirm"
+    assert cap_access("auto_write", "read_only") == "read_only"
+    assert cap_access("confirm", "auto_write") == "confirm"
+    assert cap_access("read_only", None) == "read_only"
+
+
+def test_every_offered_tool_has_a_risk_class_and_unknown_tools_are_destructive() -> None:
+    classes = {spec.name: spec.risk_class() for spec in OFFERABLE_SPECS}
+    assert set(classes.values()) <= {"read", "probe", "write", "destructive"}
+    assert classes["web_fetch"] == "probe" and classes["search_knowledge"] == "read"
+    assert classes["write_sandbox_file"] == "write"
+    assert risk_of("mcp_unknown_tool_abc") == "destructive"
+    assert not always_asks("search_knowledge")
+
+
+def _grant(**changes: object) -> Grant:
+    now = datetime.now(UTC)
+    fields: dict[str, object] = dict(
+        grant_id="g1", tenant_id="t", user_id="u", scope="session", session_id="s1",
+        agent_id="a1", operations=["shell_exec"], created_at=now,
+        expires_at=now + timedelta(hours=1),
+    )  # fmt: skip
+    fields.update(changes)
+    return Grant.model_validate(fields)
+
+
+def test_grants_cover_only_their_tool_session_agent_and_lifetime() -> None:
+    now = datetime.now(UTC).timestamp()
+    covers = lambda g, tool="shell_exec", sid="s1", aid="a1": grant_covers(  # noqa: E731
+        g, tool, session_id=sid, agent_id=aid, at=now
+    )
+    assert covers(_grant())
+    assert not covers(_grant(), tool="write_sandbox_file")
+    assert not covers(_grant(), sid="s2")
+    assert not covers(_grant(), aid="a2")
+    assert covers(_grant(scope="agent", session_id=None), sid="s2")
+    assert not covers(_grant(scope="automation", session_id=None))
+    assert not covers(_grant(revoked_at=datetime.now(UTC)))
+    assert not covers(_grant(expires_at=datetime.now(UTC) - timedelta(seconds=1)))
