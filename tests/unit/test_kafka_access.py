@@ -47,11 +47,17 @@ def test_the_table_follows_who_writes_which_topic() -> None:
     """ARCHITECTURE, "Topics" (the replay identity puts dead letters back on their topic)."""
     assert _writers(Topic.AGENT_EVENTS) == {"weft-engine"}, "only the engine writes events"
     assert _writers(Topic.AGENT_REQUESTS) == {"weft-gateway", DLQ_REPLAY}
-    assert _writers(Topic.AGENT_CONTROL) == {"weft-gateway", DLQ_REPLAY}
+    # memory: approval expiries (ARCHITECTURE, "Topics").
+    assert _writers(Topic.AGENT_CONTROL) == {"weft-gateway", "weft-memory", DLQ_REPLAY}
     assert _writers(Topic.TOOL_CALLS) == {"weft-engine", DLQ_REPLAY}
     assert _writers(Topic.SANDBOX_CALLS) == {"weft-engine", DLQ_REPLAY}
     assert _writers(Topic.TOOL_RESULTS) == {"weft-tool-exec", "weft-sandbox", DLQ_REPLAY}
-    assert _writers(SESSION_NOTICES) == {"weft-suggestions", "weft-tool-exec", "weft-engine"}
+    assert _writers(SESSION_NOTICES) == {
+        "weft-suggestions",
+        "weft-tool-exec",
+        "weft-engine",
+        "weft-memory",
+    }
     assert _readers(SESSION_NOTICES) == {"weft-gateway"}
     assert _readers(Topic.AGENT_REQUESTS) == {"weft-engine"}
     assert _readers(Topic.TOOL_CALLS) == {"weft-tool-exec"}

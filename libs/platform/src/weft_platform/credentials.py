@@ -84,6 +84,8 @@ class RequestCredential:
     audience: tuple[str, ...]
     issued_at: float
     expires_at: float
+    scopes: frozenset[str] = frozenset()
+    """Extra rights of the caller's key (claim ``scp``), e.g. ``approvals:decide``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +136,7 @@ class CredentialVerifier:
             audience=_audience(claims),
             issued_at=float(claims["iat"]),
             expires_at=float(claims["exp"]),
+            scopes=_scopes(claims),
         )
 
     def verify_service(
@@ -249,9 +252,11 @@ class CredentialSigner:
         request_id: str | None = None,
         issued_at: float | None = None,
         knowledge_base_ids: Iterable[str] | None = None,
+        scopes: Iterable[str] = (),
     ) -> str:
         """A request credential (the gateway only); ``issued_at`` defaults to now;
-        ``knowledge_base_ids``: the key's KB restriction (None: none)."""
+        ``knowledge_base_ids``: the key's KB restriction (None: none); ``scopes``: the
+        key's extra rights."""
         if self.issuer != GATEWAY:
             raise ValueError("only the gateway signs request credentials")
         claims: dict[str, Any] = {"typ": "request", "ten": tenant_id, "sub": user_id}
@@ -261,6 +266,8 @@ class CredentialSigner:
             claims["req"] = request_id
         if knowledge_base_ids is not None:
             claims["kbs"] = sorted(knowledge_base_ids)
+        if scopes:
+            claims["scp"] = sorted(set(scopes))
         return self._sign(claims, audience, ttl_s, issued_at)
 
     def service(
@@ -418,6 +425,15 @@ def _knowledge_bases(claims: dict[str, Any]) -> tuple[str, ...] | None:
     if not isinstance(kbs, list) or not all(isinstance(kb, str) for kb in kbs):
         raise CredentialRejected(401, "request credential with malformed knowledge bases")
     return tuple(kbs)
+
+
+def _scopes(claims: dict[str, Any]) -> frozenset[str]:
+    value = claims.get("scp")
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise CredentialRejected(401, "malformed scopes claim")
+    return frozenset(value)
 
 
 def _audience(claims: dict[str, Any]) -> tuple[str, ...]:

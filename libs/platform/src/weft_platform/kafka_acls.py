@@ -81,7 +81,12 @@ ACCESS: dict[str, Access] = {
     "weft-sandbox": _access(
         writes=[Topic.TOOL_RESULTS], reads=[Topic.SANDBOX_CALLS], groups=["weft-sandbox"]
     ),
-    "weft-memory": _access(reads=[Topic.AGENT_EVENTS], groups=["weft-memory"]),
+    # agent.control: approval expiries; session.notices: approval escalations.
+    "weft-memory": _access(
+        writes=[Topic.AGENT_CONTROL, SESSION_NOTICES],
+        reads=[Topic.AGENT_EVENTS],
+        groups=["weft-memory"],
+    ),
     "weft-suggestions": _access(
         writes=[SESSION_NOTICES], reads=[Topic.AGENT_EVENTS], groups=["weft-suggestions"]
     ),

@@ -77,9 +77,10 @@ def create_runtime(settings: ServiceSettings) -> ServiceRuntime:
     )
 
 
-DEV_ISSUERS = (GATEWAY, "engine", "suggestions", "operator")
-"""Key pairs development and tests generate: request credentials (gateway), the engine's and
-the suggestions service's service credentials, and the operator's (admin routes, tests)."""
+DEV_ISSUERS = (GATEWAY, "engine", "suggestions", "memory", "operator")
+"""Key pairs development and tests generate: request credentials (gateway), the engine's,
+the suggestions service's and memory's (approval expiries) service credentials, and the
+operator's (admin routes, tests)."""
 
 
 def credential_verifier(settings: ServiceSettings) -> CredentialVerifier:

@@ -51,6 +51,8 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # Migration 0010_admin: a key stops working at this time (rotation overlap, expiry).
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Migration 0019_approvals: extra rights of the key (``approvals:decide``); None: none.
+    scopes: Mapped[list[str] | None] = mapped_column(JsonB, nullable=True)
 
 
 class Agent(Base):
