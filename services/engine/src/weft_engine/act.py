@@ -21,7 +21,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,10 @@ from json_repair import repair_json
 from weft_contracts import (
     OUTCOME_UNKNOWN,
     Envelope,
+    Grant,
+    ToolApprovalRequiredData,
+    ToolApprovalRequiredEvent,
+    ToolApprovalResolvedEvent,
     ToolCallCompletedData,
     ToolCallData,
     ToolCallEvent,
@@ -44,6 +48,7 @@ from weft_llm import LLMResponse, ToolCallRequest
 from weft_platform.bus import EventBus
 from weft_tools.specs import SANDBOX_TOOLS, offered_tools, spec_by_name
 
+from weft_engine.approvals import ApprovalGate, Settled
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
@@ -52,7 +57,7 @@ from weft_engine.observe import ERROR_HINT, observe
 from weft_engine.outcomes import AwaitTools, Continue, Dispatch
 from weft_engine.prompt import display_hint
 from weft_engine.reporting import ResultReporter
-from weft_engine.state import PendingCall, TurnState, TurnStore
+from weft_engine.state import CallApproval, PendingCall, StaleTurnState, TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
 
 log = structlog.get_logger(__name__)
@@ -174,9 +179,10 @@ def dispatch_messages(
     )
     updated: list[PendingCall] = []
     messages: list[ToolCallRequested] = []
+    waiting = {cid for cid, a in state.approvals.items() if a.status == "waiting"}
     for call in state.pending:
-        if call.call_id not in call_ids or call.call_id in state.results:
-            updated.append(call)
+        if call.call_id not in call_ids or call.call_id in state.results or call.call_id in waiting:
+            updated.append(call)  # a call a person is asked about waits unsent (SPEC H-02)
             continue
         deadline = now + call.timeout_s
         updated.append(call.model_copy(update={"deadline": deadline}))
@@ -209,7 +215,9 @@ class ToolRound:
         leases: TurnLeases,
         tracer: TurnTracer,
         tool_timeout_s: float,
+        gate: ApprovalGate | None = None,
     ):
+        self._gate = gate or ApprovalGate(_NoGrants())
         self._bus = bus
         self._store = store
         self._emitter = emitter
@@ -223,6 +231,9 @@ class ToolRound:
     ) -> Continue | AwaitTools:
         """Plan the model's calls and dispatch the first group (SPEC E-15..E-17)."""
         pending, errors = plan_calls(state, outcome.calls, self._tool_timeout)
+        await prepare_masking(call.tool_name for call in pending)
+        review = await self._gate.review(state, pending, errors)  # SPEC H-01
+        state, errors = review.state, {**errors, **review.denied}
         names = {p.call_id: p.tool_name for p in pending}
         results = {
             cid: ToolCallCompletedData(call_id=cid, tool_name=names[cid], success=False, error=err)
@@ -240,7 +251,6 @@ class ToolRound:
             }
         )
         state = with_tool_calls(state, len(pending))
-        await prepare_masking(call.tool_name for call in pending)
         calls = [
             ToolCallData(
                 round=state.round, call_id=call.call_id, tool_name=call.tool_name,
@@ -249,7 +259,8 @@ class ToolRound:
             )
             for call in pending
         ]  # fmt: skip
-        advanced = await self.advance(state, _RoundNews(calls, list(results.values())))
+        news = _RoundNews(calls, list(results.values()), review.prompts)
+        advanced = await self.advance(state, news)
         for call in calls:  # logged once dispatched: the log line is not on the round's path
             log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
                      tool=call.tool_name, arguments=call.arguments)  # fmt: skip
@@ -281,13 +292,21 @@ class ToolRound:
             )
             messages = [self._traced(state, m) for m in messages]
             state = state.model_copy(
-                update={"pending": pending, "dispatched_groups": state.dispatched_groups + 1}
+                update={
+                    "pending": pending,
+                    "dispatched_groups": state.dispatched_groups + 1,
+                    "approvals": _sent(state, messages),
+                }
             )
-            if messages:
+            if messages or _asks(state, group):
                 return AwaitTools(await self._publish(state, messages, news))
         if news is not None:
             await self._announce(state, news)
-        await self._leases.set_deadline(state.request_id, _earliest_deadline(state))
+        due = earliest_deadline(state)
+        if due is None:  # only a person is waited for: nothing wakes the turn but a decision
+            await self._leases.clear_deadline(state.request_id)
+        else:
+            await self._leases.set_deadline(state.request_id, due)
         return AwaitTools(state)
 
     async def _publish(
@@ -304,7 +323,7 @@ class ToolRound:
         # wait for its tools, and a replica that dies after it leaves the outbox's events
         # to be published at their seqs, past any seq of this step still unsent.
         await self._emitter.flush(state.request_id)
-        due = self._leases.deadline(state.request_id, _earliest_deadline(state))
+        due = self._leases.deadline(state.request_id, earliest_deadline(state))
         # The tool_call events, and the results known before dispatch, wait in the turn's
         # outbox until acked: a replica that dies before leaves them to whoever reserves
         # the turn's next seq (``outbox``).
@@ -325,6 +344,69 @@ class ToolRound:
         acked = AckedDispatch(state.round, state.dispatched_groups)
         self._leases.note_acked(state.request_id, acked)
         await self._emitter.flush(state.request_id)  # the round's tool_call events
+        return state
+
+    async def apply_decision(self, settled: Settled, credential: str | None) -> TurnState:
+        """Save a person's decision (or an expiry) with its ``tool_approval_resolved`` and,
+        for a refusal, the call's error result; an approved call is then sent. Raises
+        :class:`StaleTurnState` when the turn changed since it was read."""
+        state = settled.state
+        if credential is not None:  # the turn goes on with the credential the decision brings
+            state = state.model_copy(update={"credential": credential})
+        resolved = [(ToolApprovalResolvedEvent, settled.resolved)]
+        if settled.result is not None:
+            saved, staged = await self._reporter.save_reporting(
+                state, [settled.result], before=resolved
+            )
+            await self._emitter.queue_outboxed(*staged)
+            await self._emitter.flush(state.request_id)
+            return saved
+        call_id = settled.resolved.call_id
+        if not _group_reached(state, call_id):
+            # Approved before the round reached its group: ``advance`` sends it in order.
+            return await self._store.save(state)
+        pending, messages = dispatch_messages(state, [call_id])
+        state = state.model_copy(update={"pending": pending})
+        due = self._leases.deadline(state.request_id, earliest_deadline(state))
+        saved, staged = await self._reporter.save_reporting(
+            state, [], before=resolved, deadline=due
+        )
+        await self._emitter.queue_outboxed(*staged)
+        await self._emitter.flush(state.request_id)
+        return await self._send_approved(saved, messages)
+
+    async def resend_approved(self, state: TurnState, call_id: str) -> TurnState:
+        """An approved call whose sending no write recorded: send it again, same call id."""
+        pending, messages = dispatch_messages(state, [call_id])
+        state = state.model_copy(update={"pending": pending})
+        due = self._leases.deadline(state.request_id, earliest_deadline(state))
+        saved = await self._store.save(state, deadline=due)
+        return await self._send_approved(saved, messages)
+
+    async def _send_approved(
+        self, state: TurnState, messages: list[ToolCallRequested]
+    ) -> TurnState:
+        """Publish an approved call, then record it sent (``dispatched``): until then a
+        takeover counts it unacknowledged (``unacknowledged``)."""
+        acks = [await self._bus.publish_nowait(_topic(m), _keyed(self._traced(state, m)))
+                for m in messages]  # fmt: skip
+        await asyncio.gather(*acks)
+        sent = {m.data.call_id for m in messages}
+        for _ in range(5):
+            current = await self._store.load(state.request_id)
+            if current is None:
+                return state
+            marks = {
+                cid: a.model_copy(update={"status": "dispatched"})
+                if cid in sent and a.status == "approved" else a
+                for cid, a in current.approvals.items()
+            }  # fmt: skip
+            if marks == current.approvals:
+                return current
+            try:
+                return await self._store.save(current.model_copy(update={"approvals": marks}))
+            except StaleTurnState:
+                continue
         return state
 
     async def recover(self, state: TurnState, acked: AckedDispatch | None) -> TurnState:
@@ -379,6 +461,8 @@ class _RoundNews:
 
     calls: list[ToolCallData]
     early: list[ToolCallCompletedData]
+    prompts: list[ToolApprovalRequiredData] = field(default_factory=list)
+    """SPEC H-02: calls a person is asked about, announced after the calls."""
 
 
 def unacknowledged(state: TurnState, acked: AckedDispatch | None) -> list[PendingCall]:
@@ -386,6 +470,13 @@ def unacknowledged(state: TurnState, acked: AckedDispatch | None) -> list[Pendin
     acknowledged by Kafka (``acked`` counts the round's first groups)."""
     safe = acked.groups if acked is not None and acked.round == state.round else 0
     unsure = {cid for group in state.groups[safe : state.dispatched_groups] for cid in group}
+    # A call a person is asked about and not sent yet is not unsure; one the approval
+    # desk sent (approved, with a deadline) is sure only once its sending was recorded
+    # (``dispatched``), whatever its group's acknowledgement says.
+    asked = state.approvals
+    deadlines = {c.call_id: c.deadline for c in state.pending}
+    unsure = {cid for cid in unsure if cid not in asked or asked[cid].status == "dispatched"}
+    unsure |= {cid for cid, a in asked.items() if a.status == "approved" and deadlines.get(cid)}
     return [c for c in state.pending if c.call_id in unsure and c.call_id not in state.results]
 
 
@@ -408,13 +499,46 @@ def _keyed(message: ToolCallRequested) -> ToolCallRequested:
     return SandboxCall.model_construct(**dict(message))
 
 
-def _earliest_deadline(state: TurnState) -> float:
+def earliest_deadline(state: TurnState) -> float | None:
+    """The first deadline of a sent call without a result; None when only a person is
+    waited for (the wait holds no deadline, SPEC H-02)."""
     open_calls = [
         c.deadline for c in state.pending if c.deadline and c.call_id not in state.results
     ]
-    return min(open_calls, default=time.time() + 60)
+    if open_calls:
+        return min(open_calls)
+    return None if state.waiting_on_person() else time.time() + 60
 
 
 def _calls(news: _RoundNews) -> list[tuple[Callable[..., Envelope], Any]]:
-    """The round's ``tool_call`` events."""
-    return [(ToolCallEvent, data) for data in news.calls]
+    """The round's ``tool_call`` events, then its ``tool_approval_required`` ones."""
+    calls: list[tuple[Callable[..., Envelope], Any]] = [(ToolCallEvent, d) for d in news.calls]
+    return calls + [(ToolApprovalRequiredEvent, prompt) for prompt in news.prompts]
+
+
+def _sent(state: TurnState, messages: list[ToolCallRequested]) -> dict[str, CallApproval]:
+    """The approvals with the approved calls that a group dispatch sends marked
+    ``dispatched``: the group's acknowledgement covers them from then on."""
+    sent = {m.data.call_id for m in messages}
+    return {
+        cid: a.model_copy(update={"status": "dispatched"})
+        if cid in sent and a.status == "approved" else a
+        for cid, a in state.approvals.items()
+    }  # fmt: skip
+
+
+def _group_reached(state: TurnState, call_id: str) -> bool:
+    """Whether the round has dispatched the group of ``call_id`` (E-15's order)."""
+    return any(call_id in group for group in state.groups[: state.dispatched_groups])
+
+
+def _asks(state: TurnState, group: list[str]) -> bool:
+    """A call of the group waits for a person: the group is sent without it."""
+    return any(a.status == "waiting" for cid, a in state.approvals.items() if cid in group)
+
+
+class _NoGrants:
+    """No grant source: every question is asked."""
+
+    async def live_grants(self, state: TurnState) -> list[Grant]:
+        return []

@@ -10,13 +10,21 @@ from weft_contracts import Topic
 from weft_llm import OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
-from weft_platform.credentials import RECORDS
+from weft_platform.credentials import RECORDS, CredentialSigner
 from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.usage import budget_override
 
+from weft_engine.act import earliest_deadline
+from weft_engine.approvals import (
+    ApprovalDesk,
+    ApprovalGate,
+    DecisionCheck,
+    SuspendedTurns,
+    Suspensions,
+)
 from weft_engine.auditor import AuditSettings, MemoryTurns, TurnAuditor
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
@@ -32,11 +40,11 @@ from weft_engine.requests_replay import RequestsReplay, kafka_requests
 from weft_engine.scheduler import StepScheduler, local_share
 from weft_engine.sessions import SessionGate, SteerInbox
 from weft_engine.settings import EngineSettings
-from weft_engine.state import TurnStore
+from weft_engine.state import TurnState, TurnStore
 from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
-from weft_engine.trails import KafkaTurnTrails
+from weft_engine.trails import KafkaTurnTrails, TurnTrails
 from weft_engine.turn_cap import TurnCap
 from weft_engine.vision import ImageDescriber
 
@@ -55,6 +63,49 @@ def turn_meter(runtime: ServiceRuntime, s: EngineSettings) -> TurnMeter:
         cache_s=s.budget_cache_s,
     )
     return TurnMeter(TokenBudgets(runtime.redis), policy)
+
+
+def approval_desk(
+    *,
+    runtime: ServiceRuntime,
+    signer: CredentialSigner,
+    store: TurnStore,
+    suspensions: Suspensions,
+    trails: TurnTrails,
+    sessions: SessionGate,
+    leases: TurnLeases,
+    loop: TurnLoop,
+    scheduler: StepScheduler,
+) -> tuple[ApprovalDesk, SuspendedTurns]:
+    """The desk that applies approval decisions (SPEC H-02, H-03), and what puts back a
+    waiting turn Redis lost (the desk and the auditor use it)."""
+
+    async def claim_session(state: TurnState) -> None:
+        await sessions.claim(state.tenant_id, state.session_id, state.request_id)
+
+    async def wake_at(state: TurnState) -> None:
+        """Calls still out when Redis was lost get their deadline back (E-17)."""
+        if any(c.deadline and c.call_id not in state.results for c in state.pending):
+            due = earliest_deadline(state)
+            if due is not None:
+                await leases.set_deadline(state.request_id, due)
+
+    async def after(saved: TurnState) -> None:
+        await suspensions.keep(saved)
+        if saved.tools_answered():
+            await scheduler.submit(saved.request_id, state=saved)
+
+    restorer = SuspendedTurns(
+        store=store, suspensions=suspensions, trails=trails, claim_session=claim_session,
+        wake_at=wake_at,
+        service_credential=lambda: signer.service("memory", ["memory:suspensions.read"]),
+    )  # fmt: skip
+    desk = ApprovalDesk(
+        load=store.load, restore=restorer.restore, apply=loop.tool_round.apply_decision,
+        resend=loop.tool_round.resend_approved, after=after,
+        check=DecisionCheck(runtime.verifier),
+    )  # fmt: skip
+    return desk, restorer
 
 
 def create_app(settings: EngineSettings | None = None) -> FastAPI:
@@ -82,6 +133,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     memory = HistoryClient(
         base_url=s.memory_url, retry=RetryWindow(window_s=s.memory_retry_window_s)
     )
+    suspensions = Suspensions(memory)  # SPEC H-02: a waiting turn outlives Redis
     context = ContextManager(
         memory=memory, model=model, emitter=emitter, estimator=CachedTokenEstimator()
     )
@@ -105,21 +157,26 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
             retry_backoff_s=s.llm_retry_backoff_s, coalesce_window_s=s.delta_coalesce_ms / 1000
         ),
         tool_timeout_s=s.tool_deadline_s, tracer=tracer, vision=ImageDescriber(model, emitter),
-        trails=trails, meter=turn_meter(runtime, s),
+        trails=trails, meter=turn_meter(runtime, s), gate=ApprovalGate(memory),
+        suspensions=suspensions,
     )  # fmt: skip
     scheduler = StepScheduler(
         leases, loop.run_step, max_inflight=s.max_inflight_turns, ttl_s=s.lease_ttl_s,
         tenant_max_local=local_share(s.max_inflight_turns, s.turn_tenant_max_local),
         load=store.load,
     )  # fmt: skip
+    signer = runtime.signer(ENGINE_ISSUER)
+    desk, restorer = approval_desk(
+        runtime=runtime, signer=signer, store=store, suspensions=suspensions, trails=trails,
+        sessions=sessions, leases=leases, loop=loop, scheduler=scheduler,
+    )  # fmt: skip
     cancel_channel = f"weft:{s.topic_prefix}cancel"
     intake = TurnIntake(
         redis=redis, store=store, emitter=emitter, context=context, sessions=sessions,
         inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
         cancel_channel=cancel_channel, ttl_s=ttl, images=images,
-        turn_deadline_s=s.turn_deadline_s, cap=cap,
+        turn_deadline_s=s.turn_deadline_s, cap=cap, desk=desk, keep=suspensions.keep,
     )  # fmt: skip
-    signer = runtime.signer(ENGINE_ISSUER)
 
     def events_credential() -> str:
         """The engine's own credential for agent.events (turns whose own one is gone)."""
@@ -130,7 +187,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         s.memory_url, credential=lambda: signer.service("memory", ["memory:turns.read"])
     )
     auditor = TurnAuditor(
-        record_credential=events_credential,
+        record_credential=events_credential, restore=restorer.restore,
         redis=redis, finisher=finisher, turns=memory_turns, settings=audit,
         trails=trails,
         sentinel_key=f"weft:{s.topic_prefix}engine:sentinel", cancel_channel=cancel_channel,

@@ -19,7 +19,9 @@ ever advance it. Every replica sweeps every few seconds:
    (``requests_replay``).
 
 A turn whose state exists is never touched, however long it waits (a 10-minute shell
-call, an approval): only lost state counts.
+call, an approval): only lost state counts. A lost turn that was waiting for a person is
+not ended: memory kept its state (``approvals.Suspensions``) and it is put back, to wait
+for its decision or its expiry (SPEC H-02).
 
 Redis coming back empty is also a readiness matter: the auditor keeps a sentinel key;
 while it is missing (or was rewritten by another replica's recovery), ``/readyz`` reports
@@ -150,6 +152,8 @@ class SweepReport:
     deployment's turns on a shared database (test stacks, a staging copy), left alone."""
     replayed: list[str] = field(default_factory=list)
     """Requests that waited only in the lost Redis, handed to the intake again."""
+    restored: list[str] = field(default_factory=list)
+    """Turns that waited for a person, put back from memory's copy (SPEC H-02)."""
 
 
 class TurnAuditor:
@@ -169,11 +173,14 @@ class TurnAuditor:
         state_ttl_s: int,
         record_credential: Callable[[], str | None] = lambda: None,
         replay: Callable[[float], Awaitable[list[str]]] | None = None,
+        restore: Callable[[str, str | None], Awaitable[TurnState | None]] | None = None,
     ):
         """``record_credential``: the engine's service credential on the events that end
         a lost turn (its own request credential was lost with its state)."""
         self._redis = redis
         self._replay = replay
+        self._restore = restore
+        """Puts back a turn that waited for a person from memory's copy (SPEC H-02)."""
         self._finisher = finisher
         self._turns = turns
         self._trails = trails
@@ -269,6 +276,9 @@ class TurnAuditor:
                 # here means another deployment's turn. Not looked at again for a while.
                 report.foreign.append(turn.request_id)
                 await self._set_aside(turn)
+                continue
+            if self._restore is not None and await self._restore(turn.request_id, None):
+                report.restored.append(turn.request_id)  # it waits for a person again
                 continue
             await self._end(turn, trail)
             report.ended.append(turn.request_id)

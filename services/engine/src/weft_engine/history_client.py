@@ -9,11 +9,13 @@ from typing import Any
 
 import httpx
 from pydantic import ValidationError
+from weft_contracts import Grant
 from weft_llm import CHAT_MESSAGES, ChatMessage
 from weft_platform.internal_auth import bearer
 from weft_platform.retry import RetryWindow, request_within
 
 from weft_engine.compaction import Checkpoint, CompactionResult
+from weft_engine.state import TurnState
 
 
 class MemoryUnavailable(Exception):
@@ -238,11 +240,51 @@ class HistoryClient:
         _raise_for(resp)
         return len(resp.json()["memory_ids"])
 
+    async def live_grants(self, state: TurnState) -> list[Grant]:
+        """SPEC H-04: the live grants of the turn's user for its session and agent."""
+        params = {"session_id": state.session_id, "agent_id": state.agent.agent_id}
+        resp = await self._call(
+            "GET", "/internal/grants/live", params=params, headers=bearer(state.credential)
+        )
+        _raise_for(resp)
+        return [Grant.model_validate(g) for g in resp.json()["grants"]]
+
+    async def put_suspension(self, state: TurnState, blob: str) -> None:
+        """Keep the state of a turn that waits for a person (newest version wins)."""
+        resp = await self._call(
+            "PUT", _suspension(state.request_id), json={"version": state.version, "state": blob},
+            headers=bearer(state.credential),
+        )  # fmt: skip
+        _raise_for(resp)
+
+    async def get_suspension(
+        self, request_id: str, credential: str | None
+    ) -> tuple[int, str] | None:
+        """The kept state of a waiting turn (version, blob), or None."""
+        resp = await self._call("GET", _suspension(request_id), headers=bearer(credential))
+        if resp.status_code == 404:
+            return None
+        _raise_for(resp)
+        body = resp.json()
+        return int(body["version"]), str(body["state"])
+
+    async def delete_suspension(self, state: TurnState) -> None:
+        """Forget it once nobody is asked any more."""
+        resp = await self._call(
+            "DELETE", _suspension(state.request_id), headers=bearer(state.credential)
+        )
+        if resp.status_code != 404:
+            _raise_for(resp)
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def _suspension(request_id: str) -> str:
+    return f"/internal/turns/{request_id}/suspension"
 
 
 def _raise_for(resp: httpx.Response) -> None:

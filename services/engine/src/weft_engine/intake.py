@@ -7,12 +7,14 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from weft_contracts import (
+    ApprovalDecided,
     CancelRequested,
     ChatRequested,
     CompleteData,
@@ -26,6 +28,7 @@ from weft_contracts import (
     TurnStatus,
 )
 
+from weft_engine.approvals import ApprovalDesk
 from weft_engine.context import ContextManager, HistoryUnavailable
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, TurnFailure
@@ -73,7 +76,13 @@ class TurnIntake:
         images: ParkedImages,
         turn_deadline_s: float,
         cap: TurnCap | None = None,
+        desk: ApprovalDesk | None = None,
+        keep: Callable[[TurnState], Awaitable[None]] | None = None,
     ):
+        """``desk`` applies approval decisions; ``keep`` stores the state of a turn that
+        waits for a person in memory after a result changed it (``approvals``)."""
+        self._desk = desk
+        self._keep = keep
         self._redis = redis
         self._store = store
         self._emitter = emitter
@@ -293,6 +302,8 @@ class TurnIntake:
             if lease is not None:
                 self._scheduler.unreserve()
             raise
+        if recorded is not None and self._keep is not None and recorded.state.waiting_on_person():
+            await self._keep(recorded.state)
         if recorded is not None and recorded.claim is not None:
             self._scheduler.start_claimed(rid, recorded.claim, recorded.state)
         else:
@@ -303,7 +314,13 @@ class TurnIntake:
         await self._emitter.flush(rid)  # acked before the offset commit
 
     async def on_control(self, message: Any) -> None:
-        """Stop or steer the session's running turn."""
+        """Stop or steer the session's running turn, or apply an approval decision."""
+        if isinstance(message, ApprovalDecided):
+            if self._desk is None:
+                log.warning("approval_without_desk", request_id=message.request_id)
+                return
+            await self._desk.on_decision(message)
+            return
         rid = await self._target(message)
         if rid is None:
             log.info("control_without_turn", type=message.type, session_id=message.session_id)

@@ -33,6 +33,7 @@ from weft_platform.bus import EventBus
 
 from weft_engine.act import ToolRound
 from weft_engine.analyze import analyze
+from weft_engine.approvals import ApprovalGate, Suspensions
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, TurnFailure, final_step, llm_failure
@@ -109,7 +110,10 @@ class TurnLoop:
         vision: ImageDescriber | None = None,
         trails: TurnTrails | None = None,
         meter: TurnMeter | None = None,
+        gate: ApprovalGate | None = None,
+        suspensions: Suspensions | None = None,
     ):
+        self._suspensions = suspensions
         self._redis = redis
         self._trails = trails
         self._store = store
@@ -125,11 +129,16 @@ class TurnLoop:
         self._thinker = Thinker(model, emitter, think_settings)
         self._tools = ToolRound(
             bus=bus, store=store, emitter=emitter, reporter=reporter, leases=leases,
-            tracer=self._tracer, tool_timeout_s=tool_timeout_s,
+            tracer=self._tracer, tool_timeout_s=tool_timeout_s, gate=gate,
         )  # fmt: skip
         self._quick = QuickAnswer(
             model=model, tools=self._tools, tracer=self._tracer, meter=self._meter
         )
+
+    @property
+    def tool_round(self) -> ToolRound:
+        """The replica's ``ToolRound`` (the approval desk sends approved calls with it)."""
+        return self._tools
 
     async def run_step(self, start: StepStart) -> None:
         """Advance the turn as far as it can go now."""
@@ -175,7 +184,9 @@ class TurnLoop:
                 case Rerun(state):
                     await self._discard(state)
                     result = Continue(state)
-                case AwaitTools():
+                case AwaitTools(waiting):
+                    if self._suspensions is not None and waiting.waiting_on_person():
+                        await self._suspensions.keep(waiting)  # SPEC H-02: outlives Redis
                     return
                 case Ended(reason):
                     await self._finish(reason)

@@ -7,7 +7,14 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from redis.asyncio import Redis
-from weft_contracts import AgentConfig, AgentStep, Reference, ToolCallCompletedData, TurnUsage
+from weft_contracts import (
+    AgentConfig,
+    AgentStep,
+    Grant,
+    Reference,
+    ToolCallCompletedData,
+    TurnUsage,
+)
 from weft_llm import ChatMessage
 
 from weft_engine.keys import (
@@ -35,6 +42,20 @@ class PendingCall(BaseModel):
     read_only: bool = True
     timeout_s: float = Field(default=60.0, gt=0, description="SPEC E-17.")
     deadline: float = Field(default=0.0, description="Epoch seconds once dispatched.")
+
+
+class CallApproval(BaseModel):
+    """A call of the current round that a person is asked about (SPEC H-01..H-03)."""
+
+    prompt_id: str
+    kind: Literal["approval", "uncertain_outcome"] = "approval"
+    status: Literal["waiting", "approved", "dispatched", "settled"] = "waiting"
+    """waiting: no decision yet, the call is not sent. approved: the decision is saved,
+    the call may not have reached Kafka yet (a takeover treats it as unacknowledged).
+    dispatched: sent and acknowledged. settled: denied, expired or cancelled (its result
+    is in ``TurnState.results``)."""
+    asked_at: float
+    expires_at: float
 
 
 class TurnCounters(BaseModel):
@@ -130,6 +151,19 @@ class TurnState(BaseModel):
         "as text before the first think (vision.ImageDescriber); data URIs parked "
         "(parked_images).",
     )
+    approvals: dict[str, CallApproval] = Field(
+        default_factory=dict, description="The round's calls a person is asked about, by id."
+    )
+    grants: list[Grant] | None = Field(
+        default=None,
+        description="SPEC H-04: the session's live grants, read from memory once per turn "
+        "(when a call would ask) and again after each decision; None: not read yet.",
+    )
+    person_wait_since: float = Field(
+        default=0.0,
+        description="When the turn started waiting on a person (0: it does not): the wait "
+        "is given back to ``deadline_at`` when the last prompt is answered (SPEC H-03).",
+    )
     trace: TurnTrace | None = Field(default=None, description="Only when tracing is on.")
     usage: UsageMark | None = Field(
         default=None, description="Last request's usage; None again after a compaction."
@@ -175,6 +209,10 @@ class TurnState(BaseModel):
         """The turn waits for tools and every dispatched call has answered: its next step
         can run."""
         return self.phase == "waiting" and self.dispatched_results_in()
+
+    def waiting_on_person(self) -> bool:
+        """A call of the round waits for a person's decision."""
+        return any(a.status == "waiting" for a in self.approvals.values())
 
     def has_tool_results(self) -> bool:
         """Whether the turn gathered any tool output (rescue synthesis is possible)."""
@@ -240,6 +278,19 @@ return {last, 1, redis.call('EXISTS', KEYS[9]), redis.call('LLEN', KEYS[10])}
 )
 
 
+# Put a lost turn's state back (KEYS[1] state, KEYS[2] version, KEYS[3] seq counter) unless
+# one exists; its counter is raised to ARGV[4], the last seq Kafka holds: 1 if restored.
+_RESTORE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+local current = tonumber(redis.call('GET', KEYS[3]) or '0')
+if current < tonumber(ARGV[4]) then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[3]) end
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+
+
 class StaleTurnState(Exception):
     """Another replica advanced the turn since this one read it."""
 
@@ -257,6 +308,7 @@ class TurnStore:
         self._ttl = ttl_s
         self._cas = redis.register_script(_CAS)
         self._cas_claim = redis.register_script(_CAS_CLAIM)
+        self._restore = redis.register_script(_RESTORE)
 
     @staticmethod
     def _keys(request_id: str) -> list[str]:
@@ -335,6 +387,14 @@ class TurnStore:
             state.version, new.version, new.model_dump_json(), self._ttl, seqs, holder, hold_ms,
         ]  # fmt: skip
         return new, keys, args, entries
+
+    async def restore(self, state: TurnState, last_seq: int) -> bool:
+        """Put back the state of a turn Redis lost (memory kept it while a person was
+        asked, SPEC H-02), its event counter past ``last_seq``; False when a state exists."""
+        rid = state.request_id
+        keys = [*self._keys(rid), seq_key(rid)]
+        args: list[Any] = [state.model_dump_json(), state.version, self._ttl, last_seq]
+        return bool(await self._restore(keys=keys, args=args))
 
     async def delete(self, request_id: str) -> None:
         """Forget a finished turn, its parked images and takeover records too."""
