@@ -24,7 +24,6 @@ from typing import Any, cast
 
 import pytest
 from weft_contracts import (
-    OUTCOME_UNKNOWN,
     Envelope,
     ToolCallCompleted,
     ToolCallCompletedData,
@@ -219,20 +218,23 @@ async def test_a_timeout_the_step_recorded_is_reported_after_its_replica_died(
     assert result.call_id == "c1" and "timed out" in (result.error or "")
 
 
-async def test_an_outcome_unknown_result_is_reported_after_its_replica_died(
+async def test_an_uncertain_write_prompt_is_reported_after_its_replica_died(
     engine: _Engine, dies: Dies
 ) -> None:
-    """Invariant 3: a takeover answered an unacknowledged write call "outcome unknown" in
-    the state, then died before the ``tool_result`` left; the next takeover must not lose
-    it (the model reads it, the client must see it)."""
+    """Invariant 3, SPEC H-05: a takeover asked a person about an unacknowledged write
+    (the prompt in the state), then died before the ``tool_approval_required`` left; the
+    next takeover must not lose it (a person must see it) nor ask twice."""
     engine.trails = _PublishedTrails(engine.bus)
     write = _call("w1", "shell_exec", read_only=False)
     state = await _started(engine, await _waiting(engine, write))
-    await dies(state, _kind("tool_result"), takeover=True)
-    await engine.step(replies(answer("It may have run.")), state, takeover=True)
-    _assert_whole(engine, state)
-    [result] = engine.data(state, "tool_result")
-    assert (result.call_id, result.error) == ("w1", OUTCOME_UNKNOWN)
+    await dies(state, _kind("tool_approval_required"), takeover=True)
+    await engine.step(replies(), state, takeover=True)
+    seqs = [cast(Any, e).seq for e in engine.events(state)]
+    assert seqs == list(range(1, len(seqs) + 1)), "a gap or a repeat"
+    assert engine.types(state) == ["turn_started", "tool_approval_required"], "it waits"
+    [prompt] = engine.data(state, "tool_approval_required")
+    assert (prompt.call_id, prompt.kind) == ("w1", "uncertain_outcome")
+    assert engine.data(state, "tool_result") == []
 
 
 async def test_the_closing_events_of_a_waiting_turn_leave_no_gap(

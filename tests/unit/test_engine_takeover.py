@@ -3,7 +3,8 @@ infrastructure: the engine parts of ``test_engine_loop_outcomes`` (fakeredis wit
 a bus that keeps what it is given, ``weft_testkit.function_model``).
 
 - Calls whose dispatch no replica saw Kafka acknowledge: a read-only one is sent again
-  with its call id, a write one is answered "outcome unknown" and never sent again; calls
+  with its call id, a write one is never sent again on its own: a person decides whether
+  it runs again (under a new id) or is skipped ("outcome unknown", SPEC H-05); calls
   recorded as acknowledged (by the write that releases the step's lease) are left alone.
 - A round that was streaming when its replica stopped is closed by the rerun marker and
   thought again; the turn keeps one ``complete`` and none of the discarded text.
@@ -16,12 +17,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
-from weft_contracts import OUTCOME_UNKNOWN, ToolCallCompletedData, Topic
+from weft_contracts import (
+    OUTCOME_UNKNOWN,
+    ApprovalDecided,
+    ApprovalDecidedData,
+    ToolCallCompleted,
+    ToolCallCompletedData,
+    Topic,
+)
+from weft_engine.approvals import settle
+from weft_engine.emitter import EventEmitter
 from weft_engine.keys import acked_key
 from weft_engine.leases import AckedDispatch
+from weft_engine.reporting import ResultReporter
 from weft_engine.state import PendingCall, TurnState
 from weft_engine.trails import TurnRef, TurnTrail
 from weft_llm import LLMRequest, LLMResponse, StreamSink
@@ -83,11 +95,12 @@ async def test_an_unacknowledged_read_only_call_is_sent_again_with_its_call_id(
     assert await engine.redis.get(acked_key(state.request_id)) == b"0:1"
 
 
-async def test_an_unacknowledged_write_call_is_reported_outcome_unknown_and_never_resent(
+async def test_an_unacknowledged_write_call_asks_a_person_and_is_never_resent(
     engine: _Engine,
 ) -> None:
-    """Invariant 3, SPEC H-05: a write whose dispatch is uncertain is reported, never
-    replayed: the model reads the stable error text and the turn goes on."""
+    """Invariant 3, SPEC H-05: a write whose dispatch is uncertain is never replayed on its
+    own: a person is asked ("this may have run: run again, or skip?"); skipping it gives
+    the model the stable "outcome unknown" text and the turn goes on."""
     write = _call("w1", "write_sandbox_file", read_only=False)
     searched = ToolCallCompletedData(call_id="c1", tool_name="web_search", success=True,
                                      output="Lisbon: sunny.")  # fmt: skip
@@ -98,11 +111,62 @@ async def test_an_unacknowledged_write_call_is_reported_outcome_unknown_and_neve
     model = replies(answer("I could not confirm the file was written."))
     await engine.step(model, state, takeover=True)
     assert _tool_calls_sent(engine) == [], "a write was sent again"
+    [prompt] = engine.data(state, "tool_approval_required")
+    assert (prompt.call_id, prompt.kind) == ("w1", "uncertain_outcome")
+    assert engine.data(state, "tool_result") == [] and model.calls == []
+    waiting = await engine.store.load(state.request_id)
+    assert waiting is not None and waiting.waiting_on_person()
+
+    skip = _decision(waiting, "w1", "deny")
+    saved = await engine.loop(model).tool_round.apply_decision(
+        settle(waiting, skip, time.time()), None
+    )
+    assert saved.tools_answered()
+    await engine.leases.release(state.request_id)
+    await engine.step(model, saved)
     [result] = engine.data(state, "tool_result")
-    assert (result.call_id, result.success, result.error) == ("w1", False, OUTCOME_UNKNOWN)
+    assert result.call_id == "w1" and not result.success
+    assert (result.error or "").startswith(OUTCOME_UNKNOWN)
     told = [m for m in model.requests[0].messages if m.get("tool_call_id") == "w1"]
     assert told and OUTCOME_UNKNOWN in str(told[0]["content"])
     assert engine.complete(state).final_answer == "I could not confirm the file was written."
+
+
+async def test_a_write_approved_to_run_again_goes_out_under_a_new_id(engine: _Engine) -> None:
+    """SPEC H-05: "run again" sends the call under a new id (a worker takes an id it saw
+    for a redelivery and would never run it), and its result is recorded under the id the
+    model knows."""
+    write = _call("w1", "write_sandbox_file", read_only=False)
+    state = await _waiting(engine, write)
+    model = replies(answer("Written."))
+    await engine.step(model, state, takeover=True)
+    waiting = await engine.store.load(state.request_id)
+    assert waiting is not None
+    again = _decision(waiting, "w1", "approve")
+    loop = engine.loop(model)
+    await loop.tool_round.apply_decision(settle(waiting, again, time.time()), None)
+    [sent] = _tool_calls_sent(engine)
+    assert sent.call_id != "w1" and sent.call_id.startswith("w1~again.")
+    reporter = ResultReporter(engine.store, EventEmitter(cast(Any, engine.bus), engine.redis, 60))
+    done = ToolCallCompleted(
+        tenant_id=state.tenant_id, session_id=state.session_id, request_id=state.request_id,
+        data=ToolCallCompletedData(call_id=sent.call_id, tool_name="write_sandbox_file",
+                                   success=True, output="written"),
+    )  # fmt: skip
+    recorded = await reporter.record(done)
+    assert recorded is not None and recorded.state.results["w1"].output == "written"
+    assert recorded.state.results["w1"].call_id == "w1"
+
+
+def _decision(state: TurnState, call_id: str, decision: str) -> ApprovalDecided:
+    return ApprovalDecided(
+        tenant_id=state.tenant_id, session_id=state.session_id, request_id=state.request_id,
+        data=ApprovalDecidedData(
+            prompt_id=state.approvals[call_id].prompt_id, call_id=call_id,
+            decision=decision,
+            decided_by="u", decided_at=datetime.now(UTC),
+        ),
+    )  # fmt: skip
 
 
 async def test_acknowledged_calls_are_not_sent_again(engine: _Engine) -> None:

@@ -28,12 +28,12 @@ from typing import Any
 import structlog
 from json_repair import repair_json
 from weft_contracts import (
-    OUTCOME_UNKNOWN,
     Envelope,
     Grant,
     ToolApprovalRequiredData,
     ToolApprovalRequiredEvent,
     ToolApprovalResolvedEvent,
+    ToolCallCompleted,
     ToolCallCompletedData,
     ToolCallData,
     ToolCallEvent,
@@ -48,7 +48,7 @@ from weft_llm import LLMResponse, ToolCallRequest
 from weft_platform.bus import EventBus
 from weft_tools.specs import SANDBOX_TOOLS, offered_tools, spec_by_name
 
-from weft_engine.approvals import ApprovalGate, Settled
+from weft_engine.approvals import ApprovalGate, Settled, ask_uncertain
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
@@ -190,7 +190,7 @@ def dispatch_messages(
             ToolCallRequested(
                 **state.ids(),
                 data=ToolCallRequestedData(
-                    call_id=call.call_id,
+                    call_id=call.sent_id(),
                     tool_name=call.tool_name,
                     arguments=call.arguments,
                     round=state.round,
@@ -413,30 +413,53 @@ class ToolRound:
         """After a takeover, the dispatched calls without a result that no replica saw
         Kafka acknowledge (``acked``): a read-only one is sent again with its call id and
         a fresh deadline (a duplicate result is ignored, results are recorded once by
-        call id); a write gets the ``OUTCOME_UNKNOWN`` result and is never sent again
-        (invariant 3: a write whose outcome is uncertain is reported, never replayed)."""
+        call id); a write is never sent again on its own (invariant 3): a person is asked
+        whether it runs again or is skipped (SPEC H-05, ``approvals.ask_uncertain``)."""
         unsure = unacknowledged(state, acked)
         if not unsure:
             return state
-        unknown = {
-            c.call_id: ToolCallCompletedData(
-                call_id=c.call_id, tool_name=c.tool_name, success=False, error=OUTCOME_UNKNOWN
-            )
-            for c in unsure
-            if not c.read_only
-        }
-        state = state.model_copy(update={"results": {**state.results, **unknown}})
+        writes = [c for c in unsure if not c.read_only]
+        state, prompts = ask_uncertain(state, writes, time.time())  # SPEC H-05
         pending, messages = dispatch_messages(state, [c.call_id for c in unsure if c.read_only])
         state = state.model_copy(update={"pending": pending})
         log.warning("tool_calls_recovered", request_id=state.request_id,
-                    resent=[m.data.call_id for m in messages], unknown=list(unknown))  # fmt: skip
+                    resent=[m.data.call_id for m in messages],
+                    asked=[c.call_id for c in writes])  # fmt: skip
         traced = [self._traced(state, m) for m in messages]
+        news = _RoundNews([], [], prompts) if prompts else None
         if traced:
-            return await self._publish(state, traced, None, list(unknown.values()))
-        # Stored with their events (the outbox): the model reads them, so must clients.
-        state, reported = await self._reporter.save_reporting(state, unknown.values())
+            return await self._publish(state, traced, news)
+        # Stored with their events (the outbox): clients must see the prompts.
+        state, reported = await self._reporter.save_reporting(
+            state, [], before=None if news is None else _calls(news)
+        )
         await self._emitter.queue_outboxed(*reported)  # the step flushes
         return state
+
+    async def ask_uncertain_result(self, result: ToolCallCompleted) -> TurnState | None:
+        """SPEC H-05: a worker answered that a write may have run (its claim was found
+        after a crash): a person decides whether it runs again, instead of the model
+        reading "outcome unknown". The turn waiting, or None when the result is for
+        nothing this handles (then it is recorded as any result)."""
+        for _ in range(5):
+            state = await self._store.load(result.request_id)
+            call = None if state is None else _call_of(state, result.data.call_id)
+            if state is None or call is None or call.read_only or call.call_id in state.results:
+                return None
+            asked = state.approvals.get(call.call_id)
+            if asked is not None and asked.status == "waiting":
+                return state  # a redelivered result: asked already
+            state, prompts = ask_uncertain(state, [call], time.time())
+            try:
+                saved, staged = await self._reporter.save_reporting(
+                    state, [], before=_calls(_RoundNews([], [], prompts))
+                )
+            except StaleTurnState:
+                continue
+            await self._emitter.queue_outboxed(*staged)
+            await self._emitter.flush(state.request_id)
+            return saved
+        raise StaleTurnState(result.request_id)
 
     async def _announce(self, state: TurnState, news: _RoundNews) -> None:
         """Queue the round's ``tool_call`` events, then the results of calls that failed
@@ -525,6 +548,11 @@ def _sent(state: TurnState, messages: list[ToolCallRequested]) -> dict[str, Call
         if cid in sent and a.status == "approved" else a
         for cid, a in state.approvals.items()
     }  # fmt: skip
+
+
+def _call_of(state: TurnState, sent_id: str) -> PendingCall | None:
+    """The round's call a worker answered (by the id it was sent under)."""
+    return next((c for c in state.pending if sent_id in (c.call_id, c.dispatch_id)), None)
 
 
 def _group_reached(state: TurnState, call_id: str) -> bool:

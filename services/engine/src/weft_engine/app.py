@@ -176,6 +176,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         inbox=inbox, reporter=reporter, finisher=finisher, scheduler=scheduler,
         cancel_channel=cancel_channel, ttl_s=ttl, images=images,
         turn_deadline_s=s.turn_deadline_s, cap=cap, desk=desk, keep=suspensions.keep,
+        uncertain=loop.tool_round.ask_uncertain_result,
     )  # fmt: skip
 
     def events_credential() -> str:

@@ -38,6 +38,7 @@ import structlog
 from pydantic import ValidationError
 from ulid import ULID
 from weft_contracts import (
+    OUTCOME_UNKNOWN,
     ApprovalDecided,
     Grant,
     ToolApprovalRequiredData,
@@ -72,6 +73,11 @@ TIMED_OUT = (
     "user it needs their approval."
 )
 CANCELLED = "{tool} was not run: its approval request was withdrawn. Go on without it."
+UNCERTAIN = (
+    "{tool} may or may not have run before a failure: run it again, or skip it? "
+    "Check its effect before running it again."
+)
+SKIPPED = OUTCOME_UNKNOWN + "; it was not run again ({why})."
 INVALID_EDIT = "{tool} was not run: the arguments approved for it are not valid: {error}"
 
 ASK_REASONS = {
@@ -202,6 +208,36 @@ def _prompt(
     )
 
 
+def ask_uncertain(
+    state: TurnState, calls: list[PendingCall], now: float
+) -> tuple[TurnState, list[ToolApprovalRequiredData]]:
+    """SPEC H-05: ask a person about writes whose outcome is unknown ("this may have run:
+    run again, or skip?") instead of replaying them or answering the model "unknown"."""
+    if not calls:
+        return state, []
+    timeout = state.agent.approval.timeout_s
+    approvals = dict(state.approvals)
+    prompts = []
+    for call in calls:
+        approval = CallApproval(
+            prompt_id=str(ULID()), kind="uncertain_outcome", asked_at=now,
+            expires_at=now + timeout,
+        )  # fmt: skip
+        approvals[call.call_id] = approval
+        reason = UNCERTAIN.format(tool=call.tool_name)
+        prompts.append(
+            _prompt(state, call, approval, risk=risk_of(call.tool_name), always=False,
+                    reason=reason)
+        )  # fmt: skip
+    asked = {c.call_id for c in calls}
+    pending = [  # nothing waits for a worker any more: only for the person
+        c.model_copy(update={"deadline": 0.0}) if c.call_id in asked else c for c in state.pending
+    ]
+    since = state.person_wait_since or now
+    update = {"approvals": approvals, "pending": pending, "person_wait_since": since}
+    return state.model_copy(update=update), prompts
+
+
 def _utc(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
@@ -235,7 +271,11 @@ def settle(state: TurnState, decided: ApprovalDecided, now: float) -> Settled:
     result: ToolCallCompletedData | None = None
     edited = False
     pending = state.pending
-    if data.decision == "approve" and data.arguments is not None:
+    if data.decision == "approve" and approval.kind == "uncertain_outcome":
+        again = f"{call.call_id}~again.{approval.prompt_id[-8:].lower()}"
+        changed = call.model_copy(update={"dispatch_id": again})  # a new id runs again
+        pending = [changed if c.call_id == call.call_id else c for c in state.pending]
+    elif data.decision == "approve" and data.arguments is not None:
         error = _invalid(call.tool_name, data.arguments)
         if error is None:
             edited = data.arguments != call.arguments
@@ -247,6 +287,8 @@ def settle(state: TurnState, decided: ApprovalDecided, now: float) -> Settled:
         else:
             outcome = "denied"
             result = _failed(call, INVALID_EDIT.format(tool=call.tool_name, error=error))
+    elif data.decision != "approve" and approval.kind == "uncertain_outcome":
+        result = _failed(call, SKIPPED.format(why=_why(data.decision, data.reason)))
     elif data.decision != "approve":
         result = _failed(call, _refusal(call.tool_name, data.decision, data.reason, state))
     status = "settled" if result is not None else "approved"
@@ -296,6 +338,15 @@ def _refusal(tool: str, decision: str, reason: str, state: TurnState) -> str:
         return CANCELLED.format(tool=tool)
     said = f" ({reason.strip()[:500]})" if reason.strip() else ""
     return DENIED.format(tool=tool, reason=said)
+
+
+def _why(decision: str, reason: str) -> str:
+    if decision == "timeout":
+        return "nobody decided in time"
+    said = f": {reason.strip()[:500]}" if reason.strip() else ""
+    return (
+        f"a person chose to skip it{said}" if decision == "deny" else "its question was withdrawn"
+    )
 
 
 def _failed(call: PendingCall, error: str) -> ToolCallCompletedData:

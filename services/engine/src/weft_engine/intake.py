@@ -14,6 +14,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from weft_contracts import (
+    OUTCOME_UNKNOWN,
     ApprovalDecided,
     CancelRequested,
     ChatRequested,
@@ -78,11 +79,14 @@ class TurnIntake:
         cap: TurnCap | None = None,
         desk: ApprovalDesk | None = None,
         keep: Callable[[TurnState], Awaitable[None]] | None = None,
+        uncertain: Callable[[ToolCallCompleted], Awaitable[TurnState | None]] | None = None,
     ):
         """``desk`` applies approval decisions; ``keep`` stores the state of a turn that
         waits for a person in memory after a result changed it (``approvals``)."""
         self._desk = desk
         self._keep = keep
+        self._uncertain = uncertain
+        """Turns a worker's "outcome unknown" for a write into a prompt (SPEC H-05)."""
         self._redis = redis
         self._store = store
         self._emitter = emitter
@@ -295,6 +299,12 @@ class TurnIntake:
         step, which a crash between recording and submitting would otherwise leave unrun.
         """
         rid = result.request_id
+        if self._uncertain is not None and result.data.error == OUTCOME_UNKNOWN:
+            asked = await self._uncertain(result)  # SPEC H-05: a person decides
+            if asked is not None:
+                if self._keep is not None:
+                    await self._keep(asked)
+                return
         lease = await self._scheduler.reserve(rid, result.tenant_id)
         try:
             recorded = await self._reporter.record(result, lease)

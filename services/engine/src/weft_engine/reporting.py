@@ -62,15 +62,20 @@ class ResultReporter:
         step's lease (one round trip from result to next step)."""
         for _ in range(CAS_ATTEMPTS):
             state = await self._store.load(result.request_id)
-            call_id = result.data.call_id
-            if state is None or call_id not in {c.call_id for c in state.pending}:
+            sent = result.data.call_id
+            call = None if state is None else next(
+                (c for c in state.pending if sent in (c.call_id, c.dispatch_id)), None
+            )  # fmt: skip
+            if state is None or call is None:
                 return None
+            call_id = call.call_id  # a call run again (SPEC H-05) answers under another id
             if call_id in state.results:
                 return Recorded(state)
-            updated = state.model_copy(update={"results": {**state.results, call_id: result.data}})
-            envelopes, outbox = self._emitter.stage(
-                updated.ids(), _result_events(updated, result.data)
-            )
+            data = result.data if sent == call_id else result.data.model_copy(
+                update={"call_id": call_id}
+            )  # fmt: skip
+            updated = state.model_copy(update={"results": {**state.results, call_id: data}})
+            envelopes, outbox = self._emitter.stage(updated.ids(), _result_events(updated, data))
             claim = None
             try:
                 if lease is not None and updated.tools_answered():
@@ -87,7 +92,7 @@ class ResultReporter:
             except StaleTurnState:
                 continue
             await self._emitter.queue_outboxed(envelopes, seqs)  # the caller flushes
-            self._tracer.tool_done(saved, result.data)
+            self._tracer.tool_done(saved, data)
             return Recorded(saved, claim)
         raise StaleTurnState(result.request_id)
 

@@ -42,6 +42,16 @@ class PendingCall(BaseModel):
     read_only: bool = True
     timeout_s: float = Field(default=60.0, gt=0, description="SPEC E-17.")
     deadline: float = Field(default=0.0, description="Epoch seconds once dispatched.")
+    dispatch_id: str | None = Field(
+        default=None,
+        description="SPEC H-05: the id a call approved to run again after an uncertain "
+        "outcome is sent under (workers take a write id they saw for a redelivery and "
+        "never run it twice); its result is recorded under ``call_id``.",
+    )
+
+    def sent_id(self) -> str:
+        """The id the workers see."""
+        return self.dispatch_id or self.call_id
 
 
 class CallApproval(BaseModel):
