@@ -82,3 +82,15 @@ def test_grants_cover_only_their_tool_session_agent_and_lifetime() -> None:
     assert not covers(_grant(scope="automation", session_id=None))
     assert not covers(_grant(revoked_at=datetime.now(UTC)))
     assert not covers(_grant(expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+
+
+def test_the_documented_risk_table_is_the_code_table() -> None:
+    """docs/approvals.md lists every built-in's risk class as the specs say."""
+    from pathlib import Path
+
+    from weft_tools.specs import risk_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "approvals.md").read_text()
+    start = doc.index("<!-- risk-table:start -->\n") + len("<!-- risk-table:start -->\n")
+    end = doc.index("\n<!-- risk-table:end -->")
+    assert doc[start:end] == risk_table(), "regenerate: weft_tools.specs.risk_table()"

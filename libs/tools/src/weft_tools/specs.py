@@ -331,6 +331,17 @@ def always_asks(tool_name: str) -> bool:
     return spec is not None and spec.always_ask
 
 
+def risk_table() -> str:
+    """The built-ins' risk classes as ``docs/approvals.md`` shows them (a test keeps the
+    page equal to this)."""
+    rows = sorted(
+        (s.name, s.risk_class(), "yes" if s.always_ask else "no") for s in OFFERABLE_SPECS
+    )
+    lines = ["| tool | risk class | always ask |", "| --- | --- | --- |"]
+    lines += [f"| `{name}` | {risk} | {always} |" for name, risk, always in rows]
+    return "\n".join(lines)
+
+
 def definitions_for(allowed: Iterable[str]) -> list[dict[str, object]]:
     """OpenAI tool definitions of the allowed built-ins, sorted by name (SPEC T-01)."""
     specs = {s.name: s for s in OFFERABLE_SPECS}
