@@ -90,7 +90,7 @@ test-chaos: ## Fault suite, reduced (8 sessions x 2 turns, 6 faults) on its own 
 
 test-chaos-full: ## Fault suite, full (40 sessions x 3 turns, every fault; 5-15 min)
 	@$(LOCAL)/infra.sh up
-	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all $(VENV)/pytest tests/chaos -q $(call BASETEMP,chaos)
+	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all WEFT_CHAOS_PROMPT_SESSIONS=20 $(VENV)/pytest tests/chaos -q $(call BASETEMP,chaos)
 
 test-full: ## make test, then the full fault suite (test-chaos-full)
 	@$(MAKE) test

@@ -147,7 +147,7 @@ async def _decide(api: httpx.AsyncClient, prompt_id: str, **body: Any) -> httpx.
     return await api.post(f"/api/v1/agent/prompts/{prompt_id}", json=body)
 
 
-async def _kafka_turn(stack: LocalStack, request_id: str, timeout_s: float = 90) -> list[dict]:
+async def _kafka_turn(stack: LocalStack, request_id: str, timeout_s: float = 90) -> list[dict[str, Any]]:
     """The turn's events as ``agent.events`` holds them, up to its ``complete``."""
     consumer = AIOKafkaConsumer(
         stack.prefix + Topic.AGENT_EVENTS.value, **client_options(infra_env()),
@@ -175,7 +175,9 @@ async def test_a_denied_write_never_runs_and_the_agent_reads_why(
     """SPEC H-01 (confirm asks before a write), H-02 (the decision through another gateway
     replica reaches this one's stream), H-03 (deny comes back as a tool result)."""
     sid = await _session(gateways[0])
-    await _script(script, "DENY-ME", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}])
+    await _script(
+        script, "DENY-ME", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
+    )
     turn = Turn(gateways[0], sid, "DENY-ME please")
     prompt = await turn.prompt()
     assert prompt["tool_name"] == "write_sandbox_file" and prompt["risk"] == "write"
@@ -201,7 +203,10 @@ async def test_a_denied_write_never_runs_and_the_agent_reads_why(
     read = await gateways[0].get(f"/api/v1/agent/prompts/{prompt['prompt_id']}")
     assert read.json()["status"] == "denied", read.text
     decisions = read.json()["decisions"]
-    assert [(d["decision"], d["applied"]) for d in decisions] == [("deny", True), ("approve", False)]
+    assert [(d["decision"], d["applied"]) for d in decisions] == [
+        ("deny", True),
+        ("approve", False),
+    ]
 
 
 async def test_an_approval_survives_the_asking_engine_killed(
@@ -210,7 +215,9 @@ async def test_an_approval_survives_the_asking_engine_killed(
     """SPEC H-02: the turn holds nothing while it waits, so SIGKILLing the engine replica
     that asked loses nothing: the other replica applies the decision and the write runs."""
     sid = await _session(gateways[0])
-    await _script(script, "KILL-ASKER", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}])
+    await _script(
+        script, "KILL-ASKER", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
+    )
     turn = Turn(gateways[0], sid, "KILL-ASKER please")
     prompt = await turn.prompt()
     asker = _replica_that_logged(approvals_stack, "engine", prompt["prompt_id"])
@@ -255,7 +262,9 @@ async def test_a_stop_while_a_person_is_asked_ends_the_turn_cleanly(
     """SPEC E-04 with H-02: a stop while waiting ends the turn with one ``complete``; the
     prompt is then cancelled and a late decision is refused."""
     sid = await _session(gateways[0])
-    await _script(script, "STOP-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}])
+    await _script(
+        script, "STOP-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
+    )
     turn = Turn(gateways[0], sid, "STOP-WAIT please")
     prompt = await turn.prompt()
     assert (await gateways[1].post(f"/api/v1/sessions/{sid}/stop")).status_code == 202
@@ -275,7 +284,9 @@ async def test_a_redis_wipe_while_waiting_loses_nothing(
     waiting turn is put back from memory's copy (never ``turn_state_lost``) and goes on
     after the decision."""
     sid = await _session(gateways[0])
-    await _script(script, "WIPE-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}])
+    await _script(
+        script, "WIPE-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
+    )
     turn = Turn(gateways[0], sid, "WIPE-WAIT please")
     prompt = await turn.prompt()
     request_id = turn.events[0][1]["request_id"]
@@ -307,7 +318,9 @@ async def test_every_process_restarted_while_a_prompt_waits_and_its_timeout_stil
     of the stack SIGKILLed and started again while the prompt waits, it still fires, and
     the agent reads the timeout as a tool result and finishes."""
     sid = await _session(gateways[0], approval_timeout_s=10)
-    await _script(script, "RESTART-ALL", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}])
+    await _script(
+        script, "RESTART-ALL", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
+    )
     turn = Turn(gateways[0], sid, "RESTART-ALL please")
     prompt = await turn.prompt()
     request_id = turn.events[0][1]["request_id"]
@@ -327,7 +340,7 @@ async def test_every_process_restarted_while_a_prompt_waits_and_its_timeout_stil
     assert not result["success"] and "nobody approved" in result["error"]
     assert events[-1]["data"]["status"] == "completed"
     lag = time.time() - _epoch(prompt["expires_at"])
-    print(f"timeout resolved {lag:.1f}s after expiry, counting restarts")  # noqa: T201
+    print(f"timeout resolved {lag:.1f}s after expiry, counting restarts")
 
 
 async def test_the_reference_clients_see_approval_events(
@@ -337,7 +350,9 @@ async def test_the_reference_clients_see_approval_events(
     clients expect (``tool_approval_required`` / ``tool_approval_resolved``, with
     ``pending_id``)."""
     sid = await _session(gateways[0])
-    await _script(script, "WEKNORA-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}])
+    await _script(
+        script, "WEKNORA-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
+    )
     seen: list[dict[str, Any]] = []
     url = f"/api/v1/agent-chat/{sid}?format=weknora"
 
@@ -382,7 +397,9 @@ async def _poll_status(api: httpx.AsyncClient, prompt_id: str, wanted: str) -> s
 async def _wait_suspension_kept(stack: LocalStack, request_id: str) -> None:
     """Until memory holds the waiting turn's state (the engine stores it right after the
     prompt is announced)."""
-    conn = await asyncpg.connect(urlunsplit(urlsplit(_database_url())._replace(scheme="postgresql")))
+    conn = await asyncpg.connect(
+        urlunsplit(urlsplit(_database_url())._replace(scheme="postgresql"))
+    )
     try:
         for _ in range(100):
             sql = "SELECT 1 FROM agent_run_suspensions WHERE request_id = $1"
