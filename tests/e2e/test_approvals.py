@@ -147,7 +147,9 @@ async def _decide(api: httpx.AsyncClient, prompt_id: str, **body: Any) -> httpx.
     return await api.post(f"/api/v1/agent/prompts/{prompt_id}", json=body)
 
 
-async def _kafka_turn(stack: LocalStack, request_id: str, timeout_s: float = 90) -> list[dict[str, Any]]:
+async def _kafka_turn(
+    stack: LocalStack, request_id: str, timeout_s: float = 90
+) -> list[dict[str, Any]]:
     """The turn's events as ``agent.events`` holds them, up to its ``complete``."""
     consumer = AIOKafkaConsumer(
         stack.prefix + Topic.AGENT_EVENTS.value, **client_options(infra_env()),
