@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +25,8 @@ from weft_gateway.fanout import Sink
 from weft_gateway.sse import frame, synthetic_failure, to_sse, weknora_event
 from weft_gateway.sse_response import EventStreamResponse
 from weft_gateway.streams import StreamEntry, parse_position
+from weft_platform.credentials import GATEWAY, ensure_dev_keys, load_signer, load_verifier
+from weft_platform.internal_auth import outbound_credential
 
 
 def _agent(mode: AgentMode) -> AgentConfig:
@@ -153,6 +156,7 @@ def test_stream_positions_compare_numerically() -> None:
 
 class _Row:
     tenant_id, user_id, knowledge_base_ids = "t1", "u1", None
+    scopes: list[str] | None = None
 
 
 class _FakeDb:
@@ -333,3 +337,28 @@ def _weknora_body(entry_id: str, envelope: dict[str, Any]) -> Any:
     event = weknora_event(entry_id, envelope)
     assert event is not None, envelope
     return json.loads(str(event.data))
+
+
+class _ScopedRow(_Row):
+    scopes = ["approvals:decide"]
+
+
+class _ScopedDb(_FakeDb):
+    async def scalar(self, stmt: object) -> _Row | None:
+        return _ScopedRow()
+
+
+async def test_a_keys_scopes_reach_the_principal_and_the_request_credential(
+    tmp_path: Path,
+) -> None:
+    """SPEC H-04: approvals:decide travels with the key's calls (claim scp), where memory
+    reads it; a plain key's credential has none."""
+    ensure_dev_keys(tmp_path, [GATEWAY])
+    signer = load_signer(tmp_path, GATEWAY)
+    for db, expected in ((_ScopedDb(), {"approvals:decide"}), (_FakeDb(), set())):
+        auth = ApiKeyAuth(db, cache_s=0, signer=signer)  # type: ignore[arg-type]
+        principal = await auth(_Req("k1"))  # type: ignore[arg-type]
+        assert principal.scopes == expected
+        token = outbound_credential.get()
+        assert token is not None
+        assert load_verifier(tmp_path).verify_request(token, "memory").scopes == expected

@@ -1,9 +1,10 @@
 """ORM models of administration (migration 0010_admin): tenants and the audit log.
 
 A tenant's ``settings`` hold its retention (``retention``: ``messages_days``,
-``streams_days``) and its identity provider (``identity_provider``: ``issuer``,
-``audience``, ``jwks_url`` or ``jwks``, ``algorithms``). ``admin_audit`` is append-only:
-a trigger refuses UPDATE, DELETE and TRUNCATE, whoever asks.
+``streams_days``), its identity provider (``identity_provider``: ``issuer``, ``audience``,
+``jwks_url`` or ``jwks``, ``algorithms``) and the cap of its agents' access level
+(``max_access_level``: read_only, confirm, auto_write or null). ``admin_audit`` is
+append-only: a trigger refuses UPDATE, DELETE and TRUNCATE, whoever asks.
 """
 
 from __future__ import annotations

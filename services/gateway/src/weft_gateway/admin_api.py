@@ -27,7 +27,7 @@ from weft_storage.usage import (
 
 from weft_gateway.admin_auth import Operator, require_operator
 from weft_gateway.audit_log import AuditFilter, AuditLog, AuditView, Outcome
-from weft_gateway.key_registry import KeyRegistry, KeyView, NewKey
+from weft_gateway.key_registry import KeyRegistry, KeyScope, KeyView, NewKey
 from weft_gateway.tenant_lifecycle import TenantLifecycle
 from weft_gateway.tenant_purge import DataPurger, PurgeReport, Residue
 from weft_gateway.tenant_registry import (
@@ -76,6 +76,12 @@ class KeyCreate(BaseModel):
     knowledge_base_ids: list[str] | None = Field(default=None, max_length=100)
     """Limit the key to these knowledge bases (SPEC A-09); None: all of the tenant's."""
     expires_in_s: int | None = Field(default=None, ge=1, le=MAX_KEY_LIFETIME_S)
+    scopes: list[KeyScope] = Field(
+        default_factory=list,
+        max_length=4,
+        description="Extra rights; only approvals:decide (decide any prompt of the "
+        "tenant, docs/approvals.md) exists.",
+    )
 
 
 class KeyRotate(BaseModel):
@@ -191,7 +197,8 @@ async def _audited(
 def _tenant_routes(router: APIRouter, svc: AdminServices) -> None:
     @router.post("/tenants", status_code=201)
     async def create_tenant(who: Who, body: TenantCreate) -> TenantView:
-        async with _audited(svc.audit, who, "tenant.create", "tenant", body.id):
+        detail = {"max_access_level": body.settings.max_access_level}
+        async with _audited(svc.audit, who, "tenant.create", "tenant", body.id, detail):
             free_at = await svc.lifecycle.id_free_at(body.id)
             if free_at is not None:
                 raise HTTPException(
@@ -219,9 +226,10 @@ def _tenant_routes(router: APIRouter, svc: AdminServices) -> None:
     @router.patch("/tenants/{tenant_id}")
     async def update_tenant(who: Who, tenant_id: AnyTenantId, body: TenantUpdate) -> TenantView:
         changed = sorted(body.model_dump(exclude_unset=True))
-        async with _audited(
-            svc.audit, who, "tenant.update", "tenant", tenant_id, {"fields": changed}
-        ):
+        detail: dict[str, Any] = {"fields": changed}
+        if body.settings is not None:  # the cap is a right: its value goes into the log
+            detail["max_access_level"] = body.settings.max_access_level
+        async with _audited(svc.audit, who, "tenant.update", "tenant", tenant_id, detail):
             return await svc.tenants.update(tenant_id, body.name, body.settings)
 
     @router.post("/tenants/{tenant_id}/suspend")
@@ -282,7 +290,11 @@ def _key_routes(router: APIRouter, svc: AdminServices) -> None:
     @router.post("/tenants/{tenant_id}/keys", status_code=201)
     async def create_key(who: Who, tenant_id: AnyTenantId, body: KeyCreate) -> NewKey:
         """A new API key; ``secret`` is in this answer only."""
-        detail = {"user_id": body.user_id, "kb_scoped": body.knowledge_base_ids is not None}
+        detail = {
+            "user_id": body.user_id,
+            "kb_scoped": body.knowledge_base_ids is not None,
+            "scopes": sorted(set(body.scopes)),
+        }
         async with _audited(svc.audit, who, "key.create", "tenant", tenant_id, detail) as d:
             tenant = await svc.tenants.get(tenant_id)
             if tenant.status != "active":
@@ -291,8 +303,9 @@ def _key_routes(router: APIRouter, svc: AdminServices) -> None:
             if body.expires_in_s is not None:
                 expires = datetime.now(UTC) + timedelta(seconds=body.expires_in_s)
             key = await svc.keys.create(
-                tenant_id, body.user_id, body.name, body.knowledge_base_ids, expires
-            )
+                tenant_id, body.user_id, body.name, body.knowledge_base_ids, expires,
+                list(body.scopes),
+            )  # fmt: skip
             d["key_id"] = key.id
             return key
 

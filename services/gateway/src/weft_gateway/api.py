@@ -30,6 +30,8 @@ from weft_contracts import (
 from weft_platform.bus import EventBus
 from weft_platform.credentials import TURN_AUDIENCE, CredentialSigner
 
+from weft_gateway.access_cap import AccessCap
+from weft_gateway.approvals_client import ApprovalsClient
 from weft_gateway.auth import Principal
 from weft_gateway.budget_gate import BudgetGate
 from weft_gateway.clients import AgentConfigClient, SessionsClient
@@ -37,6 +39,7 @@ from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
+from weft_gateway.pending_prompts import missing_from_stream, pending_prompts, prompt_frames
 from weft_gateway.question_origin import QuestionOrigins, SuggestionPick
 from weft_gateway.session_cache import SessionDirectory
 from weft_gateway.settings import GatewaySettings
@@ -147,6 +150,10 @@ class Gateway:
     """Caps a tenant's open SSE streams across replicas (429)."""
     origins: QuestionOrigins | None = None
     """Resolves a clicked suggested question and its source (SPEC Q-03)."""
+    access_cap: AccessCap | None = None
+    """Caps each turn's access level at the tenant's maximum (SPEC H-01)."""
+    prompts: ApprovalsClient | None = None
+    """Memory's prompts: a stream that lost a pending prompt shows it again (H-02)."""
 
     def turn_deadline(self) -> datetime:
         """When a turn requested now must have ended (SPEC E-20)."""
@@ -200,6 +207,8 @@ class Gateway:
             summary_model_id=body.summary_model_id,
         )
         require_image_upload(agent, images)
+        if self.access_cap is not None:
+            agent = await self.access_cap.apply(who.tenant_id, agent)
         locale = body.locale or preferred_locale(accept_language)
         origin = None
         if body.suggestion is not None and self.origins is not None:
@@ -267,15 +276,32 @@ class Gateway:
         owner check (a Redis read on a hit) keeps another user of the tenant out."""
         await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         start = last_event_id or await self.streams.latest_turn_start(who.tenant_id, session_id)
+        lost = await self._lost_prompts(who, session_id)
+        turn = None
         if start is None or not await self.streams.exists(who.tenant_id, session_id):
-            retention = self.settings.stream_retention_s
-            raise HTTPException(
-                404,
-                f"no turn of this session within the stream retention ({retention}s): "
-                "nothing to replay; load the stored messages instead",
-            )
+            if not lost:
+                retention = self.settings.stream_retention_s
+                raise HTTPException(
+                    404,
+                    f"no turn of this session within the stream retention ({retention}s): "
+                    "nothing to replay; load the stored messages instead",
+                )
+            # The stream is gone but a turn waits for a person: show its prompts and
+            # follow that turn from whatever the projector writes next.
+            start, turn = start or "0-0", str(lost[-1]["request_id"])
+        preface = prompt_frames(who.tenant_id, lost, fmt)
         slot = await self._stream_slot(who.tenant_id)
-        return self._response(who.tenant_id, session_id, start, None, fmt, {}, slot)
+        return self._response(who.tenant_id, session_id, start, turn, fmt, {}, slot, preface)
+
+    async def _lost_prompts(self, who: Principal, session_id: str) -> list[dict[str, Any]]:
+        """The session's pending prompts whose event the stream no longer holds."""
+        if self.prompts is None:
+            return []
+        timeout = self.settings.session_lookup_timeout_s
+        pending = await pending_prompts(self.prompts, who, session_id, timeout)
+        if not pending:
+            return []
+        return await missing_from_stream(self.redis, who.tenant_id, session_id, pending)
 
     async def stop(self, who: Principal, session_id: str) -> ControlAccepted:
         """Publish ``CancelRequested`` for the running turn (any engine replica acts on it)."""
@@ -333,6 +359,7 @@ class Gateway:
         fmt: StreamFormat,
         headers: dict[str, str],
         slot: StreamSlot | None = None,
+        preface: bytes = b"",
     ) -> EventStreamResponse:
         follow = Follow(
             tenant_id=tenant_id,
@@ -344,7 +371,7 @@ class Gateway:
             heartbeat_s=self.settings.sse_ping_s,
         )
         return EventStreamResponse(
-            lambda sink: self._stream(follow, sink),
+            lambda sink: self._stream(follow, sink, preface),
             send_timeout_s=self.settings.sse_send_timeout_s,
             buffer_bytes=self.settings.sse_buffer_bytes,
             headers=headers,
@@ -358,10 +385,12 @@ class Gateway:
         if self.slots is not None:
             await self.slots.release(slot)
 
-    async def _stream(self, follow: Follow, sink: Sink) -> bytes:
-        """Write one client's frames (shared per-event frames and heartbeats, by the
-        fan-out) to ``sink``; returns the synthetic ``error`` + ``complete`` when the
-        gateway itself must end the stream, else nothing."""
+    async def _stream(self, follow: Follow, sink: Sink, preface: bytes = b"") -> bytes:
+        """Write one client's frames (``preface`` first, then the shared per-event frames
+        and heartbeats, by the fan-out) to ``sink``; returns the synthetic ``error`` +
+        ``complete`` when the gateway itself must end the stream, else nothing."""
+        if preface:
+            sink.write(preface)
         try:
             outcome = await self.fanout.stream(follow, sink)
         except RedisError:

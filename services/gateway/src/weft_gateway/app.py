@@ -21,9 +21,12 @@ from weft_storage.knowledge_ingest import IngestionQueue
 from weft_storage.skills import SkillStore
 from weft_storage.usage import budget_override
 
+from weft_gateway.access_cap import AccessCap
 from weft_gateway.admin_api import AdminServices, admin_router
 from weft_gateway.admin_auth import OperatorAuth
 from weft_gateway.api import Gateway
+from weft_gateway.approvals_api import Approvals, approvals_router
+from weft_gateway.approvals_client import ApprovalsClient
 from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.budget_gate import BudgetGate
@@ -49,6 +52,7 @@ from weft_gateway.suggestions_api import SuggestionsClient, suggestions_router
 from weft_gateway.tenant_lifecycle import TenantLifecycle
 from weft_gateway.tenant_purge import DataPurger
 from weft_gateway.tenant_registry import TenantRegistry
+from weft_gateway.turn_renewal import TurnRenewal, renewal_router
 
 PROJECTOR_GROUP = "weft-gateway-projector"
 
@@ -126,6 +130,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     memory = SessionsClient(
         s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections, retry=retry
     )
+    prompts = ApprovalsClient(
+        s.memory_url, "memory", s.internal_timeout_s, s.internal_max_connections, retry=retry
+    )
     agents = AgentConfigClient(
         s.agent_config_url,
         "agent-config",
@@ -190,7 +197,17 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         budget=BudgetGate(TokenBudgets(redis), budget_policy(runtime, s)),
         slots=slots,
         origins=QuestionOrigins(suggestions, documents),
+        access_cap=AccessCap(runtime.sessions, cache_s=s.access_cap_cache_s),
+        prompts=prompts,
     )
+    approvals = Approvals(
+        memory=prompts, bus=runtime.bus, signer=signer, turn_ttl_s=s.turn_deadline_s,
+        lookup_wait_s=s.approval_lookup_wait_s,
+    )  # fmt: skip
+    renewal = TurnRenewal(
+        verifier=runtime.verifier, signer=signer, sessions=runtime.sessions,
+        ttl_s=s.turn_deadline_s, max_age_s=s.turn_renewal_max_age_s,
+    )  # fmt: skip
     if s.projector == "embedded":
         register_projector(runtime.bus, s, streams, limits)
         register_notice_projector(
@@ -221,10 +238,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             ),
             skills_router(SkillStore(runtime.sessions), auth),
             admin_router(admin),
+            approvals_router(approvals, auth, max_body_bytes=s.approval_body_max_bytes),
+            renewal_router(renewal),
         ],
         on_startup=[register_dev_key, admin.lifecycle.start],
         on_shutdown=[
             admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
+            prompts.aclose,
             agents.aclose, suggestions.aclose, sandbox.aclose, redis.aclose,
         ],
     )  # fmt: skip

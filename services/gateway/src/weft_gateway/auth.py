@@ -34,6 +34,8 @@ class Principal:
     user_id: str
     knowledge_base_ids: list[str] | None = None
     """None: every KB of the tenant; else only these (SPEC A-09)."""
+    scopes: frozenset[str] = frozenset()
+    """Extra rights of the key (``approvals:decide``); an end user's token has none."""
 
 
 def hash_key(key: str) -> str:
@@ -97,6 +99,7 @@ class ApiKeyAuth:
                     knowledge_base_ids=principal.knowledge_base_ids,
                     audience=API_AUDIENCE,
                     ttl_s=self._credential_ttl_s,
+                    scopes=principal.scopes,
                 )
             )
         return principal
@@ -138,7 +141,10 @@ class ApiKeyAuth:
             return None
         row, status = found
         principal = Principal(
-            tenant_id=row.tenant_id, user_id=row.user_id, knowledge_base_ids=row.knowledge_base_ids
+            tenant_id=row.tenant_id,
+            user_id=row.user_id,
+            knowledge_base_ids=row.knowledge_base_ids,
+            scopes=frozenset(row.scopes or ()),
         )
         return _KeyFacts(principal, status or "active")
 

@@ -5,12 +5,14 @@ A key is stored as its SHA-256 only. It stops working when revoked or past its
 ``expires_at``; the gateway caches lookups for ``auth_cache_s``, so either takes effect
 within that time. Rotation makes a new key with the same tenant, user, name and scope and
 lets the old one expire after ``overlap_s`` (0: at once), so clients can switch over.
+A key may hold scopes (:data:`KeyScope`); a rotated key keeps them.
 """
 
 from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from fastapi import HTTPException
 from pydantic import BaseModel
@@ -23,6 +25,10 @@ from weft_gateway.auth import hash_key
 
 DEV_KEY_NAME = "dev bootstrap key"
 
+KeyScope = Literal["approvals:decide"]
+"""Extra rights a key may hold. ``approvals:decide``: decide any prompt of the key's tenant
+(an approver service), not only its own user's (docs/approvals.md)."""
+
 
 class KeyView(BaseModel):
     """A key as listed: never its secret."""
@@ -32,6 +38,7 @@ class KeyView(BaseModel):
     user_id: str
     name: str
     knowledge_base_ids: list[str] | None
+    scopes: list[str]
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
@@ -52,6 +59,7 @@ def _view(row: ApiKey, now: datetime) -> KeyView:
         user_id=row.user_id,
         name=row.name,
         knowledge_base_ids=row.knowledge_base_ids,
+        scopes=sorted(row.scopes or ()),
         created_at=row.created_at,
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
@@ -77,8 +85,9 @@ class KeyRegistry:
         name: str,
         knowledge_base_ids: list[str] | None,
         expires_at: datetime | None,
+        scopes: list[str] | None = None,
     ) -> NewKey:
-        """A new key of ``tenant_id`` for ``user_id``."""
+        """A new key of ``tenant_id`` for ``user_id`` with ``scopes`` (none: a plain key)."""
         secret = new_secret()
         row = ApiKey(
             id=secrets.token_hex(8),
@@ -88,6 +97,7 @@ class KeyRegistry:
             name=name,
             knowledge_base_ids=knowledge_base_ids,
             expires_at=expires_at,
+            scopes=sorted(set(scopes)) if scopes else None,
         )
         async with self._sessions.begin() as s:
             s.add(row)
@@ -132,7 +142,7 @@ class KeyRegistry:
         if old.expires_at is not None and old.expires_at < ends:
             ends = old.expires_at
         new = await self.create(
-            tenant_id, old.user_id, old.name, old.knowledge_base_ids, old.expires_at
+            tenant_id, old.user_id, old.name, old.knowledge_base_ids, old.expires_at, old.scopes
         )
         values = {"revoked_at": func.now()} if overlap_s == 0 else {"expires_at": ends}
         async with self._sessions.begin() as s:

@@ -128,6 +128,29 @@ class GatewaySettings(TokenBudgetSettings):
         "agent.events sees it), expires then: a copy read off a record is useless once the "
         "turn is over.",
     )
+    approval_body_max_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Largest body of the approval routes (a decision with edited "
+        "arguments, a grant): 413 above.",
+    )
+    approval_lookup_wait_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A decision with edited arguments on a prompt memory has not recorded "
+        "yet waits this long for it (the prompt's tool names the argument model).",
+    )
+    access_cap_cache_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="A tenant's max_access_level is read at most this often per gateway.",
+    )
+    turn_renewal_max_age_s: float = Field(
+        default=8 * 86400,
+        gt=0,
+        description="POST /internal/turn-credentials/renew refuses a turn credential "
+        "issued longer ago than this (a prompt waits at most 7 days plus escalation).",
+    )
     internal_max_connections: int = Field(
         default=200, ge=10, description="Connection pool of each internal HTTP client."
     )

@@ -34,8 +34,17 @@ _WEKNORA_TYPES = {
     "references": "references",
     "complete": "complete",
     "error": "error",
+    "tool_approval_required": "tool_approval_required",
+    "tool_approval_resolved": "tool_approval_resolved",
 }
 """Our event type -> the reference system's ``response_type``; others are not projected."""
+
+_APPROVAL_CONTENT = {
+    "tool_approval_required": "tool requires human approval",
+    "tool_approval_resolved": "tool approval resolved",
+}
+"""The reference's fixed ``content`` of its approval events; their ``data`` gains
+``pending_id`` (the prompt id), the name its clients answer with."""
 
 
 HEARTBEAT_FRAME = b": ping\r\n\r\n"
@@ -86,15 +95,18 @@ def synthetic_failure(
     return [e for e in events if e is not None]
 
 
-def weknora_event(position: str, envelope: dict[str, Any]) -> ServerSentEvent | None:
+def weknora_event(position: str | None, envelope: dict[str, Any]) -> ServerSentEvent | None:
     """One ``message`` event in the reference system's shape: ``id`` = request id,
-    ``response_type``, ``content``, ``done``, and the original payload under ``data``."""
+    ``response_type``, ``content``, ``done``, and the original payload under ``data``.
+    ``position`` None: an event with no stream position (a pending prompt shown again)."""
     response_type = _WEKNORA_TYPES.get(envelope["type"])
     if response_type is None:
         return None
     data: dict[str, Any] = envelope.get("data", {})
     if envelope["type"] == "turn_started":
         data = _agent_query_data(envelope)
+    if envelope["type"] in _APPROVAL_CONTENT:
+        data = {**data, "pending_id": data.get("prompt_id")}
     body: dict[str, Any] = {
         "id": envelope["request_id"],
         "session_id": envelope["session_id"],
@@ -121,6 +133,8 @@ def _agent_query_data(envelope: dict[str, Any]) -> dict[str, Any]:
 
 
 def _weknora_content(event_type: str, data: dict[str, Any]) -> str:
+    if event_type in _APPROVAL_CONTENT:
+        return _APPROVAL_CONTENT[event_type]
     if event_type in ("thought", "final_answer"):
         return str(data.get("delta", ""))
     if event_type == "tool_result":
@@ -133,7 +147,7 @@ def _weknora_content(event_type: str, data: dict[str, Any]) -> str:
 
 
 def _weknora_done(event_type: str, data: dict[str, Any]) -> bool:
-    if event_type in ("turn_started", "complete", "error"):
+    if event_type in ("turn_started", "complete", "error", *_APPROVAL_CONTENT):
         return True
     if data.get("superseded"):  # an intermediate round's end: the answer is not done yet
         return False

@@ -1,8 +1,9 @@
 """Tenants as the operator manages them: create, read, list, change settings and status.
 
-A tenant's settings are validated here (:class:`TenantSettings`): its retention and its
-identity provider. An identity provider's issuer is unique across tenants (a column with a
-unique index), so a token's ``iss`` always names one tenant.
+A tenant's settings are validated here (:class:`TenantSettings`): its retention, its
+identity provider and the maximum access level of its agents. An identity provider's
+issuer is unique across tenants (a column with a unique index), so a token's ``iss``
+always names one tenant.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts import AccessLevel
 from weft_storage.models_admin import Tenant, TenantStatus
 
 TENANT_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
@@ -76,6 +78,11 @@ class TenantSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     retention: Retention = Field(default_factory=Retention)
     identity_provider: IdentityProvider | None = None
+    max_access_level: AccessLevel | None = Field(
+        default=None,
+        description="SPEC H-01: caps the access level of every agent of the tenant "
+        "(read_only < confirm < auto_write); None: no cap.",
+    )
 
 
 class TenantView(BaseModel):
