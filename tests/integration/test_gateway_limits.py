@@ -147,6 +147,27 @@ async def test_idle_follow_ends_idle(redis: Redis) -> None:
     await fanout.aclose()
 
 
+async def test_a_turn_waiting_for_a_person_is_not_idle(redis: Redis) -> None:
+    """SPEC H-02: a stream silent because a person is asked is not ended as idle (its
+    heartbeats go on); once the prompt is resolved the idle timeout applies again."""
+    fanout = StreamFanout(redis, block_ms=100)
+    tenant, key = _tenant(), ""
+    key = stream_key(tenant, "s")
+    start = await _append(redis, key, "r1", 1, "turn_started")
+    asked = await redis.xadd(key, {"request_id": "r1", "seq": 2, "type": "tool_approval_required",
+                                   "event": '{"seq":2,"data":{"prompt_id":"p1"}}'})  # fmt: skip
+    sink = RecordingSink()
+    follow = _follow(tenant, "s", start, "r1", idle_timeout_s=0.5, heartbeat_s=0.2)
+    watcher = asyncio.create_task(fanout.stream(follow, sink))
+    await asyncio.sleep(1.5)  # three idle timeouts: it must still be open
+    assert not watcher.done() and asked
+    await redis.xadd(key, {"request_id": "r1", "seq": 3, "type": "tool_approval_resolved",
+                           "event": '{"seq":3,"data":{"prompt_id":"p1"}}'})  # fmt: skip
+    outcome = await asyncio.wait_for(watcher, 10)
+    assert outcome.end is End.IDLE
+    await fanout.aclose()
+
+
 async def test_heartbeats_come_from_the_shared_timer_while_the_turn_is_silent(
     redis: Redis,
 ) -> None:

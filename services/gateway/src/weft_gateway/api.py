@@ -276,7 +276,8 @@ class Gateway:
         owner check (a Redis read on a hit) keeps another user of the tenant out."""
         await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         start = last_event_id or await self.streams.latest_turn_start(who.tenant_id, session_id)
-        lost = await self._lost_prompts(who, session_id)
+        pending = await self._pending_prompts(who, session_id)
+        lost = await missing_from_stream(self.redis, who.tenant_id, session_id, pending)
         turn = None
         if start is None or not await self.streams.exists(who.tenant_id, session_id):
             if not lost:
@@ -291,17 +292,17 @@ class Gateway:
             start, turn = start or "0-0", str(lost[-1]["request_id"])
         preface = prompt_frames(who.tenant_id, lost, fmt)
         slot = await self._stream_slot(who.tenant_id)
-        return self._response(who.tenant_id, session_id, start, turn, fmt, {}, slot, preface)
+        asking = frozenset(str(p["prompt_id"]) for p in pending)
+        return self._response(
+            who.tenant_id, session_id, start, turn, fmt, {}, slot, preface, asking
+        )
 
-    async def _lost_prompts(self, who: Principal, session_id: str) -> list[dict[str, Any]]:
-        """The session's pending prompts whose event the stream no longer holds."""
+    async def _pending_prompts(self, who: Principal, session_id: str) -> list[dict[str, Any]]:
+        """The session's prompts waiting for a person (memory's list; none without it)."""
         if self.prompts is None:
             return []
         timeout = self.settings.session_lookup_timeout_s
-        pending = await pending_prompts(self.prompts, who, session_id, timeout)
-        if not pending:
-            return []
-        return await missing_from_stream(self.redis, who.tenant_id, session_id, pending)
+        return await pending_prompts(self.prompts, who, session_id, timeout)
 
     async def stop(self, who: Principal, session_id: str) -> ControlAccepted:
         """Publish ``CancelRequested`` for the running turn (any engine replica acts on it)."""
@@ -360,8 +361,10 @@ class Gateway:
         headers: dict[str, str],
         slot: StreamSlot | None = None,
         preface: bytes = b"",
+        asking: frozenset[str] = frozenset(),
     ) -> EventStreamResponse:
         follow = Follow(
+            asking=asking,
             tenant_id=tenant_id,
             session_id=session_id,
             after=after,

@@ -24,6 +24,7 @@ position, so no event is missed or repeated between the two (invariant 1).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -65,6 +66,9 @@ class End(Enum):
     """The stream store could not be read (set by the caller of :meth:`StreamFanout.stream`)."""
 
 
+_PROMPT_TYPES = frozenset({"tool_approval_required", "tool_approval_resolved"})
+
+
 @dataclass(frozen=True, kw_only=True)
 class Follow:
     """What one client follows: a session's events after ``after``, only those of turn
@@ -77,6 +81,9 @@ class Follow:
     fmt: StreamFormat = "native"
     idle_timeout_s: float
     heartbeat_s: float | None = None
+    asking: frozenset[str] = frozenset()
+    """Prompts of the session that wait for a person when the client (re)joins (from
+    memory): a stream that waits for a person is not idle (SPEC H-02)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ class _Subscriber:
     """One client: filters, de-duplicates and frames entries, and writes them to its sink."""
 
     __slots__ = (
+        "asking",
         "ended",
         "follow",
         "last",
@@ -115,6 +123,8 @@ class _Subscriber:
         """Start of the current silence of the session; time of the last write."""
         self.pending: list[StreamEntry] | None = []
         """Live entries that came while the backlog was read; None once live."""
+        self.asking = set(follow.asking)
+        """Prompts waiting for a person: no idle end while there is one (heartbeats go on)."""
 
     def offer(self, entry: StreamEntry, now: float) -> None:
         """A live entry of the session."""
@@ -138,6 +148,8 @@ class _Subscriber:
             if wanted and entry.request_id != wanted:
                 continue  # another turn of the session
             self.position, self.turn = entry.entry_id, entry.request_id
+            if entry.type in _PROMPT_TYPES:
+                self._note_prompt(entry)
             encoded = frame(entry, self.follow.fmt)
             if encoded is not None:
                 frames.append(encoded)
@@ -149,13 +161,20 @@ class _Subscriber:
         if terminal:
             self.end(End.COMPLETE)
 
+    def _note_prompt(self, entry: StreamEntry) -> None:
+        prompt_id = json.loads(entry.event_json).get("data", {}).get("prompt_id")
+        if entry.type == "tool_approval_required":
+            self.asking.add(prompt_id)
+        else:
+            self.asking.discard(prompt_id)
+
     def tick(self, now: float, shutdown: bool) -> None:
         """The shared timer: shutdown, idle end or heartbeat."""
         if self.ended.done():
             return
         if shutdown:
             self.end(End.SHUTDOWN)
-        elif now - self.since >= self.follow.idle_timeout_s:
+        elif now - self.since >= self.follow.idle_timeout_s and not self.asking:
             self.end(End.IDLE)
         elif self.pending is None:
             beat = self.follow.heartbeat_s
