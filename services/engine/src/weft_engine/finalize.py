@@ -193,6 +193,14 @@ class Finisher:
             await self._cap.release(state.tenant_id, state.request_id)
         await self.pass_on(state.tenant_id, state.session_id, state.request_id)
 
+    async def set_aside(self, state: TurnState) -> None:
+        """The turn waits for a person (SPEC H-02): its tenant's turn slot goes back, so
+        prompts nobody has answered yet never hold the tenant's other turns back. The turn
+        goes on after its decision without taking one again (its slot release at the end
+        is then a no-op)."""
+        if self._cap is not None:
+            await self._cap.release(state.tenant_id, state.request_id)
+
     async def pass_on(self, tenant_id: str, session_id: str, ended: str) -> None:
         """Hand the session of the ended turn ``ended`` to its next queued request, if any."""
         handed = await self._sessions.hand_over(tenant_id, session_id, ended)

@@ -185,8 +185,10 @@ class TurnLoop:
                     await self._discard(state)
                     result = Continue(state)
                 case AwaitTools(waiting):
-                    if self._suspensions is not None and waiting.waiting_on_person():
-                        await self._suspensions.keep(waiting)  # SPEC H-02: outlives Redis
+                    if waiting.waiting_on_person():  # SPEC H-02: it holds nothing
+                        await self._finisher.set_aside(waiting)
+                        if self._suspensions is not None:
+                            await self._suspensions.keep(waiting)  # it outlives Redis
                     return
                 case Ended(reason):
                     await self._finish(reason)

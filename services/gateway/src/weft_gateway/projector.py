@@ -60,7 +60,9 @@ class StreamProjector:
         if self._limits is None:
             return
         for record in records:
-            if record.event.type == TERMINAL:
+            # A turn that waits for a person is not running: its slot goes back at its
+            # first prompt (SPEC H-02), and giving it back again at the end is a no-op.
+            if record.event.type in (TERMINAL, "tool_approval_required"):
                 await self._limits.release_turn(record.event.tenant_id, record.event.request_id)
 
     async def _restore(self, unmarked: Sequence[Logged]) -> None:
