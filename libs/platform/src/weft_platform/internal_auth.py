@@ -81,12 +81,14 @@ class InternalAuth:
             system = self._system.get(route)
             if system is not None and system.also_requests:
                 system = system if self._verifier.kind(token) == "service" else None
+            credential: RequestCredential | ServiceCredential
             if system is not None:
-                return self._verifier.verify_service(
+                credential = self._verifier.verify_service(
                     token, self._audience, system.scope, issuers=system.issuers
                 )
-            credential = self._verifier.verify_request(token, self._audience)
-            _agrees(credential, await _named(request))
+            else:
+                credential = self._verifier.verify_request(token, self._audience)
+                _agrees(credential, await _named(request))
         except CredentialRejected as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
             raise HTTPException(exc.status, exc.reason, headers) from None

@@ -23,8 +23,6 @@ from weft_memory.grants import (
 )
 from weft_memory.prompts_api import request_caller
 
-IdParam = Query(min_length=1, max_length=128)
-
 
 class GrantList(BaseModel):
     """Grants, as ``weft_contracts.Grant``."""
@@ -40,7 +38,9 @@ def grants_router(
 
     @router.get("/grants/live", response_model=GrantList)
     async def live(
-        request: Request, session_id: str = IdParam, agent_id: str = IdParam
+        request: Request,
+        session_id: str = Query(min_length=1, max_length=128),
+        agent_id: str = Query(min_length=1, max_length=128),
     ) -> GrantList:
         """The turn's user's grants that apply in this session of this agent now."""
         caller = request_caller(request)
