@@ -30,9 +30,17 @@ class RenewalRefused(Exception):
 class TurnCredentialRenewer:
     """Client of the gateway's renewal route."""
 
-    def __init__(self, base_url: str, credential: Callable[[], str], timeout_s: float = 5.0):
+    def __init__(
+        self,
+        base_url: str,
+        credential: Callable[[], str],
+        timeout_s: float = 5.0,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        """``transport``: tests serve the gateway's app in process."""
         self._credential = credential
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s, transport=transport)
 
     async def renew(self, token: str) -> str:
         """A fresh credential for the turn of ``token``."""
