@@ -222,3 +222,18 @@ async def test_the_turn_credential_is_renewed_at_the_gateway(
         turn.session_id,
         turn.request_id,
     )
+
+
+async def test_an_unreachable_gateway_leaves_the_prompt_for_the_next_tick(
+    rt: ServiceRuntime,
+) -> None:
+    """SPEC H-03: without a renewed credential the timeout is not published yet (the turn
+    could not continue on the old one); the prompt stays due and is fired by a later tick."""
+    keys = DevCredentials.load()
+    turn = Turn.new()
+    event = required(turn, keys, expires_in_s=-1)
+    await MessageRecorder(rt.sessions).handle(event)
+    assert await _timer(rt).tick() == 0  # the default renewer dials a closed port
+    row = await _row(rt.sessions, event.data.prompt_id)
+    assert row.status == "pending" and row.fired_at is None
+    assert await _messages(rt, Topic.AGENT_CONTROL, {event.data.prompt_id}) == []
