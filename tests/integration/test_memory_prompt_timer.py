@@ -6,6 +6,7 @@ memory's own credential, which the engine's record check accepts."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import AgentControl, SessionNotice, Topic
 from weft_memory.app import ISSUER
 from weft_memory.prompt_timer import PromptTimer
-from weft_memory.recorder import MessageRecorder
+from weft_memory.recorder import RECORDED_TYPES, MessageRecorder
 from weft_memory.renewal import RENEW_ROUTE, RENEW_SCOPE, TurnCredentialRenewer
 from weft_platform.credentials import RECORDS, CredentialVerifier, load_signer, load_verifier
 from weft_platform.record_credentials import RecordCheck, record_scope
@@ -28,7 +29,7 @@ from weft_storage.models_approvals import AgentPrompt
 from weft_testkit.credentials import DevCredentials, credentials_dir
 
 from tests.integration.approval_rows import Turn, required
-from tests.integration.kafka_helpers import records_so_far, service_runtime
+from tests.integration.kafka_helpers import dead_letters, records_so_far, service_runtime
 
 WAIT_S = 20.0
 """Longest wait for a condition (a timer fires within ~1 s of its time here)."""
@@ -237,3 +238,31 @@ async def test_an_unreachable_gateway_leaves_the_prompt_for_the_next_tick(
     row = await _row(rt.sessions, event.data.prompt_id)
     assert row.status == "pending" and row.fired_at is None
     assert await _messages(rt, Topic.AGENT_CONTROL, {event.data.prompt_id}) == []
+
+
+async def test_an_undecodable_approval_record_is_dead_lettered_and_the_next_recorded(
+    infra: dict[str, str], own_database: str
+) -> None:
+    """SPEC H-02: memory's recorder reads approval events from agent.events; one it cannot
+    decode goes to the DLQ (the consumer is not stuck) and the next is recorded."""
+    env = {**infra, "WEFT_DATABASE_URL": own_database}
+    async with service_runtime(env, "memory-dlq") as rt:
+        recorder = MessageRecorder(rt.sessions)
+        rt.bus.consume(Topic.AGENT_EVENTS, "memory", recorder.handle, types=RECORDED_TYPES)
+        await rt.broker.start()
+        good = required(Turn.new())
+        broken = good.model_dump(mode="json")
+        del broken["data"]["prompt_id"]
+        topic = rt.bus.topic_name(Topic.AGENT_EVENTS)
+        headers = {"type": "tool_approval_required", "content-type": "application/json"}
+        await rt.broker.publish(json.dumps(broken).encode(), topic, key=good.key(), headers=headers)
+        await rt.bus.publish(Topic.AGENT_EVENTS, good)
+        [letter] = await dead_letters(rt, 1)
+        assert letter["data"]["reason"].startswith("undecodable")
+        assert "prompt_id" in letter["data"]["reason"]
+
+        async def recorded() -> bool:
+            async with rt.sessions() as s:
+                return await s.get(AgentPrompt, good.data.prompt_id) is not None
+
+        await _until(recorded, "the next approval event was recorded")
