@@ -292,3 +292,27 @@ async def test_the_pending_list_shows_only_waiting_prompts(
     async with db() as s:
         stored = await s.scalars(select(AgentPrompt).where(AgentPrompt.tenant_id == turn.tenant_id))
         assert {p.status for p in stored} == {"pending", "denied"}
+
+
+@pytest.mark.parametrize("ended", ["timeout", "cancelled"])
+async def test_a_decision_after_the_timeout_or_the_turns_end_is_refused(
+    db: async_sessionmaker[AsyncSession],
+    memory: httpx.AsyncClient,
+    keys: DevCredentials,
+    ended: str,
+) -> None:
+    """SPEC H-03: a prompt the timer expired or whose turn ended takes no decision (409),
+    and the refused attempt is kept."""
+    turn = Turn.new()
+    event = required(turn, keys)
+    await MessageRecorder(db).handle(event)
+    async with db.begin() as s:
+        row = await s.get(AgentPrompt, event.data.prompt_id)
+        assert row is not None
+        row.status = ended
+    token = keys.request(turn.tenant_id, turn.user_id)
+    resp = await _decide(memory, token, event.data.prompt_id, decision="approve")
+    assert resp.status_code == 409 and ended in resp.json()["detail"]
+    view = await memory.get(f"/internal/prompts/{event.data.prompt_id}", headers=bearer(token))
+    assert [(d["decision"], d["applied"]) for d in view.json()["decisions"]] == [("approve", False)]
+    assert view.json()["status"] == ended

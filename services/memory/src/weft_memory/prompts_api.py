@@ -22,7 +22,14 @@ from weft_memory.decisions import (
     DecisionResult,
     PromptNotFound,
 )
-from weft_memory.prompts import WAITING, PromptView, decisions_of, may_see, visible_prompt
+from weft_memory.prompts import (
+    DECIDE_SCOPE,
+    WAITING,
+    PromptView,
+    decisions_of,
+    may_see,
+    visible_prompt,
+)
 
 MAX_LISTED = 500
 
@@ -58,6 +65,8 @@ def prompts_router(sessions: async_sessionmaker[AsyncSession], desk: DecisionDes
         query = select(AgentPrompt).where(
             AgentPrompt.tenant_id == caller.tenant_id, AgentPrompt.session_id == session_id
         )
+        if DECIDE_SCOPE not in caller.scopes:  # in SQL: others' rows never fill the page
+            query = query.where(AgentPrompt.user_id == caller.user_id)
         if status == "pending":
             query = query.where(AgentPrompt.status.in_(WAITING))
         async with sessions() as s:
