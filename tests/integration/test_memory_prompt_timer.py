@@ -231,13 +231,29 @@ async def test_an_unreachable_gateway_leaves_the_prompt_for_the_next_tick(
     """SPEC H-03: without a renewed credential the timeout is not published yet (the turn
     could not continue on the old one); the prompt stays due and is fired by a later tick."""
     keys = DevCredentials.load()
-    turn = Turn.new()
-    event = required(turn, keys, expires_in_s=-1)
-    await MessageRecorder(rt.sessions).handle(event)
-    assert await _timer(rt).tick() == 0  # the default renewer dials a closed port
-    row = await _row(rt.sessions, event.data.prompt_id)
-    assert row.status == "pending" and row.fired_at is None
-    assert await _messages(rt, Topic.AGENT_CONTROL, {event.data.prompt_id}) == []
+    events = [required(Turn.new(), keys, expires_in_s=-1) for _ in range(3)]
+    for event in events:
+        await MessageRecorder(rt.sessions).handle(event)
+    signer = load_signer(credentials_dir(), ISSUER)
+    renewer = CountingRenewer("http://127.0.0.1:1", lambda: signer.service("gateway", ["x"]))
+    assert await _timer(rt, renewer).tick() == 0  # it dials a closed port
+    assert renewer.calls == 1, "one unanswered call defers the tick's other timeouts"
+    for event in events:
+        row = await _row(rt.sessions, event.data.prompt_id)
+        assert row.status == "pending" and row.fired_at is None
+    ids = {e.data.prompt_id for e in events}
+    assert await _messages(rt, Topic.AGENT_CONTROL, ids) == []
+    await renewer.aclose()
+
+
+class CountingRenewer(TurnCredentialRenewer):
+    """Counts the renewal calls the timer makes."""
+
+    calls = 0
+
+    async def renew(self, token: str) -> str:
+        self.calls += 1
+        return await super().renew(token)
 
 
 async def test_an_undecodable_approval_record_is_dead_lettered_and_the_next_recorded(

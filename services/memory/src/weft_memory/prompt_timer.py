@@ -62,6 +62,9 @@ class PromptTimer:
     own_credential: OwnCredential
     poll_s: float = 1.0
     _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _gateway_down: bool = field(default=False, init=False)
+    """The gateway did not answer during this tick: the other timeouts wait for the next
+    one too, instead of each waiting out its own connect timeout."""
 
     async def start(self) -> None:
         """Start polling (an app startup hook)."""
@@ -88,6 +91,7 @@ class PromptTimer:
         """Fire every prompt overdue at ``now`` that no other replica holds; how many."""
         fired = 0
         held_back: set[str] = set()
+        self._gateway_down = False
         while True:
             at = now or datetime.now(UTC)
             async with self.sessions.begin() as s:
@@ -104,10 +108,13 @@ class PromptTimer:
         if row.status == "pending" and row.on_timeout == "escalate":
             await self._escalate(row, now)
             return True
+        if self._gateway_down and row.turn_credential:
+            return False
         try:
             fresh: str | None = await self._renewed(row)
         except RenewalUnavailable as exc:
             log.warning("prompt_timeout_deferred", prompt_id=row.prompt_id, reason=str(exc))
+            self._gateway_down = True
             return False
         reason = _timeout_reason(row)
         await self.bus.publish(Topic.AGENT_CONTROL, self._timeout(row, fresh, reason, now))
