@@ -152,7 +152,8 @@ def test_caller_table_from_code() -> None:
     assert callers["suggestions"] == {"gateway"}
     assert callers["sandbox"] == {"gateway"}  # the session files API
     assert callers[TEST_DOUBLE] == {"engine", "memory", "tool-exec", "suggestions"}
-    for service in ("engine", "tool-exec", GATEWAY, PROJECTOR):
+    assert callers[GATEWAY] == {"memory"}  # the prompt timer's credential renewal
+    for service in ("engine", "tool-exec", PROJECTOR):
         assert callers[service] == set(), service
     projector = inspect.getsource(create_projector_app)
     assert "_url" not in projector, "the projector now calls a service: give it `uses`"

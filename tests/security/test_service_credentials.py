@@ -47,6 +47,12 @@ SYSTEM: dict[str, tuple[str, str]] = {
     ),
 }
 """The system routes and the scope each wants; any other route is a tenant route."""
+BOTH: dict[str, tuple[str, str]] = {
+    "/internal/turns/{request_id}/suspension": ("memory", "memory:suspensions.read"),
+}
+"""Tenant routes a service credential with this scope opens too (``also_requests``): there
+a service credential without the scope is a 403, not a 401. PUT shares the path: a
+service credential never writes (401 in the route), see tests/security/test_approvals.py."""
 
 
 @dataclass
@@ -213,6 +219,9 @@ def _other_kind(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set
     if route.system:  # the operator's credential, but for another system scope
         audience, _ = SYSTEM[route.path]
         return _bearer(keys.operator.service(audience, ["some:other.scope"])), {403}
+    if route.path in BOTH:
+        audience, _ = BOTH[route.path]
+        return _bearer(keys.operator.service(audience, ["memory:turns.read"])), {403}
     # A service credential (no tenant) on a tenant route.
     return _bearer(keys.operator.service(route.service, ["memory:turns.read"])), {401}
 

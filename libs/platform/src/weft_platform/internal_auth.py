@@ -5,7 +5,8 @@ A route is either a **tenant route** (the default: it acts for one tenant and us
 wants a request credential for this service whose tenant, user and session agree with
 every ``tenant_id``, ``user_id`` and ``session_id`` the request names (query, path or
 JSON body); a system route wants a service credential with its scope. Neither kind opens
-the other's routes. Missing, malformed, expired or wrong-audience: 401; valid but for
+the other's routes, except a system route marked ``also_requests``, which both open.
+Missing, malformed, expired or wrong-audience: 401; valid but for
 another tenant, user, session or scope: 403.
 """
 
@@ -36,10 +37,16 @@ per accepted request, its clients send it on every call made while serving it)."
 
 @dataclass(frozen=True)
 class SystemRoute:
-    """A route for system work: the scope it needs and the issuers that may hold it."""
+    """A route for system work: the scope it needs and the issuers that may hold it.
+
+    ``also_requests``: the route is a tenant route too, opened as well by a request
+    credential (checked like any tenant route's); the route itself then narrows what a
+    request credential sees (memory's suspended turns: the engine's auditor reads any,
+    a turn only its own)."""
 
     scope: str
     issuers: frozenset[str]
+    also_requests: bool = False
 
 
 def bearer(token: str | None) -> dict[str, str]:
@@ -72,12 +79,16 @@ class InternalAuth:
             if token is None:
                 raise CredentialRejected(401, "missing service credential (Authorization)")
             system = self._system.get(route)
+            if system is not None and system.also_requests:
+                system = system if self._verifier.kind(token) == "service" else None
+            credential: RequestCredential | ServiceCredential
             if system is not None:
-                return self._verifier.verify_service(
+                credential = self._verifier.verify_service(
                     token, self._audience, system.scope, issuers=system.issuers
                 )
-            credential = self._verifier.verify_request(token, self._audience)
-            _agrees(credential, await _named(request))
+            else:
+                credential = self._verifier.verify_request(token, self._audience)
+                _agrees(credential, await _named(request))
         except CredentialRejected as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
             raise HTTPException(exc.status, exc.reason, headers) from None

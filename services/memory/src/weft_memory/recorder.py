@@ -20,6 +20,11 @@ Long-term memory (SPEC M-10): ``turn_started`` of an agent with memory on opens 
 extraction row, ``complete`` marks it pending (or skipped) in the same transaction as the
 assistant row, and ``on_extraction_due`` wakes the extraction worker; the model call
 itself never runs on the consume path.
+
+Approvals (SPEC H-02, ``weft_memory.prompts``): ``tool_approval_required`` records the
+prompt and its timer, ``tool_approval_resolved`` settles it, and ``complete`` cancels the
+turn's prompts still waiting and drops its suspended state, in the transaction of the
+assistant row.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from weft_contracts import (
     FinalAnswerEvent,
     ImagesDescribedEvent,
     ReferencesEvent,
+    ToolApprovalRequiredEvent,
+    ToolApprovalResolvedEvent,
     TurnStartedEvent,
     TurnStatus,
     assistant_message_id,
@@ -45,6 +52,7 @@ from weft_contracts import (
 from weft_storage.models import ChatSession, Message
 from weft_storage.usage import TurnTotals, open_turn, record_turn
 
+from weft_memory import prompts
 from weft_memory.extraction_queue import expect_extraction, turn_ended
 from weft_memory.turn_ends import signal_turn_end
 
@@ -55,6 +63,8 @@ RECORDED_EVENTS = (
     ReferencesEvent,
     ImagesDescribedEvent,
     CompleteEvent,
+    ToolApprovalRequiredEvent,
+    ToolApprovalResolvedEvent,
 )
 """The events :meth:`MessageRecorder.handle` stores."""
 RECORDED_TYPES = frozenset(cls.model_fields["type"].default for cls in RECORDED_EVENTS)
@@ -93,6 +103,12 @@ class MessageRecorder:
                 await self._images_described(event)
             case CompleteEvent():
                 await self._complete(event)
+            case ToolApprovalRequiredEvent():
+                async with self._sessions.begin() as s:
+                    await prompts.record_required(s, event)
+            case ToolApprovalResolvedEvent():
+                async with self._sessions.begin() as s:
+                    await prompts.record_resolved(s, event)
             case _:
                 pass
 
@@ -212,6 +228,7 @@ class MessageRecorder:
                 s, tenant_id=event.tenant_id, request_id=event.request_id, totals=totals,
                 at=event.time,
             )  # fmt: skip
+            await prompts.turn_ended(s, event.tenant_id, event.request_id)
         if due and self._on_extraction_due is not None:
             self._on_extraction_due()
         if self._redis is not None:

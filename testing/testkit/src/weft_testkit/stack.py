@@ -243,6 +243,7 @@ class LocalStack:
             "WEFT_AGENT_CONFIG_URL": self.url("agent_config"),
             "WEFT_SUGGESTIONS_URL": self.url("suggestions"),
             "WEFT_SANDBOX_URL": self.url("sandbox"),
+            "WEFT_GATEWAY_URL": self.url("gateway"),  # memory's prompt timer renews there
             "WEFT_DEV_API_KEY": self.api_key,
             "WEFT_DEV_TENANT": self.tenant,
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",
