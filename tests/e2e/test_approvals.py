@@ -35,7 +35,7 @@ REDIS_DB = 11
 DATABASE_SUFFIX = "_approvals"
 TOOLS = ["write_sandbox_file", "read_file", "shell_exec"]
 WRITE = {"path": "output/approved.txt", "content": "written after approval"}
-TIMER_ENV = {"WEFT_APPROVAL_TIMER_INTERVAL_S": "0.5"}
+TIMER_ENV = {"WEFT_APPROVAL_POLL_S": "0.5"}
 
 
 def _redis_url() -> str:

@@ -202,6 +202,13 @@ async def test_a_suspended_turn_is_its_turns_only(
         path, headers=bearer(engine.service("memory", ["memory:suspensions.read"]))
     )
     assert stored.status_code == 200 and base64.b64decode(stored.json()["state"]) == b"state"
+    for name, (headers, status) in refused_writes.items():  # nobody else deletes it either
+        resp = await memory.delete(path, headers=headers)
+        assert resp.status_code == status, f"delete, {name}: {resp.status_code} {resp.text}"
+    assert (await memory.get(path, headers=bearer(turn.credential(keys)))).status_code == 200
+    gone = await memory.delete(path, headers=bearer(turn.credential(keys)))
+    assert gone.status_code == 204, gone.text
+    assert (await memory.get(path, headers=bearer(turn.credential(keys)))).status_code == 404
 
 
 async def test_an_oversized_suspension_is_a_413_before_it_is_read(

@@ -71,6 +71,9 @@ class AgentPrompt(Base):
     remember: Mapped[str] = mapped_column(String(16), default="call")
     fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     """When the timer published its ``ApprovalDecided`` (timeout) or escalation."""
+    deployment: Mapped[str] = mapped_column(String(128), default="", server_default="")
+    """Migration 0020: the topic prefix of the memory that recorded it; only that
+    deployment's timer fires it."""
 
 
 class ApprovalDecision(Base):

@@ -140,7 +140,10 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
             retry_backoff_s=settings.extraction_retry_backoff_s,
         ),
     )
-    recorder = MessageRecorder(runtime.sessions, runtime.redis, on_extraction_due=worker.wake)
+    recorder = MessageRecorder(
+        runtime.sessions, runtime.redis, on_extraction_due=worker.wake,
+        deployment=settings.topic_prefix,
+    )  # fmt: skip
     runtime.bus.consume(
         Topic.AGENT_EVENTS,
         CONSUMER_GROUP,
@@ -161,6 +164,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
     timer = PromptTimer(
         sessions=runtime.sessions, bus=runtime.bus, renewer=renewer,
         own_credential=own_credential, poll_s=settings.approval_poll_s,
+        deployment=settings.topic_prefix,
     )  # fmt: skip
     lifetimes = GrantLifetimes(
         session_s=settings.grant_session_ttl_s, agent_s=settings.grant_agent_ttl_s

@@ -61,6 +61,8 @@ class PromptTimer:
     renewer: TurnCredentialRenewer
     own_credential: OwnCredential
     poll_s: float = 1.0
+    deployment: str = ""
+    """The topic prefix: only this deployment's prompts are fired here."""
     _task: asyncio.Task[None] | None = field(default=None, init=False)
     _gateway_down: bool = field(default=False, init=False)
     """The gateway did not answer during this tick: the other timeouts wait for the next
@@ -95,7 +97,7 @@ class PromptTimer:
         while True:
             at = now or datetime.now(UTC)
             async with self.sessions.begin() as s:
-                row = await _next_due(s, at, held_back)
+                row = await _next_due(s, at, held_back, self.deployment)
                 if row is None:
                     return fired
                 if await self._fire(s, row, at):
@@ -181,10 +183,16 @@ class PromptTimer:
         log.info("prompt_escalated", prompt_id=row.prompt_id, group=row.approver_group)
 
 
-async def _next_due(s: AsyncSession, now: datetime, held_back: set[str]) -> AgentPrompt | None:
+async def _next_due(
+    s: AsyncSession, now: datetime, held_back: set[str], deployment: str
+) -> AgentPrompt | None:
     query = (
         select(AgentPrompt)
-        .where(AgentPrompt.status.in_(WAITING), AgentPrompt.expires_at <= now)
+        .where(
+            AgentPrompt.status.in_(WAITING),
+            AgentPrompt.expires_at <= now,
+            AgentPrompt.deployment == deployment,
+        )
         .order_by(AgentPrompt.expires_at)
         .limit(1)
         .with_for_update(skip_locked=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import jwt
 from pydantic import BaseModel
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -70,13 +71,18 @@ class PromptView(BaseModel):
     user_id: str
     agent_id: str
     event_id: str
+    knowledge_base_ids: list[str] | None = None
+    """The turn's knowledge-base restriction (its credential's ``kbs``; None: none): the
+    gateway gives the credential it mints for a decision no wider a reach."""
     decisions: list[DecisionView] | None = None
     """Every decision presented (``GET /internal/prompts/{id}`` only)."""
 
     @classmethod
     def of(cls, row: AgentPrompt, decisions: list[ApprovalDecision] | None = None) -> PromptView:
         """The view of ``row`` (with its decisions when given)."""
-        fields = {name: getattr(row, name) for name in cls.model_fields if name != "decisions"}
+        own = {"decisions", "knowledge_base_ids"}
+        fields = {name: getattr(row, name) for name in cls.model_fields if name not in own}
+        fields["knowledge_base_ids"] = _turn_knowledge_bases(row.turn_credential)
         if decisions is not None:
             fields["decisions"] = [
                 DecisionView(
@@ -93,6 +99,15 @@ class PromptView(BaseModel):
         return cls.model_validate(fields)
 
 
+def _turn_knowledge_bases(token: str | None) -> list[str] | None:
+    """The ``kbs`` claim of the turn's credential, verified when its event was recorded
+    (the record check), read here without checking it again; None: no restriction."""
+    if not token:
+        return []  # no credential kept: no knowledge base, never a wider reach
+    kbs = jwt.decode(token, options={"verify_signature": False}).get("kbs")
+    return [str(k) for k in kbs] if isinstance(kbs, list) else None
+
+
 def may_see(row: AgentPrompt, caller: RequestCredential) -> bool:
     """The access rule: same tenant, and the prompt's user or a key that decides."""
     if row.tenant_id != caller.tenant_id:
@@ -102,8 +117,11 @@ def may_see(row: AgentPrompt, caller: RequestCredential) -> bool:
     return row.user_id == caller.user_id or DECIDE_SCOPE in caller.scopes
 
 
-async def record_required(s: AsyncSession, event: ToolApprovalRequiredEvent) -> None:
-    """Insert the prompt once; its envelope credential is the turn's, kept for renewal."""
+async def record_required(
+    s: AsyncSession, event: ToolApprovalRequiredEvent, deployment: str = ""
+) -> None:
+    """Insert the prompt once; its envelope credential is the turn's, kept for renewal;
+    ``deployment``: this memory's topic prefix (its timer fires only its own prompts)."""
     d = event.data
     values = {
         "prompt_id": d.prompt_id, "tenant_id": event.tenant_id,
@@ -116,6 +134,7 @@ async def record_required(s: AsyncSession, event: ToolApprovalRequiredEvent) -> 
         "timeout_s": d.timeout_s, "escalation_timeout_s": d.escalation_timeout_s,
         "expires_at": d.expires_at, "turn_credential": event.credential,
         "event_id": event.id, "event_seq": event.seq, "created_at": event.time,
+        "deployment": deployment,
     }  # fmt: skip
     await s.execute(insert(AgentPrompt).values(**values).on_conflict_do_nothing())
 

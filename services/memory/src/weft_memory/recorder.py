@@ -85,7 +85,11 @@ class MessageRecorder:
         sessions: async_sessionmaker[AsyncSession],
         redis: Redis | None = None,
         on_extraction_due: Callable[[], None] | None = None,
+        deployment: str = "",
     ):
+        """``deployment``: the topic prefix, stamped on the prompts recorded (their timer
+        is this deployment's)."""
+        self._deployment = deployment
         self._sessions = sessions
         self._redis = redis
         self._on_extraction_due = on_extraction_due
@@ -105,7 +109,7 @@ class MessageRecorder:
                 await self._complete(event)
             case ToolApprovalRequiredEvent():
                 async with self._sessions.begin() as s:
-                    await prompts.record_required(s, event)
+                    await prompts.record_required(s, event, self._deployment)
             case ToolApprovalResolvedEvent():
                 async with self._sessions.begin() as s:
                     await prompts.record_resolved(s, event)

@@ -15,7 +15,7 @@ import binascii
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.credentials import RequestCredential, ServiceCredential
@@ -50,7 +50,7 @@ class SuspensionView(SuspensionBody):
 
 
 def suspensions_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
-    """``PUT`` and ``GET`` of :data:`SUSPENSION_ROUTE`."""
+    """``PUT``, ``GET`` and ``DELETE`` of :data:`SUSPENSION_ROUTE`."""
     router = APIRouter(tags=["internal"])
 
     @router.put(SUSPENSION_ROUTE, status_code=204)
@@ -93,6 +93,20 @@ def suspensions_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
             tenant_id=row.tenant_id,
             session_id=row.session_id,
         )
+
+    @router.delete(SUSPENSION_ROUTE, status_code=204)
+    async def delete_suspension(request_id: str, request: Request) -> Response:
+        """Forget the state once nobody is asked any more (the turn's credential only)."""
+        caller = _turn(request_caller(request), request_id)
+        async with sessions.begin() as s:
+            await s.execute(
+                delete(RunSuspension).where(
+                    RunSuspension.request_id == request_id,
+                    RunSuspension.tenant_id == caller.tenant_id,
+                    RunSuspension.session_id == caller.session_id,
+                )
+            )
+        return Response(status_code=204)
 
     return router
 
