@@ -25,7 +25,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from httpx_sse import aconnect_sse
 from redis.asyncio import Redis
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_contracts import Topic
+from weft_gateway.auth import ApiKeyAuth, hash_key
+from weft_storage.models import ApiKey
 from weft_testkit import LocalStack, StackConfig, infra_env
 from weft_testkit.kafka import client_options
 
@@ -185,9 +189,10 @@ async def test_a_denied_write_never_runs_and_the_agent_reads_why(
     assert prompt["tool_name"] == "write_sandbox_file" and prompt["risk"] == "write"
     assert not turn.of("tool_result"), "nothing ran while the person is asked"
 
-    pending = await gateways[1].get("/api/v1/agent/prompts", params={"session_id": sid})
-    assert pending.status_code == 200, pending.text
-    assert [p["prompt_id"] for p in pending.json()["prompts"]] == [prompt["prompt_id"]]
+    # The decision route waits for memory to record the prompt; the list shows what memory
+    # has recorded, a moment after the stream showed it.
+    listed = await _pending_ids(gateways[1], sid)
+    assert listed == [prompt["prompt_id"]]
 
     denied = await _decide(gateways[1], prompt["prompt_id"], decision="deny", reason="not today")
     assert denied.status_code == 200, denied.text
@@ -206,8 +211,9 @@ async def test_a_denied_write_never_runs_and_the_agent_reads_why(
     assert read.json()["status"] == "denied", read.text
     decisions = read.json()["decisions"]
     assert [(d["decision"], d["applied"]) for d in decisions] == [
-        ("deny", True),
-        ("approve", False),
+        ("deny", True),  # applied
+        ("deny", False),  # the repeat, kept
+        ("approve", False),  # refused, kept
     ]
 
 
@@ -378,12 +384,83 @@ async def test_the_reference_clients_see_approval_events(
     assert asked["done"] is True and asked["data"]["pending_id"] == asked["data"]["prompt_id"]
 
 
+async def test_an_expired_prompt_escalates_and_a_platform_service_decides(
+    approvals_stack: LocalStack, gateways: list[httpx.AsyncClient], script: httpx.AsyncClient
+) -> None:
+    """Beyond the reference: an agent whose prompts escalate. At the expiry memory publishes
+    ``approval_escalated`` (with the approver group) on ``session.notices``, the gateway
+    copies it into the session's stream, and a platform service decides with a tenant key
+    that has the ``approvals:decide`` scope (another user than the turn's)."""
+    sid = await _session(
+        gateways[0], approval_timeout_s=10, approval_on_timeout="escalate",
+        approver_group="finance-approvers", escalation_timeout_s=600,
+    )  # fmt: skip
+    await _script(
+        script, "ESCALATE", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
+    )
+    turn = Turn(gateways[0], sid, "ESCALATE please")
+    prompt = await turn.prompt()
+    assert prompt["on_timeout"] == "escalate"
+    key = await _approver_key(approvals_stack)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=approvals_stack.url("gateway", 1), headers=headers,
+                                 timeout=60) as platform:  # fmt: skip
+        escalated = await _notice(turn, "approval_escalated")
+        assert escalated["approver_group"] == "finance-approvers"
+        assert escalated["prompt_id"] == prompt["prompt_id"]
+        decided = await _decide(platform, prompt["prompt_id"], decision="approve")
+        assert decided.status_code == 200, decided.text
+    await turn.done()
+    resolved = turn.of("tool_approval_resolved")[0]
+    assert resolved["outcome"] == "approved" and resolved["decided_by"] == "platform-approver"
+    assert turn.of("tool_result")[0]["success"]
+
+
+async def _approver_key(stack: LocalStack) -> str:
+    """A key of the stack's tenant for another user, with the ``approvals:decide`` scope."""
+    key = f"key-{secrets.token_hex(16)}"
+    engine = create_async_engine(_database_url())
+    try:
+        await ApiKeyAuth(async_sessionmaker(engine)).register(
+            stack.tenant, "platform-approver", key, "approver"
+        )
+        async with engine.begin() as conn:
+            await conn.execute(
+                update(ApiKey).where(ApiKey.key_hash == hash_key(key))
+                .values(scopes=["approvals:decide"])
+            )  # fmt: skip
+    finally:
+        await engine.dispose()
+    return key
+
+
+async def _notice(turn: Turn, kind: str) -> dict[str, Any]:
+    for _ in range(300):
+        found = turn.of(kind)
+        if found:
+            return found[0]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no {kind} on the stream: {[e for e, _ in turn.events]}")
+
+
 def _replica_that_logged(stack: LocalStack, name: str, needle: str) -> int:
     """The index of the replica of ``name`` whose log mentions ``needle``."""
     for index, port in enumerate(stack.ports[name]):
         if needle in stack.log_path(name, port).read_text(errors="replace"):
             return index
     raise AssertionError(f"no {name} replica logged {needle}")
+
+
+async def _pending_ids(api: httpx.AsyncClient, session_id: str) -> list[str]:
+    ids: list[str] = []
+    for _ in range(100):
+        pending = await api.get("/api/v1/agent/prompts", params={"session_id": session_id})
+        assert pending.status_code == 200, pending.text
+        ids = [p["prompt_id"] for p in pending.json()["prompts"]]
+        if ids:
+            break
+        await asyncio.sleep(0.1)
+    return ids
 
 
 async def _poll_status(api: httpx.AsyncClient, prompt_id: str, wanted: str) -> str:

@@ -264,6 +264,9 @@ class ToolRound:
         for call in calls:  # logged once dispatched: the log line is not on the round's path
             log.info("tool_call", request_id=state.request_id, call_id=call.call_id,
                      tool=call.tool_name, arguments=call.arguments)  # fmt: skip
+        for prompt in review.prompts:
+            log.info("approval_asked", request_id=state.request_id, prompt_id=prompt.prompt_id,
+                     call_id=prompt.call_id, tool=prompt.tool_name, risk=prompt.risk)  # fmt: skip
         return advanced
 
     async def advance(
