@@ -127,8 +127,12 @@ async def _turn_events(prefix: str, request_ids: set[str]) -> dict[str, list[dic
     return found
 
 
-def _problems(events: list[dict[str, Any]], expired: bool) -> list[str]:
+def _problems(delivered: list[dict[str, Any]], expired: bool) -> list[str]:
+    """What is wrong with one turn's events. Kafka delivers at least once: an event a
+    replica published and then died before it knew (the outbox publishes it again, same
+    id) is one event; two different events with one seq are a finding."""
     found = []
+    events = list({e["id"]: e for e in delivered}.values())
     seqs = [e["seq"] for e in events]
     if seqs != list(range(1, len(seqs) + 1)):
         found.append(f"seqs {seqs}")

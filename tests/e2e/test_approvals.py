@@ -168,8 +168,8 @@ async def _kafka_turn(
                 if event["request_id"] != request_id:
                     continue
                 events.append(event)
-                if event["type"] == "complete":
-                    return sorted(events, key=lambda e: e["seq"])
+                if event["type"] == "complete":  # at least once: one event per id
+                    return sorted({e["id"]: e for e in events}.values(), key=lambda e: e["seq"])
     finally:
         await consumer.stop()
     raise AssertionError("unreachable")

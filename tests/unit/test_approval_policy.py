@@ -71,9 +71,10 @@ def _grant(**changes: object) -> Grant:
 
 def test_grants_cover_only_their_tool_session_agent_and_lifetime() -> None:
     now = datetime.now(UTC).timestamp()
-    covers = lambda g, tool="shell_exec", sid="s1", aid="a1": grant_covers(  # noqa: E731
-        g, tool, session_id=sid, agent_id=aid, at=now
-    )
+
+    def covers(g: Grant, tool: str = "shell_exec", sid: str = "s1", aid: str = "a1") -> bool:
+        return grant_covers(g, tool, session_id=sid, agent_id=aid, at=now)
+
     assert covers(_grant())
     assert not covers(_grant(), tool="write_sandbox_file")
     assert not covers(_grant(), sid="s2")

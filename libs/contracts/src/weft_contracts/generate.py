@@ -18,13 +18,15 @@ from weft_contracts.topics import TOPIC_MODELS, Topic
 
 _DESCRIPTIONS: dict[Topic, str] = {
     Topic.AGENT_REQUESTS: "Turns to run (gateway -> engine). Key: session id.",
-    Topic.AGENT_CONTROL: "Cancel and steer commands (gateway -> engine). Key: session id.",
-    Topic.AGENT_EVENTS: "The public agent event stream. Key: session id; seq per turn.",
+    Topic.AGENT_CONTROL: "Cancel and steer commands, and approval decisions: a person's "
+    "(gateway) or an expiry (memory) -> engine. Key: session id.",
+    Topic.AGENT_EVENTS: "The public agent event stream, approval prompts and their "
+    "resolutions included (engine only). Key: session id; seq per turn.",
     Topic.TOOL_CALLS: "Tool calls (engine -> tool-exec). Key: call id.",
     Topic.SANDBOX_CALLS: "Sandbox tool calls (engine -> sandbox). Key: session id.",
     Topic.TOOL_RESULTS: "Tool results (tool-exec, sandbox -> engine). Key: session id.",
-    Topic.SESSION_NOTICES: "Session events that are not a turn's (suggestions ready). "
-    "Key: session id.",
+    Topic.SESSION_NOTICES: "Session events that are not a turn's (suggestions ready, "
+    "approval escalations). Key: session id.",
     Topic.DLQ: "Records a consumer could not decode or process, with the reason.",
 }
 

@@ -96,8 +96,11 @@ def suspensions_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
 
     @router.delete(SUSPENSION_ROUTE, status_code=204)
     async def delete_suspension(request_id: str, request: Request) -> Response:
-        """Forget the state once nobody is asked any more (the turn's credential only)."""
-        caller = _turn(request_caller(request), request_id)
+        """Forget the state once nobody is asked any more: only with the turn's own
+        credential; any other request credential finds nothing (404, like a read)."""
+        caller = request_caller(request)
+        if caller.request_id != request_id or caller.session_id is None:
+            raise HTTPException(404, f"no suspended turn {request_id!r}")
         async with sessions.begin() as s:
             await s.execute(
                 delete(RunSuspension).where(
