@@ -73,6 +73,10 @@ def admin_stack_process(infra: dict[str, str]) -> Iterator[LocalStack]:
         # Where the deletion test looks for a purged session's workspace on the replica.
         "WEFT_SANDBOX_ROOT": str(sandbox_root()),
         "WEFT_SANDBOX_REAP_INTERVAL_S": "1",
+        # An unknown or someone else's prompt is waited for (it may not be recorded yet)
+        # before its 404: 1 s here, not 5, as the attack tests send many of them.
+        "WEFT_APPROVAL_LOOKUP_WAIT_S": "1",
+        "WEFT_DECISION_WAIT_S": "1",
     }
     config = StackConfig(log_dir=stack_log_dir("admin"), extra_env=extra)
     with LocalStack(config) as running:
