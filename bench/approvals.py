@@ -1,7 +1,8 @@
 """Approvals: how fast a decision becomes a dispatched tool call, and what waiting costs.
 
 1. Decision -> dispatch: sequential turns of an agent whose one tool (``thinking``) is
-   "always ask"; at each prompt the bench POSTs an approval to the gateway and times until
+   "always ask"; at each prompt, once memory has recorded it (as it has long before any
+   person answers), the bench POSTs an approval to the gateway and times until
    the call's ``ToolCallRequested`` is on ``weft.tool.calls.v1`` (a consumer with a 5 ms
    fetch wait reads it, so the consumer's pacing is not what is measured). The path:
    gateway -> memory (records the decision) -> Kafka ``agent.control`` -> an engine
@@ -126,10 +127,21 @@ class Calls:
         return await asyncio.wait_for(future, 30)
 
 
+async def _recorded(api: httpx.AsyncClient, prompt_id: str) -> None:
+    """Until memory has recorded the prompt (it reads ``agent.events`` with a linger, so a
+    client as fast as this bench answers before that; a person never does)."""
+    for _ in range(1000):
+        if (await api.get(f"/api/v1/agent/prompts/{prompt_id}")).status_code == 200:
+            return
+        await asyncio.sleep(0.01)
+    raise RuntimeError(f"memory never recorded prompt {prompt_id}")
+
+
 async def _latency(api: httpx.AsyncClient, agent: str, calls: Calls, turns: int) -> dict[str, Any]:
     dispatch, answered = [], []
     for _ in range(turns):
         _, prompt_id, call_id = await _ask(api, agent)
+        await _recorded(api, prompt_id)
         started = time.perf_counter()
         resp = await api.post(f"/api/v1/agent/prompts/{prompt_id}", json={"decision": "approve"})
         resp.raise_for_status()
