@@ -384,6 +384,47 @@ async def test_the_reference_clients_see_approval_events(
     assert asked["done"] is True and asked["data"]["pending_id"] == asked["data"]["prompt_id"]
 
 
+async def test_a_write_whose_worker_died_comes_back_to_a_person(
+    approvals_stack: LocalStack, gateways: list[httpx.AsyncClient], script: httpx.AsyncClient
+) -> None:
+    """SPEC H-05: the sandbox is SIGKILLed while it runs a write (the command had started:
+    its claim is in Redis); Kafka hands the call to the restarted sandbox, which finds the
+    claim and answers "outcome unknown"; the engine asks a person instead of telling the
+    model, and "run again" runs it (under a new id) to completion. No silent retry."""
+    sid = await _session(gateways[0], access_level="auto_write")
+    command = "sleep 8; echo ran >> output/runs.txt; cat output/runs.txt"
+    calls = [{"id": "s1", "name": "shell_exec", "arguments": {"command": command}}]
+    await _script(script, "WORKER-DIES", calls)
+    turn = Turn(gateways[0], sid, "WORKER-DIES please")
+    await _until_claimed(approvals_stack)
+    assert approvals_stack.kill("sandbox") == -9
+    approvals_stack.start_again("sandbox")
+    prompt = await turn.prompt()
+    assert prompt["kind"] == "uncertain_outcome" and prompt["call_id"] == "s1"
+    assert not turn.of("tool_result"), "the model is not told before the person decides"
+    again = await _decide(gateways[1], prompt["prompt_id"], decision="approve")
+    assert again.status_code == 200, again.text
+    await turn.done()
+    (result,) = turn.of("tool_result")
+    assert result["call_id"] == "s1" and result["success"], result
+    assert "ran" in result["output"], result
+    assert turn.of("complete")[0]["status"] == "completed"
+
+
+async def _until_claimed(stack: LocalStack) -> None:
+    """Until a sandbox replica has claimed a write call (it started running it)."""
+    redis = Redis.from_url(_redis_url())
+    try:
+        for _ in range(300):
+            async for key in redis.scan_iter(match=f"weft:{stack.prefix}sandboxcall:*"):
+                if (await redis.get(key)) not in (None, b"done"):
+                    return
+            await asyncio.sleep(0.1)
+    finally:
+        await redis.aclose()
+    raise AssertionError("no sandbox replica started the write")
+
+
 async def test_an_expired_prompt_escalates_and_a_platform_service_decides(
     approvals_stack: LocalStack, gateways: list[httpx.AsyncClient], script: httpx.AsyncClient
 ) -> None:

@@ -99,11 +99,13 @@ from weft_contracts.suggestions import (
 )
 from weft_contracts.tools import (
     OUTCOME_UNKNOWN,
+    OUTCOME_UNKNOWN_MARK,
     ToolCallCompleted,
     ToolCallCompletedData,
     ToolCallRequested,
     ToolCallRequestedData,
     ToolContext,
+    outcome_unknown,
     tool_not_allowed,
 )
 from weft_contracts.topics import TOPIC_MODELS, Topic
@@ -111,6 +113,7 @@ from weft_contracts.topics import TOPIC_MODELS, Topic
 __all__ = [
     "ACCESS_ORDER",
     "OUTCOME_UNKNOWN",
+    "OUTCOME_UNKNOWN_MARK",
     "RISK_ORDER",
     "SCHEMA_VERSION",
     "TOPIC_MODELS",
@@ -201,6 +204,7 @@ __all__ = [
     "decide",
     "grant_covers",
     "new_event_id",
+    "outcome_unknown",
     "preferred_locale",
     "read_json",
     "tool_not_allowed",

@@ -97,6 +97,16 @@ class ToolCallCompletedData(Payload):
     worker: str = ""
 
 
+OUTCOME_UNKNOWN_MARK = "outcome_unknown"
+"""``ToolCallCompletedData.data[OUTCOME_UNKNOWN_MARK] = True``: a worker found a write call
+claimed by a worker that stopped before reporting (SPEC H-05); the engine asks a person."""
+
+
+def outcome_unknown(result: ToolCallCompletedData) -> bool:
+    """Whether a result says that its write may or may not have run."""
+    return result.data.get(OUTCOME_UNKNOWN_MARK) is True or result.error == OUTCOME_UNKNOWN
+
+
 class ToolCallRequested(Envelope):
     """A call on ``tool.calls`` (key = call id) or ``sandbox.calls`` (key = session id)."""
 

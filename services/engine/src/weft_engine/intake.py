@@ -14,7 +14,6 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from weft_contracts import (
-    OUTCOME_UNKNOWN,
     ApprovalDecided,
     CancelRequested,
     ChatRequested,
@@ -27,6 +26,7 @@ from weft_contracts import (
     TurnStartedData,
     TurnStartedEvent,
     TurnStatus,
+    outcome_unknown,
 )
 
 from weft_engine.approvals import ApprovalDesk
@@ -299,7 +299,7 @@ class TurnIntake:
         step, which a crash between recording and submitting would otherwise leave unrun.
         """
         rid = result.request_id
-        if self._uncertain is not None and result.data.error == OUTCOME_UNKNOWN:
+        if self._uncertain is not None and outcome_unknown(result.data):
             asked = await self._uncertain(result)  # SPEC H-05: a person decides
             if asked is not None:
                 if self._keep is not None:

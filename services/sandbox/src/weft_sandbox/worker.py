@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 from weft_contracts import (
+    OUTCOME_UNKNOWN_MARK,
     ToolCallRequested,
     Topic,
     tool_not_allowed,
@@ -243,7 +244,10 @@ class SandboxWorker:
                 ):
                     if await self._redis.get(self._claim_key(call)) == b"done":
                         return ALREADY_REPORTED
-                    return ToolOutcome(success=False, error=OUTCOME_UNKNOWN.format(tool=name))
+                    return ToolOutcome(  # the engine asks a person (SPEC H-05)
+                        success=False, error=OUTCOME_UNKNOWN.format(tool=name),
+                        data={OUTCOME_UNKNOWN_MARK: True},
+                    )  # fmt: skip
                 left = (call.data.deadline - datetime.now(UTC)).total_seconds()
                 outcome = await self._execute(name, invocation, max(left, 0.001))
                 if is_write:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import structlog
 from weft_contracts import (
+    OUTCOME_UNKNOWN_MARK,
     ToolCallRequested,
     Topic,
     tool_not_allowed,
@@ -93,8 +94,9 @@ class ToolWorker:
         if claim is Claim.UNKNOWN:
             log.warning("write_call_outcome_unknown", call_id=call.data.call_id)
             outcome = ToolOutcome(
-                success=False, error=OUTCOME_UNKNOWN.format(name=call.data.tool_name)
-            )
+                success=False, error=OUTCOME_UNKNOWN.format(name=call.data.tool_name),
+                data={OUTCOME_UNKNOWN_MARK: True},  # the engine asks a person (SPEC H-05)
+            )  # fmt: skip
         else:
             outcome = await self._run(call)
         self._tracer.call_done(call, outcome, started_ns)
