@@ -27,7 +27,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
@@ -38,6 +37,7 @@ from redis.asyncio import Redis
 from weft_contracts import Topic
 from weft_testkit import LocalStack, StackConfig, infra_env
 from weft_testkit.kafka import client_options
+from weft_testkit.own_infra import create_database, database_url, drop_database, redis_url
 
 REPO = Path(__file__).resolve().parents[1]
 REDIS_DB = 10
@@ -55,26 +55,7 @@ ENV = {
 
 
 def _redis_url() -> str:
-    return urlunsplit(urlsplit(infra_env()["WEFT_REDIS_URL"])._replace(path=f"/{REDIS_DB}"))
-
-
-def _database_url(scheme: str | None = None) -> str:
-    base = urlsplit(infra_env()["WEFT_DATABASE_URL"])
-    url = base._replace(path=base.path + DATABASE_SUFFIX)
-    return urlunsplit(url._replace(scheme=scheme) if scheme else url)
-
-
-async def _admin(sql: str) -> None:
-    base = urlsplit(infra_env()["WEFT_DATABASE_URL"])
-    conn = await asyncpg.connect(urlunsplit(base._replace(scheme="postgresql")))
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
-def _name() -> str:
-    return urlsplit(infra_env()["WEFT_DATABASE_URL"]).path.lstrip("/") + DATABASE_SUFFIX
+    return redis_url(REDIS_DB)
 
 
 async def _agent(api: httpx.AsyncClient) -> str:
@@ -162,7 +143,7 @@ def _rss_mb(stack: LocalStack, name: str) -> float:
 
 async def _footprint(stack: LocalStack, redis: Redis) -> dict[str, float]:
     info = await redis.info("memory")
-    conn = await asyncpg.connect(_database_url("postgresql"))
+    conn = await asyncpg.connect(database_url(DATABASE_SUFFIX, "postgresql"))
     try:
         pg = await conn.fetchval(
             "SELECT pg_total_relation_size('agent_prompts') "
@@ -191,14 +172,13 @@ async def _waiting(api: httpx.AsyncClient, agent: str, count: int, parallel: int
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    await _admin(f'DROP DATABASE IF EXISTS "{_name()}" WITH (FORCE)')
-    await _admin(f'CREATE DATABASE "{_name()}"')
+    await create_database(DATABASE_SUFFIX, fresh=True)
     redis = Redis.from_url(_redis_url())
     await redis.flushdb()
     home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
     config = StackConfig(
         log_dir=home / "logs" / "bench-approvals", redis_url=_redis_url(),
-        database_url=_database_url(), extra_env=ENV,
+        database_url=database_url(DATABASE_SUFFIX), extra_env=ENV,
     )  # fmt: skip
     before_load = machine()
     try:
@@ -225,7 +205,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await redis.flushdb()
         await redis.aclose()
-        await _admin(f'DROP DATABASE IF EXISTS "{_name()}" WITH (FORCE)')
+        await drop_database(DATABASE_SUFFIX)
     scale = 10_000 / args.waiting
     per_10k = {k: round((loaded[k] - idle[k]) * scale, 1) for k in idle}
     return {

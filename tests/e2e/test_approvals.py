@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import suppress
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
@@ -32,6 +31,7 @@ from weft_gateway.auth import ApiKeyAuth, hash_key
 from weft_storage.models import ApiKey
 from weft_testkit import LocalStack, StackConfig, infra_env
 from weft_testkit.kafka import client_options
+from weft_testkit.own_infra import create_database, database_url, redis_url
 
 from tests.stack_fixtures import stack_log_dir
 
@@ -43,28 +43,16 @@ TIMER_ENV = {"WEFT_APPROVAL_POLL_S": "0.5"}
 
 
 def _redis_url() -> str:
-    return urlunsplit(urlsplit(infra_env()["WEFT_REDIS_URL"])._replace(path=f"/{REDIS_DB}"))
+    return redis_url(REDIS_DB)
 
 
 def _database_url() -> str:
-    base = urlsplit(infra_env()["WEFT_DATABASE_URL"])
-    return urlunsplit(base._replace(path=base.path + DATABASE_SUFFIX))
-
-
-async def _create_database() -> None:
-    base = urlsplit(infra_env()["WEFT_DATABASE_URL"])
-    conn = await asyncpg.connect(urlunsplit(base._replace(scheme="postgresql")))
-    name = base.path.lstrip("/") + DATABASE_SUFFIX
-    try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
+    return database_url(DATABASE_SUFFIX)
 
 
 @pytest.fixture(scope="module")
 def approvals_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
-    asyncio.run(_create_database())
+    asyncio.run(create_database(DATABASE_SUFFIX))
     config = StackConfig(
         log_dir=stack_log_dir("e2e-approvals"),
         replicas={"engine": 2, "gateway": 2},
@@ -517,9 +505,7 @@ async def _poll_status(api: httpx.AsyncClient, prompt_id: str, wanted: str) -> s
 async def _wait_suspension_kept(stack: LocalStack, request_id: str) -> None:
     """Until memory holds the waiting turn's state (the engine stores it right after the
     prompt is announced)."""
-    conn = await asyncpg.connect(
-        urlunsplit(urlsplit(_database_url())._replace(scheme="postgresql"))
-    )
+    conn = await asyncpg.connect(database_url(DATABASE_SUFFIX, "postgresql"))
     try:
         for _ in range(100):
             sql = "SELECT 1 FROM agent_run_suspensions WHERE request_id = $1"

@@ -19,9 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import httpx
 import pytest
 from httpx_sse import aconnect_sse
@@ -30,7 +28,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_engine.act import TOOL_TIMEOUTS_S
 from weft_storage.models import Agent, Message
-from weft_testkit import LocalStack, SseEvent, StackConfig, infra_env
+from weft_testkit import LocalStack, SseEvent, StackConfig
+from weft_testkit.own_infra import create_database, database_url, redis_url
 
 from tests.stack_fixtures import stack_log_dir
 
@@ -44,28 +43,16 @@ BOUND_S = 60.0
 
 
 def _redis_url() -> str:
-    return urlunsplit(urlsplit(infra_env()["WEFT_REDIS_URL"])._replace(path=f"/{REDIS_DB}"))
+    return redis_url(REDIS_DB)
 
 
 def _database_url() -> str:
-    base = urlsplit(infra_env()["WEFT_DATABASE_URL"])
-    return urlunsplit(base._replace(path=base.path + DATABASE_SUFFIX))
-
-
-async def _create_database() -> None:
-    base = urlsplit(infra_env()["WEFT_DATABASE_URL"])
-    conn = await asyncpg.connect(urlunsplit(base._replace(scheme="postgresql")))
-    name = base.path.lstrip("/") + DATABASE_SUFFIX
-    try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
+    return database_url(DATABASE_SUFFIX)
 
 
 @pytest.fixture(scope="module")
 def loss_stack(infra: dict[str, str]) -> Iterator[LocalStack]:
-    asyncio.run(_create_database())
+    asyncio.run(create_database(DATABASE_SUFFIX))
     config = StackConfig(
         log_dir=stack_log_dir("e2e-turn-state-loss"),
         replicas={"engine": 2},

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from weft_contracts import RiskClass
 
 from weft_tools.arguments import ToolArguments
@@ -329,6 +329,25 @@ def always_asks(tool_name: str) -> bool:
     """Whether the tool's own spec says it is asked about at every level."""
     spec = spec_by_name(tool_name)
     return spec is not None and spec.always_ask
+
+
+def argument_problems(tool_name: str, arguments: object) -> str | None:
+    """Why ``arguments`` (a person's edit of a call, SPEC H-02) do not fit the built-in's
+    argument model, for people; None when they do, or when Weft has no model for the tool
+    (an MCP tool is checked against its registered schema where it runs)."""
+    if not isinstance(arguments, dict):
+        return "arguments must be a JSON object"
+    spec = spec_by_name(tool_name)
+    if spec is None or spec.arguments is None:
+        return None
+    try:
+        spec.arguments.model_validate(arguments)
+    except ValidationError as exc:
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+    return None
 
 
 def risk_table() -> str:

@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
-from pydantic import ValidationError
 from ulid import ULID
 from weft_contracts import (
     OUTCOME_UNKNOWN,
@@ -50,7 +49,7 @@ from weft_contracts import (
 )
 from weft_platform.credentials import RECORDS, CredentialRejected, CredentialVerifier
 from weft_platform.record_credentials import record_scope
-from weft_tools.specs import always_asks, risk_of, spec_by_name
+from weft_tools.specs import always_asks, argument_problems, risk_of
 
 from weft_engine.masking import masked_arguments
 from weft_engine.state import CallApproval, PendingCall, StaleTurnState, TurnState
@@ -276,7 +275,7 @@ def settle(state: TurnState, decided: ApprovalDecided, now: float) -> Settled:
         changed = call.model_copy(update={"dispatch_id": again})  # a new id runs again
         pending = [changed if c.call_id == call.call_id else c for c in state.pending]
     elif data.decision == "approve" and data.arguments is not None:
-        error = _invalid(call.tool_name, data.arguments)
+        error = argument_problems(call.tool_name, data.arguments)
         if error is None:
             edited = data.arguments != call.arguments
             changed = call.model_copy(
@@ -310,22 +309,6 @@ def settle(state: TurnState, decided: ApprovalDecided, now: float) -> Settled:
         remember=data.remember,
     )  # fmt: skip
     return Settled(state.model_copy(update=update), resolved, result)
-
-
-def _invalid(tool_name: str, arguments: Any) -> str | None:
-    """Why edited arguments are not valid for the tool (None: they are)."""
-    if not isinstance(arguments, dict):
-        return "arguments must be a JSON object"
-    spec = spec_by_name(tool_name)
-    if spec is None or spec.arguments is None:
-        return None
-    try:
-        spec.arguments.model_validate(arguments)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
-        return f"{where}: {first.get('msg', 'invalid')}"
-    return None
 
 
 def _refusal(tool: str, decision: str, reason: str, state: TurnState) -> str:

@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 from weft_contracts import ApprovalDecided, ApprovalDecidedData, Topic
 from weft_contracts.approvals import Decision, GrantScope, RememberScope
 from weft_platform.bus import EventBus
 from weft_platform.credentials import TURN_AUDIENCE, CredentialSigner
-from weft_tools.specs import spec_by_name
+from weft_tools.specs import argument_problems
 
 from weft_gateway.approvals_client import ApprovalsClient, PromptView
 from weft_gateway.auth import ApiKeyAuth, Principal
@@ -102,19 +102,9 @@ def check_arguments(tool_name: str, arguments: dict[str, Any]) -> None:
     """422 with the reasons unless ``arguments`` fit the built-in tool's argument model. A
     tool Weft has no model for (an MCP tool) is checked by the engine against its
     registered schema when it dispatches."""
-    spec = spec_by_name(tool_name)
-    if spec is None or spec.arguments is None:
-        return
-    try:
-        spec.arguments.model_validate(arguments)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise HTTPException(
-            422, f"the edited arguments do not fit tool {tool_name!r}: {problems}"
-        ) from None
+    problems = argument_problems(tool_name, arguments)
+    if problems is not None:
+        raise HTTPException(422, f"the edited arguments do not fit tool {tool_name!r}: {problems}")
 
 
 @dataclass(kw_only=True)
