@@ -1,9 +1,9 @@
-"""ASGI middleware capping request bodies of an internal API (413 above the cap).
+"""ASGI middleware capping request bodies (413 above the cap): the gateway's public API,
+and internal APIs such as memory's.
 
 A body is refused before it is read when its ``Content-Length`` says it is too large,
 and while it streams when it has none: ``InternalAuth`` reads a JSON body to check the
 tenant it names, so without a cap a neighbour could make a service buffer any size.
-(The gateway has its own, ``weft_gateway.limits.BodySizeLimit``, for the public API.)
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import Topic
 from weft_platform.app import create_service_app, init_logging
+from weft_platform.body_limit import BodyLimit
 from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
 from weft_platform.bus import EventBus
 from weft_platform.credentials import GATEWAY
@@ -38,7 +39,7 @@ from weft_gateway.fork_api import fork_router
 from weft_gateway.key_registry import KeyRegistry
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
-from weft_gateway.limits import BodySizeLimit, TenantLimits
+from weft_gateway.limits import TenantLimits
 from weft_gateway.notices import register_notice_projector
 from weft_gateway.projector import StreamProjector, log_rebuild
 from weft_gateway.question_origin import QuestionOrigins
@@ -249,7 +250,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)
-    app.add_middleware(BodySizeLimit, max_bytes=s.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     return app
 
 

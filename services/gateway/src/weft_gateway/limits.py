@@ -14,7 +14,6 @@ import time
 
 from fastapi import HTTPException
 from redis.asyncio import Redis
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 _ADMIT_TURN = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
@@ -78,38 +77,3 @@ class TenantLimits:
     async def release_turn(self, tenant_id: str, request_id: str) -> None:
         """Free the slot of a finished (or never started) turn."""
         await self._redis.zrem(turns_key(tenant_id), request_id)
-
-
-class BodySizeLimit:
-    """ASGI middleware: 413 for a declared or streamed body above ``max_bytes``."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _too_large(send, self.max_bytes)
-            return
-        received = 0
-
-        async def counting_receive() -> dict[str, object]:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_bytes:
-                raise HTTPException(413, f"request body larger than {self.max_bytes} bytes")
-            return dict(message)
-
-        await self.app(scope, counting_receive, send)
-
-
-async def _too_large(send: Send, max_bytes: int) -> None:
-    body = f'{{"detail":"request body larger than {max_bytes} bytes"}}'.encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 413, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

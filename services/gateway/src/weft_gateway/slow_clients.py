@@ -9,8 +9,8 @@ sees a request once its headers are complete.
 :func:`header_deadline_protocol` subclasses the protocol: a timer starts when the
 connection opens and when a request's first byte arrives, stops when the request's
 headers are complete, and closes the connection when it fires first. Bodies and
-responses (SSE streams) are not affected: the body is bounded by ``BodySizeLimit``, a
-slow reader of a response by the SSE send timeout.
+responses (SSE streams) are not affected: the body is bounded by ``BodyLimit``
+(``weft_platform.body_limit``), a slow reader of a response by the SSE send timeout.
 """
 
 from __future__ import annotations
