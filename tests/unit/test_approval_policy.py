@@ -95,3 +95,19 @@ def test_the_documented_risk_table_is_the_code_table() -> None:
     start = doc.index("<!-- risk-table:start -->\n") + len("<!-- risk-table:start -->\n")
     end = doc.index("\n<!-- risk-table:end -->")
     assert doc[start:end] == risk_table(), "regenerate: weft_tools.specs.risk_table()"
+
+
+def test_a_grant_with_resources_covers_only_calls_that_stay_within_them() -> None:
+    """SPEC H-04: operations and resources: a grant for ``output/`` spares a write there,
+    not one elsewhere, nor one that also names another path."""
+    now = datetime.now(UTC).timestamp()
+    grant = _grant(operations=["write_sandbox_file"], resources=["output/"])
+
+    def covers(**arguments: object) -> bool:
+        return grant_covers(grant, "write_sandbox_file", session_id="s1", agent_id="a1",
+                            at=now, arguments=dict(arguments))  # fmt: skip
+
+    assert covers(path="output/report.md", content="x")
+    assert not covers(path="notes/secret.md", content="x")
+    assert not covers(path="output/a.md", content="see ../etc/b")
+    assert not covers(content="no path at all")

@@ -14,7 +14,7 @@ An expired prompt whose agent asks for escalation is published on ``session.noti
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -235,15 +235,38 @@ class Grant(Payload):
 
 
 def grant_covers(
-    grant: Grant, tool_name: str, *, session_id: str, agent_id: str, at: float
+    grant: Grant,
+    tool_name: str,
+    *,
+    session_id: str,
+    agent_id: str,
+    at: float,
+    arguments: dict[str, Any] | None = None,
 ) -> bool:
-    """Whether a live grant spares asking about ``tool_name`` in this session."""
+    """Whether a live grant spares asking about this call of ``tool_name`` in this
+    session. A grant with ``resources`` covers only a call whose arguments name one of them
+    (a value equal to it, or a path below it): one for ``output/`` spares writes there,
+    not elsewhere."""
     if grant.revoked_at is not None:
         return False
     if grant.expires_at is not None and grant.expires_at.timestamp() <= at:
         return False
     if grant.agent_id != agent_id or tool_name not in grant.operations:
         return False
+    if grant.resources and not _names_resource(arguments or {}, grant.resources):
+        return False
     if grant.scope == "session":
         return grant.session_id == session_id
     return grant.scope == "agent"
+
+
+def _names_resource(arguments: dict[str, Any], resources: list[str]) -> bool:
+    """The call names a granted resource, and every path-like argument it has (a value
+    with a ``/``) is one of them or below one: a call that also touches elsewhere is asked."""
+
+    def granted(value: str) -> bool:
+        return any(value == r or value.startswith(r.rstrip("/") + "/") for r in resources)
+
+    values = [v for v in arguments.values() if isinstance(v, str)]
+    paths = [v for v in values if "/" in v]
+    return any(granted(v) for v in values) and all(granted(v) for v in paths)

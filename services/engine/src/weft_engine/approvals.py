@@ -142,7 +142,7 @@ class ApprovalGate:
             risk, always = marks[call.call_id]
             granted = any(
                 grant_covers(g, call.tool_name, session_id=state.session_id,
-                             agent_id=state.agent.agent_id, at=now)
+                             agent_id=state.agent.agent_id, at=now, arguments=call.arguments)
                 for g in state.grants or []
             )  # fmt: skip
             verdict = decide(risk, level, always_ask=always, granted=granted)
