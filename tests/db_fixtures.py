@@ -72,7 +72,21 @@ def fresh_database(infra: dict[str, str], prefix: str) -> Iterator[str]:
     try:
         yield f"{url.rsplit('/', 1)[0]}/{name}"
     finally:
-        asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(_drop(url, name))
+
+
+async def _drop(url: str, name: str, attempts: int = 40) -> None:
+    """DROP ... WITH (FORCE), tried again for a while: a connection that ran a query under
+    another role (``SET LOCAL ROLE weft_sql_reader``) is one the test's role may not
+    terminate until its pool has closed it."""
+    for attempt in range(attempts):
+        try:
+            await _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except (asyncpg.InsufficientPrivilegeError, asyncpg.ObjectInUseError):
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.25)
 
 
 def migrate_upgrade(infra: dict[str, str], url: str) -> subprocess.Popen[bytes]:
