@@ -11,17 +11,20 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import HTTPException
+from redis.exceptions import RedisError
 from weft_contracts import AgentConfig, AgentMode, ErrorCode, assistant_message_id
 from weft_gateway.api import (
     AGENT_REQUIRED,
     ChatBody,
+    Gateway,
     chat_mode,
     embedded_channel_mode,
     pick_agent_id,
 )
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.clients import AgentConfigClient
-from weft_gateway.fanout import Sink
+from weft_gateway.fanout import End, Follow, Outcome, Sink
+from weft_gateway.settings import GatewaySettings
 from weft_gateway.sse import frame, synthetic_failure, to_sse, weknora_event
 from weft_gateway.sse_response import EventStreamResponse
 from weft_gateway.streams import StreamEntry, parse_position
@@ -362,3 +365,33 @@ async def test_a_keys_scopes_reach_the_principal_and_the_request_credential(
         token = outbound_credential.get()
         assert token is not None
         assert load_verifier(tmp_path).verify_request(token, "memory").scopes == expected
+
+
+class _FlakyFanout:
+    """A fan-out whose stream store fails ``failures`` times before it answers."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def stream(self, follow: Any, sink: Any) -> Outcome:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RedisError("LOADING Redis is loading the dataset in memory")
+        return Outcome(End.COMPLETE, "9-0", follow.request_id)
+
+
+async def test_a_stream_opened_while_redis_restarts_waits_for_it() -> None:
+    """Issue 34's full fault run: a client that (re)joins while Redis restarts waits for
+    it (``stream_store_wait_s``) instead of getting a ``stream_unavailable`` end it takes
+    for its turn's; past the wait it does get that end."""
+    follow = Follow(tenant_id="t", session_id="s", after="0-0", request_id="r",
+                    idle_timeout_s=10)  # fmt: skip
+    waiting = Gateway.__new__(Gateway)
+    waiting.settings = GatewaySettings(stream_store_wait_s=5)
+    waiting.fanout = _FlakyFanout(failures=2)  # type: ignore[assignment]
+    assert (await waiting._follow(follow, None)).end is End.COMPLETE  # type: ignore[arg-type]
+    impatient = Gateway.__new__(Gateway)
+    impatient.settings = GatewaySettings(stream_store_wait_s=0)
+    impatient.fanout = _FlakyFanout(failures=2)  # type: ignore[assignment]
+    assert (await impatient._follow(follow, None)).end is End.UNAVAILABLE  # type: ignore[arg-type]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Literal
 
+import structlog
 from fastapi import HTTPException
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
@@ -50,6 +53,8 @@ from weft_gateway.streams import SessionStreams, active_turn_key
 
 AGENT_REQUIRED = "agent_id is required when agent mode is enabled"
 QUICK_ANSWER_AGENT = "builtin-quick-answer"
+
+log = structlog.get_logger(__name__)
 
 
 class ChatBody(BaseModel):
@@ -388,16 +393,27 @@ class Gateway:
         if self.slots is not None:
             await self.slots.release(slot)
 
+    async def _follow(self, follow: Follow, sink: Sink) -> Outcome:
+        """The fan-out of ``follow``; a stream store that does not answer when the client
+        joins (Redis restarting) is waited for up to ``stream_store_wait_s``: the client
+        then gets its events instead of an end it would take for the turn's."""
+        deadline = time.monotonic() + self.settings.stream_store_wait_s
+        while True:
+            try:
+                return await self.fanout.stream(follow, sink)
+            except RedisError:  # raised before anything was written: a retry is clean
+                if time.monotonic() >= deadline:
+                    return Outcome(End.UNAVAILABLE, follow.after, follow.request_id)
+                log.warning("stream_store_waited", session_id=follow.session_id)
+                await asyncio.sleep(0.5)
+
     async def _stream(self, follow: Follow, sink: Sink, preface: bytes = b"") -> bytes:
         """Write one client's frames (``preface`` first, then the shared per-event frames
         and heartbeats, by the fan-out) to ``sink``; returns the synthetic ``error`` +
         ``complete`` when the gateway itself must end the stream, else nothing."""
         if preface:
             sink.write(preface)
-        try:
-            outcome = await self.fanout.stream(follow, sink)
-        except RedisError:
-            outcome = Outcome(End.UNAVAILABLE, follow.after, follow.request_id)
+        outcome = await self._follow(follow, sink)
         if outcome.end is End.IDLE:
             timeout = follow.idle_timeout_s
             code, message = ErrorCode.STREAM_IDLE_TIMEOUT, f"no event for {timeout:.0f}s"

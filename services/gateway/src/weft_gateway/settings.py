@@ -41,6 +41,13 @@ class GatewaySettings(TokenBudgetSettings):
     turn_idle_timeout_s: float = Field(
         default=600.0, gt=0, description="End an SSE stream with an error after this silence."
     )
+    stream_store_wait_s: float = Field(
+        default=15.0,
+        ge=0,
+        description="A stream opened or resumed while the stream store (Redis) does not "
+        "answer waits this long for it (a restart takes seconds) before it ends with "
+        "stream_unavailable.",
+    )
     sse_send_timeout_s: float = Field(
         default=10.0, gt=0, description="Drop an SSE client that cannot take an event this long."
     )
