@@ -282,3 +282,31 @@ async def test_a_replica_starting_on_a_vouched_redis_is_ready_at_once(
     await redis.flushdb()
     with pytest.raises(Degraded):
         await fresh.auditor.ready()
+
+
+@dataclass
+class _RestoringKafka(_Kafka):
+    """Reading Kafka takes a while; meanwhile a decision puts the waiting turn back from
+    memory's copy (SPEC H-02)."""
+
+    store: TurnStore | None = None
+    restore: UnfinishedTurn | None = None
+
+    async def read(self, turns: Sequence[TurnRef]) -> dict[str, TurnTrail]:
+        assert self.store is not None and self.restore is not None
+        await _store_state(self.store, self.restore)
+        return await super().read(turns)
+
+
+async def test_a_turn_put_back_while_kafka_is_read_is_not_ended(redis: FakeAsyncRedis) -> None:
+    """The issue-35 full fault run: the sweep saw the turn without state, a decision put it
+    back from memory while the sweep read Kafka, and the sweep then ended it with
+    ``turn_state_lost``. Looked at again after the read, it is left alone."""
+    turn = _turn("r-back")
+    kafka = _RestoringKafka({"r-back": TurnTrail(last_seq=10)})
+    replica = _replica(redis, _Memory([turn]), kafka)
+    kafka.store, kafka.restore = replica.store, turn
+    report = await replica.auditor.sweep()
+    assert report.ended == [] and report.restored == ["r-back"], report
+    assert replica.bus.sent == []
+    assert await replica.store.load("r-back") is not None

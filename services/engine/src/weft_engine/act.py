@@ -48,7 +48,7 @@ from weft_llm import LLMResponse, ToolCallRequest
 from weft_platform.bus import EventBus
 from weft_tools.specs import SANDBOX_TOOLS, offered_tools, spec_by_name
 
-from weft_engine.approvals import ApprovalGate, Settled, ask_uncertain
+from weft_engine.approvals import ApprovalGate, Settled, Suspensions, ask_uncertain
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
@@ -216,8 +216,10 @@ class ToolRound:
         tracer: TurnTracer,
         tool_timeout_s: float,
         gate: ApprovalGate | None = None,
+        suspensions: Suspensions | None = None,
     ):
         self._gate = gate or ApprovalGate(_NoGrants())
+        self._suspensions = suspensions
         self._bus = bus
         self._store = store
         self._emitter = emitter
@@ -335,6 +337,7 @@ class ToolRound:
         state, staged = await self._reporter.save_reporting(
             state, reported, before=calls, deadline=due
         )
+        await self._kept(state)  # before anyone sees the prompts
         await self._emitter.stopped_streaming(state.request_id)
         await self._emitter.queue_outboxed(*staged)
         # Queued in the same loop iteration as the events (queueing does not suspend),
@@ -412,6 +415,12 @@ class ToolRound:
                 continue
         return state
 
+    async def _kept(self, state: TurnState) -> None:
+        """A turn that waits for a person is in memory before its prompts are out (SPEC
+        H-02): a Redis lost right after a person saw the question loses no turn."""
+        if self._suspensions is not None and state.waiting_on_person():
+            await self._suspensions.keep(state)
+
     async def recover(self, state: TurnState, acked: AckedDispatch | None) -> TurnState:
         """After a takeover, the dispatched calls without a result that no replica saw
         Kafka acknowledge (``acked``): a read-only one is sent again with its call id and
@@ -459,6 +468,7 @@ class ToolRound:
                 )
             except StaleTurnState:
                 continue
+            await self._kept(saved)
             await self._emitter.queue_outboxed(*staged)
             await self._emitter.flush(state.request_id)
             return saved

@@ -266,7 +266,13 @@ class TurnAuditor:
             return
         report.lost += [t.request_id for t in lost]
         trails = await self._trails.read(lost)
+        # Reading Kafka takes a while: a turn put back meanwhile (a decision restored a
+        # waiting turn from memory, SPEC H-02) has a state again and is left alone.
+        still = {t.request_id for t in await self._stateless(lost)}
         for turn in lost:
+            if turn.request_id not in still:
+                report.restored.append(turn.request_id)
+                continue
             trail = trails.get(turn.request_id, TurnTrail())
             if trail.completed:
                 report.lagging.append(turn.request_id)

@@ -130,6 +130,7 @@ class TurnLoop:
         self._tools = ToolRound(
             bus=bus, store=store, emitter=emitter, reporter=reporter, leases=leases,
             tracer=self._tracer, tool_timeout_s=tool_timeout_s, gate=gate,
+            suspensions=suspensions,
         )  # fmt: skip
         self._quick = QuickAnswer(
             model=model, tools=self._tools, tracer=self._tracer, meter=self._meter
