@@ -218,7 +218,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "footprint_idle": idle,
         "footprint_waiting": loaded,
         "per_10000_waiting_mb": per_10k,
-        "note": f"measured with {args.waiting} waiting prompts, scaled linearly to 10,000",
+        "note": f"measured with {args.waiting} waiting prompts"
+        + ("" if args.waiting == 10_000 else ", scaled linearly to 10,000"),
     }
 
 
