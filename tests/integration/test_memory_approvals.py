@@ -26,7 +26,7 @@ from weft_memory.grants import GrantLifetimes, NewGrant, add_grant
 from weft_memory.recorder import MessageRecorder
 from weft_platform.credentials import CredentialVerifier, load_verifier
 from weft_storage.models_approvals import AgentGrant, AgentPrompt, RunSuspension
-from weft_testkit.credentials import DevCredentials, credentials_dir
+from weft_testkit.credentials import EVERY_SERVICE, DevCredentials, credentials_dir
 
 from tests.integration.approval_rows import (
     Turn,
@@ -316,3 +316,52 @@ async def test_a_decision_after_the_timeout_or_the_turns_end_is_refused(
     view = await memory.get(f"/internal/prompts/{event.data.prompt_id}", headers=bearer(token))
     assert [(d["decision"], d["applied"]) for d in view.json()["decisions"]] == [("approve", False)]
     assert view.json()["status"] == ended
+
+
+async def test_a_prompt_view_carries_the_turns_knowledge_bases(
+    db: async_sessionmaker[AsyncSession], memory: httpx.AsyncClient, keys: DevCredentials
+) -> None:
+    """SPEC H-02, A-09: the view names the knowledge bases of the turn's own credential
+    (None: not restricted), so the credential a decision brings never widens the turn's
+    reach, whoever decides."""
+    views = {}
+    for name, kbs in {"restricted": ["kb9"], "open": None}.items():
+        turn = Turn.new()
+        token = keys.gateway.request(
+            tenant_id=turn.tenant_id, user_id=turn.user_id, session_id=turn.session_id,
+            request_id=turn.request_id, audience=EVERY_SERVICE, ttl_s=600,
+            knowledge_base_ids=kbs,
+        )  # fmt: skip
+        event = required(turn, credential=token)
+        await MessageRecorder(db).handle(event)
+        caller = keys.request(turn.tenant_id, turn.user_id)
+        view = await memory.get(f"/internal/prompts/{event.data.prompt_id}", headers=bearer(caller))
+        assert view.status_code == 200, view.text
+        views[name] = view.json()["knowledge_base_ids"]
+    assert views == {"restricted": ["kb9"], "open": None}
+
+
+async def test_the_grant_list_narrows_to_a_session_or_an_agent(
+    memory: httpx.AsyncClient, keys: DevCredentials
+) -> None:
+    """SPEC H-04: the caller's list of grants, of one session or one agent when named (the
+    gateway's ``GET /api/v1/agent/grants?session_id=`` relies on it)."""
+    turn = Turn.new()
+    token = keys.request(turn.tenant_id, turn.user_id)
+    bodies = [
+        {"scope": "session", "session_id": "ses_a", "agent_id": "agent-1", "operations": ["x"]},
+        {"scope": "session", "session_id": "ses_b", "agent_id": "agent-1", "operations": ["x"]},
+        {"scope": "agent", "agent_id": "agent-2", "operations": ["x"]},
+    ]
+    for body in bodies:
+        made = await memory.post("/internal/grants", json=body, headers=bearer(token))
+        assert made.status_code == 201, made.text
+
+    async def listed(**filters: str) -> list[tuple[str, str]]:
+        resp = await memory.get("/internal/grants", params=filters, headers=bearer(token))
+        assert resp.status_code == 200, resp.text
+        return sorted((g["session_id"] or "", g["agent_id"]) for g in resp.json()["grants"])
+
+    assert await listed(session_id="ses_a") == [("ses_a", "agent-1")]
+    assert await listed(agent_id="agent-1") == [("ses_a", "agent-1"), ("ses_b", "agent-1")]
+    assert len(await listed()) == 3

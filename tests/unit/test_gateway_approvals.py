@@ -41,7 +41,7 @@ from weft_platform.credentials import (
 )
 
 TENANT = "t1"
-OWNER = Principal(tenant_id=TENANT, user_id="u1", knowledge_base_ids=["kb1"])
+OWNER = Principal(tenant_id=TENANT, user_id="u1", knowledge_base_ids=["kb1", "kb2"])
 APPROVER = Principal(tenant_id=TENANT, user_id="svc", scopes=frozenset({"approvals:decide"}))
 PROMPT = {
     "prompt_id": "p1", "kind": "approval", "session_id": "s1", "request_id": "req_1",
@@ -49,6 +49,7 @@ PROMPT = {
     "arguments": {"query": "x"}, "arguments_digest": "d" * 64, "reason": "", "status":
     "pending", "user_id": "u1", "agent_id": "a1", "event_id": "evt_1", "expires_at":
     "2030-01-01T00:00:00Z", "timeout_s": 600.0, "on_timeout": "deny",
+    "knowledge_base_ids": ["kb1"],
 }  # fmt: skip
 
 
@@ -183,7 +184,7 @@ async def test_a_decision_is_recorded_then_published_with_a_fresh_turn_credentia
     )  # fmt: skip
     assert set(turn.audience) == set(TURN_AUDIENCE)
     assert turn.expires_at - turn.issued_at == 1200
-    assert turn.knowledge_base_ids == ("kb1",), "the owner's own KB restriction is kept"
+    assert turn.knowledge_base_ids == ("kb1",), "the turn's KBs, not the decider's key's"
 
 
 async def test_the_same_decision_again_is_published_again(rig: Rig) -> None:
@@ -206,7 +207,7 @@ async def test_a_different_decision_is_409_and_not_published(rig: Rig) -> None:
 async def test_another_users_prompt_is_404_and_an_approver_key_decides_it(rig: Rig) -> None:
     """SPEC H-03: another user of the tenant gets memory's 404 unchanged (never 403); a
     key with approvals:decide decides for the prompt's user, the credential stays that
-    user's and carries no knowledge base (it must not widen the turn's)."""
+    user's with the turn's knowledge bases (never the decider's)."""
     rig.who[0] = Principal(tenant_id=TENANT, user_id="u2")
     resp = await rig.client.post("/api/v1/agent/prompts/p1", json={"decision": "approve"})
     assert resp.status_code == 404
@@ -218,7 +219,7 @@ async def test_another_users_prompt_is_404_and_an_approver_key_decides_it(rig: R
     assert event.data.decided_by == "svc"
     assert event.credential is not None
     turn = rig.verifier.verify_request(event.credential, RECORDS)
-    assert turn.user_id == "u1" and turn.knowledge_base_ids == ()
+    assert turn.user_id == "u1" and turn.knowledge_base_ids == ("kb1",)
 
 
 async def test_edited_arguments_are_checked_against_the_tools_model(rig: Rig) -> None:

@@ -160,19 +160,12 @@ class Approvals:
         """A request credential for the prompt's turn, for the prompt's user (the turn's
         owner, whoever decides), audience ``TURN_AUDIENCE``, a turn deadline's life.
 
-        Its knowledge bases must not widen the turn's: memory's view names those of the
-        turn's credential when it has them; otherwise the decider's own restriction holds
-        when the decider is the turn's user, and none at all (no knowledge base) when
-        another person decides."""
+        Its knowledge bases are the turn's own (memory's view reads them from the turn's
+        credential; None: not restricted), never the decider's: a decision never widens
+        the turn's reach. A view without them (an older memory) gives none at all."""
         if self.signer is None:
             return None
-        kbs: list[str] | None
-        if "knowledge_base_ids" in prompt:
-            kbs = prompt["knowledge_base_ids"]
-        elif prompt["user_id"] == who.user_id:
-            kbs = who.knowledge_base_ids
-        else:
-            kbs = []
+        kbs: list[str] | None = prompt.get("knowledge_base_ids", [])
         return self.signer.request(
             tenant_id=who.tenant_id,
             user_id=str(prompt["user_id"]),
@@ -247,9 +240,12 @@ def approvals_router(approvals: Approvals, auth: ApiKeyAuth, *, max_body_bytes: 
         who: Who,
         session_id: Annotated[str | None, Query(max_length=128)] = None,
         agent_id: Annotated[str | None, Query(max_length=128)] = None,
+        status: Literal["live", "all"] = "live",
     ) -> Any:
-        """The caller's grants (live and revoked)."""
-        filters = {k: v for k, v in {"session_id": session_id, "agent_id": agent_id}.items() if v}
+        """The caller's grants, newest first (``all``: revoked and expired ones too), of one
+        session or agent when named."""
+        named = {"session_id": session_id, "agent_id": agent_id}
+        filters = {k: v for k, v in named.items() if v} | {"status": status}
         return await memory.list_grants(who, filters)
 
     @router.post("/grants", status_code=201)

@@ -108,12 +108,23 @@ async def live_grants(
 
 
 async def user_grants(
-    s: AsyncSession, *, tenant_id: str, user_id: str, status: Literal["live", "all"]
+    s: AsyncSession,
+    *,
+    tenant_id: str,
+    user_id: str,
+    status: Literal["live", "all"],
+    session_id: str | None = None,
+    agent_id: str | None = None,
 ) -> list[Grant]:
-    """The user's grants, newest first; ``live``: not revoked and not expired."""
+    """The user's grants, newest first; ``live``: not revoked and not expired; only those
+    of ``session_id`` or ``agent_id`` when given."""
     query = select(AgentGrant).where(
         AgentGrant.tenant_id == tenant_id, AgentGrant.user_id == user_id
     )
+    if session_id is not None:
+        query = query.where(AgentGrant.session_id == session_id)
+    if agent_id is not None:
+        query = query.where(AgentGrant.agent_id == agent_id)
     if status == "live":
         now = datetime.now(UTC)
         query = query.where(

@@ -53,14 +53,19 @@ def grants_router(
 
     @router.get("/grants", response_model=GrantList)
     async def list_grants(
-        request: Request, status: Literal["live", "all"] = Query(default="live")
+        request: Request,
+        status: Literal["live", "all"] = Query(default="live"),
+        session_id: str | None = Query(default=None, min_length=1, max_length=128),
+        agent_id: str | None = Query(default=None, min_length=1, max_length=128),
     ) -> GrantList:
-        """The caller's grants (``all``: revoked and expired ones too), newest first."""
+        """The caller's grants (``all``: revoked and expired ones too), newest first; of
+        one session or one agent when named."""
         caller = request_caller(request)
         async with sessions() as s:
             found = await user_grants(
-                s, tenant_id=caller.tenant_id, user_id=caller.user_id, status=status
-            )
+                s, tenant_id=caller.tenant_id, user_id=caller.user_id, status=status,
+                session_id=session_id, agent_id=agent_id,
+            )  # fmt: skip
         return GrantList(grants=found)
 
     @router.post("/grants", response_model=Grant, status_code=201)
