@@ -21,6 +21,7 @@ from fakeredis import FakeAsyncRedis
 from weft_contracts import AgentConfig, AgentMode, Envelope, ToolCallCompletedData, Topic
 from weft_engine.act import TOOL_TIMEOUTS_S
 from weft_engine.analyze import EMPTY_FALLBACK, NUDGE
+from weft_engine.approvals import Suspensions
 from weft_engine.context import ContextManager
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import MODEL_CONTEXT_FULL, MODEL_REFUSED, Finisher
@@ -105,6 +106,7 @@ class _Engine:
     model: FunctionModel | None = None
     trails: TurnTrails | None = None
     meter: TurnMeter | None = None
+    suspensions: Suspensions | None = None
 
     def loop(self, model: FunctionModel) -> TurnLoop:
         self.model = model
@@ -123,6 +125,7 @@ class _Engine:
             inbox=self.inbox, leases=self.leases, context=context,
             think_settings=ThinkSettings(retry_backoff_s=(), coalesce_window_s=0.0),
             tool_timeout_s=60, trails=self.trails, meter=self.meter,
+            suspensions=self.suspensions,
         )  # fmt: skip
 
     async def step(self, model: FunctionModel, state: TurnState, takeover: bool = False) -> None:

@@ -29,7 +29,7 @@ from weft_contracts import (
     ToolCallCompletedData,
     Topic,
 )
-from weft_engine.approvals import settle
+from weft_engine.approvals import Suspensions, settle, unpack
 from weft_engine.emitter import EventEmitter
 from weft_engine.keys import acked_key
 from weft_engine.leases import AckedDispatch
@@ -147,6 +147,10 @@ async def test_a_write_approved_to_run_again_goes_out_under_a_new_id(engine: _En
     await loop.tool_round.apply_decision(settle(waiting, again, time.time()), None)
     [sent] = _tool_calls_sent(engine)
     assert sent.call_id != "w1" and sent.call_id.startswith("w1~again.")
+    stored = await engine.store.load(state.request_id)
+    assert stored is not None and stored.approvals["w1"].status == "dispatched", (
+        "sent under its new id and recorded sent: a takeover must not ask about it again"
+    )
     reporter = ResultReporter(engine.store, EventEmitter(cast(Any, engine.bus), engine.redis, 60))
     done = ToolCallCompleted(
         tenant_id=state.tenant_id, session_id=state.session_id, request_id=state.request_id,
@@ -156,6 +160,42 @@ async def test_a_write_approved_to_run_again_goes_out_under_a_new_id(engine: _En
     recorded = await reporter.record(done)
     assert recorded is not None and recorded.state.results["w1"].output == "written"
     assert recorded.state.results["w1"].call_id == "w1"
+
+
+class _Memory:
+    """memory's suspension route: what was put, and how many events had left by then."""
+
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+        self.puts: list[tuple[TurnState, int]] = []
+
+    async def put_suspension(self, state: TurnState, blob: str) -> None:
+        self.puts.append((unpack(blob), len(self.engine.bus.sent)))
+
+    async def get_suspension(self, request_id: str, credential: str | None) -> None:
+        return None
+
+    async def delete_suspension(self, state: TurnState) -> None:
+        pass
+
+
+async def test_a_takeovers_question_is_kept_by_memory_before_it_is_asked(
+    engine: _Engine,
+) -> None:
+    """SPEC H-02, H-05: the state of a turn a takeover leaves waiting for a person reaches
+    memory before the prompt is published: a Redis lost right after it loses no turn."""
+    memory = _Memory(engine)
+    engine.suspensions = Suspensions(memory)
+    state = await _waiting(engine, _call("w1", "write_sandbox_file", read_only=False))
+    await engine.step(replies(), state, takeover=True)
+    [prompt] = engine.data(state, "tool_approval_required")
+    [(kept, sent_before)] = memory.puts
+    assert kept.approvals["w1"].prompt_id == prompt.prompt_id and kept.waiting_on_person()
+    asked_at = next(
+        i for i, (_, m) in enumerate(engine.bus.sent)
+        if cast(Any, m).type == "tool_approval_required"
+    )  # fmt: skip
+    assert sent_before <= asked_at, "the prompt left before memory kept the turn"
 
 
 def _decision(state: TurnState, call_id: str, decision: str) -> ApprovalDecided:

@@ -397,16 +397,11 @@ class ToolRound:
         acks = [await self._bus.publish_nowait(_topic(m), _keyed(self._traced(state, m)))
                 for m in messages]  # fmt: skip
         await asyncio.gather(*acks)
-        sent = {m.data.call_id for m in messages}
         for _ in range(5):
             current = await self._store.load(state.request_id)
             if current is None:
                 return state
-            marks = {
-                cid: a.model_copy(update={"status": "dispatched"})
-                if cid in sent and a.status == "approved" else a
-                for cid, a in current.approvals.items()
-            }  # fmt: skip
+            marks = _sent(current, messages)
             if marks == current.approvals:
                 return current
             try:
@@ -445,6 +440,7 @@ class ToolRound:
         state, reported = await self._reporter.save_reporting(
             state, [], before=None if news is None else _calls(news)
         )
+        await self._kept(state)
         await self._emitter.queue_outboxed(*reported)  # the step flushes
         return state
 
@@ -455,7 +451,7 @@ class ToolRound:
         nothing this handles (then it is recorded as any result)."""
         for _ in range(5):
             state = await self._store.load(result.request_id)
-            call = None if state is None else _call_of(state, result.data.call_id)
+            call = None if state is None else state.call_sent_as(result.data.call_id)
             if state is None or call is None or call.read_only or call.call_id in state.results:
                 return None
             asked = state.approvals.get(call.call_id)
@@ -553,19 +549,14 @@ def _calls(news: _RoundNews) -> list[tuple[Callable[..., Envelope], Any]]:
 
 
 def _sent(state: TurnState, messages: list[ToolCallRequested]) -> dict[str, CallApproval]:
-    """The approvals with the approved calls that a group dispatch sends marked
-    ``dispatched``: the group's acknowledgement covers them from then on."""
-    sent = {m.data.call_id for m in messages}
+    """The approvals with the approved calls that ``messages`` send marked ``dispatched``
+    (a call run again goes out under another id: mapped back to its own)."""
+    sent = {c.call_id for m in messages if (c := state.call_sent_as(m.data.call_id))}
     return {
         cid: a.model_copy(update={"status": "dispatched"})
         if cid in sent and a.status == "approved" else a
         for cid, a in state.approvals.items()
     }  # fmt: skip
-
-
-def _call_of(state: TurnState, sent_id: str) -> PendingCall | None:
-    """The round's call a worker answered (by the id it was sent under)."""
-    return next((c for c in state.pending if sent_id in (c.call_id, c.dispatch_id)), None)
 
 
 def _group_reached(state: TurnState, call_id: str) -> bool:

@@ -299,12 +299,12 @@ class TurnIntake:
         step, which a crash between recording and submitting would otherwise leave unrun.
         """
         rid = result.request_id
-        if self._uncertain is not None and outcome_unknown(result.data):
-            asked = await self._uncertain(result)  # SPEC H-05: a person decides
-            if asked is not None:
-                if self._keep is not None:
-                    await self._keep(asked)
-                return
+        if (  # SPEC H-05: a person decides (ToolRound keeps the turn in memory first)
+            self._uncertain is not None
+            and outcome_unknown(result.data)
+            and await self._uncertain(result) is not None
+        ):
+            return
         lease = await self._scheduler.reserve(rid, result.tenant_id)
         try:
             recorded = await self._reporter.record(result, lease)

@@ -113,7 +113,6 @@ class TurnLoop:
         gate: ApprovalGate | None = None,
         suspensions: Suspensions | None = None,
     ):
-        self._suspensions = suspensions
         self._redis = redis
         self._trails = trails
         self._store = store
@@ -186,10 +185,9 @@ class TurnLoop:
                     await self._discard(state)
                     result = Continue(state)
                 case AwaitTools(waiting):
-                    if waiting.waiting_on_person():  # SPEC H-02: it holds nothing
+                    # SPEC H-02: it holds nothing (memory already keeps it: ToolRound)
+                    if waiting.waiting_on_person():
                         await self._finisher.set_aside(waiting)
-                        if self._suspensions is not None:
-                            await self._suspensions.keep(waiting)  # it outlives Redis
                     return
                 case Ended(reason):
                     await self._finish(reason)

@@ -63,9 +63,7 @@ class ResultReporter:
         for _ in range(CAS_ATTEMPTS):
             state = await self._store.load(result.request_id)
             sent = result.data.call_id
-            call = None if state is None else next(
-                (c for c in state.pending if sent in (c.call_id, c.dispatch_id)), None
-            )  # fmt: skip
+            call = None if state is None else state.call_sent_as(sent)
             if state is None or call is None:
                 return None
             call_id = call.call_id  # a call run again (SPEC H-05) answers under another id

@@ -220,6 +220,11 @@ class TurnState(BaseModel):
         can run."""
         return self.phase == "waiting" and self.dispatched_results_in()
 
+    def call_sent_as(self, sent_id: str) -> PendingCall | None:
+        """The round's call a worker answered, by the id it was sent under (its own, or
+        the one a call run again after an uncertain outcome went out as, SPEC H-05)."""
+        return next((c for c in self.pending if sent_id in (c.call_id, c.dispatch_id)), None)
+
     def waiting_on_person(self) -> bool:
         """A call of the round waits for a person's decision."""
         return any(a.status == "waiting" for a in self.approvals.values())
