@@ -40,6 +40,7 @@ from weft_contracts import (
     OUTCOME_UNKNOWN,
     ApprovalDecided,
     Grant,
+    RiskClass,
     ToolApprovalRequiredData,
     ToolApprovalResolvedData,
     ToolCallCompletedData,
@@ -52,7 +53,8 @@ from weft_platform.record_credentials import record_scope
 from weft_tools.specs import always_asks, argument_problems, risk_of
 
 from weft_engine.masking import masked_arguments
-from weft_engine.state import CallApproval, PendingCall, StaleTurnState, TurnState
+from weft_engine.state import CallApproval, PendingCall, StaleTurnState, TurnState, TurnStore
+from weft_engine.trails import TurnTrails
 
 log = structlog.get_logger(__name__)
 
@@ -181,7 +183,7 @@ def _prompt(
     call: PendingCall,
     approval: CallApproval,
     *,
-    risk: Any,
+    risk: RiskClass,
     always: bool,
     reason: str,
 ) -> ToolApprovalRequiredData:
@@ -510,15 +512,15 @@ class SuspendedTurns:
     def __init__(
         self,
         *,
-        store: Any,
+        store: TurnStore,
         suspensions: Suspensions,
-        trails: Any,
+        trails: TurnTrails,
         claim_session: Callable[[TurnState], Awaitable[None]],
         wake_at: Callable[[TurnState], Awaitable[None]],
         service_credential: Callable[[], str | None],
     ):
-        """``store``: the ``TurnStore``; ``trails``: ``TurnTrails`` (the turn's last seq
-        and whether it completed); ``claim_session`` makes the turn its session's running
+        """``trails``: the turn's last seq in Kafka and whether it completed;
+        ``claim_session`` makes the turn its session's running
         one again; ``wake_at`` puts back the deadline of calls still out."""
         self._store = store
         self._suspensions = suspensions
@@ -547,5 +549,4 @@ class SuspendedTurns:
             await self._wake_at(state)
             log.warning("turn_restored_from_suspension", request_id=request_id,
                         last_seq=trail.last_seq, version=state.version)  # fmt: skip
-        restored: TurnState | None = await self._store.load(request_id)
-        return restored
+        return await self._store.load(request_id)
