@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -42,13 +41,6 @@ from weft_gateway.settings import GatewaySettings
 from weft_gateway.sse_response import EventStreamResponse
 from weft_gateway.streams import SessionStreams, stream_key
 from weft_platform.bus import Logged
-
-
-@pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
 
 
 @dataclass

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 from weft_contracts import (
     CompleteData,
@@ -30,13 +29,6 @@ from weft_contracts.envelope import Envelope
 from weft_gateway.notices import NoticeAppended, NoticeProjector
 from weft_gateway.streams import SessionStreams, parse_position, stream_key
 from weft_platform.bus import Logged
-
-
-@pytest.fixture
-async def redis(infra: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(infra["WEFT_REDIS_URL"])
-    yield client
-    await client.aclose()
 
 
 class Session:
