@@ -33,6 +33,7 @@ from weft_testkit import LocalStack, StackConfig, infra_env
 from weft_testkit.kafka import client_options
 from weft_testkit.own_infra import create_database, database_url, redis_url
 
+from tests.e2e.sandbox_helpers import sandbox_session
 from tests.stack_fixtures import stack_log_dir
 
 REDIS_DB = 11
@@ -86,14 +87,10 @@ async def script(approvals_stack: LocalStack) -> AsyncIterator[httpx.AsyncClient
 
 
 async def _session(api: httpx.AsyncClient, **agent: Any) -> str:
-    body = {"name": f"approvals-{secrets.token_hex(3)}", "allowed_tools": TOOLS,
-            "sandbox_enabled": True, "kb_selection_mode": "none",
-            "access_level": "confirm", **agent}  # fmt: skip
-    made = await api.post("/api/v1/agents", json=body)
-    assert made.status_code == 201, made.text
-    session = await api.post("/api/v1/sessions", json={"agent_id": made.json()["id"]})
-    assert session.status_code == 201, session.text
-    return str(session.json()["id"])
+    """A session of a new sandbox agent that asks before writes unless ``agent`` says
+    otherwise."""
+    name = f"approvals-{secrets.token_hex(3)}"
+    return await sandbox_session(api, name, TOOLS, **{"access_level": "confirm", **agent})
 
 
 async def _script(script: httpx.AsyncClient, marker: str, calls: list[dict[str, Any]]) -> None:
