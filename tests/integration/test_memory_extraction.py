@@ -35,6 +35,13 @@ from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 
+@pytest.fixture(scope="module")
+def migrated(own_database: str) -> str:
+    """This module's extraction queue is in a database of its own: the memory replicas of
+    the test stacks running meanwhile claim every queued extraction of their database."""
+    return own_database
+
+
 @pytest.fixture
 def answers() -> dict[str, list[Reply]]:
     """What the extraction model answers, queued by a marker the exchange contains."""
