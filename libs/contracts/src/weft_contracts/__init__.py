@@ -21,6 +21,7 @@ from weft_contracts.approvals import (
     ApprovalEscalatedData,
     ApprovalPolicy,
     Grant,
+    PromptKind,
     RememberScope,
     RiskClass,
     ToolApprovalRequiredData,
@@ -82,6 +83,14 @@ from weft_contracts.events import (
     assistant_message_id,
 )
 from weft_contracts.locale import Locale, preferred_locale
+from weft_contracts.mcp import (
+    AUTHORIZATION_KEY,
+    PUBLISHED_KEY,
+    McpAuthorizationRequired,
+    McpServerRef,
+    McpToolDef,
+    dynamic_tool_name,
+)
 from weft_contracts.notices import (
     SessionNotice,
     SuggestedQuestion,
@@ -112,8 +121,10 @@ from weft_contracts.topics import TOPIC_MODELS, Topic
 
 __all__ = [
     "ACCESS_ORDER",
+    "AUTHORIZATION_KEY",
     "OUTCOME_UNKNOWN",
     "OUTCOME_UNKNOWN_MARK",
+    "PUBLISHED_KEY",
     "RISK_ORDER",
     "SCHEMA_VERSION",
     "TOPIC_MODELS",
@@ -155,8 +166,12 @@ __all__ = [
     "KnowledgeBaseInfo",
     "KnowledgeTitle",
     "Locale",
+    "McpAuthorizationRequired",
+    "McpServerRef",
+    "McpToolDef",
     "MemoryRecalledData",
     "MemoryRecalledEvent",
+    "PromptKind",
     "QuestionOrigin",
     "QuestionSuggestions",
     "ReasoningEffort",
@@ -202,6 +217,7 @@ __all__ = [
     "assistant_message_id",
     "cap_access",
     "decide",
+    "dynamic_tool_name",
     "grant_covers",
     "new_event_id",
     "outcome_unknown",

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from weft_contracts.approvals import ApprovalPolicy
+from weft_contracts.mcp import DEFAULT_AUTH_WAIT_S, McpServerRef
 
 ReasoningEffort = Literal["off", "auto", "minimal", "low", "medium", "high", "xhigh", "max"]
 """SPEC A-05 levels; ``auto`` leaves the choice to the model, ``off`` asks for none."""
@@ -116,6 +117,16 @@ class AgentConfig(BaseModel):
         description="SPEC S-04: the installed skills this agent may use this turn (its "
         "skills_selection_mode and selected_skills applied); empty without a sandbox or "
         "read_file.",
+    )
+    mcp_servers: list[McpServerRef] = Field(
+        default_factory=list,
+        description="SPEC T-19: the MCP servers this agent may use this turn (its "
+        "mcp_selection_mode and mcp_services applied; a shared agent's explicit selection).",
+    )
+    mcp_auth_wait_s: float = Field(
+        default=DEFAULT_AUTH_WAIT_S,
+        gt=0,
+        description="SPEC H-06: how long the turn waits for the user to authorise a server.",
     )
     approval: ApprovalPolicy = Field(
         default_factory=ApprovalPolicy,

@@ -49,9 +49,11 @@ Decision = Literal["approve", "deny"]
 Outcome = Literal["approved", "denied", "timeout", "cancelled"]
 """How a prompt ended (``tool_approval_resolved``)."""
 
-PromptKind = Literal["approval", "uncertain_outcome"]
+PromptKind = Literal["approval", "uncertain_outcome", "mcp_authorization"]
 """``approval``: the policy asks before a call runs. ``uncertain_outcome`` (SPEC H-05): a
-write whose outcome is unknown after a crash; approve runs it again, deny skips it."""
+write whose outcome is unknown after a crash; approve runs it again, deny skips it.
+``mcp_authorization`` (SPEC H-06): an MCP server needs the user's OAuth consent; the
+gateway approves it when the authorisation completes and the call is sent again."""
 
 DEFAULT_APPROVAL_TIMEOUT_S = 600.0
 """SPEC H-03: 10 minutes."""
@@ -133,6 +135,12 @@ class ToolApprovalRequiredData(Payload):
     on_timeout: Literal["deny", "escalate"] = "deny"
     approver_group: str | None = None
     escalation_timeout_s: float = 3600.0
+    authorization_url: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="SPEC H-06 (kind ``mcp_authorization``): where the user authorises the "
+        "MCP server; the call is retried once they have.",
+    )
 
 
 class ToolApprovalResolvedData(Payload):

@@ -42,6 +42,11 @@ class ToolContext(Payload):
         description="SPEC S-04: the skills this turn's agent may read and run; absent: none.",
     )
 
+    mcp_server_ids: list[str] | None = Field(
+        default=None,
+        description="SPEC T-19: the MCP servers this turn's agent may use; absent: none.",
+    )
+
     def permits(self, tool_name: str) -> bool:
         """Whether the turn may run ``tool_name``; fail closed when the set is absent."""
         return self.allowed_tools is not None and tool_name in self.allowed_tools

@@ -11,6 +11,7 @@ from weft_contracts import (
     AgentConfig,
     AgentStep,
     Grant,
+    PromptKind,
     Reference,
     ToolCallCompletedData,
     TurnUsage,
@@ -58,7 +59,7 @@ class CallApproval(BaseModel):
     """A call of the current round that a person is asked about (SPEC H-01..H-03)."""
 
     prompt_id: str
-    kind: Literal["approval", "uncertain_outcome"] = "approval"
+    kind: PromptKind = "approval"
     status: Literal["waiting", "approved", "dispatched", "settled"] = "waiting"
     """waiting: no decision yet, the call is not sent. approved: the decision is saved,
     the call may not have reached Kafka yet (a takeover treats it as unacknowledged).
