@@ -10,7 +10,7 @@ session from working, with a reason a person can read).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -73,12 +73,33 @@ class ListedTools:
     """Tools seen beyond ``max_tools`` (a lower bound: listing stops once over)."""
 
 
-class _AuthWatch:
-    """Notes a 401 answer on any request of the session's HTTP client: the SDK turns it
-    into an exception deep in a task group, without the ``WWW-Authenticate`` header."""
+class _WatchedStream(httpx.AsyncByteStream):
+    """A response body that reports a transport failure while it is read."""
 
-    def __init__(self, factory: McpHttpClientFactory):
+    def __init__(self, inner: httpx.AsyncByteStream, on_broken: Callable[[], None]):
+        self._inner = inner
+        self._on_broken = on_broken
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except httpx.TransportError:
+            self._on_broken()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _AuthWatch:
+    """Watches the session's HTTP client: notes a 401 answer (the SDK turns it into an
+    exception deep in a task group, without the ``WWW-Authenticate`` header) and a body
+    cut off mid-read (the SDK logs it and lets the call wait for its timeout)."""
+
+    def __init__(self, factory: McpHttpClientFactory, on_broken: Callable[[], None]):
         self._factory = factory
+        self._on_broken = on_broken
         self.challenge: str | None = None
         self.unauthorized = False
 
@@ -96,6 +117,8 @@ class _AuthWatch:
         if response.status_code == 401:
             self.unauthorized = True
             self.challenge = response.headers.get("www-authenticate")
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _WatchedStream(response.stream, self._on_broken)
 
 
 def _headers(conn: McpConnection) -> dict[str, str]:
@@ -165,9 +188,21 @@ def _is_transport_failure(exc: BaseException) -> bool:
     return bool(leaves) and all(isinstance(leaf, _TRANSPORT_ERRORS) for leaf in leaves)
 
 
+async def _fail_on_transport_error(message: object) -> None:
+    """The SDK hands a transport failure (a server gone mid-response) to the session as
+    a message and lets the call wait for its timeout; raising here ends the session's
+    receive loop, which answers every pending request with "Connection closed" at once."""
+    if isinstance(message, Exception):
+        raise McpUnavailable(_reason(message))
+
+
 @asynccontextmanager
 async def mcp_session(
-    conn: McpConnection, *, factory: McpHttpClientFactory, timeout_s: float
+    conn: McpConnection,
+    *,
+    factory: McpHttpClientFactory,
+    timeout_s: float,
+    on_broken: Callable[[], None] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialised SDK session with ``conn``'s server over its transport, every
     request through ``factory`` (the pinned one) with ``timeout_s`` per request.
@@ -176,13 +211,20 @@ async def mcp_session(
     :class:`McpUnavailable` when connecting, initialising or the transport fails (also
     while the caller uses the session). A session request the server does not answer
     in ``timeout_s`` raises ``McpError`` inside the body, which the caller maps.
+    ``on_broken`` is called when a response is cut off (the server went away): the
+    holder of a long-lived session closes it, which fails the pending requests at once.
     """
-    watch = _AuthWatch(factory)
+    watch = _AuthWatch(factory, on_broken or (lambda: None))
     try:
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(_streams(conn, watch, timeout_s))
             session = await stack.enter_async_context(
-                ClientSession(read, write, read_timeout_seconds=timedelta(seconds=timeout_s))
+                ClientSession(
+                    read,
+                    write,
+                    read_timeout_seconds=timedelta(seconds=timeout_s),
+                    message_handler=_fail_on_transport_error,
+                )
             )
             await session.initialize()
             yield session

@@ -11,6 +11,7 @@ answer that was checked for it.
 
 from __future__ import annotations
 
+from ipaddress import ip_network
 from urllib.parse import urlsplit
 
 import httpx
@@ -28,6 +29,7 @@ from weft_tools.safe_http import (
 __all__ = [
     "McpHttpClientFactory",
     "PinnedTransport",
+    "allowlist_policy",
     "check_server_url",
     "pinned_client_factory",
 ]
@@ -121,3 +123,18 @@ async def check_server_url(
     if parts.fragment or url.endswith("#"):
         raise ValueError("the URL must not have a fragment (#...)")
     await _checked_addresses(parts.hostname, port or _DEFAULT_PORTS[parts.scheme], policy, resolver)
+
+
+def allowlist_policy(networks: str, hosts: str) -> AddressPolicy:
+    """The policy of MCP and OAuth requests from the operator's allowlist settings
+    (``WEFT_MCP_ALLOWED_NETWORKS``, ``WEFT_MCP_ALLOWED_HOSTS``: comma separated CIDRs and
+    host names); raises ValueError naming a network that does not parse."""
+    parsed = []
+    for item in (part.strip() for part in networks.split(",")):
+        if item:
+            try:
+                parsed.append(ip_network(item, strict=False))
+            except ValueError:
+                raise ValueError(f"not a network in the MCP allowlist: {item!r}") from None
+    names = frozenset(h.strip().lower().rstrip(".") for h in hosts.split(",") if h.strip())
+    return AddressPolicy(allowed_networks=tuple(parsed), allowed_hosts=names)

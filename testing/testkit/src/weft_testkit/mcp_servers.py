@@ -86,8 +86,9 @@ class _ThreadServer:
 
     def __init__(self, app: ASGIApp, port: int):
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
-        )
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+            timeout_graceful_shutdown=1,  # open SSE streams must not hold a test's teardown
+        )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"mcp-{port}")
 
