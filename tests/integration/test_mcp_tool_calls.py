@@ -57,8 +57,9 @@ class FakeDirectory:
 
     async def catalog(self, request: Request) -> JSONResponse:
         self.credentials.append(request.headers.get("authorization"))
-        wanted = request.query_params.getlist("server_id")
-        found = [entry[0] for sid, entry in self.servers.items() if sid in wanted]
+        # Over-answering on purpose: it lists every server whatever the query asked, and
+        # tool-exec must still keep to the turn's own servers.
+        found = [entry[0] for entry in self.servers.values()]
         return JSONResponse(McpCatalog(servers=found).model_dump(mode="json"))
 
     async def connection(self, server_id: str) -> JSONResponse:
