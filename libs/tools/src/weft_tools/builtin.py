@@ -23,11 +23,16 @@ from weft_tools.embeddings import Embedder
 from weft_tools.knowledge_scope import KnowledgeScope
 from weft_tools.knowledge_search import KnowledgeSearch
 from weft_tools.knowledge_tools import SearchKnowledgeTool
+from weft_tools.mcp_calls import McpCaller
+from weft_tools.mcp_directory import HttpMcpDirectory
+from weft_tools.mcp_http import pinned_client_factory
+from weft_tools.mcp_pool import McpSessionPool
+from weft_tools.mcp_tools import mcp_tools
 from weft_tools.memory_tools import memory_tools
 from weft_tools.planning_tools import ThinkingTool, TodoWriteTool
 from weft_tools.ranking import Reranker
 from weft_tools.registry import ToolRegistry
-from weft_tools.safe_http import SafeHttpClient
+from weft_tools.safe_http import AddressPolicy, SafeHttpClient
 from weft_tools.web_fetch import WebFetchTool
 from weft_tools.web_search import SearchProvider, WebSearchTool
 from weft_tools.web_snapshots import SnapshotStore
@@ -54,6 +59,12 @@ class ToolDependencies:
     """Row cap and statement timeout of ``database_query``."""
     workspace: DuckDBWorkspace = field(default_factory=DuckDBWorkspace)
     """The process's DuckDB databases of data_schema / data_analysis."""
+    mcp: McpCaller = field(
+        default_factory=lambda: McpCaller(
+            HttpMcpDirectory(), McpSessionPool(pinned_client_factory(AddressPolicy()))
+        )
+    )
+    """MCP catalog look-ups and the worker's session pool (SPEC T-19)."""
 
 
 def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
@@ -81,6 +92,10 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     for tool in memory_tools():
         registry.register(tool)
     registry.register(WebSearchTool(deps.search_provider, deps.http))
+    discover, call, dynamic = mcp_tools(deps.mcp)
+    registry.register(discover)
+    registry.register(call)
+    registry.add_dynamic(dynamic)
     return registry
 
 

@@ -94,6 +94,8 @@ class ToolInvocation:
     """The arguments as the tool's model, once the registry validated them (SPEC T-02)."""
     credential: str | None = None
     """The turn's request credential: a tool that calls a Weft service presents it."""
+    call_id: str | None = None
+    """The model's id of this call (an MCP authorisation resumes it, SPEC H-06)."""
 
     def args(self, model: type[A]) -> A:
         """The arguments as ``model``: the registry's validated instance, or (a tool run
@@ -157,6 +159,23 @@ class Cleanable(Protocol):
         ...
 
 
+@runtime_checkable
+class DynamicTools(Protocol):
+    """Tools whose names are not known when the registry is built (the dynamic ``mcp_*``
+    tools of a tenant's MCP servers): every name starting with ``prefix`` is theirs, after
+    the registered tools (a registered name always wins, SPEC T-01)."""
+
+    prefix: str
+
+    def spec(self, name: str) -> ToolSpec:
+        """What the worker needs to know about ``name`` before running it."""
+        ...
+
+    async def run(self, name: str, call: ToolInvocation) -> ToolOutcome:
+        """Validate ``call``'s arguments against the tool's own schema and run it."""
+        ...
+
+
 TRUNCATION_MARKER = "\n\n[... {omitted} characters omitted ...]\n\n"
 
 
@@ -176,6 +195,14 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
+        self._dynamic: list[DynamicTools] = []
+
+    def add_dynamic(self, tools: DynamicTools) -> None:
+        """Route unregistered names starting with ``tools.prefix`` to ``tools``."""
+        self._dynamic.append(tools)
+
+    def _dynamic_for(self, name: str) -> DynamicTools | None:
+        return next((d for d in self._dynamic if name.startswith(d.prefix)), None)
 
     def register(self, tool: Tool) -> None:
         """Add ``tool``; raise ValueError when the name is taken."""
@@ -191,9 +218,12 @@ class ToolRegistry:
         return sorted(self._tools)
 
     def spec(self, name: str) -> ToolSpec | None:
-        """The spec of ``name``, if registered."""
+        """The spec of ``name``, if registered (or a dynamic tool's)."""
         tool = self._tools.get(name)
-        return tool.spec if tool else None
+        if tool is not None:
+            return tool.spec
+        dynamic = self._dynamic_for(name)
+        return dynamic.spec(name) if dynamic else None
 
     def definitions(self, allowed: list[str] | None = None) -> list[dict[str, Any]]:
         """OpenAI tool definitions sorted by name: byte-identical across requests."""
@@ -203,6 +233,11 @@ class ToolRegistry:
     async def execute(self, name: str, call: ToolInvocation) -> ToolOutcome:
         """Cast and validate the arguments, run the tool, truncate its output (T-02, T-03)."""
         tool = self._tools.get(name)
+        dynamic = self._dynamic_for(name) if tool is None else None
+        if dynamic is not None:  # it validates against the tool's own schema
+            outcome = await dynamic.run(name, call)
+            limit = call.context.max_output_chars
+            return replace(outcome, output=truncate_output(outcome.output, limit))
         if tool is None:  # naming the registry's tools would show a caller what it may not use
             return ToolOutcome(success=False, error=f"unknown tool {name[:SHOWN_NAME_CHARS]!r}")
         arguments = cast_arguments(call.arguments, tool.spec.parameters)
@@ -225,8 +260,9 @@ class ToolRegistry:
 
     async def cleanup(self, session_id: str, request_id: str) -> None:
         """Run every cleanable tool's cleanup; one failing does not skip the others (T-04)."""
-        for name in self.names():
-            tool = self._tools[name]
+        holders: list[tuple[str, object]] = [(n, self._tools[n]) for n in self.names()]
+        holders += [(d.prefix, d) for d in self._dynamic]
+        for name, tool in holders:
             if isinstance(tool, Cleanable):
                 try:
                     await tool.cleanup(session_id, request_id)

@@ -168,6 +168,48 @@ class SearchConversationsArguments(RecallArguments):
     limit: Annotated[int, Field(ge=1, le=8)] = 5
 
 
+class McpDiscoveryMode(StrEnum):
+    """What ``discover_mcp_tools`` answers."""
+
+    LIST_SERVERS = "list_servers"
+    LIST_TOOLS = "list_tools"
+    DESCRIBE = "describe"
+    SEARCH = "search"
+
+
+class DiscoverMcpToolsArguments(ToolArguments):
+    """``discover_mcp_tools``."""
+
+    mode: McpDiscoveryMode
+    server_id: Annotated[
+        str | None, Field(max_length=64, description="list_tools/describe: the server.")
+    ] = None
+    tool_name: Annotated[
+        str | None,
+        Field(max_length=256, description="describe: the server's tool name or its mcp_ name."),
+    ] = None
+    query: Annotated[str | None, Field(max_length=500, description="search: words.")] = None
+    cursor: Annotated[
+        str | None, Field(max_length=32, description="list_tools/search: next page.")
+    ] = None
+    limit: Annotated[int, Field(ge=1, le=50)] = 20
+    refresh: bool = False
+
+
+class CallMcpToolArguments(ToolArguments):
+    """``call_mcp_tool``."""
+
+    tool_ref: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=330,
+            description="The tool's mcp_ name, or <server_id>/<tool_name>.",
+        ),
+    ]
+    arguments: dict[str, object] = Field(description="The tool's arguments (a JSON object).")
+
+
 SEARCH_KNOWLEDGE = ToolSpec(
     name="search_knowledge",
     description=(
@@ -283,6 +325,32 @@ SEARCH_CONVERSATIONS = ToolSpec(
 
 MEMORY_SPECS: tuple[ToolSpec, ...] = (SEARCH_MEMORY, SEARCH_CONVERSATIONS)
 
+DISCOVER_MCP_TOOLS = ToolSpec(
+    name="discover_mcp_tools",
+    description=(
+        "Explore the MCP servers this agent may use: list_servers, list_tools (server_id), "
+        "search (query), describe (server_id + tool_name: its full definition; a described "
+        "tool becomes callable under its mcp_ name from the next step on)."
+    ),
+    arguments=DiscoverMcpToolsArguments,
+)
+
+CALL_MCP_TOOL = ToolSpec(
+    name="call_mcp_tool",
+    description=(
+        "Call a tool of an MCP server this agent may use, by its mcp_ name or "
+        "<server_id>/<tool_name>, with its arguments."
+    ),
+    arguments=CallMcpToolArguments,
+    read_only=False,
+)
+
+MCP_SPECS: tuple[ToolSpec, ...] = (DISCOVER_MCP_TOOLS, CALL_MCP_TOOL)
+"""Offered only to agents with MCP servers (``ToolContext.mcp_server_ids``)."""
+
+MCP_DYNAMIC_PREFIX = "mcp_"
+"""Dynamic MCP tool names start with this (``weft_contracts.mcp.dynamic_tool_name``)."""
+
 BUILTIN_SPECS: tuple[ToolSpec, ...] = (
     SEARCH_KNOWLEDGE,
     READ_DOCUMENT,
@@ -295,6 +363,7 @@ BUILTIN_SPECS: tuple[ToolSpec, ...] = (
     WEB_FETCH,
     WEB_SEARCH,
     *MEMORY_SPECS,
+    *MCP_SPECS,
 )
 """Specs of every built-in tool tool-exec runs (what the engine sends the model)."""
 

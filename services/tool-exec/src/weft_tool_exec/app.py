@@ -23,6 +23,10 @@ from weft_tools.database_query import QueryLimits
 from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.embeddings import OpenAIEmbedder
 from weft_tools.ingestion import DocumentIngestor
+from weft_tools.mcp_calls import McpCaller
+from weft_tools.mcp_directory import HttpMcpDirectory
+from weft_tools.mcp_http import allowlist_policy, pinned_client_factory
+from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.ranking import HttpRerankModel
 from weft_tools.safe_http import AddressPolicy, SafeHttpClient
 from weft_tools.web_search import BraveSearchProvider
@@ -80,6 +84,18 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
             max_rows=settings.sql_query_max_rows, timeout_ms=settings.sql_query_timeout_ms
         ),
         workspace=DuckDBWorkspace(memory_limit=settings.duckdb_memory_limit),
+        mcp=mcp_caller(settings),
+    )
+
+
+def mcp_caller(settings: ToolExecSettings) -> McpCaller:
+    """MCP calls through the pinned client, with the operator's allowlist (SPEC T-19)."""
+    policy = allowlist_policy(settings.mcp_allowed_networks, settings.mcp_allowed_hosts)
+    pool = McpSessionPool(pinned_client_factory(policy), idle_s=settings.mcp_session_idle_s)
+    return McpCaller(
+        HttpMcpDirectory(settings.agent_config_url),
+        pool,
+        request_timeout_s=settings.mcp_request_timeout_s,
     )
 
 
@@ -119,7 +135,13 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
         routers=[state_router(runtime, deps, cleaner, calls)],
         internal=InternalAuth(runtime.verifier, "tool-exec", SYSTEM_ROUTES),
         on_startup=[ingestion.start, cleaner.start, calls.start],
-        on_shutdown=[calls.stop, ingestion.stop, cleaner.stop, lambda: _flush(provider)],
+        on_shutdown=[
+            calls.stop,
+            ingestion.stop,
+            cleaner.stop,
+            deps.mcp.pool.close,
+            lambda: _flush(provider),
+        ],
     )
 
 
@@ -179,6 +201,7 @@ def state_router(
             "instance": runtime.instance_id,
             "turns_cleaned": cleaner.cleaned,
             "duckdb_tables_by_session": deps.workspace.tables_by_session(),
+            "mcp_sessions": deps.mcp.pool.open_sessions(),
             "tool_calls": calls.state(),
         }
 

@@ -77,6 +77,27 @@ class ToolExecSettings(ServiceSettings):
     web_fetch_allow_loopback: bool = Field(
         default=False, description="Tests only: lets web tools reach 127.0.0.1."
     )
+    agent_config_url: str = Field(
+        default="http://127.0.0.1:8081", description="agent-config (MCP catalog, connections)."
+    )
+    mcp_allowed_networks: str = Field(
+        default="",
+        description="Comma separated CIDRs MCP servers may be on even when private or "
+        "loopback (the operator's allowlist; empty: public addresses only).",
+    )
+    mcp_allowed_hosts: str = Field(
+        default="",
+        description="Comma separated host names trusted whatever they resolve to.",
+    )
+    mcp_session_idle_s: float = Field(
+        default=120.0, gt=0, description="An unused MCP session of a turn is closed after this."
+    )
+    mcp_request_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="One request inside an MCP session (the call's "
+        "deadline still bounds the whole call).",
+    )
     tracing_exporter: TracingExporter = Field(
         default="none", description="SPEC E-23 worker spans: none, console (stdout) or otlp."
     )

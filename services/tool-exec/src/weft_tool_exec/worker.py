@@ -121,6 +121,7 @@ class ToolWorker:
             arguments=call.data.arguments,
             context=call.data.context,
             credential=call.credential,
+            call_id=call.data.call_id,
         )
         try:
             async with asyncio.timeout(remaining):

@@ -1,0 +1,103 @@
+"""MCP call overhead (SPEC T-19): a tool call through Weft's client path (the pinned
+client factory, the per-turn session pool, catalog resolution, argument validation and
+result mapping) against a direct SDK call on one open session to the same server.
+
+Both sides reuse their session across calls (Weft's pool does across a turn's calls), so
+the difference is Weft's own work per call. The catalog comes from an in-process fake of
+agent-config's route (ASGI, no socket), so its HTTP hop is counted but not a network.
+
+    .venv/bin/python bench/mcp_overhead.py [--calls 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from ipaddress import ip_network
+from typing import Any
+
+import httpx
+from benchlib import machine, save, summary
+from fastapi import FastAPI
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from weft_contracts import ToolContext
+from weft_contracts.mcp import McpCatalog, McpConnection, McpServerCatalog
+from weft_testkit import mcp_servers as kit
+from weft_tools.mcp_calls import McpCaller
+from weft_tools.mcp_client import list_server_tools, tool_def
+from weft_tools.mcp_directory import HttpMcpDirectory
+from weft_tools.mcp_http import pinned_client_factory
+from weft_tools.mcp_pool import McpSessionPool
+from weft_tools.mcp_tools import mcp_tools
+from weft_tools.registry import ToolInvocation, ToolRegistry
+from weft_tools.safe_http import AddressPolicy
+
+
+async def weft_path(url: str, calls: int) -> list[float]:
+    factory = pinned_client_factory(AddressPolicy(allowed_networks=(ip_network("127.0.0.0/8"),)))
+    conn = McpConnection(server_id="b1", server_name="bench", url=url, transport="streamable_http")
+    listed = await list_server_tools(conn, factory=factory, timeout_s=10, max_tools=50)
+    tools = [tool_def("b1", "bench", t, read_only=True, always_ask=False) for t in listed.tools]
+    catalog = McpCatalog(servers=[McpServerCatalog(id="b1", name="bench", tools=tools)])
+    app = FastAPI()
+    app.get("/internal/mcp/catalog")(lambda: catalog.model_dump(mode="json"))
+    app.get("/internal/mcp/servers/{sid}/connection")(lambda sid: conn.model_dump(mode="json"))
+    directory = HttpMcpDirectory("http://agent-config", transport=httpx.ASGITransport(app=app))
+    caller = McpCaller(directory, McpSessionPool(factory))
+    registry = ToolRegistry()
+    _, _, dynamic = mcp_tools(caller)
+    registry.add_dynamic(dynamic)
+    echo = next(t.name for t in tools if t.tool_name == "echo")
+    context = ToolContext(user_id="u", agent_id="a", mcp_server_ids=["b1"])
+    call = ToolInvocation(tenant_id="t", session_id="s", request_id="r", arguments={"text": "hi"},
+                          context=context)  # fmt: skip
+    samples: list[float] = []
+    for i in range(calls + 10):
+        started = time.perf_counter()
+        outcome = await registry.execute(echo, call)
+        if i >= 10:  # warm-up: the first call opens the session
+            samples.append((time.perf_counter() - started) * 1000)
+        assert outcome.success, outcome.error
+    await caller.pool.close()
+    return samples
+
+
+async def direct_path(url: str, calls: int) -> list[float]:
+    samples: list[float] = []
+    async with httpx.AsyncClient() as http, streamable_http_client(url, http_client=http) as (
+        read, write, _,
+    ), ClientSession(read, write) as session:  # fmt: skip
+        await session.initialize()
+        for i in range(calls + 10):
+            started = time.perf_counter()
+            result = await session.call_tool("echo", {"text": "hi"})
+            if i >= 10:
+                samples.append((time.perf_counter() - started) * 1000)
+            assert not result.isError
+    return samples
+
+
+async def main(calls: int) -> dict[str, Any]:
+    server = kit.start(kit.tools_server("bench"), "streamable_http")
+    try:
+        direct = await direct_path(server.url, calls)
+        weft = await weft_path(server.url, calls)
+    finally:
+        server.stop()
+    d, w = summary(direct), summary(weft)
+    return {
+        "machine": machine(),
+        "direct_sdk_ms": d,
+        "weft_ms": w,
+        "overhead_p50_ms": round((w["p50"] or 0) - (d["p50"] or 0), 1),
+        "overhead_p99_ms": round((w["p99"] or 0) - (d["p99"] or 0), 1),
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    result = asyncio.run(main(parser.parse_args().calls))
+    save("mcp_overhead", result)

@@ -1,0 +1,193 @@
+"""Running one MCP tool call for a turn (SPEC T-19, H-06): resolve the tool in the turn's
+catalog, validate the arguments against its schema, run it on the turn's pooled session,
+map the result; a 401 becomes an authorisation request the engine turns into a prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from mcp import ClientSession, McpError
+from mcp import types as mcp_types
+from mcp.types import CONNECTION_CLOSED
+from weft_contracts.mcp import (
+    AUTHORIZATION_KEY,
+    McpAuthorizationStart,
+    McpCatalog,
+    McpConnection,
+    McpServerCatalog,
+    McpToolDef,
+)
+from weft_contracts.tools import SHOWN_NAME_CHARS
+
+from weft_tools.mcp_client import McpAuthorizationNeeded, McpUnavailable
+from weft_tools.mcp_directory import McpDirectory, McpDirectoryError
+from weft_tools.mcp_pool import McpSessionPool, TurnKey
+from weft_tools.mcp_results import outcome_of
+from weft_tools.registry import ToolInvocation, ToolOutcome, truncate_output
+
+_BROKEN = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A tool of the turn's catalog, with its server."""
+
+    server: McpServerCatalog
+    tool: McpToolDef
+
+
+def turn_servers(call: ToolInvocation) -> list[str]:
+    """The MCP servers the turn's agent may use (none: MCP tools refuse)."""
+    return list(call.context.mcp_server_ids or [])
+
+
+class McpCaller:
+    """Catalog look-ups and calls for a turn; shared by ``discover_mcp_tools``,
+    ``call_mcp_tool`` and the dynamic ``mcp_*`` names."""
+
+    def __init__(
+        self, directory: McpDirectory, pool: McpSessionPool, *, request_timeout_s: float = 60.0
+    ):
+        self.directory = directory
+        self.pool = pool
+        self.request_timeout_s = request_timeout_s
+        """Each request inside a session; the worker's deadline bounds the whole call."""
+
+    async def catalog(self, call: ToolInvocation, *, refresh: bool = False) -> McpCatalog:
+        """The turn's servers as agent-config lists them, never one outside the turn's."""
+        wanted = turn_servers(call)
+        found = await self.directory.catalog(wanted, refresh=refresh, credential=call.credential)
+        allowed = set(wanted)
+        return McpCatalog(servers=[s for s in found.servers if s.id in allowed])
+
+    @staticmethod
+    def resolve(catalog: McpCatalog, ref: str) -> Resolved | str:
+        """The tool ``ref`` names (a dynamic name or ``<server_id>/<tool_name>``), or why
+        it cannot be called."""
+        server_id, _, tool_name = ref.partition("/")
+        for server in catalog.servers:
+            for tool in server.tools:
+                by_ref = tool_name and server.id == server_id and tool.tool_name == tool_name
+                if tool.name == ref or by_ref:
+                    if tool.problem:
+                        return f"MCP tool {ref[:SHOWN_NAME_CHARS]!r} is refused: {tool.problem}"
+                    return Resolved(server, tool)
+        return (
+            f"no MCP tool {ref[:SHOWN_NAME_CHARS]!r} among this agent's servers; "
+            "use discover_mcp_tools to list them"
+        )
+
+    async def call(
+        self, call: ToolInvocation, resolved: Resolved, arguments: dict[str, Any]
+    ) -> ToolOutcome:
+        """Run ``resolved`` with ``arguments`` on the turn's session with its server."""
+        problem = argument_problem(resolved.tool, arguments)
+        if problem:
+            return ToolOutcome(success=False, error=problem)
+        try:
+            outcome = await self._run(call, resolved, arguments)
+        except McpAuthorizationNeeded as needed:
+            return await self._authorization(call, resolved, needed)
+        except (McpUnavailable, McpDirectoryError) as exc:
+            return ToolOutcome(
+                success=False, error=f"MCP server {resolved.server.name} unavailable: {exc}"
+            )
+        if outcome.error:
+            limit = call.context.max_output_chars
+            outcome = ToolOutcome(
+                success=outcome.success, output=outcome.output,
+                error=truncate_output(outcome.error, limit), data=outcome.data,
+            )  # fmt: skip
+        return outcome
+
+    async def _run(
+        self, call: ToolInvocation, resolved: Resolved, arguments: dict[str, Any]
+    ) -> ToolOutcome:
+        turn = TurnKey(call.session_id, call.request_id)
+        server = resolved.server
+
+        async def connection() -> McpConnection:
+            return await self.directory.connection(server.id, credential=call.credential)
+
+        async def use(session: ClientSession) -> mcp_types.CallToolResult:
+            return await session.call_tool(resolved.tool.tool_name, arguments)
+
+        for attempt in (1, 2):  # a broken session is dropped and opened again once
+            broken = False
+            try:
+                result = await self.pool.run(
+                    turn, server.id, connection, use, timeout_s=self.request_timeout_s
+                )
+                return outcome_of(result)
+            except McpError as exc:
+                if exc.error.code != CONNECTION_CLOSED:
+                    return ToolOutcome(success=False, error=_mcp_error_text(server.name, exc))
+                broken = True
+            except _BROKEN:
+                broken = True
+            if broken:
+                cause = await self.pool.drop(turn, server.id)
+                if isinstance(cause, McpAuthorizationNeeded):
+                    raise cause from None
+                # The request may have reached the server: only a read is sent again.
+                if attempt == 2 or resolved.tool.risk != "read":
+                    return ToolOutcome(
+                        success=False,
+                        error=(
+                            f"MCP server {server.name} went away during the call; its "
+                            "outcome is unknown: check before retrying"
+                        ),
+                    )
+        raise AssertionError("unreachable")
+
+    async def _authorization(
+        self, call: ToolInvocation, resolved: Resolved, needed: McpAuthorizationNeeded
+    ) -> ToolOutcome:
+        start = McpAuthorizationStart(
+            www_authenticate=(needed.www_authenticate or "")[:4096] or None,
+            call_id=call.call_id or call.request_id,
+        )
+        name = resolved.server.name
+        try:
+            required = await self.directory.start_authorization(
+                resolved.server.id, start, credential=call.credential
+            )
+        except McpDirectoryError as exc:
+            return ToolOutcome(
+                success=False, error=f"MCP server {name} needs authorisation, which failed: {exc}"
+            )
+        return ToolOutcome(
+            success=False,
+            error=(
+                f"{name} needs your authorisation: the user is asked to authorise Weft "
+                "with this server; the call runs once they do."
+            ),
+            data={AUTHORIZATION_KEY: required.model_dump(mode="json")},
+        )
+
+
+def _mcp_error_text(server_name: str, exc: McpError) -> str:
+    message = exc.error.message[:500]
+    if "timed out" in message.lower():
+        return f"MCP server {server_name} timed out: {message}"
+    return f"MCP server {server_name} refused the call: {message}"
+
+
+def argument_problem(tool: McpToolDef, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit ``tool``'s schema (for the model), or None."""
+    try:
+        validator = Draft202012Validator(tool.parameters)
+        errors = sorted(validator.iter_errors(arguments), key=str)[:5]
+    except (SchemaError, RecursionError):
+        return f"MCP tool {tool.name} has a schema Weft cannot check; it cannot be called"
+    if not errors:
+        return None
+    detail = "; ".join(
+        f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message[:200]}" for e in errors
+    )
+    return f"invalid arguments for {tool.name}: {detail}"
