@@ -87,7 +87,7 @@ def publish(
     for tool in offered:
         if tool.name in {k.name for k in kept}:
             continue  # described again: the first definition stays for the turn
-        if len(kept) >= MAX_PUBLISHED or tool.server_id not in servers:
+        if len(kept) >= MAX_PUBLISHED or tool.server_id not in servers or tool.problem:
             log.warning("mcp_tool_not_published", tool=tool.name, server_id=tool.server_id)
             continue
         try:
