@@ -295,3 +295,24 @@ async def test_a_401_starts_an_authorisation_for_this_call(
     start = directory.authorizations[-1]
     assert start["call_id"] == "call-1" and "resource_metadata" in start["www_authenticate"]
     assert_no_secret(outcome)
+
+
+async def test_a_server_listed_only_after_authorisation_asks_for_it(
+    registry: ToolRegistry, directory: FakeDirectory
+) -> None:  # SPEC H-06: agent-config could not list its tools without the user's token
+    server, conn = directory.servers["srv-auth"]
+    directory.servers["srv-unlisted"] = (
+        server.model_copy(update={"id": "srv-unlisted", "tools": [],
+                                  "status": "authorization_required"}), conn,
+    )  # fmt: skip
+    for args in ({"mode": "describe", "server_id": "srv-unlisted", "tool_name": "echo"},
+                 {"mode": "list_tools", "server_id": "srv-unlisted"}):  # fmt: skip
+        outcome = await registry.execute("discover_mcp_tools", invocation(args, ["srv-unlisted"]))
+        assert not outcome.success and AUTHORIZATION_KEY in outcome.data, outcome
+    by_ref = invocation({"tool_ref": "srv-unlisted/echo", "arguments": {}}, ["srv-unlisted"])
+    outcome = await registry.execute("call_mcp_tool", by_ref)
+    assert AUTHORIZATION_KEY in outcome.data, outcome
+    other = invocation({"tool_ref": "srv-http/nope", "arguments": {}}, ["srv-http"])
+    refused = await registry.execute("call_mcp_tool", other)
+    assert AUTHORIZATION_KEY not in refused.data and "no MCP tool" in (refused.error or "")
+    del directory.servers["srv-unlisted"]

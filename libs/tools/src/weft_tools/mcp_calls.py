@@ -92,7 +92,7 @@ class McpCaller:
         try:
             outcome = await self._run(call, resolved, arguments)
         except McpAuthorizationNeeded as needed:
-            return await self._authorization(call, resolved, needed)
+            return await self.authorize(call, resolved.server, needed.www_authenticate)
         except (McpUnavailable, McpDirectoryError) as exc:
             return ToolOutcome(
                 success=False, error=f"MCP server {resolved.server.name} unavailable: {exc}"
@@ -145,17 +145,20 @@ class McpCaller:
                     )
         raise AssertionError("unreachable")
 
-    async def _authorization(
-        self, call: ToolInvocation, resolved: Resolved, needed: McpAuthorizationNeeded
+    async def authorize(
+        self, call: ToolInvocation, server: McpServerCatalog, www_authenticate: str | None = None
     ) -> ToolOutcome:
+        """SPEC H-06: ask agent-config to start the user's authorisation of ``server`` (it
+        answered 401, or agent-config could not list its tools without the user's token)
+        and answer "authorisation required" with what the engine prompts the user with."""
         start = McpAuthorizationStart(
-            www_authenticate=(needed.www_authenticate or "")[:4096] or None,
+            www_authenticate=(www_authenticate or "")[:4096] or None,
             call_id=call.call_id or call.request_id,
         )
-        name = resolved.server.name
+        name = server.name
         try:
             required = await self.directory.start_authorization(
-                resolved.server.id, start, credential=call.credential
+                server.id, start, credential=call.credential
             )
         except McpDirectoryError as exc:
             return ToolOutcome(

@@ -78,6 +78,10 @@ class DiscoverMcpToolsTool:
         match args.mode:
             case McpDiscoveryMode.LIST_SERVERS:
                 return ToolOutcome(success=True, output=dumps({"servers": _servers(catalog)}))
+            case McpDiscoveryMode.LIST_TOOLS | McpDiscoveryMode.DESCRIBE if waiting := _needs_user(
+                catalog, args.server_id
+            ):
+                return await self._caller.authorize(call, waiting)
             case McpDiscoveryMode.LIST_TOOLS:
                 return self._list_tools(catalog, args)
             case McpDiscoveryMode.SEARCH:
@@ -188,8 +192,21 @@ async def _call_ref(
         return ToolOutcome(success=False, error=f"MCP tool {ref[:64]!r}: {exc}")
     found: Resolved | str = McpCaller.resolve(catalog, ref)
     if isinstance(found, str):
+        waiting = _needs_user(catalog, ref.partition("/")[0] if "/" in ref else None)
+        if waiting is not None:  # its tools are listed once the user has authorised it
+            return await caller.authorize(call, waiting)
         return ToolOutcome(success=False, error=found)
     return await caller.call(call, found, arguments)
+
+
+def _needs_user(catalog: McpCatalog, server_id: str | None) -> McpServerCatalog | None:
+    """The named server of the turn when agent-config could not list its tools without
+    the user's authorisation (SPEC H-06)."""
+    return next(
+        (s for s in catalog.servers
+         if s.id == server_id and s.status == "authorization_required"),
+        None,
+    )  # fmt: skip
 
 
 def mcp_tools(caller: McpCaller) -> tuple[DiscoverMcpToolsTool, CallMcpToolTool, DynamicMcpTools]:
