@@ -1,0 +1,58 @@
+"""The re-encrypt step of a key rollover: every MCP secret column rewritten with the first
+key of ``WEFT_MCP_SECRET_KEYS`` (``MultiFernet.rotate``), batch by batch."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute
+from weft_storage.models_mcp import McpOAuthClient, McpOAuthState, McpServer, McpUserToken
+
+from weft_agent_config.mcp.secret_box import SecretBox
+
+BATCH = 200
+
+COLUMNS: tuple[InstrumentedAttribute[str | None] | InstrumentedAttribute[str], ...] = (
+    McpServer.headers_encrypted,
+    McpOAuthClient.client_secret_encrypted,
+    McpOAuthState.verifier_encrypted,
+    McpUserToken.tokens_encrypted,
+)
+"""Every encrypted column (a new one is added here)."""
+
+
+async def reencrypt_all(
+    sessions: async_sessionmaker[AsyncSession], box: SecretBox
+) -> dict[str, int]:
+    """Rotate every stored token; how many per ``table.column``. Idempotent: run it again
+    after an interruption. A token no key opens stops the run (UnreadableSecret)."""
+    counts: dict[str, int] = {}
+    for column in COLUMNS:
+        model = column.class_
+        key = f"{model.__tablename__}.{column.key}"
+        counts[key] = await _rotate_column(sessions, box, model, column)
+    return counts
+
+
+async def _rotate_column(
+    sessions: async_sessionmaker[AsyncSession], box: SecretBox, model: type, column: object
+) -> int:
+    done, offset = 0, 0
+    while True:
+        async with sessions.begin() as s:
+            stmt = (
+                select(model)
+                .where(column.isnot(None))  # type: ignore[attr-defined]
+                .order_by(*model.__table__.primary_key.columns)  # type: ignore[attr-defined]
+                .offset(offset)
+                .limit(BATCH)
+                .with_for_update()
+            )
+            rows = list(await s.scalars(stmt))
+            for row in rows:
+                current = getattr(row, column.key)  # type: ignore[attr-defined]
+                setattr(row, column.key, box.rotate(current))  # type: ignore[attr-defined]
+        done += len(rows)
+        offset += len(rows)
+        if len(rows) < BATCH:
+            return done
