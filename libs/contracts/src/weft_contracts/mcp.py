@@ -101,6 +101,12 @@ class McpToolDef(Payload):
     )
     always_ask: bool = Field(default=True, description="On unless the tenant turned it off.")
     hints: McpToolHints = Field(default_factory=McpToolHints)
+    problem: CleanText | None = Field(
+        default=None,
+        max_length=500,
+        description="Why Weft refuses the tool (bad name, huge/recursive/invalid schema): "
+        "listed with this reason, never published nor called.",
+    )
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry."""

@@ -7,7 +7,8 @@ that carries such an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Te
 :mod:`weft_tools.embedded_ipv4`). The connection then goes to the checked address itself
 (DNS pinning: the URL's host is replaced by the IP, ``Host`` and TLS SNI keep the name),
 so a second, rebinding DNS answer is never used. Loopback is allowed only through an
-explicit test setting.
+explicit test setting, or an operator's allowlist (:class:`AddressPolicy`:
+``allowed_networks``, ``allowed_hosts``), which MCP server registrations use.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import asyncio
 import functools
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv6Address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
@@ -55,10 +56,27 @@ class AddressPolicy:
 
     allow_loopback: bool = False
     """Tests only: lets the client reach a local test server on 127.0.0.1 / ::1."""
+    allowed_networks: tuple[IPv4Network | IPv6Network, ...] = ()
+    """The operator's allowlist: an address inside one of these passes even when it is
+    private or loopback (an MCP server on the operator's own network)."""
+    allowed_hosts: frozenset[str] = frozenset()
+    """Host names (lower case) that pass whatever they resolve to: the operator trusts
+    the name and its DNS, so a rebinding answer for such a name is not caught."""
+
+    def check_host(self, host: str, addresses: Iterable[str]) -> None:
+        """Raise :class:`BlockedAddress` unless ``host`` is allowlisted or every one of its
+        resolved ``addresses`` may be contacted (one bad answer blocks the host: no
+        round-robin luck)."""
+        if host.lower().rstrip(".") in self.allowed_hosts:
+            return
+        for address in addresses:
+            self.check(address)
 
     def check(self, address: str) -> None:
         """Raise :class:`BlockedAddress` unless ``address`` may be contacted."""
         ip = parse_address(address)
+        if self._allowlisted(ip):
+            return
         if isinstance(ip, IPv6Address):
             try:
                 carried = embedded_ipv4(ip)
@@ -72,8 +90,13 @@ class AddressPolicy:
                 return
         self._check_one(ip, outer=None)
 
+    def _allowlisted(self, ip: IPv4Address | IPv6Address) -> bool:
+        return any(ip.version == net.version and ip in net for net in self.allowed_networks)
+
     def _check_one(self, ip: IPv4Address | IPv6Address, *, outer: IPv6Address | None) -> None:
         if ip.is_loopback and self.allow_loopback:
+            return
+        if self._allowlisted(ip):
             return
         if not ip.is_global or ip.is_multicast:
             shown = f"{outer} (carrying {ip})" if outer is not None else str(ip)
@@ -136,8 +159,7 @@ class SafeHttpClient:
         addresses = await self._resolve(host, port)
         if not addresses:
             raise BlockedAddress(f"{host} does not resolve")
-        for address in addresses:  # one bad answer blocks the host: no round-robin luck
-            self._policy.check(address)
+        self._policy.check_host(host, addresses)
         pinned = addresses[0]
         netloc = f"[{pinned}]" if ":" in pinned else pinned
         target = urlunsplit((parts.scheme, f"{netloc}:{port}", parts.path or "/", parts.query, ""))
