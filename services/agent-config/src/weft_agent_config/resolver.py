@@ -307,7 +307,7 @@ class AgentResolver:
         if self._mcp is None or mode == "none" or (shared and mode == "all"):
             return []
         if mode == "all":
-            rows = await self._mcp.list(tenant_id, enabled_only=True)
+            rows = await self._mcp.list_servers(tenant_id, enabled_only=True)
         else:
             found = {r.id: r for r in await self._mcp.by_ids(agent.mcp_services)}
             rows = [found[sid] for sid in dict.fromkeys(agent.mcp_services) if sid in found]

@@ -54,7 +54,7 @@ def servers_router(svc: McpService) -> APIRouter:
 
     @router.get("")
     async def list_servers(tenant_id: Tenant, user_id: User = "") -> list[ServerView]:
-        return [await svc.view(s) for s in await svc.store.list(tenant_id)]
+        return [await svc.view(s) for s in await svc.store.list_servers(tenant_id)]
 
     @router.post("", status_code=201)
     async def register(tenant_id: Tenant, body: ServerCreate, user_id: User = "") -> ServerView:

@@ -3,6 +3,8 @@ key of ``WEFT_MCP_SECRET_KEYS`` (``MultiFernet.rotate``), batch by batch."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import InstrumentedAttribute
@@ -12,7 +14,7 @@ from weft_agent_config.mcp.secret_box import SecretBox
 
 BATCH = 200
 
-COLUMNS: tuple[InstrumentedAttribute[str | None] | InstrumentedAttribute[str], ...] = (
+COLUMNS: tuple[InstrumentedAttribute[Any], ...] = (
     McpServer.headers_encrypted,
     McpOAuthClient.client_secret_encrypted,
     McpOAuthState.verifier_encrypted,
@@ -35,23 +37,25 @@ async def reencrypt_all(
 
 
 async def _rotate_column(
-    sessions: async_sessionmaker[AsyncSession], box: SecretBox, model: type, column: object
+    sessions: async_sessionmaker[AsyncSession],
+    box: SecretBox,
+    model: Any,
+    column: InstrumentedAttribute[Any],
 ) -> int:
     done, offset = 0, 0
     while True:
         async with sessions.begin() as s:
-            stmt = (
+            stmt: Any = (
                 select(model)
-                .where(column.isnot(None))  # type: ignore[attr-defined]
-                .order_by(*model.__table__.primary_key.columns)  # type: ignore[attr-defined]
+                .where(column.isnot(None))
+                .order_by(*model.__table__.primary_key.columns)
                 .offset(offset)
                 .limit(BATCH)
                 .with_for_update()
             )
             rows = list(await s.scalars(stmt))
             for row in rows:
-                current = getattr(row, column.key)  # type: ignore[attr-defined]
-                setattr(row, column.key, box.rotate(current))  # type: ignore[attr-defined]
+                setattr(row, column.key, box.rotate(getattr(row, column.key)))
         done += len(rows)
         offset += len(rows)
         if len(rows) < BATCH:

@@ -126,7 +126,7 @@ class McpService:
         token = await self.oauth.access_token(server, tenant_id, user_id)
         return McpConnection(
             server_id=server.id, server_name=server.name, url=server.url,
-            transport=server.transport,  # type: ignore[arg-type]
+            transport=server.transport,
             headers=headers, access_token=token, timeout_s=self._conn_timeout,
         )  # fmt: skip
 
@@ -135,9 +135,9 @@ def server_view(server: McpServer, tools_count: int) -> ServerView:
     """A registration without its secrets."""
     return ServerView(
         id=server.id, name=server.name, description=server.description, url=server.url,
-        transport=server.transport,  # type: ignore[arg-type]
+        transport=server.transport,
         header_names=list(server.header_names or []), enabled=server.enabled,
-        status=server.status,  # type: ignore[arg-type]
+        status=server.status,
         last_error=server.last_error, checked_at=server.checked_at,
         tools_refreshed_at=server.tools_refreshed_at, tools_count=tools_count,
         tools_dropped=server.tools_dropped, created_at=server.created_at,
@@ -171,7 +171,7 @@ def catalog_entry(server: McpServer, tools: list[McpServerTool]) -> McpServerCat
     """One server of the catalog."""
     return McpServerCatalog(
         id=server.id, name=server.name, description=server.description,
-        status=server.status,  # type: ignore[arg-type]
+        status=server.status,
         error=server.last_error, tools=[tool_definition(server, t) for t in tools],
         refreshed_at=server.tools_refreshed_at,
     )  # fmt: skip

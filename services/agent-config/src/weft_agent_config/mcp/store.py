@@ -90,7 +90,7 @@ class McpStore:
             rows = await s.scalars(select(McpServer).where(McpServer.id.in_(list(server_ids))))
             return list(rows)
 
-    async def list(self, tenant_id: str, *, enabled_only: bool = False) -> list[McpServer]:
+    async def list_servers(self, tenant_id: str, *, enabled_only: bool = False) -> list[McpServer]:
         """The tenant's servers, oldest first."""
         stmt = select(McpServer).where(McpServer.tenant_id == tenant_id)
         if enabled_only:
