@@ -13,7 +13,10 @@ from weft_agent_config.app import AgentConfigSettings, create_app
 def main() -> None:
     """Run the service, or the command named in ``argv``."""
     if sys.argv[1:] == ["reencrypt-mcp"]:
-        print(json.dumps(asyncio.run(reencrypt())))
+        counts = asyncio.run(reencrypt())
+        print(json.dumps(counts))
+        if counts.get("unreadable"):
+            sys.exit("some MCP secrets open with none of the configured keys: keep their key")
         return
     if sys.argv[1:]:
         sys.exit("usage: python -m weft_agent_config [reencrypt-mcp]")

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import InstrumentedAttribute
 from weft_storage.models_mcp import McpOAuthClient, McpOAuthState, McpServer, McpUserToken
 
-from weft_agent_config.mcp.secret_box import SecretBox
+from weft_agent_config.mcp.secret_box import SecretBox, UnreadableSecret
 
 BATCH = 200
 
@@ -23,16 +23,23 @@ COLUMNS: tuple[InstrumentedAttribute[Any], ...] = (
 """Every encrypted column (a new one is added here)."""
 
 
+UNREADABLE = "unreadable"
+"""Key of the report: tokens no configured key opens (left as they are). Not 0: do not
+drop a key yet, the secrets under it would be lost."""
+
+
 async def reencrypt_all(
     sessions: async_sessionmaker[AsyncSession], box: SecretBox
 ) -> dict[str, int]:
-    """Rotate every stored token; how many per ``table.column``. Idempotent: run it again
-    after an interruption. A token no key opens stops the run (UnreadableSecret)."""
-    counts: dict[str, int] = {}
+    """Rotate every stored token; how many per ``table.column``, and how many no key
+    opens (``unreadable``: left untouched, reported rather than stopping halfway).
+    Idempotent: run it again after an interruption."""
+    counts: dict[str, int] = {UNREADABLE: 0}
     for column in COLUMNS:
         model = column.class_
         key = f"{model.__tablename__}.{column.key}"
-        counts[key] = await _rotate_column(sessions, box, model, column)
+        counts[key], unreadable = await _rotate_column(sessions, box, model, column)
+        counts[UNREADABLE] += unreadable
     return counts
 
 
@@ -41,8 +48,8 @@ async def _rotate_column(
     box: SecretBox,
     model: Any,
     column: InstrumentedAttribute[Any],
-) -> int:
-    done, offset = 0, 0
+) -> tuple[int, int]:
+    done, unreadable, offset = 0, 0, 0
     while True:
         async with sessions.begin() as s:
             stmt: Any = (
@@ -55,8 +62,11 @@ async def _rotate_column(
             )
             rows = list(await s.scalars(stmt))
             for row in rows:
-                setattr(row, column.key, box.rotate(getattr(row, column.key)))
-        done += len(rows)
+                try:
+                    setattr(row, column.key, box.rotate(getattr(row, column.key)))
+                    done += 1
+                except UnreadableSecret:
+                    unreadable += 1
         offset += len(rows)
         if len(rows) < BATCH:
-            return done
+            return done, unreadable
