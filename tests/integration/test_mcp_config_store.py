@@ -4,6 +4,7 @@ key rollover's re-encrypt step (function and CLI), the operator allowlist, tenan
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import os
@@ -43,10 +44,19 @@ async def add_server(
     store: McpStore, tenant: str, name: str, *, enabled: bool = True, headers: str | None = None
 ) -> McpServer:
     row = McpServer(
-        id=new_server_id(), tenant_id=tenant, name=name, description="", url="https://x.example",
-        transport="streamable_http", headers_encrypted=headers, header_names=[],
-        enabled=enabled, status="unknown", tools_dropped=0, created_by="u",
-    )  # fmt: skip
+        id=new_server_id(),
+        tenant_id=tenant,
+        name=name,
+        description="",
+        url="https://x.example",
+        transport="streamable_http",
+        headers_encrypted=headers,
+        header_names=[],
+        enabled=enabled,
+        status="unknown",
+        tools_dropped=0,
+        created_by="u",
+    )
     return await store.insert(row, max_servers=20)
 
 
@@ -59,8 +69,9 @@ async def test_selection_modes_own_and_shared(sessions: Sessions) -> None:
     resolver = AgentResolver(agents, BuiltinAgents.load(), "m", sharing=sharing, mcp=mcp)
 
     async def servers(tenant: str, **fields: object) -> tuple[list[str], float]:
-        agent = await agents.create(owner, "u", AgentDefinition.model_validate(
-            {"name": "a", "model": "m", **fields}))  # fmt: skip
+        agent = await agents.create(
+            owner, "u", AgentDefinition.model_validate({"name": "a", "model": "m", **fields})
+        )
         org = await sharing.create_organisation("o")
         await sharing.set_member(org, owner, "editor")
         await sharing.set_member(org, recipient, "viewer")
@@ -87,8 +98,13 @@ async def test_tool_flags_survive_a_refresh_and_a_tool_that_comes_back(sessions:
     server = await add_server(mcp, tid("t"), "flags")
 
     def tool(name: str) -> StoredTool:
-        return StoredTool(tool_name=name, description=name, input_schema={"type": "object"},
-                          hints={"read_only_hint": True}, problem=None)  # fmt: skip
+        return StoredTool(
+            tool_name=name,
+            description=name,
+            input_schema={"type": "object"},
+            hints={"read_only_hint": True},
+            problem=None,
+        )
 
     await mcp.record_check(server, "ok", None, [tool("a"), tool("b")])
     await mcp.set_tool_flags(
@@ -124,8 +140,14 @@ async def _rotation(sessions: Sessions, migrated: str) -> None:
     mcp = McpStore(sessions)
     sealed = SecretBox.from_setting(old).seal_json({"X-K": "v"})
     server = await add_server(mcp, tid("t"), "rot", headers=sealed)
-    lost = await add_server(mcp, tid("t"), "lost", headers=SecretBox.from_setting(
-        Fernet.generate_key().decode()).seal("under a key nobody has"))  # fmt: skip
+    lost = await add_server(
+        mcp,
+        tid("t"),
+        "lost",
+        headers=SecretBox.from_setting(Fernet.generate_key().decode()).seal(
+            "under a key nobody has"
+        ),
+    )
     counts = await reencrypt_all(sessions, SecretBox.from_setting(f"{new},{old}"))
     assert counts["mcp_servers.headers_encrypted"] == 1 and counts["unreadable"] == 1
     await mcp.delete(lost.tenant_id, lost.id)
@@ -138,8 +160,15 @@ async def _rotation(sessions: Sessions, migrated: str) -> None:
         SecretBox.from_setting(old).open(stored)
     # The CLI does the same (again: idempotent), with the keys of its environment.
     env = {**os.environ, "WEFT_DATABASE_URL": migrated, "WEFT_MCP_SECRET_KEYS": f"{old},{new}"}
-    done = subprocess.run([sys.executable, "-m", "weft_agent_config", "reencrypt-mcp"],
-                          env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "weft_agent_config", "reencrypt-mcp"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["mcp_servers.headers_encrypted"] == 1
     async with sessions() as s:
@@ -162,12 +191,17 @@ async def test_a_tenant_purge_removes_every_mcp_row(sessions: Sessions) -> None:
     tenant = tid("purge")
     mcp = McpStore(sessions)
     server = await add_server(mcp, tenant, "p")
-    await mcp.record_check(server, "ok", None, [StoredTool(
-        tool_name="t", description="", input_schema={}, hints={}, problem=None)])  # fmt: skip
+    await mcp.record_check(
+        server,
+        "ok",
+        None,
+        [StoredTool(tool_name="t", description="", input_schema={}, hints={}, problem=None)],
+    )
     await delete_rows(sessions, Scope(tenant))
     left = await count_rows(sessions, Scope(tenant))
     assert all(left.get(t, 0) == 0 for t in ("mcp_servers", "mcp_server_tools"))
     async with sessions() as s:
-        rows = await s.execute(text("SELECT count(*) FROM mcp_server_tools WHERE server_id = :s"),
-                               {"s": server.id})  # fmt: skip
+        rows = await s.execute(
+            text("SELECT count(*) FROM mcp_server_tools WHERE server_id = :s"), {"s": server.id}
+        )
         assert rows.scalar_one() == 0

@@ -30,7 +30,6 @@ from weft_testkit.mcp_servers import (
 
 from tests.stack_fixtures import ApiKeys, KeyedClient
 
-
 SERVERS = "/api/v1/mcp/servers"
 
 
@@ -213,14 +212,19 @@ async def test_names_are_unique_per_tenant_only(
 
 def turn_headers(stack: LocalStack, tenant_id: str, user: str = "dev") -> dict[str, str]:
     token = stack.credentials.gateway.request(
-        tenant_id=tenant_id, user_id=user, session_id=f"s-{secrets.token_hex(4)}",
-        request_id=f"r-{secrets.token_hex(4)}", audience=["agent-config", "tool-exec"],
+        tenant_id=tenant_id,
+        user_id=user,
+        session_id=f"s-{secrets.token_hex(4)}",
+        request_id=f"r-{secrets.token_hex(4)}",
+        audience=["agent-config", "tool-exec"],
         ttl_s=300,
-    )  # fmt: skip
+    )
     return {"Authorization": f"Bearer {token}"}
 
 
-def callback_headers(stack: LocalStack, scope: str = "agent-config:mcp-oauth-callback") -> dict:
+def callback_headers(
+    stack: LocalStack, scope: str = "agent-config:mcp-oauth-callback"
+) -> dict[str, str]:
     return {"Authorization": f"Bearer {stack.credentials.gateway.service('agent-config', [scope])}"}
 
 
@@ -232,22 +236,26 @@ async def test_internal_routes_refuse_another_tenant_and_the_wrong_audience(
     sid = (await register(owner.http, mcp_server.url, headers={"X-K": "v1"})).json()["id"]
     base = stack.url("agent_config")
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-        own = await http.get(f"/internal/mcp/servers/{sid}/connection",
-                             headers=turn_headers(stack, owner_id))  # fmt: skip
+        own = await http.get(
+            f"/internal/mcp/servers/{sid}/connection", headers=turn_headers(stack, owner_id)
+        )
         assert own.status_code == 200 and own.json()["headers"] == {"X-K": "v1"}
         other = turn_headers(stack, f"t-{secrets.token_hex(4)}")
         stolen = await http.get(f"/internal/mcp/servers/{sid}/connection", headers=other)
         assert stolen.status_code == 404 and "v1" not in stolen.text
         catalog = await http.get("/internal/mcp/catalog", params={"server_id": sid}, headers=other)
         assert catalog.status_code == 200 and catalog.json()["servers"] == []
-        auth = await http.post(f"/internal/mcp/servers/{sid}/authorization",
-                               json={"call_id": "c1"}, headers=other)  # fmt: skip
+        auth = await http.post(
+            f"/internal/mcp/servers/{sid}/authorization", json={"call_id": "c1"}, headers=other
+        )
         assert auth.status_code == 404
         wrong_audience = stack.credentials.gateway.request(
             tenant_id=owner_id, user_id="dev", audience=["memory"], ttl_s=300
         )
-        resp = await http.get(f"/internal/mcp/servers/{sid}/connection",
-                              headers={"Authorization": f"Bearer {wrong_audience}"})  # fmt: skip
+        resp = await http.get(
+            f"/internal/mcp/servers/{sid}/connection",
+            headers={"Authorization": f"Bearer {wrong_audience}"},
+        )
         assert resp.status_code == 401
         resp = await http.get(f"/internal/mcp/servers/{sid}/connection")
         assert resp.status_code == 401
@@ -278,42 +286,67 @@ async def test_oauth_state_is_single_use_bound_to_its_user_and_not_forgeable(
         )
         assert start_auth.status_code == 200, start_auth.text
         code, state = await authorize_in_browser(start_auth.json()["authorization_url"])
-        forged = await http.post("/internal/mcp/oauth/callback", headers=callback_headers(stack),
-                                 json={"state": secrets.token_urlsafe(32), "code": code})  # fmt: skip
+        forged = await http.post(
+            "/internal/mcp/oauth/callback",
+            headers=callback_headers(stack),
+            json={"state": secrets.token_urlsafe(32), "code": code},
+        )
         assert forged.status_code == 400 and "unknown" in forged.text
-        as_user = await http.post("/internal/mcp/oauth/callback", headers=alice,
-                                  json={"state": state, "code": code})  # fmt: skip
+        as_user = await http.post(
+            "/internal/mcp/oauth/callback", headers=alice, json={"state": state, "code": code}
+        )
         assert as_user.status_code in (401, 403)
         wrong_scope = callback_headers(stack, "agent-config:suggestion-settings")
-        resp = await http.post("/internal/mcp/oauth/callback", headers=wrong_scope,
-                               json={"state": state, "code": code})  # fmt: skip
+        resp = await http.post(
+            "/internal/mcp/oauth/callback", headers=wrong_scope, json={"state": state, "code": code}
+        )
         assert resp.status_code == 403
-        done = await http.post("/internal/mcp/oauth/callback", headers=callback_headers(stack),
-                               json={"state": state, "code": code})  # fmt: skip
+        done = await http.post(
+            "/internal/mcp/oauth/callback",
+            headers=callback_headers(stack),
+            json={"state": state, "code": code},
+        )
         assert done.status_code == 200, done.text
         assert done.json()["outcome"] == "authorized"
         assert (done.json()["user_id"], done.json()["call_id"]) == ("alice", "call-1")
-        replay = await http.post("/internal/mcp/oauth/callback", headers=callback_headers(stack),
-                                 json={"state": state, "code": code})  # fmt: skip
+        replay = await http.post(
+            "/internal/mcp/oauth/callback",
+            headers=callback_headers(stack),
+            json={"state": state, "code": code},
+        )
         assert replay.status_code == 400 and "already used" in replay.text
         mine = await http.get(f"/internal/mcp/servers/{sid}/connection", headers=alice)
         assert mine.json()["access_token"]
         bob = turn_headers(stack, tenant_id, "bob")
         theirs = await http.get(f"/internal/mcp/servers/{sid}/connection", headers=bob)
         assert theirs.status_code == 200 and theirs.json()["access_token"] is None
-        catalog = await http.get("/internal/mcp/catalog", headers=alice,
-                                 params={"server_id": sid, "refresh": "true"})  # fmt: skip
+        catalog = await http.get(
+            "/internal/mcp/catalog", headers=alice, params={"server_id": sid, "refresh": "true"}
+        )
         listed = catalog.json()["servers"][0]
         assert listed["status"] == "ok" and {t["tool_name"] for t in listed["tools"]} >= {"echo"}
     engine = create_async_engine(infra["WEFT_DATABASE_URL"])
     try:
         async with engine.connect() as conn:
-            states = (await conn.execute(
-                text("SELECT state_hash, verifier_encrypted FROM mcp_oauth_states "
-                     "WHERE server_id = :s"), {"s": sid})).all()  # fmt: skip
-            tokens = (await conn.execute(
-                text("SELECT tokens_encrypted FROM mcp_user_tokens WHERE server_id = :s"),
-                {"s": sid})).scalars().all()  # fmt: skip
+            states = (
+                await conn.execute(
+                    text(
+                        "SELECT state_hash, verifier_encrypted FROM mcp_oauth_states "
+                        "WHERE server_id = :s"
+                    ),
+                    {"s": sid},
+                )
+            ).all()
+            tokens = (
+                (
+                    await conn.execute(
+                        text("SELECT tokens_encrypted FROM mcp_user_tokens WHERE server_id = :s"),
+                        {"s": sid},
+                    )
+                )
+                .scalars()
+                .all()
+            )
     finally:
         await engine.dispose()
     assert [s for s, _ in states] != [state] and state not in str(states)
