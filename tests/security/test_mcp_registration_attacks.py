@@ -223,7 +223,7 @@ def turn_headers(stack: LocalStack, tenant_id: str, user: str = "dev") -> dict[s
 
 
 def callback_headers(
-    stack: LocalStack, scope: str = "agent-config:mcp-oauth-callback"
+    stack: LocalStack, scope: str = "mcp:oauth-callback"
 ) -> dict[str, str]:
     return {"Authorization": f"Bearer {stack.credentials.gateway.service('agent-config', [scope])}"}
 

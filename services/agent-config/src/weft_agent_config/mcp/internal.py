@@ -25,7 +25,9 @@ from weft_agent_config.mcp.reencrypt import reencrypt_all
 from weft_agent_config.mcp.service import McpService
 
 CALLBACK_PATH = "/internal/mcp/oauth/callback"
-CALLBACK_ROUTE = SystemRoute("agent-config:mcp-oauth-callback", frozenset({"gateway"}))
+CALLBACK_SCOPE = "mcp:oauth-callback"
+"""The scope of the gateway's service credential here (weft_gateway.mcp_oauth)."""
+CALLBACK_ROUTE = SystemRoute(CALLBACK_SCOPE, frozenset({"gateway"}))
 REENCRYPT_PATH = "/internal/mcp/reencrypt"
 REENCRYPT_ROUTE = SystemRoute("agent-config:mcp-reencrypt", frozenset({"operator"}))
 SYSTEM_ROUTES = {CALLBACK_PATH: CALLBACK_ROUTE, REENCRYPT_PATH: REENCRYPT_ROUTE}
