@@ -46,9 +46,16 @@ from weft_contracts import (
 from weft_contracts.text import clean_json
 from weft_llm import LLMResponse, ToolCallRequest
 from weft_platform.bus import EventBus
-from weft_tools.specs import SANDBOX_TOOLS, offered_tools, spec_by_name
+from weft_tools.specs import SANDBOX_TOOLS, spec_by_name
 
-from weft_engine.approvals import ApprovalGate, Settled, Suspensions, ask_uncertain
+from weft_engine.approvals import (
+    ApprovalGate,
+    Settled,
+    Suspensions,
+    ask_authorization,
+    ask_uncertain,
+    authorization_needed,
+)
 from weft_engine.emitter import EventEmitter
 from weft_engine.leases import AckedDispatch, TurnLeases
 from weft_engine.masking import masked_arguments, prepare_masking
@@ -59,6 +66,7 @@ from weft_engine.prompt import display_hint
 from weft_engine.reporting import ResultReporter
 from weft_engine.state import CallApproval, PendingCall, StaleTurnState, TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
+from weft_engine.turn_tools import offered_names
 
 log = structlog.get_logger(__name__)
 
@@ -119,7 +127,7 @@ def plan_calls(
     """Pending calls in the model's order and the errors known before dispatch: a tool
     outside the turn's tool set (SPEC A-08; such a call never leaves the engine, whatever
     the model was talked into) or arguments that are not an object (SPEC E-16)."""
-    offered = offered_tools(state.agent.allowed_tools)
+    offered = offered_names(state.agent, state.mcp_tools)
     pending: list[PendingCall] = []
     errors: dict[str, str] = {}
     taken = turn_call_ids(state)
@@ -174,7 +182,8 @@ def dispatch_messages(
         max_output_chars=state.agent.tool_output_max_chars,
         retrieval_tenant_id=state.agent.retrieval_tenant_id,
         key_knowledge_base_ids=state.agent.key_knowledge_base_ids,
-        allowed_tools=offered_tools(state.agent.allowed_tools),  # the workers check it too
+        allowed_tools=offered_names(state.agent, state.mcp_tools),  # the workers check it too
+        mcp_server_ids=[server.id for server in state.agent.mcp_servers],
         allowed_skills=[skill.name for skill in state.agent.skills],
     )
     updated: list[PendingCall] = []
@@ -449,15 +458,40 @@ class ToolRound:
         after a crash): a person decides whether it runs again, instead of the model
         reading "outcome unknown". The turn waiting, or None when the result is for
         nothing this handles (then it is recorded as any result)."""
+        return await self._ask_instead(
+            result, lambda state, call: ask_uncertain(state, [call], time.time()), writes=True
+        )
+
+    async def ask_authorization_result(self, result: ToolCallCompleted) -> TurnState | None:
+        """SPEC H-06: an MCP server wants the user's authorisation before the call runs:
+        the user is asked (the prompt carries the authorisation URL) instead of the model
+        reading the failure. The turn waiting, or None when the result is not that."""
+        needed = authorization_needed(result.data)
+        if needed is None:
+            return None
+        return await self._ask_instead(
+            result, lambda state, call: ask_authorization(state, call, needed, time.time())
+        )
+
+    async def _ask_instead(
+        self,
+        result: ToolCallCompleted,
+        ask: Callable[[TurnState, PendingCall], tuple[TurnState, list[ToolApprovalRequiredData]]],
+        *,
+        writes: bool = False,
+    ) -> TurnState | None:
+        """Ask a person about ``result``'s call (``ask``) instead of recording the result."""
         for _ in range(5):
             state = await self._store.load(result.request_id)
             call = None if state is None else state.call_sent_as(result.data.call_id)
-            if state is None or call is None or call.read_only or call.call_id in state.results:
+            if state is None or call is None or call.call_id in state.results:
+                return None
+            if writes and call.read_only:
                 return None
             asked = state.approvals.get(call.call_id)
             if asked is not None and asked.status == "waiting":
                 return state  # a redelivered result: asked already
-            state, prompts = ask_uncertain(state, [call], time.time())
+            state, prompts = ask(state, call)
             try:
                 saved, staged = await self._reporter.save_reporting(
                     state, [], before=_calls(_RoundNews([], [], prompts))

@@ -177,6 +177,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         cancel_channel=cancel_channel, ttl_s=ttl, images=images,
         turn_deadline_s=s.turn_deadline_s, cap=cap, desk=desk, keep=suspensions.keep,
         uncertain=loop.tool_round.ask_uncertain_result,
+        authorize=loop.tool_round.ask_authorization_result,
     )  # fmt: skip
 
     def events_credential() -> str:

@@ -30,16 +30,18 @@ import json
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
 from ulid import ULID
 from weft_contracts import (
+    AUTHORIZATION_KEY,
     OUTCOME_UNKNOWN,
     ApprovalDecided,
     Grant,
+    McpAuthorizationRequired,
     RiskClass,
     ToolApprovalRequiredData,
     ToolApprovalResolvedData,
@@ -50,11 +52,12 @@ from weft_contracts import (
 )
 from weft_platform.credentials import RECORDS, CredentialRejected, CredentialVerifier
 from weft_platform.record_credentials import record_scope
-from weft_tools.specs import always_asks, argument_problems, risk_of
+from weft_tools.specs import argument_problems
 
 from weft_engine.masking import masked_arguments
 from weft_engine.state import CallApproval, PendingCall, StaleTurnState, TurnState, TurnStore
 from weft_engine.trails import TurnTrails
+from weft_engine.turn_tools import marks as call_marks
 
 log = structlog.get_logger(__name__)
 
@@ -79,6 +82,14 @@ UNCERTAIN = (
     "Check its effect before running it again."
 )
 SKIPPED = OUTCOME_UNKNOWN + "; it was not run again ({why})."
+AUTHORIZE = (
+    "{tool} needs your authorisation to use {server}: open the link to sign in there; the "
+    "call runs once you have."
+)
+NOT_AUTHORIZED = (
+    "{tool} was not run: {server} was not authorised by the user ({why}). Go on without it, "
+    "or tell the user it needs their authorisation."
+)
 INVALID_EDIT = "{tool} was not run: the arguments approved for it are not valid: {error}"
 
 ASK_REASONS = {
@@ -125,8 +136,8 @@ class ApprovalGate:
         level = policy.access_level
         calls = [c for c in pending if c.call_id not in errors]
         marks = {
-            c.call_id: (risk_of(c.tool_name), c.tool_name in policy.always_ask
-                        or always_asks(c.tool_name))
+            c.call_id: astuple(call_marks(c.tool_name, c.arguments, state.mcp_tools,
+                                          policy.always_ask))
             for c in calls
         }  # fmt: skip
         plain = {
@@ -186,6 +197,7 @@ def _prompt(
     risk: RiskClass,
     always: bool,
     reason: str,
+    authorization_url: str | None = None,
 ) -> ToolApprovalRequiredData:
     policy = state.agent.approval
     return ToolApprovalRequiredData(
@@ -206,6 +218,7 @@ def _prompt(
         on_timeout=policy.on_timeout,
         approver_group=policy.approver_group,
         escalation_timeout_s=policy.escalation_timeout_s,
+        authorization_url=authorization_url,
     )
 
 
@@ -226,10 +239,8 @@ def ask_uncertain(
         )  # fmt: skip
         approvals[call.call_id] = approval
         reason = UNCERTAIN.format(tool=call.tool_name)
-        prompts.append(
-            _prompt(state, call, approval, risk=risk_of(call.tool_name), always=False,
-                    reason=reason)
-        )  # fmt: skip
+        risk = call_marks(call.tool_name, call.arguments, state.mcp_tools, ()).risk
+        prompts.append(_prompt(state, call, approval, risk=risk, always=False, reason=reason))
     asked = {c.call_id for c in calls}
     pending = [  # nothing waits for a worker any more: only for the person
         c.model_copy(update={"deadline": 0.0}) if c.call_id in asked else c for c in state.pending
@@ -237,6 +248,50 @@ def ask_uncertain(
     since = state.person_wait_since or now
     update = {"approvals": approvals, "pending": pending, "person_wait_since": since}
     return state.model_copy(update=update), prompts
+
+
+def ask_authorization(
+    state: TurnState, call: PendingCall, needed: McpAuthorizationRequired, now: float
+) -> tuple[TurnState, list[ToolApprovalRequiredData]]:
+    """SPEC H-06: the MCP server the call reached wants the user's OAuth consent. The call
+    waits for it like an approval (its prompt carries the authorisation URL), for the
+    agent's ``mcp_auth_wait_s``; once the gateway hears the authorisation completed it
+    approves the prompt and the call is sent again (``settle``)."""
+    wait = state.agent.mcp_auth_wait_s
+    approval = CallApproval(
+        prompt_id=str(ULID()),
+        kind="mcp_authorization",
+        asked_at=now,
+        expires_at=now + wait,
+        server_name=needed.server_name,
+    )
+    reason = AUTHORIZE.format(server=needed.server_name, tool=call.tool_name)
+    risk = call_marks(call.tool_name, call.arguments, state.mcp_tools, ()).risk
+    prompt = _prompt(state, call, approval, risk=risk, always=False, reason=reason,
+                     authorization_url=needed.authorization_url)  # fmt: skip
+    prompt = prompt.model_copy(update={"timeout_s": wait, "on_timeout": "deny"})
+    pending = [
+        c.model_copy(update={"deadline": 0.0}) if c.call_id == call.call_id else c
+        for c in state.pending
+    ]  # nothing waits for a worker: only for the user
+    update = {
+        "approvals": {**state.approvals, call.call_id: approval},
+        "pending": pending,
+        "person_wait_since": state.person_wait_since or now,
+    }
+    return state.model_copy(update=update), [prompt]
+
+
+def authorization_needed(data: ToolCallCompletedData) -> McpAuthorizationRequired | None:
+    """The authorisation a failed MCP call asks for, if that is why it failed."""
+    raw = None if data.success else data.data.get(AUTHORIZATION_KEY)
+    if raw is None:
+        return None
+    try:
+        return McpAuthorizationRequired.model_validate(raw)
+    except ValueError:
+        log.warning("mcp_authorization_invalid", call_id=data.call_id)
+        return None
 
 
 def _utc(epoch: float) -> datetime:
@@ -272,8 +327,12 @@ def settle(state: TurnState, decided: ApprovalDecided, now: float) -> Settled:
     result: ToolCallCompletedData | None = None
     edited = False
     pending = state.pending
-    if data.decision == "approve" and approval.kind == "uncertain_outcome":
-        again = f"{call.call_id}~again.{approval.prompt_id[-8:].lower()}"
+    if data.decision == "approve" and approval.kind != "approval":
+        # Run again under a new id: after an unknown outcome (H-05) a worker would take
+        # the old id for a redelivery; after an authorisation (H-06) the worker's claim
+        # on the old id holds its "authorisation required" answer.
+        mark = "again" if approval.kind == "uncertain_outcome" else "auth"
+        again = f"{call.call_id}~{mark}.{approval.prompt_id[-8:].lower()}"
         changed = call.model_copy(update={"dispatch_id": again})  # a new id runs again
         pending = [changed if c.call_id == call.call_id else c for c in state.pending]
     elif data.decision == "approve" and data.arguments is not None:
@@ -290,6 +349,12 @@ def settle(state: TurnState, decided: ApprovalDecided, now: float) -> Settled:
             result = _failed(call, INVALID_EDIT.format(tool=call.tool_name, error=error))
     elif data.decision != "approve" and approval.kind == "uncertain_outcome":
         result = _failed(call, SKIPPED.format(why=_why(data.decision, data.reason)))
+    elif data.decision != "approve" and approval.kind == "mcp_authorization":
+        why = {"timeout": "nobody authorised it in time", "cancel": "the request was withdrawn"}
+        server = approval.server_name or "the MCP server"
+        reason = why.get(data.decision) or (data.reason.strip()[:500] or "it was refused")
+        result = _failed(call, NOT_AUTHORIZED.format(tool=call.tool_name, server=server,
+                                                     why=reason))  # fmt: skip
     elif data.decision != "approve":
         result = _failed(call, _refusal(call.tool_name, data.decision, data.reason, state))
     status = "settled" if result is not None else "approved"

@@ -29,7 +29,7 @@ from weft_contracts import (
     outcome_unknown,
 )
 
-from weft_engine.approvals import ApprovalDesk
+from weft_engine.approvals import ApprovalDesk, authorization_needed
 from weft_engine.context import ContextManager, HistoryUnavailable
 from weft_engine.emitter import EventEmitter
 from weft_engine.finalize import Finisher, TurnFailure
@@ -80,6 +80,7 @@ class TurnIntake:
         desk: ApprovalDesk | None = None,
         keep: Callable[[TurnState], Awaitable[None]] | None = None,
         uncertain: Callable[[ToolCallCompleted], Awaitable[TurnState | None]] | None = None,
+        authorize: Callable[[ToolCallCompleted], Awaitable[TurnState | None]] | None = None,
     ):
         """``desk`` applies approval decisions; ``keep`` stores the state of a turn that
         waits for a person in memory after a result changed it (``approvals``)."""
@@ -87,6 +88,8 @@ class TurnIntake:
         self._keep = keep
         self._uncertain = uncertain
         """Turns a worker's "outcome unknown" for a write into a prompt (SPEC H-05)."""
+        self._authorize = authorize
+        """Turns an MCP server's "authorisation required" into a prompt (SPEC H-06)."""
         self._redis = redis
         self._store = store
         self._emitter = emitter
@@ -303,6 +306,12 @@ class TurnIntake:
             self._uncertain is not None
             and outcome_unknown(result.data)
             and await self._uncertain(result) is not None
+        ):
+            return
+        if (  # SPEC H-06: the user authorises the MCP server, then the call runs again
+            self._authorize is not None
+            and authorization_needed(result.data) is not None
+            and await self._authorize(result) is not None
         ):
             return
         lease = await self._scheduler.reserve(rid, result.tenant_id)

@@ -6,6 +6,7 @@ from weft_contracts import AgentStep, StepToolCall
 from weft_llm import AssistantMessage, ToolMessage
 
 from weft_engine.state import TurnState
+from weft_engine.turn_tools import publish
 
 ERROR_HINT = "[Analyze the error above and try a different approach.]"
 """Ends every tool error the model reads (SPEC E-16, E-19)."""
@@ -51,6 +52,8 @@ def observe(state: TurnState) -> TurnState:
             "messages": [*state.messages, assistant, *tool_messages],
             "steps": [*state.steps, step],
             "round": state.round + 1,
+            # SPEC T-19: tools described this round are offered from the next one.
+            "mcp_tools": publish(state.agent, state.mcp_tools, state.results.values()),
             "pending": [],
             "results": {},
             "groups": [],

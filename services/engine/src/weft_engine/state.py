@@ -11,6 +11,7 @@ from weft_contracts import (
     AgentConfig,
     AgentStep,
     Grant,
+    McpToolDef,
     PromptKind,
     Reference,
     ToolCallCompletedData,
@@ -67,6 +68,9 @@ class CallApproval(BaseModel):
     is in ``TurnState.results``)."""
     asked_at: float
     expires_at: float
+    server_name: str | None = Field(
+        default=None, description="SPEC H-06: the MCP server a ``mcp_authorization`` is for."
+    )
 
 
 class TurnCounters(BaseModel):
@@ -164,6 +168,11 @@ class TurnState(BaseModel):
     )
     approvals: dict[str, CallApproval] = Field(
         default_factory=dict, description="The round's calls a person is asked about, by id."
+    )
+    mcp_tools: list[McpToolDef] = Field(
+        default_factory=list,
+        description="SPEC T-19: MCP tools published this turn (described by "
+        "discover_mcp_tools), offered by name from the next round on (turn_tools).",
     )
     grants: list[Grant] | None = Field(
         default=None,

@@ -40,6 +40,7 @@ from weft_gateway.key_registry import KeyRegistry
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
+from weft_gateway.mcp_oauth import McpCallback, mcp_oauth_router
 from weft_gateway.mcp_servers_api import mcp_servers_router
 from weft_gateway.notices import register_notice_projector
 from weft_gateway.projector import StreamProjector, log_rebuild
@@ -243,6 +244,10 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             admin_router(admin),
             approvals_router(approvals, auth, max_body_bytes=s.approval_body_max_bytes),
             renewal_router(renewal),
+            mcp_oauth_router(
+                McpCallback(agent_config=agents, approvals=approvals, signer=signer,
+                            lookup_wait_s=s.approval_lookup_wait_s)
+            ),
         ],
         on_startup=[register_dev_key, admin.lifecycle.start],
         on_shutdown=[

@@ -26,13 +26,13 @@ from weft_llm import (
     TransientLLMError,
     UserMessage,
 )
-from weft_tools.specs import definitions_for
 
 from weft_engine.emitter import EventEmitter
 from weft_engine.state import TurnState
 from weft_engine.think.coalesce import DeltaCoalescer
 from weft_engine.think.sanitize import sanitize_messages
 from weft_engine.think.split import ThinkSplitter, ThoughtJoiner
+from weft_engine.turn_tools import definitions
 
 log = structlog.get_logger(__name__)
 
@@ -148,7 +148,7 @@ class Thinker:
 
     async def _call(self, state: TurnState, *, closing: bool, thinking: bool) -> LLMResponse:
         agent = state.agent
-        tools = definitions_for(agent.allowed_tools)
+        tools = definitions(agent, state.mcp_tools)
         choice = "none" if closing and tools else None
         effort = agent.reasoning_effort if thinking else agent.synthesis_reasoning_effort
         return await think(
