@@ -362,3 +362,33 @@ async def test_the_reencrypt_route_is_for_operators_only(stack: LocalStack) -> N
         resp = await http.post("/internal/mcp/reencrypt", headers=operator)
         assert resp.status_code == 200, resp.text
         assert resp.json()["mcp_servers.headers_encrypted"] >= 0
+
+
+async def test_the_gateways_callback_completes_once_and_replays_are_refused(
+    api_keys: ApiKeys, oauth_server: RunningServer, stack: LocalStack
+) -> None:
+    """The browser's whole round trip: authorisation server -> the gateway's public
+    callback (no API key) -> agent-config's state check and code exchange."""
+    tenant_id = f"t-{secrets.token_hex(4)}"
+    owner = await tenant(api_keys, name=tenant_id)
+    sid = (await register(owner.http, oauth_server.url)).json()["id"]
+    async with httpx.AsyncClient(base_url=stack.url("agent_config"), timeout=30) as http:
+        started = await http.post(
+            f"/internal/mcp/servers/{sid}/authorization",
+            json={"call_id": "call-9"},
+            headers=turn_headers(stack, tenant_id, "carol"),
+        )
+        assert started.status_code == 200, started.text
+        async with httpx.AsyncClient(timeout=30) as browser:
+            sent = await browser.get(started.json()["authorization_url"])
+            back = sent.headers["location"]
+            assert back.startswith(f"{stack.gateway_url}/api/v1/mcp/oauth/callback?")
+            landed = await browser.get(back)
+            assert landed.status_code == 200 and "Authorised" in landed.text
+            replayed = await browser.get(back)
+            assert replayed.status_code == 400 and "already used" in replayed.text
+        conn = await http.get(
+            f"/internal/mcp/servers/{sid}/connection",
+            headers=turn_headers(stack, tenant_id, "carol"),
+        )
+        assert conn.json()["access_token"]

@@ -258,6 +258,7 @@ class LocalStack:
             # The tests' MCP servers listen on 127.0.0.1 (docs/mcp.md: the operator's
             # allowlist); other loopback addresses (127.0.0.2) stay refused.
             "WEFT_MCP_ALLOWED_NETWORKS": "127.0.0.1/32",
+            "WEFT_PUBLIC_BASE_URL": self.url("gateway"),  # the OAuth redirect URI's base
             **self._own_infra(),
             **self.config.extra_env,
         }

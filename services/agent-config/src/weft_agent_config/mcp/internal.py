@@ -27,7 +27,7 @@ from weft_agent_config.mcp.service import McpService
 CALLBACK_PATH = "/internal/mcp/oauth/callback"
 CALLBACK_SCOPE = "mcp:oauth-callback"
 """The scope of the gateway's service credential here (weft_gateway.mcp_oauth)."""
-CALLBACK_ROUTE = SystemRoute(CALLBACK_SCOPE, frozenset({"gateway"}))
+CALLBACK_ROUTE = SystemRoute(CALLBACK_SCOPE, frozenset({"gateway", "operator"}))
 REENCRYPT_PATH = "/internal/mcp/reencrypt"
 REENCRYPT_ROUTE = SystemRoute("agent-config:mcp-reencrypt", frozenset({"operator"}))
 SYSTEM_ROUTES = {CALLBACK_PATH: CALLBACK_ROUTE, REENCRYPT_PATH: REENCRYPT_ROUTE}
