@@ -222,9 +222,7 @@ def turn_headers(stack: LocalStack, tenant_id: str, user: str = "dev") -> dict[s
     return {"Authorization": f"Bearer {token}"}
 
 
-def callback_headers(
-    stack: LocalStack, scope: str = "mcp:oauth-callback"
-) -> dict[str, str]:
+def callback_headers(stack: LocalStack, scope: str = "mcp:oauth-callback") -> dict[str, str]:
     return {"Authorization": f"Bearer {stack.credentials.gateway.service('agent-config', [scope])}"}
 
 
