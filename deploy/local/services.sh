@@ -73,6 +73,21 @@ kafka_login() {
     echo "WEFT_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT WEFT_KAFKA_USERNAME=$principal WEFT_KAFKA_PASSWORD=$password"
 }
 
+# The Fernet key agent-config encrypts MCP secrets with (WEFT_MCP_SECRET_KEYS, docs/mcp.md):
+# made once into $WEFT_DATA/mcp-secret-keys (mode 600), like the other local secrets. A value
+# in the caller's environment wins (a rollover: "NEW,OLD", then reencrypt-mcp).
+mcp_secret_keys() {
+    local file="$WEFT_DATA/mcp-secret-keys"
+    if [[ ! -s "$file" ]]; then
+        (
+            umask 077
+            "$WEFT_PYTHON" -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())' >"$file.tmp"
+        ) || die "could not make the MCP secret key ($WEFT_PYTHON, cryptography)"
+        mv "$file.tmp" "$file"
+    fi
+    export WEFT_MCP_SECRET_KEYS="${WEFT_MCP_SECRET_KEYS:-$(cat "$file")}"
+}
+
 start_one() {
     local name="$1" module="$2" port="$3" pid login=""
     local pidfile="$WEFT_RUN/$name.pid" logfile="$WEFT_LOGS/$name.log"
@@ -180,6 +195,8 @@ services_up() {
         [[ "$running_mode" == "$PROJECTOR" ]] ||
             warn "gateway (pid $gw_pid) runs with PROJECTOR=$running_mode; make down, then make up PROJECTOR=$PROJECTOR to switch"
     fi
+
+    mcp_secret_keys
 
     # Database schema first (idempotent).
     local mlog="$WEFT_LOGS/migrate.log"

@@ -45,6 +45,8 @@ SYSTEM: dict[str, tuple[str, str]] = {
         "agent-config",
         "agent-config:suggestion-settings",
     ),
+    "/internal/mcp/oauth/callback": ("agent-config", "mcp:oauth-callback"),
+    "/internal/mcp/reencrypt": ("agent-config", "agent-config:mcp-reencrypt"),
 }
 """The system routes and the scope each wants; any other route is a tenant route."""
 BOTH: dict[str, tuple[str, str]] = {

@@ -995,3 +995,22 @@ def test_helm_refuses_a_sandbox_that_cannot_run_or_is_not_confined(helm: str) ->
         assert "sandbox.backend=kubernetes" in result.stderr
     shared = _helm_template(helm, *base, "--set", "sandbox.kubernetes.namespace=default")
     assert shared.returncode != 0 and "namespace of their own" in shared.stderr, shared.stderr
+
+
+def test_helm_fails_closed_without_the_mcp_secret_keys(
+    helm: str, test_double_render: list[dict[str, Any]]
+) -> None:
+    """docs/mcp.md: no chart renders agent-config without the key of its MCP secrets, and
+    only agent-config reads it (from the Secret, never a ConfigMap)."""
+    values = str(CHART / "ci" / "test-double-values.yaml")
+    missing = _helm_template(helm, "-f", values, "--set", "mcp.secretKeys=")
+    assert missing.returncode != 0 and "mcp.secretKeys is required" in missing.stderr
+    readers = {}
+    for name, deployment in _by_kind(test_double_render, "Deployment").items():
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            for env in container.get("env", []):
+                if env["name"] == "WEFT_MCP_SECRET_KEYS":
+                    readers[name] = env["valueFrom"]["secretKeyRef"]["key"]
+    assert readers == {"weft-agent-config": "WEFT_MCP_SECRET_KEYS"}
+    configmaps = _by_kind(test_double_render, "ConfigMap").values()
+    assert all("WEFT_MCP_SECRET_KEYS" not in (c.get("data") or {}) for c in configmaps)

@@ -20,6 +20,7 @@ from weft_agent_config.knowledge_guard import (
     UnknownKnowledgeBase,
     check_compatible,
 )
+from weft_agent_config.mcp.store import McpStore
 from weft_agent_config.store import AgentStore, StoredAgent
 from weft_agent_config.tool_policy import UnknownTool, normalize_allowed_tools, runtime_tools
 
@@ -34,7 +35,10 @@ class AgentService:
         presets: TypePresets,
         model: str,
         knowledge: KnowledgeDirectory | None = None,
+        *,
+        mcp: McpStore | None = None,
     ):
+        self.mcp = mcp
         self.store = store
         self.builtins = builtins
         self.presets = presets
@@ -56,6 +60,15 @@ class AgentService:
             check_compatible(tools, kbs)
         except (UnknownKnowledgeBase, IncompatibleKnowledgeBase) as exc:
             raise HTTPException(400, str(exc)) from None
+
+    async def check_mcp(self, tenant_id: str, agent: AgentDefinition) -> None:
+        """SPEC T-19 guard on save: the MCP servers an agent names are the tenant's (400;
+        another tenant's server reads as unknown, never as someone else's)."""
+        if self.mcp is None or agent.mcp_selection_mode != "selected":
+            return
+        for server_id in agent.mcp_services:
+            if await self.mcp.get(tenant_id, server_id) is None:
+                raise HTTPException(400, f"MCP server {server_id!r} not found")
 
     def validate(self, body: dict[str, Any], *, apply_preset: bool) -> AgentDefinition:
         """Parse and normalise a definition; 422 for bad fields, 400 for unknown tools."""

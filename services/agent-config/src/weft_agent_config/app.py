@@ -5,6 +5,7 @@ as query parameters; agent-config is never exposed publicly."""
 # No ``from __future__ import annotations``: FastAPI must see the route annotations
 # (local aliases such as ``Who``) as objects, not strings.
 
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
@@ -31,6 +32,11 @@ from weft_agent_config.knowledge_guard import (
     IncompatibleKnowledgeBase,
     KnowledgeDirectory,
 )
+from weft_agent_config.mcp.api import servers_router
+from weft_agent_config.mcp.internal import SYSTEM_ROUTES as MCP_SYSTEM_ROUTES
+from weft_agent_config.mcp.internal import internal_router as mcp_internal_router
+from weft_agent_config.mcp.settings import McpSettings
+from weft_agent_config.mcp.wiring import mcp_service
 from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.resolver import (
     AgentNotFound,
@@ -66,7 +72,7 @@ PLACEHOLDERS = [
 """Placeholders a system prompt may contain, substituted per request."""
 
 
-class AgentConfigSettings(ServiceSettings):
+class AgentConfigSettings(ServiceSettings, McpSettings):
     """agent-config settings."""
 
     service_name: str = "agent-config"
@@ -163,6 +169,7 @@ def agents_router(svc: AgentService, shares: SharingService | None = None) -> AP
         agent = svc.validate(body, apply_preset=True)
         _within_key(request, agent)
         await svc.check_knowledge(tenant_id, agent)
+        await svc.check_mcp(tenant_id, agent)
         return svc.view(await svc.store.create(tenant_id, user_id, agent))
 
     @router.get("/{agent_id}")
@@ -187,6 +194,7 @@ def agents_router(svc: AgentService, shares: SharingService | None = None) -> AP
         agent = svc.validate(body, apply_preset=False)
         _within_key(request, agent)
         await svc.check_knowledge(tenant_id, agent)
+        await svc.check_mcp(tenant_id, agent)
         if shares:
             await shares.keep_shareable(tenant_id, agent_id, agent)
         stored = await svc.store.replace(tenant_id, agent_id, agent)
@@ -240,6 +248,7 @@ SYSTEM_ROUTES = {
     "/internal/organisations": _ORGANISATIONS,
     "/internal/organisations/{org_id}/members/{member_tenant}": _ORGANISATIONS,
     SUGGESTION_SETTINGS: SUGGESTION_SETTINGS_ROUTE,
+    **MCP_SYSTEM_ROUTES,
 }
 """Organisations span tenants: operators only, with a service credential. Every other
 internal route acts for the tenant of a request credential."""
@@ -255,11 +264,15 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
     knowledge = KnowledgeDirectory(runtime.sessions)
     sharing = SharingStore(runtime.sessions)
     models = ModelCapabilities.load(s.model_capabilities_file or None)
+    dev_dir = Path(s.credentials_dir) if s.credentials_dev_keys else None
+    mcp = mcp_service(s, runtime.sessions, sharing, dev_keys_dir=dev_dir)
     resolver = AgentResolver(
         store, builtins, s.llm_model, models=models, knowledge=knowledge, sharing=sharing,
-        skills=SkillStore(runtime.sessions),
+        skills=SkillStore(runtime.sessions), mcp=mcp.store,
     )  # fmt: skip
-    service = AgentService(store, builtins, TypePresets.load(), s.llm_model, knowledge)
+    service = AgentService(
+        store, builtins, TypePresets.load(), s.llm_model, knowledge, mcp=mcp.store
+    )
     shares = SharingService(service, sharing)
     return create_service_app(
         runtime,
@@ -271,6 +284,8 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
             suggestion_settings_router(resolver, KnowledgeTitles(runtime.sessions)),
             sharing_router(shares),
             agents_router(service, shares),
+            servers_router(mcp),
+            mcp_internal_router(mcp),
         ],
         internal=InternalAuth(runtime.verifier, "agent-config", SYSTEM_ROUTES),
     )

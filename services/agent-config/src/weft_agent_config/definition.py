@@ -68,6 +68,20 @@ class AgentDefinition(BaseModel):
     selected_skills: list[str] = Field(
         default_factory=list, max_length=100, description="The skills of ``selected`` mode."
     )
+    mcp_selection_mode: Literal["all", "selected", "none"] = Field(
+        default="none",
+        description="SPEC T-19: which of the tenant's MCP servers the agent may use (a "
+        "shared agent: only the ones it names; ``all`` counts as none for it).",
+    )
+    mcp_services: list[str] = Field(
+        default_factory=list, max_length=50, description="The MCP servers of ``selected`` mode."
+    )
+    mcp_auth_wait_timeout: float = Field(
+        default=0,
+        le=7 * 24 * 3600,
+        description="SPEC H-06: seconds a turn waits for the user to authorise an MCP "
+        "server; at most 0 means 600.",
+    )
     kb_selection_mode: Literal["all", "selected", "none"] = "all"
     knowledge_base_ids: list[str] = Field(default_factory=list, max_length=100)
     web_search_enabled: bool = False

@@ -15,6 +15,7 @@ from weft_contracts import (
     ReasoningEffort,
     SkillInfo,
 )
+from weft_contracts.mcp import DEFAULT_AUTH_WAIT_S, McpServerRef
 from weft_storage.skills import SkillStore
 from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
 
@@ -31,6 +32,7 @@ from weft_agent_config.knowledge_guard import (
     UnknownKnowledgeBase,
     check_compatible,
 )
+from weft_agent_config.mcp.store import McpStore
 from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
@@ -206,7 +208,9 @@ class AgentResolver:
         knowledge: KnowledgeDirectory | None = None,
         sharing: SharingStore | None = None,
         skills: SkillStore | None = None,
+        mcp: McpStore | None = None,
     ):
+        self._mcp = mcp
         self._skills = skills
         self._store = store
         self._builtins = builtins
@@ -263,6 +267,10 @@ class AgentResolver:
         return config.model_copy(
             update={
                 "skills": skills,
+                "mcp_servers": await self.mcp_servers(owner or tenant_id, agent, owner is not None),
+                "mcp_auth_wait_s": agent.mcp_auth_wait_timeout
+                if agent.mcp_auth_wait_timeout > 0
+                else DEFAULT_AUTH_WAIT_S,
                 "knowledge_bases": kbs,
                 "retrieval_tenant_id": owner,
                 "shared": owner is not None,
@@ -289,6 +297,22 @@ class AgentResolver:
         return [SkillInfo(name=s.name, description=s.description) for s in found][
             :MAX_LISTED_SKILLS
         ]
+
+    async def mcp_servers(
+        self, tenant_id: str, agent: AgentDefinition, shared: bool
+    ) -> list[McpServerRef]:
+        """SPEC T-19: the enabled MCP servers of ``tenant_id`` (a shared agent's owner)
+        the agent selects; a shared agent only those it names (``all`` counts as none)."""
+        mode = agent.mcp_selection_mode
+        if self._mcp is None or mode == "none" or (shared and mode == "all"):
+            return []
+        if mode == "all":
+            rows = await self._mcp.list_servers(tenant_id, enabled_only=True)
+        else:
+            found = {r.id: r for r in await self._mcp.by_ids(agent.mcp_services)}
+            rows = [found[sid] for sid in dict.fromkeys(agent.mcp_services) if sid in found]
+            rows = [r for r in rows if r.tenant_id == tenant_id and r.enabled]
+        return [McpServerRef(id=r.id, name=r.name, description=r.description[:500]) for r in rows]
 
     async def _knowledge_bases(
         self, tenant_id: str, config: AgentConfig

@@ -41,6 +41,7 @@ from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
 from weft_gateway.mcp_oauth import McpCallback, mcp_oauth_router
+from weft_gateway.mcp_servers_api import mcp_servers_router
 from weft_gateway.notices import register_notice_projector
 from weft_gateway.projector import StreamProjector, log_rebuild
 from weft_gateway.question_origin import QuestionOrigins
@@ -233,6 +234,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             ),
             agents_router(agents, auth, kb_scope),
             shared_agents_router(agents, auth),
+            mcp_servers_router(agents, auth),
             suggestions_router(suggestions, directory, auth),
             knowledge_router(
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope,

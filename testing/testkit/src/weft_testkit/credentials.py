@@ -35,6 +35,7 @@ OPERATOR_SCOPES = {
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
     "/internal/state": ("tool-exec", "tool-exec:state"),
     "/internal/suggestion-settings": ("agent-config", "agent-config:suggestion-settings"),
+    "/internal/mcp/reencrypt": ("agent-config", "agent-config:mcp-reencrypt"),
 }
 """System routes a test calls as the operator: audience and scope."""
 

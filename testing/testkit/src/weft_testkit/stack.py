@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from cryptography.fernet import Fernet
 from weft_platform.credentials import ensure_dev_keys
 from weft_platform.kafka_acls import SERVICE_PRINCIPALS
 from weft_platform.runtime import DEV_ISSUERS
@@ -153,6 +154,8 @@ class LocalStack:
         self.api_key = f"key-{secrets.token_hex(16)}"
         self.ports: dict[str, list[int]] = {}
         self._procs: list[_Proc] = []
+        self.mcp_secret_keys = Fernet.generate_key().decode()
+        """This stack's ``WEFT_MCP_SECRET_KEYS`` (agent-config's MCP secrets)."""
         self.credentials_dir = config.log_dir / "credentials"
         """This stack's service credential keys (development pairs, made at start)."""
 
@@ -251,6 +254,11 @@ class LocalStack:
             "WEFT_LLM_MODEL": "weft-scripted",
             "WEFT_CREDENTIALS_DIR": str(self.credentials_dir),
             "WEFT_CREDENTIALS_DEV_KEYS": "false",
+            "WEFT_MCP_SECRET_KEYS": self.mcp_secret_keys,
+            # The tests' MCP servers listen on 127.0.0.1 (docs/mcp.md: the operator's
+            # allowlist); other loopback addresses (127.0.0.2) stay refused.
+            "WEFT_MCP_ALLOWED_NETWORKS": "127.0.0.1/32",
+            "WEFT_PUBLIC_BASE_URL": self.url("gateway"),  # the OAuth redirect URI's base
             **self._own_infra(),
             **self.config.extra_env,
         }

@@ -1,0 +1,138 @@
+"""MCP routes for the other services: tool-exec's catalog, connection and authorisation
+start (a turn's request credential, audience agent-config: tenant and user come from the
+credential, never from the query), the gateway's OAuth callback and the operators'
+re-encrypt step (service credentials with one scope each)."""
+
+# No ``from __future__ import annotations``: FastAPI must see the route annotations.
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from weft_contracts.mcp import (
+    McpAuthorizationRequired,
+    McpAuthorizationStart,
+    McpCatalog,
+    McpConnection,
+)
+from weft_platform.credentials import RequestCredential
+from weft_platform.internal_auth import SystemRoute
+
+from weft_agent_config.mcp.api import answered
+from weft_agent_config.mcp.oauth_flow import AuthorizationUnavailable
+from weft_agent_config.mcp.oauth_store import PendingState, StateRefused
+from weft_agent_config.mcp.reencrypt import reencrypt_all
+from weft_agent_config.mcp.service import McpService
+
+CALLBACK_PATH = "/internal/mcp/oauth/callback"
+CALLBACK_SCOPE = "mcp:oauth-callback"
+"""The scope of the gateway's service credential here (weft_gateway.mcp_oauth)."""
+CALLBACK_ROUTE = SystemRoute(CALLBACK_SCOPE, frozenset({"gateway", "operator"}))
+REENCRYPT_PATH = "/internal/mcp/reencrypt"
+REENCRYPT_ROUTE = SystemRoute("agent-config:mcp-reencrypt", frozenset({"operator"}))
+SYSTEM_ROUTES = {CALLBACK_PATH: CALLBACK_ROUTE, REENCRYPT_PATH: REENCRYPT_ROUTE}
+
+
+class CallbackBody(BaseModel):
+    """What the gateway's callback received from the user's browser."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: str = Field(min_length=1, max_length=512)
+    code: str | None = Field(default=None, max_length=4096)
+    error: str | None = Field(default=None, max_length=512)
+
+
+class CallbackOutcome(BaseModel):
+    """Which turn and call the authorisation resumes, and how it ended."""
+
+    tenant_id: str
+    user_id: str
+    session_id: str
+    request_id: str
+    call_id: str
+    server_id: str
+    server_name: str
+    outcome: Literal["authorized", "denied"]
+    error: str | None = None
+
+
+def _caller(request: Request) -> RequestCredential:
+    credential = getattr(request.state, "credential", None)
+    if not isinstance(credential, RequestCredential):
+        raise HTTPException(403, "this route needs a turn's request credential")
+    return credential
+
+
+def internal_router(svc: McpService) -> APIRouter:
+    """The routes of tool-exec, the gateway and operators."""
+    router = APIRouter(prefix="/internal/mcp", tags=["mcp-internal"])
+
+    @router.get("/catalog")
+    async def catalog(
+        request: Request,
+        server_id: Annotated[list[str], Query(max_length=50)],
+        refresh: bool = False,
+    ) -> McpCatalog:
+        who = _caller(request)
+        async with answered():
+            return await svc.catalog(who.tenant_id, who.user_id, server_id, refresh)
+
+    @router.get("/servers/{server_id}/connection")
+    async def connection(request: Request, server_id: str) -> McpConnection:
+        who = _caller(request)
+        server = await svc.access.one(who.tenant_id, server_id)
+        if server is None:
+            raise HTTPException(404, f"MCP server {server_id!r} not found")
+        async with answered():
+            return await svc.connection(server, who.tenant_id, who.user_id)
+
+    @router.post("/servers/{server_id}/authorization")
+    async def authorization(
+        request: Request, server_id: str, body: McpAuthorizationStart
+    ) -> McpAuthorizationRequired:
+        who = _caller(request)
+        if not who.session_id or not who.request_id:
+            raise HTTPException(403, "an authorisation belongs to a turn: a turn credential")
+        server = await svc.access.one(who.tenant_id, server_id)
+        if server is None:
+            raise HTTPException(404, f"MCP server {server_id!r} not found")
+        pending = PendingState(
+            tenant_id=who.tenant_id, user_id=who.user_id, session_id=who.session_id,
+            request_id=who.request_id, call_id=body.call_id, server_id=server.id, verifier="",
+        )  # fmt: skip
+        async with answered():
+            try:
+                return await svc.oauth.start(server, pending, body.www_authenticate)
+            except AuthorizationUnavailable as exc:
+                raise HTTPException(502, str(exc)) from None
+
+    @router.post("/oauth/callback")
+    async def callback(body: CallbackBody) -> CallbackOutcome:
+        async with answered():
+            try:
+                pending = await svc.oauth.store.consume_state(body.state)
+            except StateRefused as exc:
+                raise HTTPException(400, str(exc)) from None
+            server = await svc.access.one(pending.tenant_id, pending.server_id)
+            if server is None:
+                raise HTTPException(400, "the MCP server of this authorisation is gone")
+            error = body.error or (None if body.code else "no authorization code")
+            if error is None and body.code:
+                try:
+                    await svc.oauth.finish(server, pending, body.code)
+                except AuthorizationUnavailable as exc:
+                    error = str(exc)
+        return CallbackOutcome(
+            tenant_id=pending.tenant_id, user_id=pending.user_id, session_id=pending.session_id,
+            request_id=pending.request_id, call_id=pending.call_id, server_id=server.id,
+            server_name=server.name, outcome="denied" if error else "authorized",
+            error=error[:500] if error else None,
+        )  # fmt: skip
+
+    @router.post("/reencrypt")
+    async def reencrypt() -> dict[str, int]:
+        async with answered():
+            return await reencrypt_all(svc.store.sessions, svc.box)
+
+    return router
