@@ -51,6 +51,9 @@ class AgentPrompt(Base):
     """Masked like the stream's ``tool_call`` (E-23)."""
     arguments_digest: Mapped[str] = mapped_column(String(64))
     reason: Mapped[str] = mapped_column(Text, default="")
+    authorization_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Migration 0022: where the user authorises an MCP server (kind
+    ``mcp_authorization``, SPEC H-06)."""
     status: Mapped[str] = mapped_column(String(16), default="pending")
     """pending, escalated, approved, denied, timeout, cancelled."""
     on_timeout: Mapped[str] = mapped_column(String(16), default="deny")

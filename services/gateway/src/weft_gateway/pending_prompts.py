@@ -37,7 +37,7 @@ SCAN_PAGES = 10
 _DATA_FIELDS = (
     "prompt_id", "kind", "round", "call_id", "tool_name", "risk", "always_ask", "arguments",
     "arguments_digest", "reason", "agent_id", "user_id", "expires_at", "timeout_s",
-    "on_timeout", "approver_group", "escalation_timeout_s",
+    "on_timeout", "approver_group", "escalation_timeout_s", "authorization_url",
 )  # fmt: skip
 
 

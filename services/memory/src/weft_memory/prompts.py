@@ -58,6 +58,8 @@ class PromptView(BaseModel):
     """Masked like the stream's ``tool_call`` (E-23)."""
     arguments_digest: str
     reason: str
+    authorization_url: str | None = None
+    """SPEC H-06: where the user authorises the MCP server (kind ``mcp_authorization``)."""
     status: str
     expires_at: datetime
     on_timeout: str
@@ -130,6 +132,7 @@ async def record_required(
         "kind": d.kind, "tool_name": d.tool_name, "risk": d.risk,
         "always_ask": d.always_ask, "arguments": d.arguments,
         "arguments_digest": d.arguments_digest, "reason": d.reason, "status": "pending",
+        "authorization_url": d.authorization_url,
         "on_timeout": d.on_timeout, "approver_group": d.approver_group,
         "timeout_s": d.timeout_s, "escalation_timeout_s": d.escalation_timeout_s,
         "expires_at": d.expires_at, "turn_credential": event.credential,
