@@ -53,7 +53,7 @@ Doc = dict[str, Any]
 TEST_DOUBLE = "scripted-llm"
 PROJECTOR = "gateway-projector"
 GATEWAY = "gateway"
-TOOL_WORKERS = ("tool-exec", "sandbox")
+TOOL_WORKERS = ("tool-exec", "sandbox", "agent-config")  # agent-config: MCP servers (T-19)
 
 # Each Weft process and the settings it reads. The projector reads the gateway's settings
 # but wires no client of another service (checked in test_caller_table_from_code).
@@ -148,7 +148,7 @@ def test_caller_table_from_code() -> None:
     (and in the chart's `uses`) rather than as a denied call in production."""
     callers = callers_from_code()
     assert callers["memory"] == {"gateway", "engine", "tool-exec"}
-    assert callers["agent-config"] == {"gateway", "suggestions"}
+    assert callers["agent-config"] == {"gateway", "suggestions", "tool-exec"}  # MCP (T-19)
     assert callers["suggestions"] == {"gateway"}
     assert callers["sandbox"] == {"gateway"}  # the session files API
     assert callers[TEST_DOUBLE] == {"engine", "memory", "tool-exec", "suggestions"}
