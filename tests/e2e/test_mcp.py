@@ -185,7 +185,7 @@ async def test_oauth_inside_the_conversation_then_the_call_runs(
 ) -> None:  # fmt: skip  # SPEC H-06
     server = await _register(api, servers["protected"])
     assert server["status"] == "authorization_required", server
-    sid = await _session(api, [server["id"]])
+    sid = await _session(api, [server["id"]], mcp_auth_wait_timeout=1800)
     marker = f"MCP-OAUTH-{secrets.token_hex(3)}"
     await _script(script, marker, [
         [{"id": "c1", "name": "call_mcp_tool",
@@ -198,6 +198,7 @@ async def test_oauth_inside_the_conversation_then_the_call_runs(
     await _approve(api, asked)
     consent = await turn.prompt()
     assert consent["kind"] == "mcp_authorization" and consent["call_id"] == "c1"
+    assert consent["timeout_s"] == 1800, "the agent's mcp_auth_wait_timeout"
     url = consent["authorization_url"]
     assert url.startswith(servers["authority"].base_url + "/authorize?"), url
 

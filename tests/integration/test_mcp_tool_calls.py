@@ -154,8 +154,9 @@ def registry(caller: McpCaller) -> ToolRegistry:
 def invocation(args: dict[str, Any], servers: list[str] | None, request: str = "r1",
                max_chars: int = 24000) -> ToolInvocation:  # fmt: skip
     context = ToolContext(
-        user_id="u1", agent_id="a1", mcp_server_ids=servers, max_output_chars=max_chars
-    )
+        user_id="u1", agent_id="a1", mcp_server_ids=servers, max_output_chars=max_chars,
+        mcp_auth_wait_s=1800,
+    )  # fmt: skip
     return ToolInvocation(
         tenant_id="t1", session_id="s1", request_id=request, arguments=args,
         context=context, credential=CREDENTIAL, call_id="call-1",
@@ -294,6 +295,7 @@ async def test_a_401_starts_an_authorisation_for_this_call(
     assert required.server_id == "srv-auth"
     start = directory.authorizations[-1]
     assert start["call_id"] == "call-1" and "resource_metadata" in start["www_authenticate"]
+    assert start["wait_s"] == 1800, "the link lives as long as the turn waits (H-06)"
     assert_no_secret(outcome)
 
 

@@ -84,6 +84,7 @@ def test_a_described_tool_is_offered_from_the_next_round() -> None:  # SPEC T-19
     _, messages = dispatch_messages(after.model_copy(update={"pending": pending}), ["c"])
     assert tool.name in (messages[0].data.context.allowed_tools or [])
     assert messages[0].data.context.mcp_server_ids == ["srv1"]
+    assert messages[0].data.context.mcp_auth_wait_s == after.agent.mcp_auth_wait_s
 
 
 def test_publishing_refuses_what_it_must() -> None:  # SPEC T-01, T-19

@@ -96,3 +96,37 @@ def test_allowlist_settings_parse_and_name_a_bad_entry() -> None:
     assert McpSettings(public_base_url="https://weft.example/").redirect_uri() == (
         "https://weft.example/api/v1/mcp/oauth/callback"
     )
+
+
+async def test_an_authorisation_link_lives_as_long_as_the_turn_waits() -> None:  # SPEC H-06
+    from datetime import UTC, datetime
+    from typing import Any
+
+    from weft_agent_config.mcp.oauth_flow import OAuthFlow
+    from weft_agent_config.mcp.oauth_store import PendingState
+    from weft_storage.models_mcp import McpServer
+    from weft_tools.mcp_oauth import OAuthClient
+
+    stored: list[datetime] = []
+
+    class Store:
+        async def add_state(self, state: str, pending: Any, expires_at: datetime) -> None:
+            stored.append(expires_at)
+
+    class Flow(OAuthFlow):
+        async def client(self, server: Any, www_authenticate: str | None) -> OAuthClient:
+            return OAuthClient(
+                issuer="https://as.example", authorization_endpoint="https://as.example/a",
+                token_endpoint="https://as.example/t", client_id="c", client_secret=None,
+                redirect_uri="https://gw.example/cb",
+            )  # fmt: skip
+
+    flow = Flow(Store(), None, "https://gw.example/cb", 600)  # type: ignore[arg-type]
+    server = McpServer(id="srv_1", name="github", url="https://mcp.example/mcp")
+    pending = PendingState(tenant_id="t", user_id="u", session_id="s", request_id="r",
+                           call_id="c1", server_id="srv_1", verifier="")  # fmt: skip
+    for wait, life in ((None, 600), (60, 600), (3600, 3600)):
+        required = await flow.start(server, pending, None, wait)
+        seconds = (stored[-1] - datetime.now(UTC)).total_seconds()
+        assert abs(seconds - life) < 30, (wait, seconds)
+        assert required.expires_at == stored[-1]

@@ -171,3 +171,10 @@ class McpAuthorizationStart(Payload):
 
     www_authenticate: str | None = Field(default=None, max_length=4096)
     call_id: str = Field(min_length=1, max_length=256)
+    wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="How long the turn waits for the user (the agent's mcp_auth_wait_s): "
+        "the link stays usable at least that long; None: agent-config's default.",
+    )

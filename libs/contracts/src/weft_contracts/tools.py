@@ -46,6 +46,11 @@ class ToolContext(Payload):
         default=None,
         description="SPEC T-19: the MCP servers this turn's agent may use; absent: none.",
     )
+    mcp_auth_wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="SPEC H-06: how long the turn waits for the user to authorise a server.",
+    )
 
     def permits(self, tool_name: str) -> bool:
         """Whether the turn may run ``tool_name``; fail closed when the set is absent."""

@@ -154,6 +154,7 @@ class McpCaller:
         start = McpAuthorizationStart(
             www_authenticate=(www_authenticate or "")[:4096] or None,
             call_id=call.call_id or call.request_id,
+            wait_s=call.context.mcp_auth_wait_s,
         )
         name = server.name
         try:

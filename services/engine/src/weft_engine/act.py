@@ -184,6 +184,7 @@ def dispatch_messages(
         key_knowledge_base_ids=state.agent.key_knowledge_base_ids,
         allowed_tools=offered_names(state.agent, state.mcp_tools),  # the workers check it too
         mcp_server_ids=[server.id for server in state.agent.mcp_servers],
+        mcp_auth_wait_s=state.agent.mcp_auth_wait_s if state.agent.mcp_servers else None,
         allowed_skills=[skill.name for skill in state.agent.skills],
     )
     updated: list[PendingCall] = []

@@ -103,7 +103,7 @@ def internal_router(svc: McpService) -> APIRouter:
         )  # fmt: skip
         async with answered():
             try:
-                return await svc.oauth.start(server, pending, body.www_authenticate)
+                return await svc.oauth.start(server, pending, body.www_authenticate, body.wait_s)
             except AuthorizationUnavailable as exc:
                 raise HTTPException(502, str(exc)) from None
 

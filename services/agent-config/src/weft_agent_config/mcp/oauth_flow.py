@@ -46,14 +46,20 @@ class OAuthFlow:
         self._ttl = state_ttl_s
 
     async def start(
-        self, server: McpServer, pending: PendingState, www_authenticate: str | None
+        self,
+        server: McpServer,
+        pending: PendingState,
+        www_authenticate: str | None,
+        wait_s: float | None = None,
     ) -> McpAuthorizationRequired:
         """Discover (or reuse) the OAuth client, store a new single-use state with its
-        PKCE verifier, and answer the URL the user opens."""
+        PKCE verifier, and answer the URL the user opens. The link lives as long as the
+        turn waits for the user (``wait_s``), at least the configured TTL."""
         client = await self.client(server, www_authenticate)
         verifier, challenge = pkce_pair()
         state = secrets.token_urlsafe(32)
-        expires_at = datetime.now(UTC) + timedelta(seconds=self._ttl)
+        life = max(self._ttl, wait_s or 0.0)
+        expires_at = datetime.now(UTC) + timedelta(seconds=life)
         bound = PendingState(**{**asdict(pending), "verifier": verifier})
         await self.store.add_state(state, bound, expires_at)
         url = authorization_url(client, state=state, challenge=challenge, resource=server.url)
