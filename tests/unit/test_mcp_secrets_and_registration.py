@@ -89,10 +89,11 @@ def test_too_many_headers_and_bad_names_are_refused() -> None:
 
 def test_allowlist_settings_parse_and_name_a_bad_entry() -> None:
     s = McpSettings(mcp_allowed_networks="127.0.0.1/32, 10.0.0.0/8", mcp_allowed_hosts="Mcp.Local.")
-    assert [str(n) for n in s.networks()] == ["127.0.0.1/32", "10.0.0.0/8"]
-    assert s.hosts() == frozenset({"mcp.local"})
-    with pytest.raises(ValueError, match="'nope' is not a network"):
-        McpSettings(mcp_allowed_networks="nope").networks()
+    policy = s.mcp_policy()
+    assert [str(n) for n in policy.allowed_networks] == ["127.0.0.1/32", "10.0.0.0/8"]
+    assert policy.allowed_hosts == frozenset({"mcp.local"})
+    with pytest.raises(ValueError, match="not a network in the MCP allowlist: 'nope'"):
+        McpSettings(mcp_allowed_networks="nope").mcp_policy()
     assert McpSettings(public_base_url="https://weft.example/").redirect_uri() == (
         "https://weft.example/api/v1/mcp/oauth/callback"
     )

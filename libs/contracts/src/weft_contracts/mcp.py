@@ -178,3 +178,28 @@ class McpAuthorizationStart(Payload):
         description="How long the turn waits for the user (the agent's mcp_auth_wait_s): "
         "the link stays usable at least that long; None: agent-config's default.",
     )
+
+
+class McpAuthorizationCallback(Payload):
+    """What the gateway's callback received from the user's browser (``POST
+    /internal/mcp/oauth/callback``, the gateway's service credential)."""
+
+    state: str = Field(min_length=1, max_length=512)
+    code: str | None = Field(default=None, max_length=4096)
+    error: str | None = Field(default=None, max_length=512)
+
+
+class McpAuthorizationCompleted(Payload):
+    """agent-config's answer to a callback: the turn and call the authorisation resumes,
+    and how it ended (``denied``: refused at the authorisation server, or the exchange
+    failed, ``error`` says why)."""
+
+    tenant_id: str
+    user_id: str
+    session_id: str
+    request_id: str
+    call_id: str
+    server_id: str
+    server_name: str
+    outcome: Literal["authorized", "denied"]
+    error: str | None = None

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import httpx
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared._httpx_utils import McpHttpClientFactory as McpHttpClientFactory
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from weft_tools.safe_http import (
     AddressPolicy,
@@ -28,6 +30,7 @@ from weft_tools.safe_http import (
 
 __all__ = [
     "McpHttpClientFactory",
+    "McpReachSettings",
     "PinnedTransport",
     "allowlist_policy",
     "check_server_url",
@@ -123,6 +126,28 @@ async def check_server_url(
     if parts.fragment or url.endswith("#"):
         raise ValueError("the URL must not have a fragment (#...)")
     await _checked_addresses(parts.hostname, port or _DEFAULT_PORTS[parts.scheme], policy, resolver)
+
+
+class McpReachSettings(BaseSettings):
+    """The operator's allowlist, read the same way by both services that reach MCP servers
+    (agent-config and tool-exec mix it into their settings)."""
+
+    model_config = SettingsConfigDict(env_prefix="WEFT_", extra="ignore")
+
+    mcp_allowed_networks: str = Field(
+        default="",
+        description="Comma separated networks (CIDR) whose addresses a server URL may "
+        "resolve to although private or loopback (the operator's own MCP servers; empty: "
+        "public addresses only).",
+    )
+    mcp_allowed_hosts: str = Field(
+        default="",
+        description="Comma separated host names that pass whatever they resolve to.",
+    )
+
+    def mcp_policy(self) -> AddressPolicy:
+        """The address policy of MCP and OAuth requests (ValueError naming a bad entry)."""
+        return allowlist_policy(self.mcp_allowed_networks, self.mcp_allowed_hosts)
 
 
 def allowlist_policy(networks: str, hosts: str) -> AddressPolicy:

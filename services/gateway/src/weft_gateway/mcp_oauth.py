@@ -18,12 +18,12 @@ The page shown is static text: nothing from the query is reflected.
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import structlog
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel
+from weft_contracts.mcp import McpAuthorizationCallback, McpAuthorizationCompleted
 from weft_platform.credentials import API_AUDIENCE, CredentialSigner
 from weft_platform.internal_auth import outbound_credential
 
@@ -40,19 +40,6 @@ CALLBACK_SCOPE = "mcp:oauth-callback"
 LOOKUP_POLL_S = 0.2
 
 
-class Completed(BaseModel):
-    """agent-config's answer to a callback: which waiting call the flow belongs to."""
-
-    tenant_id: str
-    user_id: str
-    session_id: str
-    request_id: str
-    call_id: str
-    server_id: str
-    server_name: str
-    outcome: Literal["authorized", "denied"]
-
-
 @dataclass(kw_only=True)
 class McpCallback:
     """Completes an authorisation and answers the waiting prompt."""
@@ -62,14 +49,18 @@ class McpCallback:
     signer: CredentialSigner | None
     lookup_wait_s: float = 5.0
 
-    async def complete(self, state: str, code: str | None, error: str | None) -> Completed:
+    async def complete(
+        self, state: str, code: str | None, error: str | None
+    ) -> McpAuthorizationCompleted:
         """Exchange (agent-config), then decide the prompt of the waiting call."""
         if self.signer is None:
             raise HTTPException(503, "the gateway has no credential signer")
         outbound_credential.set(self.signer.service("agent-config", [CALLBACK_SCOPE]))
-        body = {"state": state, "code": code, "error": error}
-        done = Completed.model_validate(
-            await self.agent_config.call("POST", "/internal/mcp/oauth/callback", json=body)
+        body = McpAuthorizationCallback(state=state, code=code, error=error)
+        done = McpAuthorizationCompleted.model_validate(
+            await self.agent_config.call(
+                "POST", "/internal/mcp/oauth/callback", json=body.model_dump(mode="json")
+            )
         )
         who = Principal(tenant_id=done.tenant_id, user_id=done.user_id)
         outbound_credential.set(
@@ -93,7 +84,9 @@ class McpCallback:
                 raise
         return done
 
-    async def _prompt_for(self, who: Principal, done: Completed) -> PromptView | None:
+    async def _prompt_for(
+        self, who: Principal, done: McpAuthorizationCompleted
+    ) -> PromptView | None:
         """The pending ``mcp_authorization`` prompt of the call; memory may record it a
         moment after the user saw it, so it is looked for up to ``lookup_wait_s``."""
         deadline = time.monotonic() + self.lookup_wait_s

@@ -25,7 +25,7 @@ from weft_tools.embeddings import OpenAIEmbedder
 from weft_tools.ingestion import DocumentIngestor
 from weft_tools.mcp_calls import McpCaller
 from weft_tools.mcp_directory import HttpMcpDirectory
-from weft_tools.mcp_http import allowlist_policy, pinned_client_factory
+from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.ranking import HttpRerankModel
 from weft_tools.safe_http import AddressPolicy, SafeHttpClient
@@ -90,7 +90,7 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
 
 def mcp_caller(settings: ToolExecSettings) -> McpCaller:
     """MCP calls through the pinned client, with the operator's allowlist (SPEC T-19)."""
-    policy = allowlist_policy(settings.mcp_allowed_networks, settings.mcp_allowed_hosts)
+    policy = settings.mcp_policy()
     pool = McpSessionPool(pinned_client_factory(policy), idle_s=settings.mcp_session_idle_s)
     return McpCaller(
         HttpMcpDirectory(settings.agent_config_url),

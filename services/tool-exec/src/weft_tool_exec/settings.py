@@ -5,9 +5,10 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field
 from weft_platform.settings import ServiceSettings, TracingExporter
 from weft_tools.ingestion_limits import IngestionLimits
+from weft_tools.mcp_http import McpReachSettings
 
 
-class ToolExecSettings(ServiceSettings):
+class ToolExecSettings(ServiceSettings, McpReachSettings):
     """tool-exec settings."""
 
     service_name: str = "tool-exec"
@@ -79,15 +80,6 @@ class ToolExecSettings(ServiceSettings):
     )
     agent_config_url: str = Field(
         default="http://127.0.0.1:8081", description="agent-config (MCP catalog, connections)."
-    )
-    mcp_allowed_networks: str = Field(
-        default="",
-        description="Comma separated CIDRs MCP servers may be on even when private or "
-        "loopback (the operator's allowlist; empty: public addresses only).",
-    )
-    mcp_allowed_hosts: str = Field(
-        default="",
-        description="Comma separated host names trusted whatever they resolve to.",
     )
     mcp_session_idle_s: float = Field(
         default=120.0, gt=0, description="An unused MCP session of a turn is closed after this."

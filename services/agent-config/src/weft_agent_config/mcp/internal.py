@@ -5,11 +5,12 @@ re-encrypt step (service credentials with one scope each)."""
 
 # No ``from __future__ import annotations``: FastAPI must see the route annotations.
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
 from weft_contracts.mcp import (
+    McpAuthorizationCallback,
+    McpAuthorizationCompleted,
     McpAuthorizationRequired,
     McpAuthorizationStart,
     McpCatalog,
@@ -31,30 +32,6 @@ CALLBACK_ROUTE = SystemRoute(CALLBACK_SCOPE, frozenset({"gateway", "operator"}))
 REENCRYPT_PATH = "/internal/mcp/reencrypt"
 REENCRYPT_ROUTE = SystemRoute("agent-config:mcp-reencrypt", frozenset({"operator"}))
 SYSTEM_ROUTES = {CALLBACK_PATH: CALLBACK_ROUTE, REENCRYPT_PATH: REENCRYPT_ROUTE}
-
-
-class CallbackBody(BaseModel):
-    """What the gateway's callback received from the user's browser."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    state: str = Field(min_length=1, max_length=512)
-    code: str | None = Field(default=None, max_length=4096)
-    error: str | None = Field(default=None, max_length=512)
-
-
-class CallbackOutcome(BaseModel):
-    """Which turn and call the authorisation resumes, and how it ended."""
-
-    tenant_id: str
-    user_id: str
-    session_id: str
-    request_id: str
-    call_id: str
-    server_id: str
-    server_name: str
-    outcome: Literal["authorized", "denied"]
-    error: str | None = None
 
 
 def _caller(request: Request) -> RequestCredential:
@@ -108,7 +85,7 @@ def internal_router(svc: McpService) -> APIRouter:
                 raise HTTPException(502, str(exc)) from None
 
     @router.post("/oauth/callback")
-    async def callback(body: CallbackBody) -> CallbackOutcome:
+    async def callback(body: McpAuthorizationCallback) -> McpAuthorizationCompleted:
         async with answered():
             try:
                 pending = await svc.oauth.store.consume_state(body.state)
@@ -123,7 +100,7 @@ def internal_router(svc: McpService) -> APIRouter:
                     await svc.oauth.finish(server, pending, body.code)
                 except AuthorizationUnavailable as exc:
                     error = str(exc)
-        return CallbackOutcome(
+        return McpAuthorizationCompleted(
             tenant_id=pending.tenant_id, user_id=pending.user_id, session_id=pending.session_id,
             request_id=pending.request_id, call_id=pending.call_id, server_id=server.id,
             server_name=server.name, outcome="denied" if error else "authorized",

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from ipaddress import IPv4Network, IPv6Network, ip_network
-
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+from weft_tools.mcp_http import McpReachSettings
 
 
-class McpSettings(BaseSettings):
+class McpSettings(McpReachSettings):
     """How agent-config stores and reaches a tenant's MCP servers."""
 
     model_config = SettingsConfigDict(env_prefix="WEFT_", extra="ignore")
@@ -20,15 +19,6 @@ class McpSettings(BaseSettings):
     )
     mcp_max_servers_per_tenant: int = Field(default=20, ge=0, le=1000)
     mcp_max_tools_per_server: int = Field(default=100, ge=1, le=1000)
-    mcp_allowed_networks: str = Field(
-        default="",
-        description="Comma separated networks (CIDR) whose addresses a server URL may "
-        "resolve to although private or loopback (the operator's own MCP servers).",
-    )
-    mcp_allowed_hosts: str = Field(
-        default="",
-        description="Comma separated host names that pass whatever they resolve to.",
-    )
     mcp_tools_ttl_s: float = Field(
         default=300.0, gt=0, description="Age after which a catalog read lists tools again."
     )
@@ -50,24 +40,6 @@ class McpSettings(BaseSettings):
         "{WEFT_PUBLIC_BASE_URL}/api/v1/mcp/oauth/callback.",
     )
 
-    def networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
-        """``mcp_allowed_networks`` parsed (ValueError naming a bad entry)."""
-        found = []
-        for part in _items(self.mcp_allowed_networks):
-            try:
-                found.append(ip_network(part, strict=False))
-            except ValueError:
-                raise ValueError(f"WEFT_MCP_ALLOWED_NETWORKS: {part!r} is not a network") from None
-        return tuple(found)
-
-    def hosts(self) -> frozenset[str]:
-        """``mcp_allowed_hosts``, lower case, without a trailing dot."""
-        return frozenset(h.lower().rstrip(".") for h in _items(self.mcp_allowed_hosts))
-
     def redirect_uri(self) -> str:
         """Where authorisation servers send the user back."""
         return f"{self.public_base_url.rstrip('/')}/api/v1/mcp/oauth/callback"
-
-
-def _items(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]

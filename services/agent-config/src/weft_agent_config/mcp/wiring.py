@@ -20,7 +20,7 @@ from weft_agent_config.sharing import SharingStore
 
 def address_policy(settings: McpSettings) -> AddressPolicy:
     """Public addresses, plus the operator's allowlist (never loopback by itself)."""
-    return AddressPolicy(allowed_networks=settings.networks(), allowed_hosts=settings.hosts())
+    return settings.mcp_policy()
 
 
 def mcp_service(
