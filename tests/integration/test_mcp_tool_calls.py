@@ -318,3 +318,17 @@ async def test_a_server_listed_only_after_authorisation_asks_for_it(
     refused = await registry.execute("call_mcp_tool", other)
     assert AUTHORIZATION_KEY not in refused.data and "no MCP tool" in (refused.error or "")
     del directory.servers["srv-unlisted"]
+
+
+async def test_a_server_listed_with_another_users_token_does_not_ask_again(
+    registry: ToolRegistry, directory: FakeDirectory
+) -> None:  # SPEC H-06: the status is the server's, the token is the user's
+    server, conn = directory.servers["srv-http"]
+    directory.servers["srv-shared"] = (
+        server.model_copy(update={"id": "srv-shared", "status": "authorization_required"}), conn,
+    )  # fmt: skip
+    args = {"mode": "describe", "server_id": "srv-shared", "tool_name": "echo"}
+    outcome = await registry.execute("discover_mcp_tools", invocation(args, ["srv-shared"]))
+    assert outcome.success and AUTHORIZATION_KEY not in outcome.data, outcome
+    assert PUBLISHED_KEY in outcome.data
+    del directory.servers["srv-shared"]

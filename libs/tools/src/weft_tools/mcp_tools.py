@@ -200,11 +200,12 @@ async def _call_ref(
 
 
 def _needs_user(catalog: McpCatalog, server_id: str | None) -> McpServerCatalog | None:
-    """The named server of the turn when agent-config could not list its tools without
-    the user's authorisation (SPEC H-06)."""
+    """The named server of the turn when agent-config could not list any of its tools
+    without the user's authorisation (SPEC H-06). A server whose tools another user's
+    token listed is not: its calls answer 401 for this user, which asks then."""
     return next(
         (s for s in catalog.servers
-         if s.id == server_id and s.status == "authorization_required"),
+         if s.id == server_id and s.status == "authorization_required" and not s.tools),
         None,
     )  # fmt: skip
 
