@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -111,12 +112,13 @@ class McpService:
         again when older than the TTL or on ``refresh``."""
         servers = await self.access.usable(tenant_id, list(server_ids)[:MAX_CATALOG_SERVERS])
         now = datetime.now(UTC)
-        fresh = []
-        for server in servers:
+
+        async def current(server: McpServer) -> McpServer:
             stale = server.tools_refreshed_at is None or now - server.tools_refreshed_at > self._ttl
-            fresh.append(
-                await self.check(server, user_id, tenant_id) if refresh or stale else server
-            )
+            return await self.check(server, user_id, tenant_id) if refresh or stale else server
+
+        # Listed side by side: one slow server costs its own check budget, not the sum.
+        fresh = list(await asyncio.gather(*(current(server) for server in servers)))
         tools = await self.store.tools([s.id for s in fresh])
         return McpCatalog(servers=[catalog_entry(s, tools[s.id]) for s in fresh])
 
