@@ -3,10 +3,16 @@ client factory, the per-turn session pool, catalog resolution, argument validati
 result mapping) against a direct SDK call on one open session to the same server.
 
 Both sides reuse their session across calls (Weft's pool does across a turn's calls), so
-the difference is Weft's own work per call. The catalog comes from an in-process fake of
-agent-config's route (ASGI, no socket), so its HTTP hop is counted but not a network.
+the difference is Weft's own work per call. The catalog comes from a fake of agent-config's
+route served over a loopback socket, so each call's HTTP hop to agent-config is counted, but
+not agent-config's own PostgreSQL read. The MCP server and the fake run in threads of the
+bench's process (both paths share that cost).
 
-    .venv/bin/python bench/mcp_overhead.py [--calls 300]
+    .venv/bin/python bench/mcp_overhead.py [--calls 300] [--turns 60]
+
+Two series: calls of one turn after its first (the session and the turn's catalog are
+kept), and a turn's first call (catalog and connection read, a new session opened and
+initialised) against a direct call on a new session.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from dataclasses import replace
 from ipaddress import ip_network
 from typing import Any
 
@@ -32,10 +39,10 @@ from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.mcp_tools import mcp_tools
 from weft_tools.registry import ToolInvocation, ToolRegistry
-from weft_tools.safe_http import AddressPolicy
+from weft_tools.safe_http import AddressPolicy, tls_context
 
 
-async def weft_path(url: str, calls: int) -> list[float]:
+async def weft_path(url: str, calls: int, turns: int) -> tuple[list[float], list[float]]:
     factory = pinned_client_factory(AddressPolicy(allowed_networks=(ip_network("127.0.0.0/8"),)))
     conn = McpConnection(server_id="b1", server_name="bench", url=url, transport="streamable_http")
     listed = await list_server_tools(conn, factory=factory, timeout_s=10, max_tools=50)
@@ -44,7 +51,10 @@ async def weft_path(url: str, calls: int) -> list[float]:
     app = FastAPI()
     app.get("/internal/mcp/catalog")(lambda: catalog.model_dump(mode="json"))
     app.get("/internal/mcp/servers/{sid}/connection")(lambda sid: conn.model_dump(mode="json"))
-    directory = HttpMcpDirectory("http://agent-config", transport=httpx.ASGITransport(app=app))
+    # Over a real loopback socket: each call's catalog read is an HTTP round trip, as it is
+    # to agent-config (whose PostgreSQL read is not counted here).
+    agent_config = kit.serve(app, path="", transport="streamable_http")
+    directory = HttpMcpDirectory(agent_config.base_url)
     caller = McpCaller(directory, McpSessionPool(factory))
     registry = ToolRegistry()
     _, _, dynamic = mcp_tools(caller)
@@ -60,13 +70,43 @@ async def weft_path(url: str, calls: int) -> list[float]:
         if i >= 10:  # warm-up: the first call opens the session
             samples.append((time.perf_counter() - started) * 1000)
         assert outcome.success, outcome.error
+    firsts: list[float] = []
+    for i in range(turns):  # each a new turn: catalog, connection, a new session, the call
+        turn = replace(call, request_id=f"turn-{i}")
+        started = time.perf_counter()
+        outcome = await registry.execute(echo, turn)
+        firsts.append((time.perf_counter() - started) * 1000)
+        assert outcome.success, outcome.error
+        await registry.cleanup("s", turn.request_id)
     await caller.pool.close()
+    agent_config.stop()
+    return samples, firsts
+
+
+async def direct_first_calls(url: str, turns: int) -> list[float]:
+    """A new session each time: connect, initialise, call (what a turn's first call costs
+    without Weft)."""
+    samples: list[float] = []
+    for _ in range(turns):
+        started = time.perf_counter()
+        async with httpx.AsyncClient(verify=tls_context()) as http, streamable_http_client(
+            url, http_client=http
+        ) as (
+            read, write, _,
+        ), ClientSession(read, write) as session:  # fmt: skip
+            await session.initialize()
+            result = await session.call_tool("echo", {"text": "hi"})
+            # Timed before the session closes, as Weft's (closed at the turn's end).
+            samples.append((time.perf_counter() - started) * 1000)
+        assert not result.isError
     return samples
 
 
 async def direct_path(url: str, calls: int) -> list[float]:
     samples: list[float] = []
-    async with httpx.AsyncClient() as http, streamable_http_client(url, http_client=http) as (
+    async with httpx.AsyncClient(verify=tls_context()) as http, streamable_http_client(
+            url, http_client=http
+        ) as (
         read, write, _,
     ), ClientSession(read, write) as session:  # fmt: skip
         await session.initialize()
@@ -79,25 +119,35 @@ async def direct_path(url: str, calls: int) -> list[float]:
     return samples
 
 
-async def main(calls: int) -> dict[str, Any]:
+async def main(calls: int, turns: int) -> dict[str, Any]:
     server = kit.start(kit.tools_server("bench"), "streamable_http")
     try:
         direct = await direct_path(server.url, calls)
-        weft = await weft_path(server.url, calls)
+        direct_firsts = await direct_first_calls(server.url, turns)
+        weft, weft_firsts = await weft_path(server.url, calls, turns)
     finally:
         server.stop()
     d, w = summary(direct), summary(weft)
+    df, wf = summary(direct_firsts), summary(weft_firsts)
     return {
         "machine": machine(),
         "direct_sdk_ms": d,
         "weft_ms": w,
         "overhead_p50_ms": round((w["p50"] or 0) - (d["p50"] or 0), 1),
         "overhead_p99_ms": round((w["p99"] or 0) - (d["p99"] or 0), 1),
+        "first_call_of_a_turn": {
+            "direct_new_session_ms": df,
+            "weft_ms": wf,
+            "overhead_p50_ms": round((wf["p50"] or 0) - (df["p50"] or 0), 1),
+            "overhead_p99_ms": round((wf["p99"] or 0) - (df["p99"] or 0), 1),
+        },
     }
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
-    result = asyncio.run(main(parser.parse_args().calls))
+    parser.add_argument("--turns", type=int, default=60)
+    args = parser.parse_args()
+    result = asyncio.run(main(args.calls, args.turns))
     save("mcp_overhead", result)

@@ -332,3 +332,22 @@ async def test_a_server_listed_with_another_users_token_does_not_ask_again(
     assert outcome.success and AUTHORIZATION_KEY not in outcome.data, outcome
     assert PUBLISHED_KEY in outcome.data
     del directory.servers["srv-shared"]
+
+
+async def test_a_turns_catalog_is_read_once_until_it_ends(
+    registry: ToolRegistry, directory: FakeDirectory, caller: McpCaller
+) -> None:  # SPEC T-19: a turn's later calls skip the round trip to agent-config
+    echo = dyn(directory, "srv-http", "echo")
+    before = len(directory.credentials)
+    for _ in range(3):
+        done = await registry.execute(echo, invocation({"text": "x"}, ["srv-http"], "r-cache"))
+        assert done.success, done
+    assert len(directory.credentials) - before == 1
+    listed = {"mode": "list_servers", "refresh": True}
+    await registry.execute("discover_mcp_tools", invocation(listed, ["srv-http"], "r-cache"))
+    assert len(directory.credentials) - before == 2, "refresh reads it again"
+    await registry.execute(echo, invocation({"text": "x"}, ["srv-http"], "r-other"))
+    assert len(directory.credentials) - before == 3, "another turn has its own"
+    await registry.cleanup("s1", "r-cache")
+    await registry.execute(echo, invocation({"text": "x"}, ["srv-http"], "r-cache"))
+    assert len(directory.credentials) - before == 4, "a turn's end forgets it"

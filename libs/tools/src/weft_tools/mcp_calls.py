@@ -5,6 +5,8 @@ map the result; a 401 becomes an authorisation request the engine turns into a p
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,9 @@ from weft_tools.mcp_pool import McpSessionPool, TurnKey
 from weft_tools.mcp_results import outcome_of
 from weft_tools.registry import ToolInvocation, ToolOutcome, truncate_output
 
+MAX_KEPT_CATALOGS = 1000
+"""Turns whose catalog one worker keeps at once (the oldest go first)."""
+
 _BROKEN = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
 
 
@@ -51,19 +56,46 @@ class McpCaller:
     ``call_mcp_tool`` and the dynamic ``mcp_*`` names."""
 
     def __init__(
-        self, directory: McpDirectory, pool: McpSessionPool, *, request_timeout_s: float = 60.0
+        self,
+        directory: McpDirectory,
+        pool: McpSessionPool,
+        *,
+        request_timeout_s: float = 60.0,
+        catalog_ttl_s: float = 10.0,
     ):
         self.directory = directory
         self.pool = pool
         self.request_timeout_s = request_timeout_s
         """Each request inside a session; the worker's deadline bounds the whole call."""
+        self._catalog_ttl_s = catalog_ttl_s
+        self._catalogs: OrderedDict[tuple[str, tuple[str, ...]], tuple[float, McpCatalog]] = (
+            OrderedDict()
+        )
+        """A turn's catalog on this worker, for ``catalog_ttl_s`` (0: never kept): a
+        turn's later calls skip the round trip to agent-config."""
 
     async def catalog(self, call: ToolInvocation, *, refresh: bool = False) -> McpCatalog:
-        """The turn's servers as agent-config lists them, never one outside the turn's."""
+        """The turn's servers as agent-config lists them, never one outside the turn's;
+        kept for the turn a few seconds (``refresh`` reads it again)."""
         wanted = turn_servers(call)
+        key = (call.request_id, tuple(wanted))
+        kept = self._catalogs.get(key)
+        if kept is not None and not refresh and time.monotonic() - kept[0] < self._catalog_ttl_s:
+            return kept[1]
         found = await self.directory.catalog(wanted, refresh=refresh, credential=call.credential)
         allowed = set(wanted)
-        return McpCatalog(servers=[s for s in found.servers if s.id in allowed])
+        catalog = McpCatalog(servers=[s for s in found.servers if s.id in allowed])
+        if self._catalog_ttl_s > 0:
+            self._catalogs[key] = (time.monotonic(), catalog)
+            self._catalogs.move_to_end(key)
+            while len(self._catalogs) > MAX_KEPT_CATALOGS:
+                self._catalogs.popitem(last=False)
+        return catalog
+
+    def forget_turn(self, request_id: str) -> None:
+        """Drop a finished turn's catalog (turn-end cleanup)."""
+        for key in [k for k in self._catalogs if k[0] == request_id]:
+            del self._catalogs[key]
 
     @staticmethod
     def resolve(catalog: McpCatalog, ref: str) -> Resolved | str:

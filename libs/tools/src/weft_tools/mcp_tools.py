@@ -158,7 +158,8 @@ class CallMcpToolTool:
         return await _call_ref(self._caller, call, args.tool_ref, dict(args.arguments))
 
     async def cleanup(self, session_id: str, request_id: str) -> None:
-        """Close the turn's MCP sessions on this worker (SPEC T-04)."""
+        """Close the turn's MCP sessions on this worker and forget its catalog (T-04)."""
+        self._caller.forget_turn(request_id)
         await self._caller.pool.cleanup(session_id, request_id)
 
 

@@ -96,6 +96,7 @@ def mcp_caller(settings: ToolExecSettings) -> McpCaller:
         HttpMcpDirectory(settings.agent_config_url),
         pool,
         request_timeout_s=settings.mcp_request_timeout_s,
+        catalog_ttl_s=settings.mcp_catalog_ttl_s,
     )
 
 

@@ -84,6 +84,12 @@ class ToolExecSettings(ServiceSettings, McpReachSettings):
     mcp_session_idle_s: float = Field(
         default=120.0, gt=0, description="An unused MCP session of a turn is closed after this."
     )
+    mcp_catalog_ttl_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="A turn's MCP catalog is kept on the worker this long (0: read from "
+        "agent-config on every call); a turn's end or discover_mcp_tools' refresh drops it.",
+    )
     mcp_request_timeout_s: float = Field(
         default=60.0,
         gt=0,
