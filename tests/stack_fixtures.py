@@ -50,10 +50,33 @@ kilobytes, and tests/security/test_sandbox_workspace_caps.py fills the cap with 
 its own (small, so it stays quick; a restart with other settings would cost ~20 s)."""
 
 
+def stack_spans_file() -> Path:
+    """Where the shared stack's processes append their spans (``stack_tracing_env``)."""
+    return stack_log_dir("e2e") / "spans.jsonl"
+
+
+def stack_tracing_env() -> dict[str, str]:
+    """The shared stack records only traces a client asked for: every process writes spans
+    to one file, new traces are sampled at 0 and the gateway continues a client's
+    ``traceparent``, so a test that sends one with the sampled flag gets its whole trace
+    (tests/e2e/test_trace_tree.py) and every other turn costs what an unsampled one does."""
+    return {
+        "WEFT_TRACING_EXPORTER": "file",
+        "WEFT_TRACING_FILE": str(stack_spans_file()),
+        "WEFT_TRACING_SAMPLE_RATIO": "0",
+        "WEFT_TRACING_TRUST_INCOMING": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",  # ms: a test sees the spans soon after the turn
+    }
+
+
 @pytest.fixture(scope="session")
 def stack(infra: dict[str, str]) -> Iterator[LocalStack]:
     """Seven services + the scripted LLM test double, isolated by a topic prefix."""
-    env = {**SANDBOX_SHARES_ENV, "WEFT_SANDBOX_TENANT_BYTES": str(SANDBOX_TENANT_BYTES)}
+    env = {
+        **SANDBOX_SHARES_ENV,
+        "WEFT_SANDBOX_TENANT_BYTES": str(SANDBOX_TENANT_BYTES),
+        **stack_tracing_env(),
+    }
     with LocalStack(StackConfig(log_dir=stack_log_dir("e2e"), extra_env=env)) as running:
         yield running
 

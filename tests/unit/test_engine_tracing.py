@@ -131,3 +131,26 @@ def test_disabled_tracing_changes_nothing() -> None:  # SPEC E-23 (exporter none
     assert tracer.tool_traceparent(state, "c1") is None
     tracer.end_turn(state, "completed")  # no provider: nothing to write, no error
     assert provider_from_settings("console", "x") is not None
+
+
+def _spans_written(traceparent: str | None, ratio: float) -> list[str]:
+    exporter = InMemorySpanExporter()
+    provider = build_provider(exporter, instance_id="engine-test")
+    tracer = TurnTracer(provider, sample_ratio=ratio)
+    state = tracer.begin_round(_state(traceparent))
+    state = tracer.add_usage(state, Usage(prompt_tokens=1, completion_tokens=1, total_tokens=2))
+    assert (state.trace is not None) is tracer.sampled(state)  # sampled out: state untouched
+    tracer.end_turn(state, "completed")
+    provider.force_flush()
+    return sorted(s.name for s in exporter.get_finished_spans())
+
+
+def test_a_turn_follows_its_requests_sampled_flag_else_the_ratio() -> None:
+    written = ["agent.execute", "agent.round.0"]
+    assert _spans_written(f"00-{TRACE_ID}-{PARENT_SPAN}-01", 0.0) == written
+    assert _spans_written(f"00-{TRACE_ID}-{PARENT_SPAN}-00", 1.0) == []
+    assert _spans_written(None, 0.0) == []
+    assert _spans_written(None, 1.0) == written
+    sampled_out = TurnTracer(build_provider(InMemorySpanExporter()), sample_ratio=1.0)
+    unsampled = f"00-{TRACE_ID}-{PARENT_SPAN}-00"
+    assert sampled_out.tool_traceparent(_state(unsampled), "c1") == unsampled

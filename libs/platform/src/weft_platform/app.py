@@ -20,7 +20,9 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.types import ASGIApp
 
+from weft_platform import tracing
 from weft_platform.health import Check, health_router
+from weft_platform.http_tracing import TracingMiddleware
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.logs import configure_logging
 from weft_platform.request_text import refuse_unstorable_text
@@ -96,7 +98,7 @@ def run_service(
     down gracefully. ``http``: uvicorn's HTTP protocol class (default: its own choice)."""
     settings = runtime.settings
     uvicorn.run(
-        app,
+        traced(app, runtime),
         host=settings.http_host,
         port=settings.http_port,
         log_config=None,
@@ -106,7 +108,14 @@ def run_service(
     )
 
 
+def traced(app: ASGIApp, runtime: ServiceRuntime) -> ASGIApp:
+    """``app`` with a span, a log context and (``access_log``) an access line per request."""
+    s = runtime.settings
+    return TracingMiddleware(app, access_log=s.access_log, trust_incoming=s.tracing_trust_incoming)
+
+
 def init_logging(runtime: ServiceRuntime) -> None:
-    """Configure logs from the runtime's settings."""
+    """Configure logs and the process's tracing from the runtime's settings."""
     s = runtime.settings
     configure_logging(s.service_name, s.log_level, s.log_format)
+    tracing.install(s, runtime.instance_id)

@@ -42,6 +42,7 @@ from weft_contracts import DeadLetter, DeadLetterData, Envelope, Topic, Unsuppor
 from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
 
+from weft_platform import tracing
 from weft_platform.record_credentials import RecordCheck
 from weft_platform.settings import ServiceSettings
 
@@ -288,7 +289,9 @@ class EventBus:
         return self._settings.topic_prefix + topic.value
 
     async def publish(self, topic: Topic, message: Envelope) -> None:
-        """Publish one envelope keyed by its :meth:`Envelope.key`; waits for the ack."""
+        """Publish one envelope keyed by its :meth:`Envelope.key`; waits for the ack. An
+        envelope without a ``traceparent`` gets the current span's (``_traced``)."""
+        message = _traced(message)
         await self.broker.publish(
             message.model_dump_json().encode(),
             self.topic_name(topic),
@@ -302,6 +305,7 @@ class EventBus:
         Records of this producer keep their order per partition, so a caller can queue
         several messages, do other work, then await the futures where the ack matters.
         """
+        message = _traced(message)
         future = await self.broker.publish(
             message.model_dump_json().encode(),
             self.topic_name(topic),
@@ -409,7 +413,8 @@ class EventBus:
                 log.warning("record_refused", topic=topic.value, id=decoded.id, reason=str(refused))
                 return
             try:
-                await handler(decoded)
+                with tracing.consuming(topic.value, decoded):
+                    await handler(decoded)
             except Exception:
                 log.exception("broadcast_handler_failed", topic=topic.value, id=decoded.id)
 
@@ -543,9 +548,10 @@ class EventBus:
         decoded: Any,
         handler: Handler,
     ) -> None:
-        failure = await self._attempt(
-            lambda: handler(decoded), "handler_failed", topic=topic.value, id=decoded.id
-        )
+        with tracing.consuming(topic.value, decoded):
+            failure = await self._attempt(
+                lambda: handler(decoded), "handler_failed", topic=topic.value, id=decoded.id
+            )
         if failure is not None:
             await self._dead_letter(topic, group_id, record, body, failure, "handler_failed")
 
@@ -609,6 +615,18 @@ class EventBus:
         if self._redis is not None:
             key = self._dedupe_key(group_id, message_id)
             await self._redis.set(key, 1, ex=self._settings.dedupe_ttl_s)
+
+
+def _traced(message: Envelope) -> Envelope:
+    """``message`` with the current span's ``traceparent`` when it has none (a copy; the
+    envelope is immutable). Envelopes that already carry one (the engine's events carry
+    their turn's) are published as they are."""
+    if message.traceparent is not None:
+        return message
+    traceparent = tracing.current_traceparent()
+    if traceparent is None:
+        return message
+    return message.model_copy(update={"traceparent": traceparent})
 
 
 def _refusal(exc: ValidationError | UnsupportedSchemaVersion) -> str:

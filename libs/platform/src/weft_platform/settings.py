@@ -18,8 +18,11 @@ def _default_credentials_dir() -> str:
     return str(Path(home) / "credentials")
 
 
-TracingExporter = Literal["none", "console", "otlp"]
-"""``WEFT_TRACING_EXPORTER`` of the services that write spans (``weft_platform.tracing``)."""
+TracingExporter = Literal["none", "console", "otlp", "file"]
+"""``WEFT_TRACING_EXPORTER``: where every service's spans go (``weft_platform.tracing``)."""
+
+OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+"""The standard variables whose presence alone turns the OTLP exporter on."""
 
 
 KafkaSecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
@@ -164,6 +167,34 @@ class ServiceSettings(KafkaAccess):
         default=False,
         description="Generate missing key pairs into credentials_dir at start (development "
         "and tests only). Off: a service without its keys refuses to start.",
+    )
+    tracing_exporter: TracingExporter = Field(
+        default_factory=lambda: (
+            "otlp" if any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES) else "none"
+        ),
+        description="Where spans go: none (trace ids for logs and propagation only, no span "
+        "recorded), otlp (OTLP over HTTP, the standard OTEL_EXPORTER_OTLP_* variables; the "
+        "default when OTEL_EXPORTER_OTLP_ENDPOINT is set), console (stdout), file "
+        "(tracing_file, one JSON span a line: tests).",
+    )
+    tracing_sample_ratio: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Share of new traces recorded: ParentBased(TraceIdRatioBased(ratio)); a "
+        "trace continued from a caller follows the caller's sampled flag.",
+    )
+    tracing_file: str = Field(default="", description="The span file of exporter 'file'.")
+    tracing_trust_incoming: bool = Field(
+        default=True,
+        description="Continue the trace of an HTTP request's traceparent header (and take "
+        "its x-weft-request-id / x-weft-tenant-id for logs). Internal services: yes; the "
+        "public gateway: no (a client could force every request to be sampled).",
+    )
+    access_log: bool = Field(
+        default=False,
+        description="One log line per HTTP request: method, route template, status, "
+        "duration (never the path's values, the query string or a header).",
     )
 
 

@@ -127,8 +127,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     )  # fmt: skip
     sessions = SessionGate(redis, ttl, starts_key=f"weft:{s.topic_prefix}engine:starts")
     inbox = SteerInbox(redis, ttl)
-    provider = provider_from_settings(s.tracing_exporter, runtime.instance_id)
-    tracer = TurnTracer(provider)
+    provider = provider_from_settings(s.tracing_exporter, runtime.instance_id, s.tracing_file)
+    tracer = TurnTracer(provider, sample_ratio=s.tracing_sample_ratio)
     reporter = ResultReporter(store, emitter, tracer)
     memory = HistoryClient(
         base_url=s.memory_url, retry=RetryWindow(window_s=s.memory_retry_window_s)

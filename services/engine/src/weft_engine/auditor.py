@@ -45,6 +45,7 @@ from redis.asyncio import Redis
 from weft_contracts import AgentConfig, ErrorCode
 from weft_platform.health import Degraded
 from weft_platform.internal_auth import bearer
+from weft_platform.tracing import propagation_hooks
 
 from weft_engine.finalize import Finisher, TurnFailure
 from weft_engine.keys import audit_lock_key, seq_key
@@ -119,7 +120,9 @@ class MemoryTurns:
     ):
         """``credential``: the engine's service credential for this cross-tenant route
         (``memory:turns.read``); no turn is at hand to vouch for the call."""
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout_s, event_hooks=propagation_hooks()
+        )
         self._credential = credential
 
     async def page(self, started_after: datetime, limit: int) -> tuple[list[UnfinishedTurn], bool]:

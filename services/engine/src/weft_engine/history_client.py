@@ -13,6 +13,7 @@ from weft_contracts import Grant
 from weft_llm import CHAT_MESSAGES, ChatMessage
 from weft_platform.internal_auth import bearer
 from weft_platform.retry import RetryWindow, request_within
+from weft_platform.tracing import propagation_hooks
 
 from weft_engine.compaction import Checkpoint, CompactionResult
 from weft_engine.state import TurnState
@@ -79,8 +80,9 @@ class HistoryClient:
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
             self._http = httpx.AsyncClient(
-                base_url=self.base_url, timeout=self.timeout_s, transport=self.transport
-            )
+                base_url=self.base_url, timeout=self.timeout_s, transport=self.transport,
+                event_hooks=propagation_hooks(),
+            )  # fmt: skip
         return self._http
 
     async def _call(

@@ -6,7 +6,6 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field
 from weft_platform.budgets import TokenBudgetSettings
-from weft_platform.settings import TracingExporter
 
 
 class EngineSettings(TokenBudgetSettings):
@@ -78,7 +77,4 @@ class EngineSettings(TokenBudgetSettings):
         description="After Redis lost its data, requests this recent that left no trace "
         "(queued behind a running turn) are read back from agent.requests and started; "
         "above the turn deadline, the longest a queued request can wait.",
-    )
-    tracing_exporter: TracingExporter = Field(
-        default="none", description="SPEC E-23 spans: none, console (stdout) or otlp (HTTP)."
     )

@@ -26,7 +26,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, TraceIdRatioBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 from weft_contracts import ToolCallCompletedData
 from weft_llm import Usage
@@ -65,9 +65,11 @@ def build_provider(exporter: SpanExporter, *, instance_id: str = "") -> TracerPr
     )
 
 
-def provider_from_settings(exporter: TracingExporter, instance_id: str) -> TracerProvider | None:
+def provider_from_settings(
+    exporter: TracingExporter, instance_id: str, file: str = ""
+) -> TracerProvider | None:
     """The provider for the ``WEFT_TRACING_EXPORTER`` setting, or None for ``none``."""
-    spans = platform_tracing.span_exporter(exporter)
+    spans = platform_tracing.span_exporter(exporter, file)
     return None if spans is None else build_provider(spans, instance_id=instance_id)
 
 
@@ -85,10 +87,26 @@ def _ns(epoch_s: float) -> int:
 
 
 class TurnTracer:
-    """Writes the spans of turns; disabled (no work, no state change) without a provider."""
+    """Writes the spans of turns; disabled (no work, no state change) without a provider.
 
-    def __init__(self, provider: TracerProvider | None):
+    Sampling follows the platform's ``ParentBased(TraceIdRatioBased(sample_ratio))``, decided
+    the same way on every replica: a turn whose request carries a ``traceparent`` is traced
+    when that one's sampled flag is set; a turn without one by the ratio on its derived
+    trace id. A turn sampled out costs one check per step and no state change."""
+
+    def __init__(self, provider: TracerProvider | None, *, sample_ratio: float = 1.0):
         self._tracer = provider.get_tracer("weft.engine") if provider is not None else None
+        self._bound = TraceIdRatioBased.get_bound_for_rate(sample_ratio)
+
+    def sampled(self, state: TurnState) -> bool:
+        """Whether this turn's spans are written."""
+        if self._tracer is None:
+            return False
+        flags = _sampled_flag(state.traceparent)
+        if flags is not None:
+            return flags
+        trace_id = _derived_id(state.request_id, "trace", 16)
+        return trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._bound
 
     @property
     def enabled(self) -> bool:
@@ -110,7 +128,7 @@ class TurnTracer:
 
     def tool_traceparent(self, state: TurnState, call_id: str) -> str | None:
         """W3C ``traceparent`` naming the tool span, for the worker's own spans."""
-        if not self.enabled:
+        if not self.sampled(state):
             return state.traceparent
         span_id = _derived_id(state.request_id, f"tool:{call_id}", 8)
         return f"00-{self._trace_id(state):032x}-{span_id:016x}-01"
@@ -119,7 +137,7 @@ class TurnTracer:
 
     def begin_round(self, state: TurnState) -> TurnState:
         """Before a think: close the previous round's span when the round moved on."""
-        if not self.enabled:
+        if not self.sampled(state):
             return state
         current = state.trace or TurnTrace()
         if current.round == state.round:
@@ -138,7 +156,7 @@ class TurnTracer:
 
     def add_usage(self, state: TurnState, usage: Usage | None) -> TurnState:
         """Count one LLM call's tokens in the round and the turn."""
-        if not self.enabled or usage is None:
+        if usage is None or not self.sampled(state):
             return state
         current = state.trace or TurnTrace(round=state.round, round_started_at=time.time())
         updated = current.model_copy(
@@ -155,7 +173,7 @@ class TurnTracer:
 
     def tool_done(self, state: TurnState, result: ToolCallCompletedData) -> None:
         """``agent.tool.<name>``: from dispatch to the result (or the engine's timeout)."""
-        if self._tracer is None:
+        if not self.sampled(state):
             return
         call = next((c for c in state.pending if c.call_id == result.call_id), None)
         started = _dispatched_at(call) or time.time()
@@ -182,7 +200,7 @@ class TurnTracer:
         """The open round span and ``agent.execute`` (once, by whoever completes the turn);
         ``error``: the failed turn's code and its detail (the cause as reported, which the
         client does not see)."""
-        if self._tracer is None:
+        if not self.sampled(state):
             return
         current = state.trace or TurnTrace()
         if current.round >= 0:
@@ -243,6 +261,17 @@ def _dispatched_at(call: PendingCall | None) -> float | None:
     if call is None or not call.deadline:
         return None
     return call.deadline - call.timeout_s
+
+
+def _sampled_flag(value: str | None) -> bool | None:
+    """The sampled flag of a well-formed W3C ``traceparent``, None without one."""
+    if _parse_traceparent(value) is None:
+        return None
+    assert value is not None
+    try:
+        return bool(int(value.strip().split("-")[3], 16) & 0x01)
+    except ValueError:
+        return None
 
 
 def _parse_traceparent(value: str | None) -> tuple[int, int] | None:

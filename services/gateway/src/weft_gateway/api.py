@@ -221,6 +221,7 @@ class Gateway:
         if body.double_texting == "reject":
             await self._reject_if_running(who.tenant_id, session_id)
         request_id = f"req_{ULID()}"
+        structlog.contextvars.bind_contextvars(request_id=request_id)  # the turn's, in logs
         deadline = self.turn_deadline()
         request = ChatRequested(
             tenant_id=who.tenant_id,

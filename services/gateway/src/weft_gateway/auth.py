@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import structlog
 from fastapi import HTTPException, Request
 from sqlalchemy import func, or_, select
 from sqlalchemy.dialects.postgresql import insert
@@ -83,6 +84,8 @@ class ApiKeyAuth:
             if facts is None:
                 raise HTTPException(401, "invalid, expired or revoked API key")
             principal, status = facts.principal, facts.tenant_status
+        # Log lines of the rest of the request name the tenant (the access line too).
+        structlog.contextvars.bind_contextvars(tenant_id=principal.tenant_id)
         if status == "suspended":
             raise HTTPException(403, "tenant suspended")
         if status == "deleting":

@@ -13,6 +13,12 @@ class GatewaySettings(TokenBudgetSettings):
 
     service_name: str = "gateway"
     http_port: int = 8080
+    access_log: bool = Field(default=True, description="One line per public API request.")
+    tracing_trust_incoming: bool = Field(
+        default=False,
+        description="Continue a client's traceparent (off: every request starts a trace, so "
+        "no client can force its requests to be sampled).",
+    )
     memory_url: str = "http://127.0.0.1:8085"
     agent_config_url: str = "http://127.0.0.1:8081"
     suggestions_url: str = "http://127.0.0.1:8086"

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import httpx
 from weft_platform.internal_auth import bearer
+from weft_platform.tracing import propagation_hooks
 
 RENEW_ROUTE = "/internal/turn-credentials/renew"
 RENEW_SCOPE = "credentials:renew"
@@ -40,7 +41,10 @@ class TurnCredentialRenewer:
     ):
         """``transport``: tests serve the gateway's app in process."""
         self._credential = credential
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout_s, transport=transport,
+            event_hooks=propagation_hooks(),
+        )  # fmt: skip
 
     async def renew(self, token: str) -> str:
         """A fresh credential for the turn of ``token``."""

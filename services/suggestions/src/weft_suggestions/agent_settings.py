@@ -20,6 +20,7 @@ import httpx
 from weft_contracts import AgentSuggestionSettings, FollowUpConfig
 from weft_platform.internal_auth import bearer
 from weft_platform.retry import RetryWindow, request_within
+from weft_platform.tracing import propagation_hooks
 
 from weft_suggestions.config import UnknownAgent
 
@@ -43,7 +44,9 @@ class AgentSettingsClient:
         transport: httpx.AsyncBaseTransport | None = None,
         retry: RetryWindow = RetryWindow(window_s=5.0),
     ):
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=10.0, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=10.0, transport=transport, event_hooks=propagation_hooks()
+        )
         self._credential = credential
         self._ttl_s = ttl_s
         self._max = max_entries

@@ -13,6 +13,7 @@ from weft_platform.fair_consumer import FairConsumer
 from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
+from weft_platform.tracing import process_provider
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import INGESTION_CHANNEL, IngestionQueue
@@ -35,7 +36,7 @@ from weft_tools.web_snapshots import RedisSnapshotStore
 from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tool_exec.ledger import CallLedger
 from weft_tool_exec.settings import ToolExecSettings
-from weft_tool_exec.tracing import WorkerTracer, provider_from_settings
+from weft_tool_exec.tracing import WorkerTracer
 from weft_tool_exec.turn_end import TurnEndCleaner
 from weft_tool_exec.worker import ToolWorker
 
@@ -112,7 +113,8 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     deps = tool_dependencies(runtime, settings)
     registry = builtin_registry(deps)
     ledger = CallLedger(runtime.redis, settings.topic_prefix)
-    provider = provider_from_settings(settings.tracing_exporter, runtime.instance_id)
+    # The process's provider (init_logging installed it), with the platform's sampler.
+    provider = process_provider() if settings.tracing_exporter != "none" else None
     tracer = WorkerTracer(provider, runtime.instance_id)
     worker = ToolWorker(runtime.bus, registry, runtime.instance_id, ledger, tracer)
     calls = fair_calls(runtime, settings, worker)

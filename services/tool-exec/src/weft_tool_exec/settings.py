@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pydantic import AliasChoices, Field
-from weft_platform.settings import ServiceSettings, TracingExporter
+from weft_platform.settings import ServiceSettings
 from weft_tools.ingestion_limits import IngestionLimits
 from weft_tools.mcp_http import McpReachSettings
 
@@ -95,9 +95,6 @@ class ToolExecSettings(ServiceSettings, McpReachSettings):
         gt=0,
         description="One request inside an MCP session (the call's "
         "deadline still bounds the whole call).",
-    )
-    tracing_exporter: TracingExporter = Field(
-        default="none", description="SPEC E-23 worker spans: none, console (stdout) or otlp."
     )
     ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")
     ingestion_concurrency: int = Field(
