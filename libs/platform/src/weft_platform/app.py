@@ -66,7 +66,14 @@ def create_service_app(
             await runtime.db.dispose()
             log.info("service_stopped")
 
-    app = FastAPI(title=title, lifespan=lifespan, dependencies=[Depends(refuse_unstorable_text)])
+    app = FastAPI(
+        title=title,
+        lifespan=lifespan,
+        dependencies=[Depends(refuse_unstorable_text)],
+        # FastAPI's own request spans would continue any caller's traceparent (the public
+        # gateway must not) and add three spans a request: TracingMiddleware traces instead.
+        telemetry={"tracing": False},
+    )
     app.state.runtime = runtime
     app.include_router(health_router(runtime, readiness))
     guard = [Depends(internal)] if internal is not None else []
