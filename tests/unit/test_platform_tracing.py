@@ -196,3 +196,22 @@ def test_the_sampler_follows_the_parent_and_samples_new_traces_by_ratio() -> Non
         with tracer.start_as_current_span("continued", context=parent) as span:
             assert span.is_recording() is recorded
     assert [s.name for s in exporter.get_finished_spans()] == ["continued"]
+
+
+def test_the_gateway_logs_access_and_trusts_no_client_trace_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from weft_gateway.settings import GatewaySettings
+    from weft_platform.settings import ServiceSettings
+
+    for name in ("WEFT_ACCESS_LOG", "WEFT_TRACING_TRUST_INCOMING", "WEFT_TRACING_EXPORTER",
+                 "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    gateway, internal = GatewaySettings(), ServiceSettings()
+    assert (gateway.access_log, gateway.tracing_trust_incoming) == (True, False)
+    assert (internal.access_log, internal.tracing_trust_incoming) == (False, True)
+    assert (internal.tracing_exporter, internal.tracing_sample_ratio) == ("none", 0.1)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    assert ServiceSettings().tracing_exporter == "otlp"
+    monkeypatch.setenv("WEFT_TRACING_EXPORTER", "none")
+    assert ServiceSettings().tracing_exporter == "none"
