@@ -1014,3 +1014,38 @@ def test_helm_fails_closed_without_the_mcp_secret_keys(
     assert readers == {"weft-agent-config": "WEFT_MCP_SECRET_KEYS"}
     configmaps = _by_kind(test_double_render, "ConfigMap").values()
     assert all("WEFT_MCP_SECRET_KEYS" not in (c.get("data") or {}) for c in configmaps)
+
+
+def test_compose_passes_the_tracing_settings(compose: dict[str, Any]) -> None:
+    for name in SERVICE_PORTS:
+        env = _env(compose["services"][name])
+        assert _interpolated_default(env["WEFT_TRACING_SAMPLE_RATIO"]) == "0.1"
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT" in env  # empty by default: no exporter
+
+
+def test_helm_tracing_settings_and_collector_egress(
+    helm: str, test_double_render: list[dict[str, Any]]
+) -> None:
+    (common,) = [
+        c for name, c in _by_kind(test_double_render, "ConfigMap").items()
+        if name.endswith("-common")
+    ]  # fmt: skip
+    assert common["data"]["WEFT_TRACING_EXPORTER"] == "none"
+    assert common["data"]["WEFT_TRACING_SAMPLE_RATIO"] == "0.1"
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in common["data"]
+    docs = _render(
+        helm, "-f", str(CHART / "ci" / "production-values.yaml"),
+        "--set", "tracing.otlpEndpoint=http://otel-collector.observability:4318",
+        "--set", "tracing.sampleRatio=0.25",
+    )  # fmt: skip
+    (common,) = [c for name, c in _by_kind(docs, "ConfigMap").items() if name.endswith("-common")]
+    assert common["data"]["WEFT_TRACING_EXPORTER"] == "otlp"
+    assert (
+        common["data"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    )
+    assert common["data"]["WEFT_TRACING_SAMPLE_RATIO"] == "0.25"
+    policies = _by_kind(docs, "NetworkPolicy")
+    for name in SERVICE_PORTS:
+        (policy,) = [p for n, p in policies.items() if n.endswith(f"-{name}")]
+        ports = [p.get("port") for rule in policy["spec"]["egress"] for p in rule.get("ports", [])]
+        assert 4318 in ports, f"{name}: no egress to the collector"

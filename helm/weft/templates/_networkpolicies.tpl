@@ -9,7 +9,8 @@ networkPolicy.<kind>.ports list replaces them.
 {{- if $found -}}{{- trimPrefix ":" $found -}}{{- else -}}{{- .default -}}{{- end -}}
 {{- end -}}
 
-{{/* Comma-separated ports of one external dependency: kafka, postgres, redis or llm. */}}
+{{/* Comma-separated ports of one external dependency: kafka, postgres, redis, llm or tracing
+(the OTLP collector). */}}
 {{- define "weft.np.derivedPorts" -}}
 {{- $root := .root -}}
 {{- if eq .kind "kafka" -}}
@@ -26,6 +27,9 @@ networkPolicy.<kind>.ports list replaces them.
 {{- else -}}5432{{- end -}}
 {{- else if eq .kind "redis" -}}
 {{- include "weft.np.hostPort" (dict "host" (urlParse $root.Values.redis.url).host "default" "6379") -}}
+{{- else if eq .kind "tracing" -}}
+{{- $url := urlParse $root.Values.tracing.otlpEndpoint -}}
+{{- include "weft.np.hostPort" (dict "host" $url.host "default" (ternary "443" "80" (eq $url.scheme "https"))) -}}
 {{- else if eq .kind "llm" -}}
 {{- $url := urlParse $root.Values.llm.baseUrl -}}
 {{- include "weft.np.hostPort" (dict "host" $url.host "default" (ternary "443" "80" (eq $url.scheme "https"))) -}}
