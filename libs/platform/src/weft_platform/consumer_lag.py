@@ -33,10 +33,16 @@ class GroupLag:
         self.positions: dict[TopicPartition, int] = {}
         self._consumer: Any = None
 
-    def at(self, consumer: Any, topic: str, partition: int, offset: int) -> None:
-        """The consumer's next record on ``topic``/``partition`` is ``offset``."""
+    def at(
+        self, consumer: Any, topic: str, partition: int, offset: int, first_only: bool = False
+    ) -> None:
+        """The consumer's next record to handle on ``topic``/``partition`` is ``offset``
+        (``first_only``: unless a position of the partition is known already)."""
         self._consumer = consumer
-        self.positions[TopicPartition(topic, partition)] = offset
+        tp = TopicPartition(topic, partition)
+        if first_only and tp in self.positions:
+            return
+        self.positions[tp] = offset
 
     def sample(self) -> Iterator[tuple[str, int, int]]:
         """(topic, partition, lag) of every assigned partition whose lag is known."""

@@ -33,6 +33,7 @@ from prometheus_client import (
 )
 
 from weft_platform.consumer_lag import ConsumerLagCollector
+from weft_platform.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
 
@@ -40,8 +41,8 @@ log = structlog.get_logger(__name__)
 # carries and no dashboard or alert reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
-TENANT_OTHER = "other"
-"""The tenant label of every tenant past the cap of distinct values."""
+OTHER = "other"
+"""The label value of every tenant (or model) past the cap of distinct values."""
 
 # --- engine: turns, rounds, model calls ----------------------------------------------
 
@@ -174,36 +175,45 @@ APPROVAL_DECISIONS = Counter(
 
 
 @dataclass
-class TenantLabels:
-    """The ``tenant`` label values: empty unless enabled, then at most ``cap`` distinct
-    tenants (the first seen by this process); every later one is ``other``, so a
-    deployment with thousands of tenants cannot grow a series per tenant."""
+class BoundedLabel:
+    """Values of a label that callers do not bound themselves (tenants, model names an
+    agent configures): at most ``cap`` distinct values (the first this process sees);
+    every later one is ``other``, so a deployment with thousands of them cannot grow a
+    series per value. ``enabled`` False: the value is always empty (no label)."""
 
-    enabled: bool = False
+    enabled: bool = True
     cap: int = 50
     _seen: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def label(self, tenant_id: str) -> str:
-        """The label value for ``tenant_id``."""
+    def label(self, value: str) -> str:
+        """The label value for ``value``."""
         if not self.enabled:
             return ""
-        if tenant_id in self._seen:
-            return tenant_id
+        if value in self._seen:
+            return value
         with self._lock:
             if len(self._seen) < self.cap:
-                self._seen.add(tenant_id)
-                return tenant_id
-        return TENANT_OTHER
+                self._seen.add(value)
+                return value
+        return OTHER
 
 
-TENANTS = TenantLabels()
+TENANTS = BoundedLabel(enabled=False)
 """This process's tenant labels (set from settings by :func:`configure_metrics`)."""
+
+MODELS = BoundedLabel(cap=50)
+"""The ``model`` label values (an agent names its model: bounded like tenants)."""
 
 
 def tenant_label(tenant_id: str) -> str:
     """The ``tenant`` label value of ``tenant_id`` under this process's settings."""
     return TENANTS.label(tenant_id)
+
+
+def model_label(model: str) -> str:
+    """The ``model`` label value of ``model``."""
+    return MODELS.label(model)
 
 
 # --- serving ---------------------------------------------------------------------------
@@ -231,6 +241,18 @@ def configure_metrics(*, tenant_label_enabled: bool, tenant_label_max: int) -> N
     """Apply the tenant-label settings to this process (once, in the app factory)."""
     TENANTS.enabled = tenant_label_enabled
     TENANTS.cap = tenant_label_max
+
+
+def start_metrics(settings: ServiceSettings) -> MetricsServer | None:
+    """Configure this process's metrics from ``settings`` and serve them on its metrics
+    port (None when ``WEFT_METRICS_PORT=0``). A port that cannot be bound stops the
+    process at start: an operator who set a port expects it served."""
+    configure_metrics(
+        tenant_label_enabled=settings.metrics_tenant_label,
+        tenant_label_max=settings.metrics_tenant_label_max,
+    )
+    KAFKA_CONSUMER_LAG.strip_prefix(settings.topic_prefix)
+    return serve_metrics(settings.effective_metrics_port, settings.metrics_host)
 
 
 def serve_metrics(port: int, host: str) -> MetricsServer | None:
