@@ -22,9 +22,11 @@ from starlette.types import ASGIApp
 
 from weft_platform import tracing
 from weft_platform.health import Check, health_router
+from weft_platform.http_metrics import HttpMetrics
 from weft_platform.http_tracing import TracingMiddleware
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.logs import configure_logging
+from weft_platform.metrics import start_metrics
 from weft_platform.request_text import refuse_unstorable_text
 from weft_platform.runtime import ServiceRuntime
 
@@ -80,6 +82,7 @@ def create_service_app(
     for router in routers:
         app.include_router(router, dependencies=guard)
     _install_dependency_error_handlers(app)
+    app.add_middleware(HttpMetrics)
     return app
 
 
@@ -104,6 +107,7 @@ def run_service(
     """Serve the app (a service app, possibly wrapped) until SIGTERM/SIGINT, then shut
     down gracefully. ``http``: uvicorn's HTTP protocol class (default: its own choice)."""
     settings = runtime.settings
+    start_metrics(settings)  # its own port, in a daemon thread that ends with the process
     uvicorn.run(
         traced(app, runtime),
         host=settings.http_host,
