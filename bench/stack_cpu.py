@@ -10,20 +10,37 @@ found by their command line), their idle CPU beforehand, and the round overhead
 (``tool_result`` -> next ``tool_call`` event times) of those turns.
 
     .venv/bin/python bench/stack_cpu.py --seconds 20
+
+``--ab`` measures what observability costs (issue 37): the same turns on a stack with
+metrics and tracing at their defaults (metrics server on, scraped every 15 s as Prometheus
+would; tracing with the OTLP exporter on, to a local collector double that accepts and
+drops, sampling at the default 0.1) versus a stack with both off (``WEFT_METRICS_PORT=0``,
+``WEFT_TRACING_EXPORTER=none``). It prints each process's CPU seconds per turn in both,
+the ratio over the Weft processes (Kafka and Redis are shared by whatever else runs on the
+machine, so they are listed apart), and the load average. ``--rounds 2`` alternates
+off/on twice, against drift in the machine's load.
+
+    .venv/bin/python bench/stack_cpu.py --ab --seconds 40 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import os
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import engine_bench as eb
 import httpx
 from benchlib import machine, save, summary
-from weft_testkit import LocalStack
+from weft_testkit import LocalStack, StackConfig
 
 
 def _infra_pid(pattern: str) -> list[int]:
@@ -79,12 +96,143 @@ async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any
     }
 
 
+WEFT = ("engine", "gateway", "memory", "tool_exec", "suggestions")
+"""The Weft processes whose CPU the A/B compares (not the LLM double, Kafka or Redis)."""
+
+OFF = {"WEFT_METRICS_PORT": "0", "WEFT_TRACING_EXPORTER": "none"}
+"""Metrics and tracing off."""
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector double: reads each export, answers 200, keeps nothing."""
+
+    exports = 0
+    bytes = 0
+
+    def do_POST(self) -> None:
+        size = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(size)
+        type(self).exports += 1
+        type(self).bytes += size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+
+@contextmanager
+def collector() -> Iterator[str]:
+    """A local collector double; yields its OTLP endpoint."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def _scrape(stack: LocalStack, every_s: float) -> None:
+    """Scrape every process's metrics as Prometheus would (its default-ish 15 s)."""
+    urls = [
+        stack.metrics_url(name, i) for name in WEFT for i in range(len(stack.ports.get(name, [])))
+    ]
+    async with httpx.AsyncClient(timeout=10) as http:
+        while True:
+            for url in urls:
+                await http.get(url)
+            await asyncio.sleep(every_s)
+
+
+async def measured(config: StackConfig, seconds: float, scrape_s: float | None) -> dict[str, Any]:
+    """Sequential turns on a stack of ``config`` for ``seconds``: CPU seconds per turn of
+    each process."""
+    with LocalStack(config) as stack:
+        headers = {"Authorization": f"Bearer {stack.api_key}"}
+        async with (
+            httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=600) as api,
+            httpx.AsyncClient(base_url=stack.llm_url) as llm,
+        ):
+            agent = await eb._agent(api)
+            await llm.post("/_script", json={**eb.ROUNDS_SCRIPT, "parallel": 1})
+            chat = eb.ChatClient(api)
+            for i in range(5):
+                await chat.turn(agent, f"warm-up {i}")
+            scraper = asyncio.create_task(_scrape(stack, scrape_s)) if scrape_s else None
+            pids = _pids(stack)
+            start, started = _cpu(pids), time.monotonic()
+            turns = 0
+            while time.monotonic() < started + seconds:
+                await chat.turn(agent, f"stack cpu {turns}")
+                turns += 1
+            end = _cpu(pids)
+            if scraper is not None:
+                scraper.cancel()
+            await chat.aclose()
+    per_turn = {k: (end[k] - start[k]) / turns for k in end}
+    return {
+        "turns": turns,
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "cpu_s_per_turn": {k: round(v, 5) for k, v in per_turn.items()},
+        "weft_cpu_s_per_turn": round(sum(per_turn[k] for k in WEFT), 5),
+    }
+
+
+async def ab(seconds: float, tool_workers: int, rounds: int) -> dict[str, Any]:
+    """Observability at its defaults versus off, ``rounds`` times each, alternating."""
+    base = eb.stack_config("bench-stack-cpu-ab", tool_workers)
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "default": []}
+    with collector() as endpoint:
+        modes = {
+            "off": ({**base.extra_env, **OFF}, None),
+            "default": ({**base.extra_env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, 15.0),
+        }
+        for _ in range(rounds):
+            for mode, (env, scrape_s) in modes.items():
+                config = dataclasses.replace(base, extra_env=env)
+                runs[mode].append(await measured(config, seconds, scrape_s))
+                print(mode, runs[mode][-1]["weft_cpu_s_per_turn"], flush=True)
+    mean = {
+        mode: {
+            k: round(sum(r["cpu_s_per_turn"][k] for r in rs) / len(rs), 5)
+            for k in rs[0]["cpu_s_per_turn"]
+        }
+        for mode, rs in runs.items()
+    }
+    weft = {mode: sum(mean[mode][k] for k in WEFT) for mode in mean}
+    return {
+        "machine": machine(),
+        "seconds_per_run": seconds,
+        "rounds": rounds,
+        "sample_ratio": "default (0.1)",
+        "collector_exports": _Collector.exports,
+        "collector_bytes": _Collector.bytes,
+        "cpu_s_per_turn": mean,
+        "weft_cpu_s_per_turn": {m: round(v, 5) for m, v in weft.items()},
+        "weft_ratio_default_over_off": round(weft["default"] / weft["off"], 4),
+        "per_process_ratio": {
+            k: round(mean["default"][k] / mean["off"][k], 3) if mean["off"][k] else None
+            for k in mean["off"]
+        },
+        "runs": runs,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--idle-seconds", type=float, default=5)
     parser.add_argument("--tool-workers", type=int, default=2)
+    parser.add_argument("--ab", action="store_true", help="observability on vs off")
+    parser.add_argument("--rounds", type=int, default=1, help="A/B alternations")
     args = parser.parse_args()
+    if args.ab:
+        save("stack_cpu_ab", asyncio.run(ab(args.seconds, args.tool_workers, args.rounds)))
+        return
     save("stack_cpu", asyncio.run(run(args.seconds, args.idle_seconds, args.tool_workers)))
 
 

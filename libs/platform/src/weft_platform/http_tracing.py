@@ -12,7 +12,6 @@ logged (every few seconds from the orchestrator, they would drown the rest).
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import structlog
 from opentelemetry.trace import SpanKind
@@ -63,17 +62,17 @@ class TracingMiddleware:
             await self._app(scope, receive, send)
             return
         method = str(scope.get("method", ""))
-        parent = None
-        bound: dict[str, Any] = {}
+        traceparent = None
+        ids: dict[str, str] = {}
         if self._trust:
-            parent = tracing.parent_context(_header(scope, b"traceparent"))
+            traceparent = _header(scope, b"traceparent")
             request_id = _header(scope, tracing.REQUEST_ID_HEADER.encode())
             tenant_id = _header(scope, tracing.TENANT_ID_HEADER.encode())
             if tenant_id is not None:
-                bound["tenant_id"] = tenant_id
+                ids["tenant_id"] = tenant_id
         else:
             request_id = None
-        bound["request_id"] = request_id or f"http_{ULID()}"
+        ids["request_id"] = request_id or f"http_{ULID()}"
         status = 500  # unless the app answers: an exception becomes uvicorn's 500
         started = time.perf_counter()
 
@@ -83,25 +82,21 @@ class TracingMiddleware:
                 status = int(message["status"])
             await send(message)
 
-        with tracing.tracer().start_as_current_span(
-            method, context=parent, kind=SpanKind.SERVER
-        ) as span:
-            bound["trace_id"] = f"{span.get_span_context().trace_id:032x}"
-            with structlog.contextvars.bound_contextvars(**bound):
-                try:
-                    await self._app(scope, receive, capture)
-                finally:
-                    route = route_template(scope)
-                    if span.is_recording():
-                        span.update_name(f"{method} {route}")
-                        span.set_attribute("http.request.method", method)
-                        span.set_attribute("http.route", route)
-                        span.set_attribute("http.response.status_code", status)
-                    if self._access_log:
-                        log.info(
-                            "http_request",
-                            method=method,
-                            route=route,
-                            status=status,
-                            duration_ms=round((time.perf_counter() - started) * 1000, 1),
-                        )
+        with tracing.continued(method, traceparent, SpanKind.SERVER, **ids) as span:
+            try:
+                await self._app(scope, receive, capture)
+            finally:
+                route = route_template(scope)
+                if span.is_recording():
+                    span.update_name(f"{method} {route}")
+                    span.set_attribute("http.request.method", method)
+                    span.set_attribute("http.route", route)
+                    span.set_attribute("http.response.status_code", status)
+                if self._access_log:
+                    log.info(
+                        "http_request",
+                        method=method,
+                        route=route,
+                        status=status,
+                        duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                    )
