@@ -11,16 +11,18 @@ found by their command line), their idle CPU beforehand, and the round overhead
 
     .venv/bin/python bench/stack_cpu.py --seconds 20
 
-``--ab`` measures what observability costs (issue 37): the same turns on a stack with
+``--ab`` measures what observability costs (issue 37): sequential turns on a stack with
 metrics and tracing at their defaults (metrics server on, scraped every 15 s as Prometheus
 would; tracing with the OTLP exporter on, to a local collector double that accepts and
-drops, sampling at the default 0.1) versus a stack with both off (``WEFT_METRICS_PORT=0``,
-``WEFT_TRACING_EXPORTER=none``). It prints each process's CPU seconds per turn in both,
-the ratio over the Weft processes (Kafka and Redis are shared by whatever else runs on the
-machine, so they are listed apart), and the load average. ``--rounds 2`` alternates
-off/on twice, against drift in the machine's load.
+drops, sampling at the default 0.1) and, at the same time, on a second stack with both off
+(``WEFT_METRICS_PORT=0``, ``WEFT_TRACING_EXPORTER=none``). Running both side by side makes
+the rest of the machine's load weigh on both alike (run one after the other, two runs of
+the same mode differed by 15 % on the shared cores). It prints each process's CPU seconds
+per turn in both, the ratio over the Weft processes (the LLM double, Kafka and Redis are
+listed apart: Kafka and Redis are shared by both stacks and whatever else runs), and the
+load average. ``--rounds`` repeats the pair.
 
-    .venv/bin/python bench/stack_cpu.py --ab --seconds 40 --rounds 2
+    .venv/bin/python bench/stack_cpu.py --ab --seconds 60 --rounds 2
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -148,54 +150,91 @@ async def _scrape(stack: LocalStack, every_s: float) -> None:
             await asyncio.sleep(every_s)
 
 
-async def measured(config: StackConfig, seconds: float, scrape_s: float | None) -> dict[str, Any]:
-    """Sequential turns on a stack of ``config`` for ``seconds``: CPU seconds per turn of
-    each process."""
-    with LocalStack(config) as stack:
-        headers = {"Authorization": f"Bearer {stack.api_key}"}
-        async with (
-            httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=600) as api,
-            httpx.AsyncClient(base_url=stack.llm_url) as llm,
-        ):
-            agent = await eb._agent(api)
-            await llm.post("/_script", json={**eb.ROUNDS_SCRIPT, "parallel": 1})
-            chat = eb.ChatClient(api)
-            for i in range(5):
-                await chat.turn(agent, f"warm-up {i}")
-            scraper = asyncio.create_task(_scrape(stack, scrape_s)) if scrape_s else None
-            pids = _pids(stack)
-            start, started = _cpu(pids), time.monotonic()
-            turns = 0
-            while time.monotonic() < started + seconds:
-                await chat.turn(agent, f"stack cpu {turns}")
-                turns += 1
-            end = _cpu(pids)
-            if scraper is not None:
-                scraper.cancel()
-            await chat.aclose()
-    per_turn = {k: (end[k] - start[k]) / turns for k in end}
-    return {
-        "turns": turns,
-        "load_avg_1m_after": round(os.getloadavg()[0], 2),
-        "cpu_s_per_turn": {k: round(v, 5) for k, v in per_turn.items()},
-        "weft_cpu_s_per_turn": round(sum(per_turn[k] for k in WEFT), 5),
-    }
+@dataclasses.dataclass
+class _Side:
+    """One stack of the A/B and what runs turns on it."""
+
+    stack: LocalStack
+    api: httpx.AsyncClient
+    chat: eb.ChatClient
+    agent: str
+    scrape_s: float | None
+    turns: int = 0
+
+
+async def _side(stack: LocalStack, scrape_s: float | None, exits: AsyncExitStack) -> _Side:
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    api = await exits.enter_async_context(
+        httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=600)
+    )
+    async with httpx.AsyncClient(base_url=stack.llm_url) as llm:
+        await llm.post("/_script", json={**eb.ROUNDS_SCRIPT, "parallel": 1})
+    agent = await eb._agent(api)
+    chat = eb.ChatClient(api)
+    exits.push_async_callback(chat.aclose)
+    for i in range(5):
+        await chat.turn(agent, f"warm-up {i}")
+    return _Side(stack, api, chat, agent, scrape_s)
+
+
+async def _turns(side: _Side, until: float) -> None:
+    while time.monotonic() < until:
+        await side.chat.turn(side.agent, f"stack cpu {side.turns}")
+        side.turns += 1
+
+
+async def side_by_side(
+    configs: dict[str, tuple[StackConfig, float | None]], seconds: float
+) -> dict[str, dict[str, Any]]:
+    """Sequential turns on one stack per mode, all at once over the same ``seconds``: the
+    machine's load (other work on the shared cores) weighs on every mode alike. CPU seconds
+    per turn of each process of each stack."""
+    with ExitStack() as stacks:
+        running = {m: stacks.enter_context(LocalStack(c)) for m, (c, _) in configs.items()}
+        async with AsyncExitStack() as exits:
+            sides = {m: await _side(running[m], configs[m][1], exits) for m in configs}
+            scrapers = [
+                asyncio.create_task(_scrape(side.stack, side.scrape_s))
+                for side in sides.values()
+                if side.scrape_s
+            ]
+            pids = {m: _pids(side.stack) for m, side in sides.items()}
+            start = {m: _cpu(p) for m, p in pids.items()}
+            until = time.monotonic() + seconds
+            await asyncio.gather(*(_turns(side, until) for side in sides.values()))
+            end = {m: _cpu(p) for m, p in pids.items()}
+            for task in scrapers:
+                task.cancel()
+    results = {}
+    for mode, side in sides.items():
+        per_turn = {k: (end[mode][k] - start[mode][k]) / side.turns for k in end[mode]}
+        results[mode] = {
+            "turns": side.turns,
+            "cpu_s_per_turn": {k: round(v, 5) for k, v in per_turn.items()},
+            "weft_cpu_s_per_turn": round(sum(per_turn[k] for k in WEFT), 5),
+        }
+    return results
 
 
 async def ab(seconds: float, tool_workers: int, rounds: int) -> dict[str, Any]:
-    """Observability at its defaults versus off, ``rounds`` times each, alternating."""
-    base = eb.stack_config("bench-stack-cpu-ab", tool_workers)
+    """Observability at its defaults versus off, side by side, ``rounds`` times."""
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "default": []}
+    loads = []
     with collector() as endpoint:
-        modes = {
-            "off": ({**base.extra_env, **OFF}, None),
-            "default": ({**base.extra_env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, 15.0),
-        }
-        for _ in range(rounds):
-            for mode, (env, scrape_s) in modes.items():
-                config = dataclasses.replace(base, extra_env=env)
-                runs[mode].append(await measured(config, seconds, scrape_s))
-                print(mode, runs[mode][-1]["weft_cpu_s_per_turn"], flush=True)
+        for i in range(rounds):
+            configs: dict[str, tuple[StackConfig, float | None]] = {}
+            for mode, env, scrape_s in (
+                ("off", OFF, None),
+                ("default", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, 15.0),
+            ):
+                base = eb.stack_config(f"bench-stack-cpu-{mode}", tool_workers)
+                extra_env = {**base.extra_env, **env}
+                configs[mode] = (dataclasses.replace(base, extra_env=extra_env), scrape_s)
+            result = await side_by_side(configs, seconds)
+            loads.append(round(os.getloadavg()[0], 2))
+            for mode, measured in result.items():
+                runs[mode].append(measured)
+            print(i, {m: r["weft_cpu_s_per_turn"] for m, r in result.items()}, flush=True)
     mean = {
         mode: {
             k: round(sum(r["cpu_s_per_turn"][k] for r in rs) / len(rs), 5)
@@ -206,7 +245,8 @@ async def ab(seconds: float, tool_workers: int, rounds: int) -> dict[str, Any]:
     weft = {mode: sum(mean[mode][k] for k in WEFT) for mode in mean}
     return {
         "machine": machine(),
-        "seconds_per_run": seconds,
+        "load_avg_1m_after_each_round": loads,
+        "seconds_per_round": seconds,
         "rounds": rounds,
         "sample_ratio": "default (0.1)",
         "collector_exports": _Collector.exports,
@@ -214,6 +254,10 @@ async def ab(seconds: float, tool_workers: int, rounds: int) -> dict[str, Any]:
         "cpu_s_per_turn": mean,
         "weft_cpu_s_per_turn": {m: round(v, 5) for m, v in weft.items()},
         "weft_ratio_default_over_off": round(weft["default"] / weft["off"], 4),
+        "weft_ratio_per_round": [
+            round(d["weft_cpu_s_per_turn"] / o["weft_cpu_s_per_turn"], 4)
+            for o, d in zip(runs["off"], runs["default"], strict=True)
+        ],
         "per_process_ratio": {
             k: round(mean["default"][k] / mean["off"][k], 3) if mean["off"][k] else None
             for k in mean["off"]

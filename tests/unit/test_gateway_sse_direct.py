@@ -16,6 +16,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from weft_gateway.fanout import Sink
 from weft_gateway.sse_response import EventStreamResponse, ExposeServerSend
+from weft_platform.http_tracing import TracingMiddleware
 
 FRAMES = [b"id: 1-0\r\nevent: thought\r\ndata: {}\r\n\r\n", b": ping\r\n\r\n"]
 
@@ -71,7 +72,9 @@ async def served() -> AsyncIterator[tuple[int, dict[str, object]]]:
 
         return EventStreamResponse(run, send_timeout_s=0.5, buffer_bytes=256 * 1024)
 
-    app = ExposeServerSend(WrapSend(Starlette(routes=[Route("/events", events)])))
+    # As run_service serves the gateway: the platform's tracing middleware outermost.
+    inner = ExposeServerSend(WrapSend(Starlette(routes=[Route("/events", events)])))
+    app = TracingMiddleware(inner, access_log=True, trust_incoming=False)
     async for port in _serve(app):
         yield port, seen
 

@@ -22,6 +22,11 @@ from weft_platform import tracing
 
 log = structlog.get_logger("weft.access")
 
+SERVER_SEND = "weft.server_send"
+"""Scope key of the server's own ``send`` callable: this middleware wraps ``send`` (for the
+status), and the gateway's SSE responses find their connection through the server's
+(``weft_gateway.sse_response``), so the outermost wrapper keeps it in the scope."""
+
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 """``weft_platform.health``'s routes: not traced, not logged."""
 
@@ -61,6 +66,7 @@ class TracingMiddleware:
         if scope["type"] != "http" or scope.get("path") in PROBE_PATHS:
             await self._app(scope, receive, send)
             return
+        scope.setdefault(SERVER_SEND, send)
         method = str(scope.get("method", ""))
         traceparent = None
         ids: dict[str, str] = {}

@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from weft_platform.http_tracing import SERVER_SEND
 
 from weft_gateway.fanout import Sink
 from weft_gateway.sse_metrics import stream_closed, stream_opened
@@ -39,7 +40,7 @@ _SSE_HEADERS = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
-_SERVER_SEND = "weft.server_send"
+_SERVER_SEND = SERVER_SEND
 """Scope key of the server's own ``send`` callable (see :class:`ExposeServerSend`)."""
 
 Run = Callable[[Sink], Awaitable[bytes]]
@@ -47,15 +48,16 @@ Run = Callable[[Sink], Awaitable[bytes]]
 
 
 class ExposeServerSend:
-    """Outermost ASGI wrapper: puts the server's own ``send`` into the scope, before any
-    middleware wraps it, so an SSE response can find the connection it writes to."""
+    """Outermost ASGI wrapper of the gateway's app: puts the server's own ``send`` into the
+    scope, before any middleware wraps it, so an SSE response can find the connection it
+    writes to (``run_service``'s tracing middleware, outside it, keeps it there first)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope[_SERVER_SEND] = send
+        if scope["type"] == "http":  # an outer platform middleware may have put it there
+            scope.setdefault(_SERVER_SEND, send)
         await self.app(scope, receive, send)
 
 
