@@ -216,8 +216,16 @@ async def side_by_side(
     return results
 
 
-async def ab(seconds: float, tool_workers: int, rounds: int) -> dict[str, Any]:
-    """Observability at its defaults versus off, side by side, ``rounds`` times."""
+ON = {
+    "both": {},
+    "tracing": {"WEFT_METRICS_PORT": "0"},
+    "metrics": {"WEFT_TRACING_EXPORTER": "none"},
+}
+"""``--on``: what the "default" side turns on (both, or one of them to see who costs what)."""
+
+
+async def ab(seconds: float, tool_workers: int, rounds: int, on: str) -> dict[str, Any]:
+    """Observability at its defaults (``on``) versus off, side by side, ``rounds`` times."""
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "default": []}
     loads = []
     with collector() as endpoint:
@@ -225,7 +233,11 @@ async def ab(seconds: float, tool_workers: int, rounds: int) -> dict[str, Any]:
             configs: dict[str, tuple[StackConfig, float | None]] = {}
             for mode, env, scrape_s in (
                 ("off", OFF, None),
-                ("default", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, 15.0),
+                (
+                    "default",
+                    {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **ON[on]},
+                    None if on == "tracing" else 15.0,
+                ),
             ):
                 base = eb.stack_config(f"bench-stack-cpu-{mode}", tool_workers)
                 extra_env = {**base.extra_env, **env}
@@ -249,6 +261,7 @@ async def ab(seconds: float, tool_workers: int, rounds: int) -> dict[str, Any]:
         "seconds_per_round": seconds,
         "rounds": rounds,
         "sample_ratio": "default (0.1)",
+        "on": on,
         "collector_exports": _Collector.exports,
         "collector_bytes": _Collector.bytes,
         "cpu_s_per_turn": mean,
@@ -272,10 +285,12 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=5)
     parser.add_argument("--tool-workers", type=int, default=2)
     parser.add_argument("--ab", action="store_true", help="observability on vs off")
-    parser.add_argument("--rounds", type=int, default=1, help="A/B alternations")
+    parser.add_argument("--rounds", type=int, default=1, help="A/B pairs")
+    parser.add_argument("--on", choices=sorted(ON), default="both", help="what --ab turns on")
     args = parser.parse_args()
     if args.ab:
-        save("stack_cpu_ab", asyncio.run(ab(args.seconds, args.tool_workers, args.rounds)))
+        result = asyncio.run(ab(args.seconds, args.tool_workers, args.rounds, args.on))
+        save("stack_cpu_ab" if args.on == "both" else f"stack_cpu_ab_{args.on}", result)
         return
     save("stack_cpu", asyncio.run(run(args.seconds, args.idle_seconds, args.tool_workers)))
 
