@@ -20,7 +20,9 @@ the rest of the machine's load weigh on both alike (run one after the other, two
 the same mode differed by 15 % on the shared cores). It prints each process's CPU seconds
 per turn in both, the ratio over the Weft processes (the LLM double, Kafka and Redis are
 listed apart: Kafka and Redis are shared by both stacks and whatever else runs), and the
-load average. ``--rounds`` repeats the pair.
+load average. ``--rounds`` repeats the pair, starting the other side first every other
+round: an A/A run (``--on nothing``, both sides off) measured the stack started second at
++2 % (its gateway +12 %), so an even number of rounds cancels that bias.
 
     .venv/bin/python bench/stack_cpu.py --ab --seconds 60 --rounds 2
 """
@@ -220,8 +222,10 @@ ON = {
     "both": {},
     "tracing": {"WEFT_METRICS_PORT": "0"},
     "metrics": {"WEFT_TRACING_EXPORTER": "none"},
+    "nothing": OFF,
 }
-"""``--on``: what the "default" side turns on (both, or one of them to see who costs what)."""
+"""``--on``: what the "default" side turns on (both, or one of them to see who costs what;
+``nothing``: an A/A run, both sides off, to see the noise between two identical stacks)."""
 
 
 async def ab(seconds: float, tool_workers: int, rounds: int, on: str) -> dict[str, Any]:
@@ -236,12 +240,14 @@ async def ab(seconds: float, tool_workers: int, rounds: int, on: str) -> dict[st
                 (
                     "default",
                     {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **ON[on]},
-                    None if on == "tracing" else 15.0,
+                    None if on in ("tracing", "nothing") else 15.0,
                 ),
             ):
                 base = eb.stack_config(f"bench-stack-cpu-{mode}", tool_workers)
                 extra_env = {**base.extra_env, **env}
                 configs[mode] = (dataclasses.replace(base, extra_env=extra_env), scrape_s)
+            if i % 2:  # an A/A run showed the second stack started costing ~2 % more
+                configs = dict(reversed(configs.items()))  # (its gateway ~12 %): alternate
             result = await side_by_side(configs, seconds)
             loads.append(round(os.getloadavg()[0], 2))
             for mode, measured in result.items():
