@@ -90,10 +90,16 @@ def pool(infra: dict[str, str], collector: int) -> Iterator[ToolWorkerPool]:
     workers.stop()
 
 
+def _executions() -> list[dict[str, Any]]:
+    return [s for s in _Collector.spans if s["name"].startswith("tool.execute.")]
+
+
 def _wait_for_spans(count: int) -> list[dict[str, Any]]:
+    """Every span exported once ``count`` tool.execute spans are there (the worker also
+    writes a consumer span per record, weft_platform.tracing)."""
     with _Collector.arrived:
-        got = _Collector.arrived.wait_for(lambda: len(_Collector.spans) >= count, timeout=60)
-        assert got, f"{len(_Collector.spans)} span(s) exported, {count} expected"
+        got = _Collector.arrived.wait_for(lambda: len(_executions()) >= count, timeout=60)
+        assert got, f"{len(_executions())} tool.execute span(s) exported, {count} expected"
         return list(_Collector.spans)
 
 
@@ -111,7 +117,16 @@ async def test_worker_spans_join_the_engine_trace(pool: ToolWorkerPool) -> None:
         bad = await client.send("thinking", {"thought": 3}, traceparent=traceparent)
         await client.wait_for([ok, bad], timeout_s=120)
     assert client.results[ok][0]["success"] and not client.results[bad][0]["success"]
-    spans = {s["attributes"]["weft.tool.call_id"]: s for s in await _spans(2)}
+    exported = await _spans(2)
+    spans = {
+        s["attributes"]["weft.tool.call_id"]: s
+        for s in exported
+        if s["name"].startswith("tool.execute.")
+    }
+    consumed = [s for s in exported if s["name"].endswith("tool.calls.v1 process")]
+    assert consumed and all(
+        (s["trace_id"], s["parent"]) == (TRACE_ID, PARENT_SPAN) for s in consumed
+    ), consumed
     for call_id, failed in ((ok, False), (bad, True)):
         span = spans[call_id]
         assert span["name"] == "tool.execute.thinking"

@@ -108,3 +108,10 @@ def test_exporter_none_writes_nothing() -> None:
     assert console.resource.attributes["service.name"] == "weft-tool-exec"
     assert console.resource.attributes["service.instance.id"] == "w"
     console.shutdown()
+
+
+def test_a_call_of_a_turn_sampled_out_writes_no_span() -> None:
+    tracer, exporter = _worker()
+    unsampled = f"00-{TRACE_ID}-00f067aa0ba902b7-00"
+    tracer.call_done(_call(unsampled), ToolOutcome(success=True, output="ok"), time.time_ns())
+    assert exporter.get_finished_spans() == ()

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import time
 
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import NonRecordingSpan, Status, StatusCode
 from weft_contracts import ToolCallRequested
 from weft_platform.settings import TracingExporter
-from weft_platform.tracing import build_provider, span_exporter
+from weft_platform.tracing import build_provider, remote_parent, span_exporter
 from weft_tools import ToolOutcome
 
 ERROR_PREVIEW_RUNES = 4000
@@ -39,7 +39,6 @@ class WorkerTracer:
     def __init__(self, provider: TracerProvider | None, worker: str):
         self._tracer = provider.get_tracer("weft.tool_exec") if provider is not None else None
         self._worker = worker
-        self._propagator = TraceContextTextMapPropagator()
 
     @property
     def enabled(self) -> bool:
@@ -50,8 +49,10 @@ class WorkerTracer:
         """The span of one call, from ``started_ns`` (epoch ns) to now."""
         if self._tracer is None:
             return
-        carrier = {"traceparent": call.traceparent} if call.traceparent else {}
-        parent = self._propagator.extract(carrier)
+        remote = remote_parent(call.traceparent)
+        if remote is not None and not remote.trace_flags.sampled:
+            return  # the engine's turn is sampled out: the sampler would drop this span
+        parent = None if remote is None else trace.set_span_in_context(NonRecordingSpan(remote))
         ended = max(time.time_ns(), started_ns)
         attributes: dict[str, str | int | bool] = {
             "weft.tool.name": call.data.tool_name,
