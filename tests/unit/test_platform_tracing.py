@@ -5,6 +5,7 @@ tenant and request, and an access line that never holds the query string or a ke
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,12 +40,23 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     provider.shutdown()
 
 
+@pytest.fixture
+def json_logs() -> Iterator[None]:
+    """The root handlers are put back after the test (which logs JSON to its captured
+    stdout), so no later test logs to this test's closed capture."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 def _lines(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def _app() -> FastAPI:
-    app = FastAPI()
+    app = FastAPI(telemetry={"tracing": False})  # as create_service_app builds it
     log = structlog.get_logger("test")
 
     @app.get("/v1/things/{thing_id}")
@@ -63,7 +75,7 @@ async def _get(app: Any, url: str, headers: dict[str, str] | None = None) -> htt
 
 
 async def test_access_line_names_the_route_template_never_the_query_or_a_key(
-    spans: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
+    spans: InMemorySpanExporter, capsys: pytest.CaptureFixture[str], json_logs: None
 ) -> None:
     configure_logging("test", fmt="json")
     app = TracingMiddleware(_app(), access_log=True, trust_incoming=False)
@@ -86,7 +98,7 @@ async def test_access_line_names_the_route_template_never_the_query_or_a_key(
 
 
 async def test_every_line_of_a_request_carries_its_trace_tenant_and_request(
-    spans: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
+    spans: InMemorySpanExporter, capsys: pytest.CaptureFixture[str], json_logs: None
 ) -> None:
     configure_logging("test", fmt="json")
     app = TracingMiddleware(_app(), access_log=True, trust_incoming=False)
@@ -121,7 +133,7 @@ async def test_the_public_side_starts_a_trace_an_internal_one_continues_it(
 
 
 async def test_an_unmatched_path_is_logged_as_unmatched(
-    spans: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
+    spans: InMemorySpanExporter, capsys: pytest.CaptureFixture[str], json_logs: None
 ) -> None:
     configure_logging("test", fmt="json")
     app = TracingMiddleware(_app(), access_log=True, trust_incoming=False)
