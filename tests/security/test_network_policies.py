@@ -532,3 +532,36 @@ def test_compose_gives_each_caller_its_callees_urls() -> None:
         for callee in callees - {TEST_DOUBLE}:
             var = f"WEFT_{callee.upper().replace('-', '_')}_URL"
             assert env.get(var) == f"http://{callee}:{SERVICE_PORTS[callee]}", (caller, var)
+
+
+def test_metrics_port_admits_only_the_monitoring_peers(helm: str) -> None:
+    """Each Weft pod's metrics port: closed to every source by default, and with
+    networkPolicy.monitoring on, open to the monitoring peers alone (never to a caller of
+    the service's API, nor to the gateway's public sources)."""
+    monitoring = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {},
+    }
+    for enabled in (False, True):
+        switch = "true" if enabled else "false"
+        docs = render(helm, "test-double-values.yaml", f"networkPolicy.monitoring.enabled={switch}")
+        checked = 0
+        for component, pod in pods(docs).items():
+            (container,) = pod["spec"]["containers"]
+            port = next((p["containerPort"] for p in container.get("ports", [])
+                         if p["name"] == "metrics"), None)  # fmt: skip
+            if port is None:
+                continue
+            checked += 1
+            admitting = [
+                rule
+                for policy in applying(docs, pod["metadata"]["labels"], "Ingress")
+                for rule in policy["spec"].get("ingress") or []
+                if not rule.get("ports") or any(p["port"] == port for p in rule["ports"])
+            ]
+            if not enabled:
+                assert not admitting, f"{component}: metrics port open: {admitting}"
+            else:
+                assert admitting, f"{component}: Prometheus cannot scrape"
+                assert all(r.get("from") == [monitoring] for r in admitting), component
+        assert checked >= 7

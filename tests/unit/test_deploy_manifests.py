@@ -21,6 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from weft_platform.kafka_acls import ACCESS, SUPER_USER
+from weft_platform.settings import ServiceSettings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -585,11 +586,15 @@ def test_helm_deployment_and_service_per_weft_service(
             (container,) = pod["containers"]
             ctx = f"{label}: {name}"
             assert re.search(rf"/(weft-)?{name}:[\w.-]+$", container["image"]), ctx
-            assert container["ports"] == [
-                {"name": "http", "containerPort": port, "protocol": "TCP"}
-            ]
+            ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+            if name != TEST_DOUBLE:  # a Weft service's metrics port: its settings' default
+                metrics = ServiceSettings(http_port=port).effective_metrics_port
+                ports.append({"name": "metrics", "containerPort": metrics, "protocol": "TCP"})
+            assert container["ports"] == ports, ctx
             env = _container_env(container, configmaps)
             if name != TEST_DOUBLE:
+                assert env["WEFT_METRICS_PORT"] == str(ports[1]["containerPort"]), ctx
+                assert env["WEFT_METRICS_HOST"] == "0.0.0.0", ctx
                 missing = [var for var in required_env(name) if var not in env]
                 assert not missing, f"{ctx}: environment lacks {missing}"
                 assert env["WEFT_HTTP_PORT"] == str(port), ctx
@@ -620,6 +625,8 @@ def test_helm_deployment_and_service_per_weft_service(
             assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
             assert service["spec"]["ports"][0]["port"] == port, ctx
             assert service["spec"]["ports"][0]["targetPort"] == "http", ctx
+            served = [(p["port"], p["targetPort"]) for p in service["spec"]["ports"][1:]]
+            assert served == [(p["containerPort"], p["name"]) for p in ports[1:]], ctx
 
         if label == "test-double":
             llm_env = _container_env(

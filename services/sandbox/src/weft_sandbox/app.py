@@ -19,6 +19,7 @@ from weft_platform.app import create_service_app, init_logging
 from weft_platform.fair_buffer import ReadAhead
 from weft_platform.fair_consumer import FairConsumer
 from weft_platform.internal_auth import InternalAuth
+from weft_platform.metrics import SANDBOX_WORKSPACE_BYTES, SANDBOX_WORKSPACES_OPEN
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
 from weft_storage.skills import SkillStore
@@ -96,6 +97,8 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         pool = WorkspacePool(
             root, size_bytes=settings.sandbox_workspace_bytes, uid_base=settings.sandbox_uid_base
         )
+        SANDBOX_WORKSPACES_OPEN.set_function(pool.__len__)  # read when Prometheus scrapes
+        SANDBOX_WORKSPACE_BYTES.set_function(pool.bytes_used)
         # A connection per session lock held (calls and uploads), apart from the pool the
         # held sessions' checkpoint queries use, so holders never wait on each other.
         locks_db = create_async_engine(

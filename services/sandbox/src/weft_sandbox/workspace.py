@@ -227,6 +227,10 @@ class WorkspacePool:
     def __len__(self) -> int:
         return len(self._spaces)
 
+    def bytes_used(self) -> int:
+        """What the held workspaces measured last (each measured after its changes)."""
+        return sum(space.bytes_used for space in list(self._spaces.values()))
+
     def close(self) -> None:
         """Drop every local copy (shutdown)."""
         for space in list(self._spaces.values()):

@@ -153,6 +153,8 @@ class LocalStack:
         self.tenant = f"tenant-{secrets.token_hex(4)}"
         self.api_key = f"key-{secrets.token_hex(16)}"
         self.ports: dict[str, list[int]] = {}
+        self.metrics_ports: dict[int, int] = {}
+        """Each process's metrics port, by its HTTP port."""
         self._procs: list[_Proc] = []
         self.mcp_secret_keys = Fernet.generate_key().decode()
         """This stack's ``WEFT_MCP_SECRET_KEYS`` (agent-config's MCP secrets)."""
@@ -192,6 +194,15 @@ class LocalStack:
     def url(self, service: str, index: int = 0) -> str:
         """Base URL of one replica of ``service``."""
         return f"http://127.0.0.1:{self.ports[service][index]}"
+
+    def metrics_url(self, service: str, index: int = 0) -> str:
+        """The Prometheus metrics URL of one replica of ``service`` (its own port)."""
+        return f"http://127.0.0.1:{self.metrics_ports[self.ports[service][index]]}/metrics"
+
+    def metrics_url_of_port(self, port: int) -> str:
+        """The metrics URL of the process on HTTP ``port`` (e.g. one from
+        :meth:`start_extra`)."""
+        return f"http://127.0.0.1:{self.metrics_ports[port]}/metrics"
 
     def __enter__(self) -> LocalStack:
         self.start()
@@ -239,6 +250,7 @@ class LocalStack:
             **principal_env(infra_env(), SERVICE_PRINCIPALS.get(name)),
             "PYTHONUNBUFFERED": "1",
             "WEFT_HTTP_PORT": str(port),
+            "WEFT_METRICS_PORT": str(self.metrics_ports.setdefault(port, free_port())),
             "WEFT_TOPIC_PREFIX": self.prefix,
             "WEFT_INSTANCE_ID": f"{name}-{port}",
             "WEFT_LOG_FORMAT": "json",
