@@ -21,8 +21,10 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.types import ASGIApp
 
 from weft_platform.health import Check, health_router
+from weft_platform.http_metrics import HttpMetrics
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.logs import configure_logging
+from weft_platform.metrics import start_metrics
 from weft_platform.request_text import refuse_unstorable_text
 from weft_platform.runtime import ServiceRuntime
 
@@ -71,6 +73,7 @@ def create_service_app(
     for router in routers:
         app.include_router(router, dependencies=guard)
     _install_dependency_error_handlers(app)
+    app.add_middleware(HttpMetrics)
     return app
 
 
@@ -95,6 +98,7 @@ def run_service(
     """Serve the app (a service app, possibly wrapped) until SIGTERM/SIGINT, then shut
     down gracefully. ``http``: uvicorn's HTTP protocol class (default: its own choice)."""
     settings = runtime.settings
+    start_metrics(settings)  # its own port, in a daemon thread that ends with the process
     uvicorn.run(
         app,
         host=settings.http_host,

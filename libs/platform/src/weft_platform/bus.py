@@ -42,6 +42,7 @@ from weft_contracts import DeadLetter, DeadLetterData, Envelope, Topic, Unsuppor
 from weft_contracts.compat import read_json
 from weft_contracts.topics import TOPIC_MODELS
 
+from weft_platform.metrics import DEAD_LETTERS, KAFKA_CONSUMER_LAG
 from weft_platform.record_credentials import RecordCheck
 from weft_platform.settings import ServiceSettings
 
@@ -165,6 +166,14 @@ class _Commits:
         self._offsets: dict[TopicPartition, int] = {}
         self._consumer: Any = None
         self._scheduled: asyncio.Task[None] | None = None
+        self._lag = KAFKA_CONSUMER_LAG.group(group_id)  # read when Prometheus scrapes
+
+    def arrived(self, consumer: Any, record: Any, *, first_only: bool = False) -> None:
+        """``record`` is being handled: the lag counts it until it is. ``first_only``: only
+        when no position of its partition is known yet (a consumer that reads ahead of
+        what it handled, whose position moves with :meth:`advanced`)."""
+        if isinstance(consumer, AIOKafkaConsumer):
+            self._lag.at(consumer, record.topic, record.partition, record.offset, first_only)
 
     async def handled(self, consumer: Any, records: Sequence[Any]) -> None:
         """Note ``records`` (in partition order) as handled; commit now or schedule it."""
@@ -173,6 +182,7 @@ class _Commits:
         self._consumer = consumer
         for record in records:  # the last one per partition counts
             self._offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            self._lag.at(consumer, record.topic, record.partition, record.offset + 1)
         if self._interval <= 0:
             await self.flush()
         elif self._scheduled is None:
@@ -185,6 +195,8 @@ class _Commits:
             return
         self._consumer = consumer
         self._offsets.update(offsets)
+        for partition, offset in offsets.items():
+            self._lag.at(consumer, partition.topic, partition.partition, offset)
         if self._interval <= 0:
             await self.flush()
         elif self._scheduled is None:
@@ -337,6 +349,7 @@ class EventBus:
         pauses = _Redelivery(self._settings)
 
         async def on_record(delivery: Any) -> None:
+            commits.arrived(delivery.consumer, delivery.record)
             try:
                 await process(delivery.body, delivery.record)
             except asyncio.CancelledError:
@@ -467,6 +480,8 @@ class EventBus:
 
         async def on_batch(delivery: Any) -> None:
             records: tuple[Any, ...] = delivery.record
+            if records:
+                commits.arrived(delivery.consumer, records[0])
             try:
                 handled = await process(delivery.body, records)
             except asyncio.CancelledError:
@@ -596,6 +611,7 @@ class EventBus:
         )
         log.error("dead_lettered", topic=topic.value, reason=letter.data.reason)
         await self.publish(Topic.DLQ, letter)
+        DEAD_LETTERS.labels(topic.value, kind).inc()  # kind: one of a few fixed codes
 
     def _dedupe_key(self, group_id: str, message_id: str) -> str:
         return f"weft:dedupe:{group_id}:{message_id}"

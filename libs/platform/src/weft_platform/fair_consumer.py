@@ -246,6 +246,8 @@ class FairConsumer:
         if isinstance(consumer, AIOKafkaConsumer):
             self._consumer = consumer
         rewound: set[TopicPartition] = set()
+        if delivery.record:  # lag is known from the first fetch, before a commit point is
+            self._commits.arrived(consumer, delivery.record[0], first_only=True)
         for record, body in zip(delivery.record, delivery.body, strict=True):
             partition = TopicPartition(record.topic, record.partition)
             if partition in rewound:

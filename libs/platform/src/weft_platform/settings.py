@@ -160,11 +160,38 @@ class ServiceSettings(KafkaAccess):
         "for every verifier, <issuer>.<kid>.key only on that issuer. Default "
         "$WEFT_HOME/credentials.",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of this process's Prometheus metrics (never an API port). 0: "
+        "metrics off; unset: http_port + 1000.",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Address the metrics port binds (0.0.0.0 in containers: the chart and "
+        "compose set it).",
+    )
+    metrics_tenant_label: bool = Field(
+        default=False,
+        description="Label the turn, tool-call and budget counters with the tenant (at most "
+        "metrics_tenant_label_max distinct values; later tenants count as 'other').",
+    )
+    metrics_tenant_label_max: int = Field(
+        default=50, ge=1, le=1000, description="Cap of distinct tenant label values."
+    )
     credentials_dev_keys: bool = Field(
         default=False,
         description="Generate missing key pairs into credentials_dir at start (development "
         "and tests only). Off: a service without its keys refuses to start.",
     )
+
+    @property
+    def effective_metrics_port(self) -> int:
+        """The metrics port this process serves on (0: none)."""
+        if self.metrics_port is None:
+            return self.http_port + 1000
+        return self.metrics_port
 
 
 class ModelClientSettings(ServiceSettings):

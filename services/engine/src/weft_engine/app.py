@@ -46,6 +46,7 @@ from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
 from weft_engine.trails import KafkaTurnTrails, TurnTrails
 from weft_engine.turn_cap import TurnCap
+from weft_engine.turn_metrics import MeteredModel
 from weft_engine.vision import ImageDescriber
 
 ENGINE_ISSUER = "engine"
@@ -118,7 +119,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         base_url=s.openai_base_url, api_key=s.openai_api_key, http_backend=s.llm_http_backend
     )
     images = ParkedImages(redis, ttl)
-    model = ImageResolvingModel(llm, images)
+    model = ImageResolvingModel(MeteredModel(llm), images)
     store = TurnStore(redis, ttl)
     emitter = EventEmitter(runtime.bus, redis, ttl)
     leases = TurnLeases(

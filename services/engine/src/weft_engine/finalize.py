@@ -30,6 +30,7 @@ from weft_engine.sessions import START_RETRY_S, HandedOver, SessionGate
 from weft_engine.state import TurnState, TurnStore
 from weft_engine.tracing import TurnTracer
 from weft_engine.turn_cap import TurnCap
+from weft_engine.turn_metrics import turn_ended
 
 log = structlog.get_logger(__name__)
 
@@ -178,6 +179,7 @@ class Finisher:
         if await self._emitter.complete(self._ids(state), data):
             error = (failure.code.value, failure.detail or failure.message) if failure else None
             self._tracer.end_turn(state, data.status.value, error=error)
+            turn_ended(state, data.status.value)
         if self.persist_scale is not None:
             await self.persist_scale(state)
         await self.forget(state)

@@ -41,6 +41,7 @@ from weft_engine.scheduler import StepScheduler
 from weft_engine.sessions import START_RETRY_S, HandedOver, SessionGate, SteerInbox
 from weft_engine.state import StaleTurnState, TurnState, TurnStore
 from weft_engine.turn_cap import DEFER_S, TurnCap, round_robin
+from weft_engine.turn_metrics import turn_started
 from weft_engine.vision import route_images
 
 log = structlog.get_logger(__name__)
@@ -253,6 +254,7 @@ class TurnIntake:
             locale=data.locale,
         )
         self._remember_opened(request.request_id)
+        turn_started(request.tenant_id, data.mode)
         await self._emitter.queue_reserved(ids, [(TurnStartedEvent, started)], range(1, 2))
         await self._emitter.flush(request.request_id)
         try:

@@ -74,6 +74,7 @@ from weft_engine.takeover import catch_up, read_takeover
 from weft_engine.think import Thinker, ThinkSettings
 from weft_engine.tracing import TurnTracer
 from weft_engine.trails import TurnTrails
+from weft_engine.turn_metrics import ending
 from weft_engine.vision import ImageDescriber
 
 MAX_ITERATIONS_REASON = "You have reached the maximum number of reasoning steps."
@@ -247,6 +248,7 @@ class TurnLoop:
 
     async def _finish(self, reason: EndReason) -> None:
         """End the turn for ``reason``: the one place that calls the Finisher."""
+        ending(reason)  # the end reason of weft_turns_ended_total
         match reason:
             case Answered(state, answer, reasoning):
                 done = state.model_copy(update={"steps": final_step(state, reasoning)})

@@ -13,6 +13,7 @@ intermediate is closed by one marked ``done`` and ``superseded`` (loop.py).
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from weft_engine.state import TurnState
 from weft_engine.think.coalesce import DeltaCoalescer
 from weft_engine.think.sanitize import sanitize_messages
 from weft_engine.think.split import ThinkSplitter, ThoughtJoiner
+from weft_engine.turn_metrics import round_done
 from weft_engine.turn_tools import definitions
 
 log = structlog.get_logger(__name__)
@@ -137,7 +139,10 @@ class Thinker:
 
     async def round(self, state: TurnState) -> LLMResponse:
         """The round's call: the agent's tools, at its reasoning effort."""
-        return await self._call(state, closing=False, thinking=True)
+        started = time.perf_counter()
+        response = await self._call(state, closing=False, thinking=True)
+        round_done(time.perf_counter() - started)
+        return response
 
     async def closing(self, state: TurnState, reason: str, *, thinking: bool) -> LLMResponse:
         """A last answer from what was gathered: ``reason`` and the closing request join
