@@ -216,6 +216,17 @@ def model_label(model: str) -> str:
     return MODELS.label(model)
 
 
+def observe_tool_call(tool: str, outcome: str, seconds: float, tenant_id: str) -> None:
+    """One tool call answered (``tool`` and ``outcome`` already bounded labels)."""
+    TOOL_CALLS.labels(tool, outcome, tenant_label(tenant_id)).inc()
+    TOOL_CALL_DURATION.labels(tool).observe(seconds)
+
+
+def budget_rejected(scope: str, tenant_id: str) -> None:
+    """A budget refused a request or a turn (``scope``: which budget, a fixed word)."""
+    BUDGET_REJECTIONS.labels(scope, tenant_label(tenant_id)).inc()
+
+
 # --- serving ---------------------------------------------------------------------------
 
 

@@ -2,12 +2,25 @@
 agent-config (catalog), and the built-in tools."""
 
 from weft_tools.registry import (
+    Refused,
+    TimedOut,
     Tool,
     ToolInvocation,
     ToolOutcome,
     ToolRegistry,
     ToolSpec,
+    outcome_label,
     truncate_output,
 )
 
-__all__ = ["Tool", "ToolInvocation", "ToolOutcome", "ToolRegistry", "ToolSpec", "truncate_output"]
+__all__ = [
+    "Refused",
+    "TimedOut",
+    "Tool",
+    "ToolInvocation",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolSpec",
+    "outcome_label",
+    "truncate_output",
+]

@@ -140,6 +140,26 @@ class ToolOutcome:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class TimedOut(ToolOutcome):
+    """The failed outcome of a call that overran its deadline (a metric's ``timeout``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refused(ToolOutcome):
+    """The failed outcome of a call its turn's tool set does not permit (never run)."""
+
+
+def outcome_label(outcome: ToolOutcome) -> str:
+    """The ``outcome`` label of ``weft_tool_calls_total``: success, error, timeout or
+    refused."""
+    if isinstance(outcome, TimedOut):
+        return "timeout"
+    if isinstance(outcome, Refused):
+        return "refused"
+    return "success" if outcome.success else "error"
+
+
 class Tool(Protocol):
     """A runnable tool."""
 
@@ -212,6 +232,14 @@ class ToolRegistry:
         Draft202012Validator.check_schema(tool.spec.parameters)
         self._tools[name] = tool
         self._validators[name] = Draft202012Validator(tool.spec.parameters)
+
+    def metric_name(self, name: str) -> str:
+        """``name`` as a metric label: a registered tool's own name, ``mcp`` for every
+        dynamic (MCP) tool, ``unknown`` for anything else (a forged call's name must not
+        become a series)."""
+        if name in self._tools:
+            return name
+        return "mcp" if self._dynamic_for(name) is not None else "unknown"
 
     def names(self) -> list[str]:
         """Registered tool names, sorted."""

@@ -34,11 +34,12 @@ from weft_platform.metrics import (
     TURN_DURATION,
     TURNS_ENDED,
     TURNS_STARTED,
+    budget_rejected,
     model_label,
     tenant_label,
 )
 
-from weft_engine.outcomes import EndReason
+from weft_engine.outcomes import EndReason, OverBudget
 from weft_engine.state import TurnState
 
 _END_REASON: ContextVar[str] = ContextVar("weft_end_reason", default="unknown")
@@ -54,6 +55,8 @@ def end_reason_label(reason: EndReason) -> str:
 def ending(reason: EndReason) -> None:
     """The turn this task ends ends for ``reason`` (read by :func:`turn_ended`)."""
     _END_REASON.set(end_reason_label(reason))
+    if isinstance(reason, OverBudget):
+        budget_rejected(reason.exceeded.budget, reason.state.tenant_id)
 
 
 def turn_started(tenant_id: str, mode: str) -> None:

@@ -13,6 +13,7 @@ import structlog
 from fastapi import HTTPException
 from redis.exceptions import RedisError
 from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
+from weft_platform.metrics import budget_rejected
 
 log = structlog.get_logger(__name__)
 
@@ -38,5 +39,6 @@ class BudgetGate:
             raise HTTPException(503, "budget store unavailable", {"Retry-After": "2"}) from exc
         if exceeded is None:
             return
+        budget_rejected(exceeded.budget, tenant_id)
         retry = exceeded.retry_after_s(now)
         raise HTTPException(429, exceeded.reason(now), {"Retry-After": str(retry)})

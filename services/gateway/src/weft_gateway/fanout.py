@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from sse_starlette.sse import AppStatus
 
 from weft_gateway.sse import HEARTBEAT_FRAME, StreamFormat, frame
+from weft_gateway.sse_metrics import sent
 from weft_gateway.streams import TERMINAL, StreamEntry, parse_position, stream_entry, stream_key
 
 log = structlog.get_logger()
@@ -139,6 +140,7 @@ class _Subscriber:
         if self.ended.done():
             return
         frames: list[bytes] = []
+        newest: StreamEntry | None = None
         terminal = False
         wanted = self.follow.request_id
         for entry in entries:
@@ -153,11 +155,13 @@ class _Subscriber:
             encoded = frame(entry, self.follow.fmt)
             if encoded is not None:
                 frames.append(encoded)
+                newest = entry
             if entry.type == TERMINAL:
                 terminal = True
                 break
         if frames:
             self.write(frames[0] if len(frames) == 1 else b"".join(frames), now)
+            sent(newest.epoch if newest is not None else None)  # the newest one's latency
         if terminal:
             self.end(End.COMPLETE)
 

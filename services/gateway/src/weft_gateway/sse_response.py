@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from weft_gateway.fanout import Sink
+from weft_gateway.sse_metrics import stream_closed, stream_opened
 
 log = structlog.get_logger()
 
@@ -169,9 +170,11 @@ class EventStreamResponse(Response):
         writer = self.writer = asyncio.create_task(self._write(scope, send, start))
         listener = asyncio.create_task(_until_disconnect(receive))
         _watchdog.watch(self)
+        stream_opened()
         try:
             await asyncio.wait({writer, listener}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            stream_closed()
             _watchdog.forget(self)
             for task in (writer, listener):
                 task.cancel()

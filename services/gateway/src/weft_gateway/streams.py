@@ -34,12 +34,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 from weft_platform.bus import Logged
+
+from weft_gateway.sse_metrics import event_epoch
 
 # KEYS: stream, its turns' last seqs, the partition marks. ARGV: request id, seq, type,
 # event JSON, max length, retention, offset + 1, partition, guarded ('1' or '0').
@@ -102,6 +105,11 @@ class StreamEntry:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "position", parse_position(self.entry_id))
+
+    @cached_property
+    def epoch(self) -> float | None:
+        """The event's ``time`` as epoch seconds (SSE send latency), read once."""
+        return event_epoch(self.event_json)
 
 
 class SessionStreams:

@@ -27,7 +27,8 @@ from weft_contracts import (
 )
 from weft_contracts.tools import SHOWN_NAME_CHARS
 from weft_platform.bus import EventBus
-from weft_tools import ToolInvocation, ToolOutcome
+from weft_platform.metrics import observe_tool_call
+from weft_tools import Refused, TimedOut, ToolInvocation, ToolOutcome, outcome_label
 from weft_tools.registry import ToolRegistry
 from weft_tools.sandbox_specs import SCRIPT_TOOLS
 
@@ -206,7 +207,7 @@ class SandboxWorker:
         if not call.data.context.permits(name):
             log.warning("tool_not_allowed", tool=name[:SHOWN_NAME_CHARS], call_id=call.data.call_id)
             error = tool_not_allowed(name, call.data.context.allowed_tools)
-            await self._publish(call, ToolOutcome(success=False, error=error), started)
+            await self._publish(call, Refused(success=False, error=error), started)
             return
         if self._host is None and name in SCRIPT_TOOLS:
             error = NO_SANDBOX.format(tool=name[:SHOWN_NAME_CHARS])
@@ -264,7 +265,7 @@ class SandboxWorker:
         its cap of ``cap`` calls, or its session's earlier call still running)."""
         error = CAPPED.format(tool=call.data.tool_name[:SHOWN_NAME_CHARS], waited=waited_s, cap=cap)
         log.info("sandbox_call_overdue", call_id=call.data.call_id, waited_s=round(waited_s, 1))
-        await self._publish(call, ToolOutcome(success=False, error=error), time.monotonic())
+        await self._publish(call, TimedOut(success=False, error=error), time.monotonic())
 
     def _claim_key(self, call: ToolCallRequested) -> str:
         return f"weft:{self._prefix}sandboxcall:{call.scoped_call_id()}"
@@ -282,7 +283,7 @@ class SandboxWorker:
             async with asyncio.timeout(remaining):
                 return await self._registry.execute(name, invocation)
         except TimeoutError:
-            return ToolOutcome(success=False, error=f"{name}: timed out after {remaining:.0f}s")
+            return TimedOut(success=False, error=f"{name}: timed out after {remaining:.0f}s")
         except Exception as exc:  # a broken tool is reported to the model, not a crash
             log.exception("sandbox_tool_failed", tool=name)
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -322,6 +323,8 @@ class SandboxWorker:
         )  # fmt: skip
 
     async def _publish(self, call: ToolCallRequested, outcome: ToolOutcome, started: float) -> None:
-        duration_ms = int((time.monotonic() - started) * 1000)
-        result = outcome.answering(call, duration_ms=duration_ms, worker=self._worker)
+        seconds = time.monotonic() - started
+        result = outcome.answering(call, duration_ms=int(seconds * 1000), worker=self._worker)
         await self._bus.publish(Topic.TOOL_RESULTS, result)
+        tool = self._registry.metric_name(call.data.tool_name)
+        observe_tool_call(tool, outcome_label(outcome), seconds, call.tenant_id)

@@ -15,7 +15,16 @@ from weft_contracts import (
 )
 from weft_contracts.tools import SHOWN_NAME_CHARS
 from weft_platform.bus import EventBus
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
+from weft_platform.metrics import observe_tool_call
+from weft_tools import (
+    Refused,
+    TimedOut,
+    ToolInvocation,
+    ToolOutcome,
+    ToolRegistry,
+    ToolSpec,
+    outcome_label,
+)
 
 from weft_tool_exec.ledger import CallLedger, Claim
 from weft_tool_exec.tracing import WorkerTracer
@@ -49,7 +58,7 @@ def refusal(call: ToolCallRequested) -> ToolOutcome:
         tool_set_absent=call.data.context.allowed_tools is None,
     )
     allowed = call.data.context.allowed_tools
-    return ToolOutcome(success=False, error=tool_not_allowed(call.data.tool_name, allowed))
+    return Refused(success=False, error=tool_not_allowed(call.data.tool_name, allowed))
 
 
 class ToolWorker:
@@ -105,9 +114,11 @@ class ToolWorker:
             await self._ledger.finish(call)
 
     async def _publish(self, call: ToolCallRequested, outcome: ToolOutcome, started: float) -> None:
-        duration_ms = int((time.monotonic() - started) * 1000)
-        result = outcome.answering(call, duration_ms=duration_ms, worker=self._worker)
+        seconds = time.monotonic() - started
+        result = outcome.answering(call, duration_ms=int(seconds * 1000), worker=self._worker)
         await self._bus.publish(Topic.TOOL_RESULTS, result)
+        tool = self._registry.metric_name(call.data.tool_name)
+        observe_tool_call(tool, outcome_label(outcome), seconds, call.tenant_id)
 
     async def _run(self, call: ToolCallRequested) -> ToolOutcome:
         remaining = (call.data.deadline - datetime.now(UTC)).total_seconds()
@@ -127,7 +138,7 @@ class ToolWorker:
             async with asyncio.timeout(remaining):
                 return await self._registry.execute(name, invocation)
         except TimeoutError:
-            return ToolOutcome(success=False, error=f"{name}: timed out after {remaining:.0f}s")
+            return TimedOut(success=False, error=f"{name}: timed out after {remaining:.0f}s")
         except Exception as exc:  # a broken tool is reported to the model, not a crash
             log.exception("tool_failed", tool=name, call_id=call.data.call_id)
             return ToolOutcome(success=False, error=f"{name} failed: {type(exc).__name__}: {exc}")
