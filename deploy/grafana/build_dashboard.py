@@ -174,9 +174,7 @@ def build() -> dict[str, object]:
         .time("now-3h", "now")
         .timezone("browser")
         .with_variable(
-            dashboard.DatasourceVariable("datasource").label("Data source").type(
-                "prometheus"
-            )
+            dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
         )
     )
     # Grafana keys panels by id: number rows and panels in order, from 1.

@@ -20,7 +20,7 @@ import secrets
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -30,7 +30,7 @@ from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry, start_http_server
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_contracts import Topic
-from weft_platform.consumer_lag import ConsumerLagCollector
+from weft_platform.consumer_lag import ConsumerLagCollector, GroupLag
 from weft_storage.models_usage import TenantBudget
 from weft_testkit import LocalStack, infra_env, read_turn
 from weft_testkit.kafka import client_options
@@ -93,6 +93,19 @@ def lag_probe() -> Iterator[tuple[ConsumerLagCollector, int]]:
         thread.join(timeout=5)
 
 
+def _start_prometheus(tmp_path: Path, port: int, log: IO[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
 @pytest.fixture
 async def prometheus(
     stack: LocalStack, lag_probe: tuple[ConsumerLagCollector, int], tmp_path: Path
@@ -115,11 +128,7 @@ async def prometheus(
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = (stack_log_dir("e2e") / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc = _start_prometheus(tmp_path, port, log)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
             async with asyncio.timeout(30):
@@ -133,8 +142,7 @@ async def prometheus(
                     await asyncio.sleep(0.2)
             yield c
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        _stop(proc)
         log.close()
 
 
@@ -173,9 +181,10 @@ async def _budget_rejection(api_keys: ApiKeys, infra: dict[str, str]) -> None:
 
 async def _dead_letter_held_by_the_probe(
     stack: LocalStack, collector: ConsumerLagCollector
-) -> AIOKafkaConsumer:
+) -> tuple[AIOKafkaConsumer, GroupLag]:
     """One garbage record on tool.calls (tool-exec dead-letters it); the probe's consumer
-    fetches that partition and notes the record as the one it is handling, forever."""
+    fetches that partition and notes the record as the one it is handling, forever (the
+    collector holds trackers weakly: the caller keeps the one returned alive)."""
     kafka = client_options(infra_env())
     topic = stack.prefix + Topic.TOOL_CALLS.value
     producer = AIOKafkaProducer(**kafka)
@@ -195,8 +204,7 @@ async def _dead_letter_held_by_the_probe(
         while consumer.highwater(tp) is None:
             await consumer.getmany(tp, timeout_ms=500)
     tracker.at(consumer, topic, sent.partition, sent.offset)
-    consumer._weft_tracker = tracker  # type: ignore[attr-defined]  # keep it alive (weak set)
-    return consumer
+    return consumer, tracker
 
 
 async def _query(prom: httpx.AsyncClient, expr: str) -> list[dict[str, Any]]:
@@ -236,7 +244,7 @@ async def test_prometheus_scrapes_the_stack_and_the_alerts_fire(
 ) -> None:
     await _turn_with_a_tool_call(api, stack, knowledge_base)
     await _budget_rejection(api_keys, infra)
-    probe = await _dead_letter_held_by_the_probe(stack, lag_probe[0])
+    probe, _tracker = await _dead_letter_held_by_the_probe(stack, lag_probe[0])
     try:
         # Wait for the scrapes and evaluations that see it all (conditions, not a sleep).
         empty: list[str] = []
@@ -262,9 +270,9 @@ async def test_prometheus_scrapes_the_stack_and_the_alerts_fire(
     assert len(rules) == sum(len(g["rules"]) for g in yaml.safe_load(ALERTS.read_text())["groups"])
     bad = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
     assert not bad, bad
-    assert any(
-        labels["topic"] == Topic.TOOL_CALLS.value for labels in firing["WeftDeadLetters"]
-    ), firing["WeftDeadLetters"]
+    assert any(labels["topic"] == Topic.TOOL_CALLS.value for labels in firing["WeftDeadLetters"]), (
+        firing["WeftDeadLetters"]
+    )
     assert any(
         labels["group"] == PROBE_GROUP and labels["topic"] == Topic.TOOL_CALLS.value
         for labels in firing["WeftConsumerLagHigh"]

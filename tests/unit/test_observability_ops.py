@@ -39,7 +39,9 @@ RATE_INTERVAL = "1m"
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"`{name}` not found: run deploy/local/bootstrap.sh (Debian package prometheus)")
+        pytest.fail(
+            f"`{name}` not found: run deploy/local/bootstrap.sh (Debian package prometheus)"
+        )
     return path
 
 
@@ -64,10 +66,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
     """(panel title, PromQL) of every target of the committed dashboard."""
     board = json.loads(DASHBOARD.read_text())
     return [
-        (p["title"], t["expr"])
-        for p in board["panels"]
-        if p["type"] != "row"
-        for t in p["targets"]
+        (p["title"], t["expr"]) for p in board["panels"] if p["type"] != "row" for t in p["targets"]
     ]
 
 
@@ -102,16 +101,22 @@ def test_dashboard_loads_into_grafanas_model() -> None:
 
 def test_dashboard_covers_every_area_of_the_issue() -> None:
     exprs = " ".join(e for _, e in dashboard_queries())
-    for metric in ("weft_turns_started_total", "weft_turn_duration_seconds_bucket",
-                   "weft_kafka_consumer_lag", "weft_http_requests_total",
-                   "weft_dead_letters_total", "weft_sse_connections",
-                   "weft_tool_calls_total", "weft_llm_time_to_first_token_seconds_bucket"):  # fmt: skip
+    wanted = (
+        "weft_turns_started_total", "weft_turn_duration_seconds_bucket",
+        "weft_kafka_consumer_lag", "weft_http_requests_total", "weft_dead_letters_total",
+        "weft_sse_connections", "weft_tool_calls_total",
+        "weft_llm_time_to_first_token_seconds_bucket",
+    )  # fmt: skip
+    for metric in wanted:
         assert metric in exprs, metric
 
 
 def _promql_as_rules(exprs: list[str], path: Path) -> None:
     rules = [
-        {"record": f"weft:dashboard_query_{i}", "expr": e.replace("$__rate_interval", RATE_INTERVAL)}
+        {
+            "record": f"weft:dashboard_query_{i}",
+            "expr": e.replace("$__rate_interval", RATE_INTERVAL),
+        }
         for i, e in enumerate(exprs)
     ]
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
@@ -171,8 +176,8 @@ def test_dashboard_and_alerts_use_only_catalog_metrics() -> None:
     unknown = sorted(
         m
         for m in used
-        if m not in catalog and not any(m.endswith(s) and m.removesuffix(s) in catalog
-                                        for s in SUFFIXES)  # fmt: skip
+        if m not in catalog
+        and not any(m.endswith(s) and m.removesuffix(s) in catalog for s in SUFFIXES)
     )
     assert not unknown, f"not in weft_platform.metrics: {unknown}"
 
