@@ -157,6 +157,23 @@ async def _turn_with_a_tool_call(api: httpx.AsyncClient, stack: LocalStack, kb: 
     assert events[-1].data["data"]["status"] == "completed"
 
 
+async def _model_error_turn(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:
+    """A turn whose model call fails (a 400 the client does not retry): an LLM error."""
+    marker = f"OBS-LLM-FAIL-{secrets.token_hex(3)}"
+    step = {"match": marker, "error": {"status": 400, "message": "scripted failure"}}
+    assert (await llm.post("/_script", json={"steps": [step]})).status_code == 200
+    session = await api.post("/api/v1/sessions", json={"agent_id": AGENT})
+    assert session.status_code == 201, session.text
+    events = await read_turn(
+        api, f"/api/v1/agent-chat/{session.json()['id']}", api_key=stack.api_key,
+        json_body={"query": f"{marker} please"},
+    )  # fmt: skip
+    assert events[-1].event == "complete"
+    await llm.post("/_reset")  # back to the demo policy for the turns that follow
+
+
 async def _budget_rejection(api_keys: ApiKeys, infra: dict[str, str]) -> None:
     """A tenant with a budget of 1 token a day: its first turn spends it, its next is 429."""
     tenant = f"obs-budget-{secrets.token_hex(3)}"
@@ -243,6 +260,7 @@ async def test_prometheus_scrapes_the_stack_and_the_alerts_fire(
     prometheus: httpx.AsyncClient,
 ) -> None:
     await _turn_with_a_tool_call(api, stack, knowledge_base)
+    await _model_error_turn(api, stack, llm)
     await _budget_rejection(api_keys, infra)
     probe, _tracker = await _dead_letter_held_by_the_probe(stack, lag_probe[0])
     try:
