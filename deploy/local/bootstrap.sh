@@ -3,7 +3,9 @@
 # and fetch the Kafka jars. Idempotent; silent (apart from one summary line) when all is there.
 #
 #   Debian packages: postgresql, redis-server (+ redis-tools), maven, openjdk-17-jre-headless,
-#                    curl, make, bubblewrap, git  (apt-get update runs at most once, only if
+#                    curl, make, bubblewrap, git, prometheus (only its binaries are used: promtool
+#                    for the alert rules' unit tests, prometheus for the scrape test;
+#                    docs/observability.md)  (apt-get update runs at most once, only if
 #                    something is missing); then a check that bubblewrap can create its
 #                    namespaces as an unprivileged user (the sandbox service needs it)
 #   uv 0.13.8 (pip) when `uv` is not on PATH; then `uv sync --frozen` -> .venv
@@ -42,6 +44,7 @@ command -v make >/dev/null 2>&1 || missing+=(make)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v git >/dev/null 2>&1 || missing+=(git)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 
 # apt-get with a wait on the dpkg/apt locks (another apt may be running), and retries.
 apt_retry() {
@@ -78,6 +81,7 @@ command -v redis-server >/dev/null 2>&1 || die "redis-server not found after ins
 [[ "$(java_major)" -ge 17 ]] || die "Java 17+ is required for Kafka ($(java -version 2>&1 | head -n 1))"
 command -v mvn >/dev/null 2>&1 || die "mvn not found after install"
 command -v bwrap >/dev/null 2>&1 || die "bwrap (bubblewrap) not found after install"
+command -v promtool >/dev/null 2>&1 || die "promtool (Debian package prometheus) not found after install"
 
 # The sandbox's local backend runs each command under bubblewrap as an unprivileged uid
 # (as root: a per-session uid), which needs unprivileged user namespaces.

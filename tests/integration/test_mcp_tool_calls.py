@@ -351,3 +351,20 @@ async def test_a_turns_catalog_is_read_once_until_it_ends(
     await registry.cleanup("s1", "r-cache")
     await registry.execute(echo, invocation({"text": "x"}, ["srv-http"], "r-cache"))
     assert len(directory.credentials) - before == 4, "a turn's end forgets it"
+
+
+async def test_after_an_authorisation_the_turn_reads_the_catalog_again(
+    registry: ToolRegistry, directory: FakeDirectory
+) -> None:  # SPEC H-06: the retried call sees the tools the user's token lists
+    server, conn = directory.servers["srv-http"]
+    unlisted = server.model_copy(
+        update={"id": "srv-late", "tools": [], "status": "authorization_required"}
+    )
+    directory.servers["srv-late"] = (unlisted, conn)
+    ask = {"mode": "describe", "server_id": "srv-late", "tool_name": "echo"}
+    first = await registry.execute("discover_mcp_tools", invocation(ask, ["srv-late"], "r-late"))
+    assert AUTHORIZATION_KEY in first.data
+    directory.servers["srv-late"] = (server.model_copy(update={"id": "srv-late"}), conn)
+    again = await registry.execute("discover_mcp_tools", invocation(ask, ["srv-late"], "r-late"))
+    assert again.success and PUBLISHED_KEY in again.data, again
+    del directory.servers["srv-late"]

@@ -17,6 +17,7 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
+from weft_platform.credentials import API_AUDIENCE
 from weft_testkit import LocalStack
 from weft_testkit.mcp_servers import (
     AuthorizationServer,
@@ -257,6 +258,15 @@ async def test_internal_routes_refuse_another_tenant_and_the_wrong_audience(
         assert resp.status_code == 401
         resp = await http.get(f"/internal/mcp/servers/{sid}/connection")
         assert resp.status_code == 401
+        # An API request's credential (what the gateway mints for any call of the owner's
+        # key, also meant for agent-config) names no turn: never the secrets.
+        api_request = stack.credentials.gateway.request(
+            tenant_id=owner_id, user_id="dev", audience=API_AUDIENCE, ttl_s=300
+        )
+        bearer = {"Authorization": f"Bearer {api_request}"}
+        for path in (f"/internal/mcp/servers/{sid}/connection", "/internal/mcp/catalog"):
+            resp = await http.get(path, params={"server_id": sid}, headers=bearer)
+            assert resp.status_code == 403 and "v1" not in resp.text, (path, resp.text)
 
 
 async def authorize_in_browser(url: str) -> tuple[str, str]:

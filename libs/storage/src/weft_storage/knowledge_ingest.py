@@ -42,12 +42,28 @@ class PendingDocument:
     content: bytes
 
 
+QUEUED_STATES = ("pending", "processing")
+"""A document's states while it is in the ingestion queue."""
+
+
 class IngestionQueue:
     """Queue operations on the documents table."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, stale_after_s: float = 300):
         self._sessions = sessions
         self._stale = timedelta(seconds=stale_after_s)
+
+    async def depth(self) -> dict[str, int]:
+        """Documents waiting to be ingested, by state (``pending``, ``processing``): what
+        the ingestion queue-depth metric reports."""
+        query = (
+            select(Document.status, func.count())
+            .where(Document.status.in_(QUEUED_STATES))
+            .group_by(Document.status)
+        )
+        async with self._sessions() as s:
+            found = {str(status): int(n) for status, n in (await s.execute(query)).all()}
+        return {state: found.get(state, 0) for state in QUEUED_STATES}
 
     async def enqueue_file(
         self,

@@ -183,6 +183,9 @@ class McpCaller:
         """SPEC H-06: ask agent-config to start the user's authorisation of ``server`` (it
         answered 401, or agent-config could not list its tools without the user's token)
         and answer "authorisation required" with what the engine prompts the user with."""
+        # Once the user has authorised, the retried call must see the server's tools as
+        # that user's token lists them: the turn's kept catalog is from before.
+        self.forget_turn(call.request_id)
         start = McpAuthorizationStart(
             www_authenticate=(www_authenticate or "")[:4096] or None,
             call_id=call.call_id or call.request_id,

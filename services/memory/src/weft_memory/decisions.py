@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts.approvals import Decision, GrantScope, RememberScope
 from weft_contracts.text import CleanJson, CleanText
 from weft_platform.credentials import RequestCredential
+from weft_platform.metrics import APPROVAL_DECISIONS
 from weft_storage.models_approvals import AgentPrompt, ApprovalDecision
 
 from weft_memory.grants import GrantLifetimes, NewGrant, add_grant
@@ -35,6 +36,8 @@ from weft_memory.prompts import WAITING, PromptView, visible_prompt
 POLL_S = 0.1
 """How often a decision waiting for its prompt looks again."""
 STATUS_OF: dict[Decision, str] = {"approve": "approved", "deny": "denied"}
+DECIDED_OUTCOME = STATUS_OF
+"""A person's decision as ``weft_approval_decisions_total`` counts it."""
 
 
 class DecisionBody(BaseModel):
@@ -114,6 +117,7 @@ class DecisionDesk:
         now = datetime.now(UTC)
         if row.status in WAITING:
             ignored = self._apply(s, row, body, caller, now)
+            APPROVAL_DECISIONS.labels(outcome=DECIDED_OUTCOME[body.decision]).inc()
             _keep(s, row, body, caller, applied=True)
             return DecisionResult(
                 prompt=PromptView.of(row), repeated=False, remember_ignored=ignored

@@ -23,12 +23,13 @@ topic's records and to ``approvals:expire`` / ``approvals:escalate``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import (
     ApprovalDecided,
@@ -38,6 +39,7 @@ from weft_contracts import (
     Topic,
 )
 from weft_platform.bus import EventBus
+from weft_platform.metrics import APPROVAL_DECISIONS, APPROVALS_WAITING
 from weft_storage.models_approvals import AgentPrompt, ApprovalDecision
 
 from weft_memory.prompts import WAITING
@@ -47,6 +49,10 @@ log = structlog.get_logger(__name__)
 
 EXPIRE_SCOPE = "approvals:expire"
 ESCALATE_SCOPE = "approvals:escalate"
+APPROVAL_OUTCOMES = ("approved", "denied", "expired")
+"""The outcomes ``weft_approval_decisions_total`` counts."""
+WAITING_COUNT_EVERY_S = 15.0
+"""How often the waiting prompts are counted for ``weft_approvals_waiting``."""
 
 OwnCredential = Callable[[Topic, str], str]
 """memory's service credential for records of a topic, with one more scope."""
@@ -70,6 +76,8 @@ class PromptTimer:
 
     async def start(self) -> None:
         """Start polling (an app startup hook)."""
+        for outcome in APPROVAL_OUTCOMES:  # each outcome's series exists from the start
+            APPROVAL_DECISIONS.labels(outcome=outcome)
         self._task = asyncio.create_task(self._run(), name="prompt-timer")
 
     async def stop(self) -> None:
@@ -79,8 +87,26 @@ class PromptTimer:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
+    async def count_waiting(self) -> None:
+        """Set ``weft_approvals_waiting`` to this deployment's prompts still waiting."""
+        query = select(func.count()).where(
+            AgentPrompt.status.in_(WAITING),
+            AgentPrompt.deployment == self.deployment,
+        )
+        async with self.sessions() as s:
+            APPROVALS_WAITING.set(int((await s.execute(query)).scalar_one()))
+
     async def _run(self) -> None:
+        counted = 0.0
         while True:
+            if time.monotonic() - counted >= WAITING_COUNT_EVERY_S:
+                counted = time.monotonic()
+                try:
+                    await self.count_waiting()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the gauge keeps its last value
+                    log.warning("approvals_waiting_count_failed", error=repr(exc))
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -120,6 +146,7 @@ class PromptTimer:
             return False
         reason = _timeout_reason(row)
         await self.bus.publish(Topic.AGENT_CONTROL, self._timeout(row, fresh, reason, now))
+        APPROVAL_DECISIONS.labels(outcome="expired").inc()
         row.status, row.decision, row.decision_reason = "timeout", "timeout", reason
         row.decided_at, row.decided_by, row.fired_at = now, "system", now
         s.add(

@@ -120,8 +120,9 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     calls = fair_calls(runtime, settings, worker)
     cleaner = TurnEndCleaner(registry)
     cleaner.subscribe(runtime.bus)
+    queue = IngestionQueue(runtime.sessions)
     ingestor = DocumentIngestor(
-        IngestionQueue(runtime.sessions),
+        queue,
         deps.embedder,
         limits=settings.ingestion_limits(),
         tenant_max_inflight=settings.ingestion_tenant_max_inflight,
@@ -131,6 +132,7 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
         settings.ingestion_poll_s,
         concurrency=settings.ingestion_concurrency,
         wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
+        depth=queue.depth if settings.effective_metrics_port else None,
     )
     return create_service_app(
         runtime,

@@ -4,13 +4,18 @@ tool-exec process)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import structlog
+from weft_platform.metrics import INGESTION_QUEUE_DEPTH
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.listen import ChannelWakeups
 from weft_tools.ingestion import DocumentIngestor
 
 log = structlog.get_logger(__name__)
+
+DEPTH_EVERY_S = 15.0
+"""How often the queue's depth is counted (the metric is at most this old)."""
 
 
 class IngestionLoop:
@@ -28,7 +33,13 @@ class IngestionLoop:
         *,
         concurrency: int = 1,
         wakeups: ChannelWakeups | None = None,
+        depth: Callable[[], Awaitable[dict[str, int]]] | None = None,
+        depth_every_s: float = DEPTH_EVERY_S,
     ):
+        """``depth``: the queue's documents by state, counted every ``depth_every_s``
+        into ``weft_ingestion_queue_depth`` (one query, whatever the scrape rate)."""
+        self._depth = depth
+        self._depth_every_s = depth_every_s
         self._ingestor = ingestor
         self._poll_s = poll_s
         self._concurrency = concurrency
@@ -43,10 +54,29 @@ class IngestionLoop:
         ]
         if self._wakeups is not None:
             self._tasks.append(asyncio.create_task(self._wakeups.run(), name="ingestion-wakeups"))
+        if self._depth is not None:
+            self._tasks.append(asyncio.create_task(self._count(), name="ingestion-depth"))
 
     async def stop(self) -> None:
         """Cancel the tasks and wait for them (a document in progress is taken over later)."""
         await cancel_and_wait(self._tasks)
+
+    async def count_once(self) -> None:
+        """Set the queue-depth gauge from one count."""
+        if self._depth is None:
+            return
+        for state, n in (await self._depth()).items():
+            INGESTION_QUEUE_DEPTH.labels(state=state).set(n)
+
+    async def _count(self) -> None:
+        while True:
+            try:
+                await self.count_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database is down: the gauge keeps its last value
+                log.warning("ingestion_depth_failed", error=repr(exc))
+            await asyncio.sleep(self._depth_every_s)
 
     async def _run(self) -> None:
         while True:

@@ -5,6 +5,7 @@ re-encrypt step (service credentials with one scope each)."""
 
 # No ``from __future__ import annotations``: FastAPI must see the route annotations.
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -34,11 +35,29 @@ REENCRYPT_ROUTE = SystemRoute("agent-config:mcp-reencrypt", frozenset({"operator
 SYSTEM_ROUTES = {CALLBACK_PATH: CALLBACK_ROUTE, REENCRYPT_PATH: REENCRYPT_ROUTE}
 
 
-def _caller(request: Request) -> RequestCredential:
+@dataclass(frozen=True)
+class _Turn:
+    """Who calls: a turn of a user of a tenant."""
+
+    tenant_id: str
+    user_id: str
+    session_id: str
+    request_id: str
+
+
+def _caller(request: Request) -> _Turn:
+    """The turn whose credential the call carries. Only a turn's credential (one naming
+    its session and turn, what tool-exec presents for a call) is taken: an API request's
+    credential, also meant for agent-config, never reaches these routes' secrets."""
     credential = getattr(request.state, "credential", None)
     if not isinstance(credential, RequestCredential):
         raise HTTPException(403, "this route needs a turn's request credential")
-    return credential
+    if not credential.session_id or not credential.request_id:
+        raise HTTPException(403, "this route needs a turn's credential, not an API request's")
+    return _Turn(
+        tenant_id=credential.tenant_id, user_id=credential.user_id,
+        session_id=credential.session_id, request_id=credential.request_id,
+    )  # fmt: skip
 
 
 def internal_router(svc: McpService) -> APIRouter:
@@ -69,8 +88,6 @@ def internal_router(svc: McpService) -> APIRouter:
         request: Request, server_id: str, body: McpAuthorizationStart
     ) -> McpAuthorizationRequired:
         who = _caller(request)
-        if not who.session_id or not who.request_id:
-            raise HTTPException(403, "an authorisation belongs to a turn: a turn credential")
         server = await svc.access.one(who.tenant_id, server_id)
         if server is None:
             raise HTTPException(404, f"MCP server {server_id!r} not found")
