@@ -14,6 +14,7 @@ from weft_llm.messages import (
     ToolMessage,
     UserMessage,
 )
+from weft_llm.metered import LLMMeter, MeteredModel, llm_error_reason
 from weft_llm.model import (
     FINISH_REASONS,
     ChatModel,
@@ -45,8 +46,10 @@ __all__ = [
     "ImagePart",
     "ImageURL",
     "LLMCallError",
+    "LLMMeter",
     "LLMRequest",
     "LLMResponse",
+    "MeteredModel",
     "ModelStalledError",
     "OpenAIChatModel",
     "RequestMessages",
@@ -60,5 +63,6 @@ __all__ = [
     "Usage",
     "UserMessage",
     "finish_reason",
+    "llm_error_reason",
     "wire_reasoning_effort",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import structlog
@@ -214,6 +215,28 @@ def tenant_label(tenant_id: str) -> str:
 def model_label(model: str) -> str:
     """The ``model`` label value of ``model``."""
     return MODELS.label(model)
+
+
+class PrometheusLLMMeter:
+    """The ``weft_llm.LLMMeter`` of every service that calls a model (engine, memory,
+    suggestions): ``weft_llm_*`` by bounded model label."""
+
+    def failed(self, model: str, reason: str) -> None:
+        """Count a failed call."""
+        LLM_ERRORS.labels(model_label(model), reason).inc()
+
+    def answered(self, model: str, seconds: float, first_token_s: float | None, usage: Any) -> None:
+        """Observe an answered call (``usage``: ``weft_llm.Usage`` or None)."""
+        label = model_label(model)
+        LLM_REQUEST_DURATION.labels(label).observe(seconds)
+        if first_token_s is not None:
+            LLM_TIME_TO_FIRST_TOKEN.labels(label).observe(first_token_s)
+        if usage is not None:
+            LLM_TOKENS.labels(label, "prompt").inc(usage.prompt_tokens)
+            LLM_TOKENS.labels(label, "completion").inc(usage.completion_tokens)
+
+
+LLM_METER = PrometheusLLMMeter()
 
 
 def observe_tool_call(tool: str, outcome: str, seconds: float, tenant_id: str) -> None:

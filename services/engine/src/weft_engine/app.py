@@ -7,10 +7,11 @@ from functools import partial
 
 from fastapi import FastAPI
 from weft_contracts import Topic
-from weft_llm import OpenAIChatModel
+from weft_llm import MeteredModel, OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
 from weft_platform.credentials import RECORDS, CredentialSigner
+from weft_platform.metrics import LLM_METER
 from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
@@ -46,7 +47,6 @@ from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.tracing import TurnTracer, provider_from_settings
 from weft_engine.trails import KafkaTurnTrails, TurnTrails
 from weft_engine.turn_cap import TurnCap
-from weft_engine.turn_metrics import MeteredModel
 from weft_engine.vision import ImageDescriber
 
 ENGINE_ISSUER = "engine"
@@ -119,7 +119,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         base_url=s.openai_base_url, api_key=s.openai_api_key, http_backend=s.llm_http_backend
     )
     images = ParkedImages(redis, ttl)
-    model = ImageResolvingModel(MeteredModel(llm), images)
+    model = ImageResolvingModel(MeteredModel(llm, LLM_METER), images)
     store = TurnStore(redis, ttl)
     emitter = EventEmitter(runtime.bus, redis, ttl)
     leases = TurnLeases(

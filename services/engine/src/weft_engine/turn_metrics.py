@@ -14,28 +14,13 @@ import re
 import time
 from contextvars import ContextVar
 
-from weft_llm import (
-    ChatModel,
-    ContextOverflowError,
-    LLMCallError,
-    LLMRequest,
-    LLMResponse,
-    ModelStalledError,
-    StreamSink,
-    TransientLLMError,
-)
 from weft_platform.metrics import (
-    LLM_ERRORS,
-    LLM_REQUEST_DURATION,
-    LLM_TIME_TO_FIRST_TOKEN,
-    LLM_TOKENS,
     ROUND_DURATION,
     ROUNDS,
     TURN_DURATION,
     TURNS_ENDED,
     TURNS_STARTED,
     budget_rejected,
-    model_label,
     tenant_label,
 )
 
@@ -74,61 +59,3 @@ def round_done(seconds: float) -> None:
     """One round's model call finished."""
     ROUNDS.inc()
     ROUND_DURATION.observe(seconds)
-
-
-def llm_error_reason(exc: LLMCallError) -> str:
-    """A short, bounded reason of a failed model call."""
-    if isinstance(exc, ModelStalledError):
-        return "stalled"
-    if isinstance(exc, ContextOverflowError):
-        return "context_overflow"
-    if exc.status == 429:
-        return "rate_limited"
-    if isinstance(exc, TransientLLMError):
-        return "transient"
-    return "refused" if exc.status is not None else "failed"
-
-
-class _FirstToken:
-    """A sink that notes when the first delta (reasoning or content) arrived."""
-
-    __slots__ = ("_inner", "first_at")
-
-    def __init__(self, inner: StreamSink):
-        self._inner = inner
-        self.first_at: float | None = None
-
-    async def on_reasoning(self, delta: str) -> None:
-        if self.first_at is None:
-            self.first_at = time.perf_counter()
-        await self._inner.on_reasoning(delta)
-
-    async def on_content(self, delta: str) -> None:
-        if self.first_at is None:
-            self.first_at = time.perf_counter()
-        await self._inner.on_content(delta)
-
-
-class MeteredModel:
-    """A ``ChatModel`` that observes every call's duration, time to first token, tokens
-    and errors by model."""
-
-    def __init__(self, model: ChatModel):
-        self._model = model
-
-    async def stream(self, request: LLMRequest, sink: StreamSink) -> LLMResponse:
-        model = model_label(request.model)
-        started = time.perf_counter()
-        timed = _FirstToken(sink)
-        try:
-            response = await self._model.stream(request, timed)
-        except LLMCallError as exc:
-            LLM_ERRORS.labels(model, llm_error_reason(exc)).inc()
-            raise
-        LLM_REQUEST_DURATION.labels(model).observe(time.perf_counter() - started)
-        if timed.first_at is not None:
-            LLM_TIME_TO_FIRST_TOKEN.labels(model).observe(timed.first_at - started)
-        if response.usage is not None:
-            LLM_TOKENS.labels(model, "prompt").inc(response.usage.prompt_tokens)
-            LLM_TOKENS.labels(model, "completion").inc(response.usage.completion_tokens)
-        return response

@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import FastAPI
 from pydantic import Field
 from weft_contracts import Topic
-from weft_llm import OpenAIChatModel
+from weft_llm import MeteredModel, OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
 from weft_platform.credentials import RECORDS
 from weft_platform.internal_auth import InternalAuth, SystemRoute
+from weft_platform.metrics import LLM_METER
 from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ModelClientSettings
@@ -121,7 +122,8 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
     runtime = create_runtime(settings)
     init_logging(runtime)
     memory = LongTermMemory(runtime.sessions)
-    model = OpenAIChatModel(base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+    chat = OpenAIChatModel(base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+    model = MeteredModel(chat, LLM_METER)
     extractor = MemoryExtractor(
         runtime.sessions,
         model,
@@ -187,7 +189,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         routers=routers,
         internal=InternalAuth(runtime.verifier, "memory", SYSTEM_ROUTES),
         on_startup=[worker.start, timer.start],
-        on_shutdown=[timer.stop, worker.stop, model.aclose, renewer.aclose],
+        on_shutdown=[timer.stop, worker.stop, chat.aclose, renewer.aclose],
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -9,10 +9,11 @@ from collections.abc import Awaitable, Callable
 from fastapi import FastAPI
 from pydantic import Field
 from weft_contracts import Topic
-from weft_llm import OpenAIChatModel
+from weft_llm import MeteredModel, OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.credentials import RECORDS
 from weft_platform.internal_auth import InternalAuth
+from weft_platform.metrics import LLM_METER
 from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ModelClientSettings
@@ -98,7 +99,8 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
     settings = settings or SuggestionsSettings()
     runtime = create_runtime(settings)
     init_logging(runtime)
-    model = OpenAIChatModel(base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+    chat = OpenAIChatModel(base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+    model = MeteredModel(chat, LLM_METER)
     turns = TurnLog(runtime.sessions)
     signer = runtime.signer(ISSUER)
     configs, closers = agent_settings(
@@ -148,7 +150,7 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         ],
         internal=InternalAuth(runtime.verifier, "suggestions"),
         on_startup=[worker.start, retention.start],
-        on_shutdown=[retention.stop, worker.stop, model.aclose, *closers],
+        on_shutdown=[retention.stop, worker.stop, chat.aclose, *closers],
     )
     app.state.worker = worker
     return app
