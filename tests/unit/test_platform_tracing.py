@@ -227,3 +227,34 @@ def test_the_gateway_logs_access_and_trusts_no_client_trace_by_default(
     assert ServiceSettings().tracing_exporter == "otlp"
     monkeypatch.setenv("WEFT_TRACING_EXPORTER", "none")
     assert ServiceSettings().tracing_exporter == "none"
+
+
+async def test_tool_exec_calls_to_weft_services_carry_the_trace() -> None:
+    """issue 37: tool-exec's own calls (memory's search routes, agent-config's MCP
+    catalog) continue the call's trace, like every other internal client."""
+    import httpx
+    from opentelemetry import trace as otel
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+    from weft_platform.tracing import propagation_hooks
+    from weft_tools.mcp_directory import HttpMcpDirectory
+    from weft_tools.memory_tools import MemoryServiceClient
+
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("traceparent"))
+        if request.url.path == "/internal/mcp/catalog":
+            return httpx.Response(200, json={"servers": []})
+        return httpx.Response(200, json={"memories": []})
+
+    transport = httpx.MockTransport(answer)
+    parent = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1))
+    with otel.use_span(NonRecordingSpan(parent)):
+        memory = MemoryServiceClient("http://memory", transport=transport,
+                                     event_hooks=propagation_hooks())  # fmt: skip
+        await memory.get("/internal/memories/search", {"query": "x"}, "cred")
+        directory = HttpMcpDirectory("http://agent-config", transport=transport,
+                                     event_hooks=propagation_hooks())  # fmt: skip
+        await directory.catalog(["srv"], refresh=False, credential="cred")
+    expected = f"00-{0xABC:032x}-{0xDEF:016x}-01"
+    assert seen == [expected, expected]

@@ -28,7 +28,7 @@ from weft_tools.mcp_directory import HttpMcpDirectory
 from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.mcp_tools import mcp_tools
-from weft_tools.memory_tools import memory_tools
+from weft_tools.memory_tools import MemoryServiceClient, memory_tools
 from weft_tools.planning_tools import ThinkingTool, TodoWriteTool
 from weft_tools.ranking import Reranker
 from weft_tools.registry import ToolRegistry
@@ -65,6 +65,8 @@ class ToolDependencies:
         )
     )
     """MCP catalog look-ups and the worker's session pool (SPEC T-19)."""
+    memory: MemoryServiceClient = field(default_factory=MemoryServiceClient)
+    """The memory service's search routes (search_memory, search_conversations)."""
 
 
 def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
@@ -89,7 +91,7 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     registry.register(
         WebFetchTool(deps.http, deps.snapshots, page_timeout_s=deps.web_fetch_timeout_s)
     )
-    for tool in memory_tools():
+    for tool in memory_tools(deps.memory):
         registry.register(tool)
     registry.register(WebSearchTool(deps.search_provider, deps.http))
     discover, call, dynamic = mcp_tools(deps.mcp)

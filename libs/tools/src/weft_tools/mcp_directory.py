@@ -9,7 +9,8 @@ connection holds decrypted secrets: it is used and dropped, never logged nor ret
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -62,12 +63,16 @@ class HttpMcpDirectory:
         *,
         timeout_s: float = 15.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        event_hooks: Mapping[str, list[Any]] | None = None,
     ):
+        """``event_hooks``: httpx hooks of every request (the process's trace
+        propagation: the call's ``traceparent`` reaches agent-config)."""
         self._base_url = base_url or os.environ.get(
             "WEFT_AGENT_CONFIG_URL", DEFAULT_AGENT_CONFIG_URL
         )
         self._timeout_s = timeout_s
         self._transport = transport
+        self._hooks = event_hooks
 
     def _client(self, credential: str | None) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {credential}"} if credential else {}
@@ -77,6 +82,7 @@ class HttpMcpDirectory:
             timeout=self._timeout_s,
             transport=self._transport,
             verify=tls_context(),
+            event_hooks=self._hooks,
         )
 
     async def _send(

@@ -8,6 +8,7 @@ engine offers ``search_memory`` only to agents with memory enabled (SPEC M-10).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -33,10 +34,14 @@ class MemoryServiceClient:
         base_url: str | None = None,
         timeout_s: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        event_hooks: Mapping[str, list[Any]] | None = None,
     ):
+        """``event_hooks``: httpx hooks of every request (the process's trace
+        propagation: the call's ``traceparent`` reaches memory)."""
         self._base_url = base_url or os.environ.get("WEFT_MEMORY_URL", DEFAULT_MEMORY_URL)
         self._timeout_s = timeout_s
         self._transport = transport
+        self._hooks = event_hooks
 
     async def get(
         self, path: str, params: dict[str, Any], credential: str | None = None
@@ -49,6 +54,7 @@ class MemoryServiceClient:
             timeout=self._timeout_s,
             transport=self._transport,
             verify=tls_context(),
+            event_hooks=self._hooks,
         ) as http:
             resp = await http.get(path, params=params, headers=headers)
             resp.raise_for_status()

@@ -13,7 +13,7 @@ from weft_platform.fair_consumer import FairConsumer
 from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
-from weft_platform.tracing import process_provider
+from weft_platform.tracing import process_provider, propagation_hooks
 from weft_storage.knowledge import KnowledgeStore
 from weft_storage.knowledge_documents import DocumentReader
 from weft_storage.knowledge_ingest import INGESTION_CHANNEL, IngestionQueue
@@ -28,6 +28,7 @@ from weft_tools.mcp_calls import McpCaller
 from weft_tools.mcp_directory import HttpMcpDirectory
 from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
+from weft_tools.memory_tools import MemoryServiceClient
 from weft_tools.ranking import HttpRerankModel
 from weft_tools.safe_http import AddressPolicy, SafeHttpClient
 from weft_tools.web_search import BraveSearchProvider
@@ -71,6 +72,7 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
             timeout_s=settings.web_search_timeout_s,
         )
     return ToolDependencies(
+        memory=MemoryServiceClient(event_hooks=propagation_hooks()),
         store=KnowledgeStore(runtime.sessions),
         reader=DocumentReader(runtime.sessions),
         sessions=runtime.sessions,
@@ -94,7 +96,7 @@ def mcp_caller(settings: ToolExecSettings) -> McpCaller:
     policy = settings.mcp_policy()
     pool = McpSessionPool(pinned_client_factory(policy), idle_s=settings.mcp_session_idle_s)
     return McpCaller(
-        HttpMcpDirectory(settings.agent_config_url),
+        HttpMcpDirectory(settings.agent_config_url, event_hooks=propagation_hooks()),
         pool,
         request_timeout_s=settings.mcp_request_timeout_s,
         catalog_ttl_s=settings.mcp_catalog_ttl_s,
