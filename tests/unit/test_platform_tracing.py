@@ -258,3 +258,19 @@ async def test_tool_exec_calls_to_weft_services_carry_the_trace() -> None:
         await directory.catalog(["srv"], refresh=False, credential="cred")
     expected = f"00-{0xABC:032x}-{0xDEF:016x}-01"
     assert seen == [expected, expected]
+
+
+def test_a_batch_gives_each_sampled_record_its_own_consumer_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    """The projector and suggestions read batches: a sampled turn's trace still shows them
+    (one CONSUMER span per sampled record, child of its envelope); unsampled records and
+    records without a trace make none."""
+    sampled = _request(f"00-{TRACE}-{PARENT}-01")
+    unsampled = _request(f"00-{TRACE}-{PARENT}-00")
+    untraced = _request(None)
+    with tracing.consuming_batch("agent.events", [sampled, unsampled, untraced]):
+        assert spans.get_finished_spans() == (), "open while the batch is handled"
+    (span,) = spans.get_finished_spans()
+    assert span.kind == trace.SpanKind.CONSUMER
+    assert span.parent is not None and f"{span.parent.span_id:016x}" == PARENT

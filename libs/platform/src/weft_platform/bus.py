@@ -545,13 +545,15 @@ class EventBus:
 
     async def _handle_batch(self, topic: Topic, decoded: list[Any], handler: BatchHandler) -> bool:
         """Whether the handler succeeded within ``consumer_attempts`` tries."""
-        failure = await self._attempt(
-            lambda: handler(decoded),
-            "batch_handler_failed",
-            topic=topic.value,
-            size=len(decoded),
-            first_id=decoded[0].id,
-        )
+        envelopes = [d.event if isinstance(d, Logged) else d for d in decoded]
+        with tracing.consuming_batch(topic.value, envelopes):
+            failure = await self._attempt(
+                lambda: handler(decoded),
+                "batch_handler_failed",
+                topic=topic.value,
+                size=len(decoded),
+                first_id=decoded[0].id,
+            )
         return failure is None
 
     async def _handle(

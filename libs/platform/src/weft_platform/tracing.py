@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -223,6 +223,34 @@ def continued(
         structlog.contextvars.reset_contextvars(**bound)
         otel_context.detach(token)
         span.end()  # a NonRecordingSpan's end does nothing
+
+
+@contextmanager
+def consuming_batch(topic: str, messages: Iterable[Any]) -> Iterator[None]:
+    """Around the handling of a batch (the projector, suggestions): a CONSUMER span for
+    each record whose trace is sampled, child of its envelope's ``traceparent`` and as long
+    as the batch's handling, so a sampled turn's trace shows the hop. Records of unsampled
+    traces cost a parse, no span."""
+    spans = []
+    for message in messages:
+        parent = remote_parent(getattr(message, "traceparent", None))
+        if parent is None or not parent.trace_flags.sampled:
+            continue
+        span = tracer().start_span(
+            f"{topic} process",
+            context=trace.set_span_in_context(NonRecordingSpan(parent)),
+            kind=SpanKind.CONSUMER,
+        )
+        if span.is_recording():
+            span.set_attribute("messaging.destination.name", topic)
+            span.set_attribute("messaging.message.id", str(message.id))
+            span.set_attribute("weft.request_id", str(message.request_id))
+        spans.append(span)
+    try:
+        yield
+    finally:
+        for span in spans:
+            span.end()
 
 
 @contextmanager
