@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -42,9 +42,10 @@ def servers() -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture
-async def script(stack: LocalStack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.llm_url, timeout=30) as c:
-        yield c
+async def script(llm: httpx.AsyncClient) -> httpx.AsyncClient:
+    """The scripted LLM, reset to its demo policy before and after each test (the
+    ``llm`` fixture): a script left behind would answer the next test's turns."""
+    return llm
 
 
 async def _register(

@@ -155,13 +155,32 @@ def _expired(keys: DevCredentials, route: Route) -> str:
     )
 
 
+TURN_ONLY = {
+    "/internal/mcp/catalog",
+    "/internal/mcp/servers/{server_id}/connection",
+    "/internal/mcp/servers/{server_id}/authorization",
+}
+"""Routes that take only a turn's credential (one naming its session and turn): an MCP
+server's secrets go to a tool call, never to an API request's credential."""
+
+
+def _turn(route: Route, session: str | None = None) -> tuple[str | None, str | None]:
+    """The session and turn a credential names: ``session`` (and no turn), or on a
+    turn-only route a session (``session`` or the case's own) and a turn."""
+    if route.path not in TURN_ONLY:
+        return session, None
+    return session or SESSION, "req_turn"
+
+
 def _right(keys: DevCredentials, route: Route) -> str:
     if route.system:
         audience, scope = SYSTEM[route.path]
         return keys.operator.service(audience, [scope])
+    sid, rid = _turn(route, SESSION)
     return keys.gateway.request(
-        tenant_id=TENANT, user_id=USER, session_id=SESSION, audience=[route.service], ttl_s=60
-    )
+        tenant_id=TENANT, user_id=USER, session_id=sid, request_id=rid,
+        audience=[route.service], ttl_s=60,
+    )  # fmt: skip
 
 
 Case = Callable[[DevCredentials, Route], tuple[dict[str, str], set[int] | None]]
@@ -185,8 +204,9 @@ def _other_tenant(keys: DevCredentials, route: Route) -> tuple[dict[str, str], s
         token = keys.request(OTHER_TENANT, USER)
         return _bearer(token), {401}
     token = keys.gateway.request(
-        tenant_id=OTHER_TENANT, user_id=USER, audience=[route.service], ttl_s=60
-    )
+        tenant_id=OTHER_TENANT, user_id=USER, session_id=_turn(route)[0],
+        request_id=_turn(route)[1], audience=[route.service], ttl_s=60,
+    )  # fmt: skip
     return _bearer(token), {403} if route.names("tenant_id") else None
 
 
@@ -194,17 +214,20 @@ def _other_user(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set
     if route.system:
         return _bearer(keys.request(TENANT, OTHER_USER)), {401}
     token = keys.gateway.request(
-        tenant_id=TENANT, user_id=OTHER_USER, audience=[route.service], ttl_s=60
-    )
+        tenant_id=TENANT, user_id=OTHER_USER, session_id=_turn(route)[0],
+        request_id=_turn(route)[1], audience=[route.service], ttl_s=60,
+    )  # fmt: skip
     return _bearer(token), {403} if route.names("user_id") else None
 
 
 def _other_session(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
     if route.system:
         return _bearer(keys.request(TENANT, USER, OTHER_SESSION)), {401}
+    sid, rid = _turn(route, OTHER_SESSION)
     token = keys.gateway.request(
-        tenant_id=TENANT, user_id=USER, session_id=OTHER_SESSION, audience=[route.service], ttl_s=60
-    )
+        tenant_id=TENANT, user_id=USER, session_id=sid, request_id=rid,
+        audience=[route.service], ttl_s=60,
+    )  # fmt: skip
     return _bearer(token), {403} if route.names("session_id") else None
 
 
