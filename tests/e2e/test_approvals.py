@@ -33,6 +33,7 @@ from weft_testkit import LocalStack, StackConfig, infra_env
 from weft_testkit.kafka import client_options
 from weft_testkit.own_infra import create_database, database_url, redis_url
 
+from tests.e2e.prompted_turn import PromptedTurn
 from tests.e2e.sandbox_helpers import sandbox_session
 from tests.stack_fixtures import stack_log_dir
 
@@ -99,39 +100,6 @@ async def _script(script: httpx.AsyncClient, marker: str, calls: list[dict[str, 
     assert (await script.post("/_script", json={"steps": steps})).status_code == 200
 
 
-class Turn:
-    """A turn streamed from one gateway in the background; ``asked`` is set at its
-    first ``tool_approval_required``."""
-
-    def __init__(self, api: httpx.AsyncClient, session_id: str, query: str):
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self.asked = asyncio.Event()
-        self.task = asyncio.create_task(self._read(api, session_id, query))
-
-    async def _read(self, api: httpx.AsyncClient, session_id: str, query: str) -> None:
-        url = f"/api/v1/agent-chat/{session_id}"
-        async with aconnect_sse(api, "POST", url, json={"query": query}, timeout=180) as source:
-            async for sse in source.aiter_sse():
-                if not sse.event or not sse.data:
-                    continue
-                self.events.append((sse.event, json.loads(sse.data)))
-                if sse.event == "tool_approval_required":
-                    self.asked.set()
-                if sse.event == "complete":
-                    return
-
-    async def prompt(self) -> dict[str, Any]:
-        await asyncio.wait_for(self.asked.wait(), 60)
-        return next(d["data"] for e, d in self.events if e == "tool_approval_required")
-
-    async def done(self) -> list[tuple[str, dict[str, Any]]]:
-        await asyncio.wait_for(self.task, 120)
-        return self.events
-
-    def of(self, event: str) -> list[dict[str, Any]]:
-        return [d["data"] for e, d in self.events if e == event]
-
-
 async def _decide(api: httpx.AsyncClient, prompt_id: str, **body: Any) -> httpx.Response:
     return await api.post(f"/api/v1/agent/prompts/{prompt_id}", json=body)
 
@@ -169,7 +137,7 @@ async def test_a_denied_write_never_runs_and_the_agent_reads_why(
     await _script(
         script, "DENY-ME", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
     )
-    turn = Turn(gateways[0], sid, "DENY-ME please")
+    turn = PromptedTurn(gateways[0], sid, "DENY-ME please")
     prompt = await turn.prompt()
     assert prompt["tool_name"] == "write_sandbox_file" and prompt["risk"] == "write"
     assert not turn.of("tool_result"), "nothing ran while the person is asked"
@@ -211,7 +179,7 @@ async def test_an_approval_survives_the_asking_engine_killed(
     await _script(
         script, "KILL-ASKER", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
     )
-    turn = Turn(gateways[0], sid, "KILL-ASKER please")
+    turn = PromptedTurn(gateways[0], sid, "KILL-ASKER please")
     prompt = await turn.prompt()
     asker = _replica_that_logged(approvals_stack, "engine", prompt["prompt_id"])
     assert approvals_stack.kill("engine", asker) == -9
@@ -235,13 +203,13 @@ async def test_remember_for_the_session_skips_the_next_prompt(
     sid = await _session(gateways[0])
     call = [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
     await _script(script, "REMEMBER-ONE", call)
-    first = Turn(gateways[0], sid, "REMEMBER-ONE please")
+    first = PromptedTurn(gateways[0], sid, "REMEMBER-ONE please")
     prompt = await first.prompt()
     ok = await _decide(gateways[0], prompt["prompt_id"], decision="approve", remember="session")
     assert ok.status_code == 200, ok.text
     await first.done()
     await _script(script, "REMEMBER-TWO", call)
-    second = Turn(gateways[0], sid, "REMEMBER-TWO please")
+    second = PromptedTurn(gateways[0], sid, "REMEMBER-TWO please")
     events = await second.done()
     assert not second.of("tool_approval_required"), events
     assert second.of("tool_result")[0]["success"]
@@ -258,7 +226,7 @@ async def test_a_stop_while_a_person_is_asked_ends_the_turn_cleanly(
     await _script(
         script, "STOP-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
     )
-    turn = Turn(gateways[0], sid, "STOP-WAIT please")
+    turn = PromptedTurn(gateways[0], sid, "STOP-WAIT please")
     prompt = await turn.prompt()
     assert (await gateways[1].post(f"/api/v1/sessions/{sid}/stop")).status_code == 202
     await turn.done()
@@ -280,7 +248,7 @@ async def test_a_redis_wipe_while_waiting_loses_nothing(
     await _script(
         script, "WIPE-WAIT", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
     )
-    turn = Turn(gateways[0], sid, "WIPE-WAIT please")
+    turn = PromptedTurn(gateways[0], sid, "WIPE-WAIT please")
     prompt = await turn.prompt()
     request_id = turn.events[0][1]["request_id"]
     await _wait_suspension_kept(approvals_stack, request_id)
@@ -314,7 +282,7 @@ async def test_every_process_restarted_while_a_prompt_waits_and_its_timeout_stil
     await _script(
         script, "RESTART-ALL", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
     )
-    turn = Turn(gateways[0], sid, "RESTART-ALL please")
+    turn = PromptedTurn(gateways[0], sid, "RESTART-ALL please")
     prompt = await turn.prompt()
     request_id = turn.events[0][1]["request_id"]
     turn.task.cancel()
@@ -380,7 +348,7 @@ async def test_a_write_whose_worker_died_comes_back_to_a_person(
     command = "sleep 8; echo ran >> output/runs.txt; cat output/runs.txt"
     calls = [{"id": "s1", "name": "shell_exec", "arguments": {"command": command}}]
     await _script(script, "WORKER-DIES", calls)
-    turn = Turn(gateways[0], sid, "WORKER-DIES please")
+    turn = PromptedTurn(gateways[0], sid, "WORKER-DIES please")
     await _until_claimed(approvals_stack)
     assert approvals_stack.kill("sandbox") == -9
     approvals_stack.start_again("sandbox")
@@ -424,7 +392,7 @@ async def test_an_expired_prompt_escalates_and_a_platform_service_decides(
     await _script(
         script, "ESCALATE", [{"id": "w1", "name": "write_sandbox_file", "arguments": WRITE}]
     )
-    turn = Turn(gateways[0], sid, "ESCALATE please")
+    turn = PromptedTurn(gateways[0], sid, "ESCALATE please")
     prompt = await turn.prompt()
     assert prompt["on_timeout"] == "escalate"
     key = await _approver_key(approvals_stack)
@@ -460,7 +428,7 @@ async def _approver_key(stack: LocalStack) -> str:
     return key
 
 
-async def _notice(turn: Turn, kind: str) -> dict[str, Any]:
+async def _notice(turn: PromptedTurn, kind: str) -> dict[str, Any]:
     for _ in range(300):
         found = turn.of(kind)
         if found:

@@ -10,7 +10,6 @@ call. The MCP servers are started once for the module.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from collections.abc import Iterator
@@ -18,10 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from httpx_sse import aconnect_sse
 from weft_contracts import dynamic_tool_name
 from weft_testkit import LocalStack
 from weft_testkit import mcp_servers as kit
+
+from tests.e2e.prompted_turn import PromptedTurn
 
 SECRET = f"mcp-header-secret-{secrets.token_hex(4)}"
 
@@ -81,36 +81,6 @@ async def _script(
     assert (await script.post("/_script", json={"steps": steps})).status_code == 200
 
 
-class Turn:
-    """A turn streamed in the background; ``prompts`` receives each prompt as it comes."""
-
-    def __init__(self, api: httpx.AsyncClient, session_id: str, query: str):
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self.prompts: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.task = asyncio.create_task(self._read(api, session_id, query))
-
-    async def _read(self, api: httpx.AsyncClient, session_id: str, query: str) -> None:
-        url = f"/api/v1/agent-chat/{session_id}"
-        async with aconnect_sse(api, "POST", url, json={"query": query}, timeout=180) as source:
-            async for sse in source.aiter_sse():
-                if not sse.event or not sse.data:
-                    continue
-                self.events.append((sse.event, json.loads(sse.data)))
-                if sse.event == "tool_approval_required":
-                    self.prompts.put_nowait(json.loads(sse.data)["data"])
-                if sse.event == "complete":
-                    return
-
-    async def prompt(self) -> dict[str, Any]:
-        return await asyncio.wait_for(self.prompts.get(), 90)
-
-    async def done(self) -> None:
-        await asyncio.wait_for(self.task, 120)
-
-    def of(self, event: str) -> list[dict[str, Any]]:
-        return [d["data"] for e, d in self.events if e == event]
-
-
 async def _approve(api: httpx.AsyncClient, prompt: dict[str, Any]) -> None:
     answer = await api.post(f"/api/v1/agent/prompts/{prompt['prompt_id']}",
                             json={"decision": "approve"})  # fmt: skip
@@ -137,7 +107,7 @@ async def test_a_registered_tool_is_described_published_asked_about_and_called(
           "arguments": {"mode": "describe", "server_id": server["id"], "tool_name": "echo"}}],
         [{"id": "c1", "name": name, "arguments": {"text": "hello through mcp"}}],
     ])  # fmt: skip
-    turn = Turn(api, sid, f"{marker} please")
+    turn = PromptedTurn(api, sid, f"{marker} please")
     prompt = await turn.prompt()  # always ask, even at auto_write (H-01)
     assert prompt["tool_name"] == name and prompt["always_ask"] and prompt["risk"] == "write"
     assert [r["call_id"] for r in turn.of("tool_result")] == ["d1"], "nothing ran unapproved"
@@ -170,7 +140,7 @@ async def test_a_read_only_tool_over_sse_runs_without_asking(
         [{"id": "c2", "name": dynamic_tool_name(server["id"], server["name"], "echo"),
           "arguments": {"text": "never described, never offered"}}],
     ])  # fmt: skip
-    turn = Turn(api, sid, f"{marker} please")
+    turn = PromptedTurn(api, sid, f"{marker} please")
     await turn.done()
     assert turn.of("tool_approval_required") == []
     results = {r["call_id"]: r for r in turn.of("tool_result")}
@@ -193,7 +163,7 @@ async def test_oauth_inside_the_conversation_then_the_call_runs(
           "arguments": {"tool_ref": f"{server['id']}/echo",
                         "arguments": {"text": "after consent"}}}],
     ])  # fmt: skip
-    turn = Turn(api, sid, f"{marker} please")
+    turn = PromptedTurn(api, sid, f"{marker} please")
     asked = await turn.prompt()  # a tool the turn never saw described: always asked (H-01)
     assert asked["kind"] == "approval" and asked["risk"] == "destructive"
     await _approve(api, asked)
