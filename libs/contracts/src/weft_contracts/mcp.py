@@ -70,6 +70,12 @@ def dynamic_tool_name(server_id: str, server_name: str, tool_name: str) -> str:
     return f"mcp_{server}_{_slug(tool_name, room)}_{digest}"
 
 
+def registered_risk(read_only: bool) -> RiskClass:
+    """SPEC T-19, H-01: an MCP tool is ``read`` only when the tenant marked it read-only in
+    its registration, else ``write``; the server's own hints never lower it."""
+    return "read" if read_only else "write"
+
+
 class McpServerRef(Payload):
     """A server an agent may use this turn (``AgentConfig.mcp_servers``)."""
 

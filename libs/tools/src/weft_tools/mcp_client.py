@@ -28,6 +28,7 @@ from weft_contracts.mcp import (
     McpToolDef,
     McpToolHints,
     dynamic_tool_name,
+    registered_risk,
 )
 from weft_contracts.text import clean_text
 
@@ -309,7 +310,7 @@ def tool_def(
         tool_name=tool.name,
         description=tool.description,
         parameters=tool.input_schema,
-        risk="read" if read_only else "write",
+        risk=registered_risk(read_only),
         always_ask=always_ask,
         hints=tool.hints,
         problem=tool.problem,

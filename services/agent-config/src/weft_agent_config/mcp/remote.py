@@ -77,9 +77,9 @@ class McpRemote:
 
 def _stored(tool: ListedTool) -> StoredTool:
     return StoredTool(
-        tool_name=tool.name[:256],
+        tool_name=tool.name,
         description=tool.description,
-        input_schema=tool.input_schema if isinstance(tool.input_schema, dict) else {},
+        input_schema=tool.input_schema,
         hints=tool.hints.model_dump(mode="json", exclude_none=True),
         problem=tool.problem,
     )

@@ -14,8 +14,10 @@ from weft_contracts.mcp import (
     McpServerCatalog,
     McpToolDef,
     McpToolHints,
+    registered_risk,
 )
 from weft_storage.models_mcp import McpServer, McpServerTool
+from weft_tools.mcp_client import ListedTool, tool_def
 
 from weft_agent_config.mcp.access import McpAccess
 from weft_agent_config.mcp.oauth_flow import OAuthFlow
@@ -153,20 +155,22 @@ def tool_view(tool: McpServerTool) -> ToolView:
         tool_name=tool.tool_name, name=tool.name, description=tool.description,
         input_schema=tool.input_schema, hints=tool.hints, problem=tool.problem,
         read_only=tool.read_only, always_ask=tool.always_ask,
-        risk="read" if tool.read_only else "write",
+        risk=registered_risk(tool.read_only),
     )  # fmt: skip
 
 
 def tool_definition(server: McpServer, tool: McpServerTool) -> McpToolDef:
-    """What the catalog says of a tool: the tenant's flags decide the risk, the server's
-    hints are shown only; a refused tool keeps its problem and an empty schema."""
-    schema = tool.input_schema if tool.problem is None else {"type": "object"}
-    return McpToolDef(
-        name=tool.name, server_id=server.id, server_name=server.name, tool_name=tool.tool_name,
-        description=tool.description[:1024], parameters=schema,
-        risk="read" if tool.read_only else "write", always_ask=tool.always_ask,
+    """What the catalog says of a stored tool: ``weft_tools.mcp_client.tool_def`` (the
+    tenant's flags decide the risk, the server's hints are shown only; a refused tool
+    keeps its problem and an empty schema)."""
+    listed = ListedTool(
+        name=tool.tool_name, description=tool.description,
+        input_schema=tool.input_schema if tool.problem is None else {"type": "object"},
         hints=McpToolHints.model_validate(tool.hints or {}), problem=tool.problem,
     )  # fmt: skip
+    return tool_def(
+        server.id, server.name, listed, read_only=tool.read_only, always_ask=tool.always_ask
+    )
 
 
 def catalog_entry(server: McpServer, tools: list[McpServerTool]) -> McpServerCatalog:

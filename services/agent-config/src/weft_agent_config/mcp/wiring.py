@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_tools.safe_http import AddressPolicy
 
 from weft_agent_config.mcp.access import McpAccess
 from weft_agent_config.mcp.oauth_flow import OAuthFlow
@@ -16,11 +15,6 @@ from weft_agent_config.mcp.service import McpService
 from weft_agent_config.mcp.settings import McpSettings
 from weft_agent_config.mcp.store import McpStore
 from weft_agent_config.sharing import SharingStore
-
-
-def address_policy(settings: McpSettings) -> AddressPolicy:
-    """Public addresses, plus the operator's allowlist (never loopback by itself)."""
-    return settings.mcp_policy()
 
 
 def mcp_service(
@@ -38,7 +32,7 @@ def mcp_service(
         keys = dev_keys(dev_keys_dir)
     box = SecretBox.from_setting(keys)
     remote = remote or McpRemote(
-        address_policy(settings),
+        settings.mcp_policy(),  # public addresses, plus the operator's allowlist
         timeout_s=settings.mcp_check_timeout_s,
         max_tools=settings.mcp_max_tools_per_server,
     )
