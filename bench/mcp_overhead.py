@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from ipaddress import ip_network
 from typing import Any
@@ -83,18 +85,26 @@ async def weft_path(url: str, calls: int, turns: int) -> tuple[list[float], list
     return samples, firsts
 
 
+@asynccontextmanager
+async def direct_session(url: str) -> AsyncIterator[ClientSession]:
+    """An initialised SDK session with the server, as a client without Weft opens one
+    (the process's TLS context, as Weft's pinned client uses)."""
+    async with (
+        httpx.AsyncClient(verify=tls_context()) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
 async def direct_first_calls(url: str, turns: int) -> list[float]:
     """A new session each time: connect, initialise, call (what a turn's first call costs
     without Weft)."""
     samples: list[float] = []
     for _ in range(turns):
         started = time.perf_counter()
-        async with httpx.AsyncClient(verify=tls_context()) as http, streamable_http_client(
-            url, http_client=http
-        ) as (
-            read, write, _,
-        ), ClientSession(read, write) as session:  # fmt: skip
-            await session.initialize()
+        async with direct_session(url) as session:
             result = await session.call_tool("echo", {"text": "hi"})
             # Timed before the session closes, as Weft's (closed at the turn's end).
             samples.append((time.perf_counter() - started) * 1000)
@@ -104,12 +114,7 @@ async def direct_first_calls(url: str, turns: int) -> list[float]:
 
 async def direct_path(url: str, calls: int) -> list[float]:
     samples: list[float] = []
-    async with httpx.AsyncClient(verify=tls_context()) as http, streamable_http_client(
-            url, http_client=http
-        ) as (
-        read, write, _,
-    ), ClientSession(read, write) as session:  # fmt: skip
-        await session.initialize()
+    async with direct_session(url) as session:
         for i in range(calls + 10):
             started = time.perf_counter()
             result = await session.call_tool("echo", {"text": "hi"})
