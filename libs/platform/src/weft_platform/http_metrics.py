@@ -21,7 +21,8 @@ UNMATCHED = "unmatched"
 
 
 def route_template(scope: Scope) -> str:
-    """The matched route's path template, or :data:`UNMATCHED`."""
+    """The matched route's path template, or :data:`UNMATCHED` (the metrics' route label
+    and the access log's and span's route: never the raw path)."""
     route = scope.get("route")
     path = getattr(route, "path_format", None) or getattr(route, "path", None)
     return path if isinstance(path, str) else UNMATCHED

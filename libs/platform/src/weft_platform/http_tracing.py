@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ulid import ULID
 
 from weft_platform import tracing
+from weft_platform.http_metrics import route_template
 
 log = structlog.get_logger("weft.access")
 
@@ -30,17 +31,7 @@ status), and the gateway's SSE responses find their connection through the serve
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 """``weft_platform.health``'s routes: not traced, not logged."""
 
-UNMATCHED = "unmatched"
-"""The route of a request no route matched (its raw path is never logged)."""
-
 MAX_ID_CHARS = 128
-
-
-def route_template(scope: Scope) -> str:
-    """The matched route's template (``/v1/sessions/{session_id}``), or ``unmatched``."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    return str(path) if isinstance(path, str) and path else UNMATCHED
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
