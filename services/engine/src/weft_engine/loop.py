@@ -248,7 +248,11 @@ class TurnLoop:
 
     async def _finish(self, reason: EndReason) -> None:
         """End the turn for ``reason``: the one place that calls the Finisher."""
-        ending(reason)  # the end reason of weft_turns_ended_total
+        with ending(reason):  # the end reason of weft_turns_ended_total
+            await self._end(reason)
+
+    async def _end(self, reason: EndReason) -> None:
+        """The Finisher call (or the closing synthesis) of each end reason."""
         match reason:
             case Answered(state, answer, reasoning):
                 done = state.model_copy(update={"steps": final_step(state, reasoning)})

@@ -3,7 +3,7 @@
 
 A turn's end reason is the :data:`~weft_engine.outcomes.EndReason` case that ended it
 (``answered``, ``stopped``, ``iteration_limit`` ...). ``TurnLoop._finish`` names it in a
-context variable for the step's task before the Finisher completes the turn, and the
+context variable around its call of the Finisher, and the
 Finisher counts the end only when its ``complete`` is really sent (a takeover that finds
 it sent counts nothing twice).
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 from weft_platform.metrics import (
@@ -37,11 +39,18 @@ def end_reason_label(reason: EndReason) -> str:
     return _CAMEL.sub("_", type(reason).__name__).lower()
 
 
-def ending(reason: EndReason) -> None:
-    """The turn this task ends ends for ``reason`` (read by :func:`turn_ended`)."""
-    _END_REASON.set(end_reason_label(reason))
+@contextmanager
+def ending(reason: EndReason) -> Iterator[None]:
+    """Within: the turn being ended ends for ``reason`` (read by :func:`turn_ended`).
+    The value lives only as long as the block, so an end this task reaches by another
+    path later (the auditor, a refused start) is never counted under this reason."""
+    token = _END_REASON.set(end_reason_label(reason))
     if isinstance(reason, OverBudget):
         budget_rejected(reason.exceeded.budget, reason.state.tenant_id)
+    try:
+        yield
+    finally:
+        _END_REASON.reset(token)
 
 
 def turn_started(tenant_id: str, mode: str) -> None:
