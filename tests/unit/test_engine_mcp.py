@@ -109,7 +109,6 @@ def test_publishing_refuses_what_it_must() -> None:  # SPEC T-01, T-19
 def test_mcp_calls_take_the_registrations_risk() -> None:  # SPEC H-01, T-19
     writer = _tool()
     reader = _tool("list_issues", risk="read", always_ask=False)
-    assert marks(writer.name, {}, [writer], ()) == marks(writer.name, {}, [writer], ())
     assert (
         marks(writer.name, {}, [writer], ()).risk,
         marks(writer.name, {}, [writer], ()).always_ask,

@@ -20,7 +20,6 @@ from weft_gateway.approvals_client import ApprovalsClient
 from weft_gateway.clients import ServiceClient
 from weft_gateway.mcp_oauth import CALLBACK_PATH, CALLBACK_SCOPE, McpCallback, mcp_oauth_router
 from weft_platform.credentials import (
-    API_AUDIENCE,
     GATEWAY,
     CredentialVerifier,
     ensure_dev_keys,
@@ -165,4 +164,3 @@ async def test_bad_links_get_a_page_and_reflect_nothing(rig: Rig) -> None:
     assert forged.headers["cache-control"] == "no-store"
     assert "default-src 'none'" in forged.headers["content-security-policy"]
     assert rig.doubles.decisions == []
-    assert API_AUDIENCE  # the user credential's audience is the API one (memory accepts it)
