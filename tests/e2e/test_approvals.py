@@ -181,7 +181,7 @@ async def test_an_approval_survives_the_asking_engine_killed(
     )
     turn = PromptedTurn(gateways[0], sid, "KILL-ASKER please")
     prompt = await turn.prompt()
-    asker = _replica_that_logged(approvals_stack, "engine", prompt["prompt_id"])
+    asker = await _replica_that_logged(approvals_stack, "engine", prompt["prompt_id"])
     assert approvals_stack.kill("engine", asker) == -9
     try:
         approved = await _decide(gateways[1], prompt["prompt_id"], decision="approve")
@@ -437,11 +437,16 @@ async def _notice(turn: PromptedTurn, kind: str) -> dict[str, Any]:
     raise AssertionError(f"no {kind} on the stream: {[e for e, _ in turn.events]}")
 
 
-def _replica_that_logged(stack: LocalStack, name: str, needle: str) -> int:
-    """The index of the replica of ``name`` whose log mentions ``needle``."""
-    for index, port in enumerate(stack.ports[name]):
-        if needle in stack.log_path(name, port).read_text(errors="replace"):
-            return index
+async def _replica_that_logged(stack: LocalStack, name: str, needle: str) -> int:
+    """The index of the replica of ``name`` whose log mentions ``needle``.
+
+    The engine logs a prompt after publishing it (the line is off the round's path), so the
+    prompt can reach the stream before the line reaches the file: wait for it a little."""
+    for _ in range(100):
+        for index, port in enumerate(stack.ports[name]):
+            if needle in stack.log_path(name, port).read_text(errors="replace"):
+                return index
+        await asyncio.sleep(0.05)
     raise AssertionError(f"no {name} replica logged {needle}")
 
 
