@@ -29,7 +29,7 @@ from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.resolver import AgentResolver
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
-from weft_storage.knowledge import KnowledgeStore
+from weft_storage.knowledge.store import KnowledgeStore
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_URL = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"

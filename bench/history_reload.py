@@ -27,7 +27,7 @@ import httpx
 from benchlib import machine, save
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import create_async_engine
-from weft_storage.models import ChatSession, Message
+from weft_storage.memory.models import ChatSession, Message
 from weft_testkit.credentials import DevCredentials, credentials_dir
 from weft_testkit.stack import free_port, infra_env
 

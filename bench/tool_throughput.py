@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 from weft_testkit import infra_env
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 

@@ -28,7 +28,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_contracts import Topic
 from weft_gateway.auth import ApiKeyAuth, hash_key
-from weft_storage.models import ApiKey
+from weft_storage.gateway.keys import ApiKey
 from weft_testkit import LocalStack, StackConfig, infra_env
 from weft_testkit.kafka import client_options
 from weft_testkit.own_infra import create_database, database_url, redis_url

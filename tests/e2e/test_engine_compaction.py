@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_context.summary import summary_text
-from weft_storage.models import Agent
+from weft_storage.agent_config.models import Agent
 from weft_testkit import LocalStack, chat_requests, infra_env, read_turn
 
 SMALL_WINDOW_AGENT = "e2e-small-window"

@@ -19,7 +19,7 @@ from httpx_sse import aconnect_sse
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_engine.act import TOOL_TIMEOUTS_S
-from weft_storage.models import Agent
+from weft_storage.agent_config.models import Agent
 from weft_testkit import (
     LocalStack,
     SseEvent,

@@ -17,7 +17,7 @@ from httpx_sse import aconnect_sse
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_gateway.auth import hash_key
-from weft_storage.models import ApiKey
+from weft_storage.gateway.keys import ApiKey
 from weft_testkit import LocalStack, chat_requests, read_turn
 
 AGENT = "builtin-smart-reasoning"

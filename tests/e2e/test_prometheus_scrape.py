@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_contracts import Topic
 from weft_platform.consumer_lag import ConsumerLagCollector, GroupLag
-from weft_storage.models_usage import TenantBudget
+from weft_storage.gateway.models_budgets import TenantBudget
 from weft_testkit import LocalStack, infra_env, read_turn
 from weft_testkit.kafka import client_options
 from weft_testkit.stack import free_port

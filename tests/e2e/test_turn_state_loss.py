@@ -27,7 +27,8 @@ from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_engine.act import TOOL_TIMEOUTS_S
-from weft_storage.models import Agent, Message
+from weft_storage.agent_config.models import Agent
+from weft_storage.memory.models import Message
 from weft_testkit import LocalStack, SseEvent, StackConfig
 from weft_testkit.own_infra import create_database, database_url, redis_url
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.turns_api import turns_router
-from weft_storage.models import ChatSession, Message
+from weft_storage.memory.models import ChatSession, Message
 from weft_testkit.credentials import trusted
 
 

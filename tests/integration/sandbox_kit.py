@@ -33,7 +33,7 @@ from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
 from weft_sandbox.workspace_budget import RedisLedger, WorkspaceBudget
-from weft_storage.skills import SkillStore
+from weft_storage.agent_config.skills import SkillStore
 from weft_tools.sandbox_specs import SANDBOX_SPECS
 from weft_tools.web_snapshots import MemorySnapshotStore
 

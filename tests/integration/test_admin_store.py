@@ -10,7 +10,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from weft_gateway.auth import hash_key
 from weft_gateway.key_registry import DEV_KEY_NAME, KeyRegistry
-from weft_storage.models import ApiKey
+from weft_storage.gateway.keys import ApiKey
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
 
 

@@ -21,7 +21,7 @@ from weft_engine.state import TurnState
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_llm import Usage
 from weft_memory.history_api import history_router
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, answer
 

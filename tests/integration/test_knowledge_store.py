@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
-from weft_storage.knowledge import KnowledgeStore
+from weft_storage.knowledge.store import KnowledgeStore
 
 
 async def test_keyword_search_ranks_and_stays_in_tenant(engine: AsyncEngine) -> None:

@@ -25,7 +25,7 @@ from weft_memory.decisions import DecisionBody, DecisionDesk
 from weft_memory.grants import GrantLifetimes, NewGrant, add_grant
 from weft_memory.recorder import MessageRecorder
 from weft_platform.credentials import CredentialVerifier, load_verifier
-from weft_storage.models_approvals import AgentGrant, AgentPrompt, RunSuspension
+from weft_storage.memory.models_approvals import AgentGrant, AgentPrompt, RunSuspension
 from weft_testkit.credentials import EVERY_SERVICE, DevCredentials, credentials_dir
 
 from tests.integration.approval_rows import (

@@ -30,7 +30,7 @@ from weft_memory.extraction_worker import ExtractionWorker, WorkerSettings
 from weft_memory.longterm import LongTermMemory
 from weft_memory.memory_api import memory_router
 from weft_memory.recorder import MessageRecorder
-from weft_storage.models_memory import Memory, MemoryExtraction
+from weft_storage.memory.models_memory import Memory, MemoryExtraction
 from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 

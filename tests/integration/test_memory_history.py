@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import (
 from weft_context.summary import summary_text
 from weft_memory.api import session_router
 from weft_memory.history_api import history_router
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 from weft_testkit.credentials import trusted
 
 

@@ -19,7 +19,7 @@ from weft_memory.api import session_router
 from weft_memory.extraction import MemoryExtractor
 from weft_memory.longterm import LongTermMemory, parse_facts
 from weft_memory.memory_api import memory_router
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, Reply, answer, queued
 from weft_tools.memory_tools import MemoryServiceClient, memory_tools

@@ -25,7 +25,7 @@ from weft_memory.renewal import RENEW_ROUTE, RENEW_SCOPE, TurnCredentialRenewer
 from weft_platform.credentials import RECORDS, CredentialVerifier, load_signer, load_verifier
 from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.runtime import ServiceRuntime
-from weft_storage.models_approvals import AgentPrompt
+from weft_storage.memory.models_approvals import AgentPrompt
 from weft_testkit.credentials import DevCredentials, credentials_dir
 
 from tests.integration.approval_rows import Turn, required

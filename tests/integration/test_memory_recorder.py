@@ -23,7 +23,7 @@ from weft_contracts import (
 )
 from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.recorder import MessageRecorder, partial_key
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 
 def _ids() -> dict[str, Any]:

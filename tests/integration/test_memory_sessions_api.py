@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_memory.api import session_router
 from weft_memory.history_api import history_router
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 from weft_testkit.credentials import trusted
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 from tests.integration.history_rows import drop_sessions, seed_running_turns, turns_api
 

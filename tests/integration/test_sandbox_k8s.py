@@ -31,7 +31,7 @@ from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import Workspace, WorkspacePool
-from weft_storage.skills import SkillStore
+from weft_storage.agent_config.skills import SkillStore
 from weft_tools.web_snapshots import MemorySnapshotStore
 
 from tests.integration.sandbox_kit import TOOLS

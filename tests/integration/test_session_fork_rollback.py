@@ -16,9 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.fork import fork_session
 from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.rollback import delete_turn, truncate_from
-from weft_storage import workspace_checkpoints
-from weft_storage.models import ChatSession, Message
-from weft_storage.workspace_checkpoints import CheckpointRow
+from weft_storage.memory.models import ChatSession, Message
+from weft_storage.sandbox import checkpoints as workspace_checkpoints
+from weft_storage.sandbox.checkpoints import CheckpointRow
 
 from tests.integration.sandbox_kit import Sandbox, open_sandbox
 

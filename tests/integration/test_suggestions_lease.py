@@ -23,7 +23,7 @@ from weft_contracts import (
     assistant_message_id,
 )
 from weft_llm import OpenAIChatModel
-from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
+from weft_storage.suggestions.models import MessageSuggestionSet, SuggestionEvent
 from weft_suggestions.config import FixedConfigs, FollowUpConfig
 from weft_suggestions.generation import FollowUpGenerator
 from weft_suggestions.lease import SetKey, SuggestionLease

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models_suggestions import SuggestionTurn
+from weft_storage.suggestions.models import SuggestionTurn
 from weft_suggestions.retention import TurnRetention
 
 

@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import CompleteData, CompleteEvent, Topic, TurnStatus
 from weft_platform.runtime import ServiceRuntime
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 from weft_testkit.credentials import DevCredentials, signed
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
 

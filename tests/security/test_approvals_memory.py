@@ -26,7 +26,7 @@ from weft_memory.prompt_timer import EXPIRE_SCOPE
 from weft_memory.recorder import MessageRecorder
 from weft_platform.credentials import RECORDS, load_signer, load_verifier
 from weft_platform.record_credentials import RecordCheck, record_scope
-from weft_storage.models_approvals import AgentPrompt, ApprovalDecision
+from weft_storage.memory.models_approvals import AgentPrompt, ApprovalDecision
 from weft_testkit.credentials import DevCredentials, credentials_dir
 
 from tests.integration.approval_rows import Turn, bearer, memory_api, memory_settings, required

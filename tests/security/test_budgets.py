@@ -29,8 +29,8 @@ from weft_contracts import (
     TurnUsage,
 )
 from weft_memory.recorder import MessageRecorder
-from weft_storage.models_usage import UsageRecord
-from weft_storage.usage import usage_totals
+from weft_storage.memory.models_usage import UsageRecord
+from weft_storage.memory.usage import usage_totals
 from weft_testkit import LocalStack, SseEvent, chat_requests, read_turn
 
 from tests.stack_fixtures import ApiKeys, KeyedClient

@@ -40,9 +40,9 @@ from sqlalchemy.ext.asyncio import (
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentReader
-from weft_storage.knowledge_ingest import INGESTION_CHANNEL, IngestionQueue
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
 from weft_testkit import LocalStack, SseEvent, StackConfig, chat_requests, read_turn
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool

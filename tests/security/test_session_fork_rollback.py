@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 from weft_testkit import LocalStack
 
 from tests.stack_fixtures import ApiKeys

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.skill_packages import MAX_ARCHIVE_BYTES, MAX_FILES, package_from_zip
-from weft_storage.skills import SkillStore
+from weft_storage.agent_config.skill_packages import MAX_ARCHIVE_BYTES, MAX_FILES, package_from_zip
+from weft_storage.agent_config.skills import SkillStore
 from weft_testkit import LocalStack, read_turn
 
 from tests.integration.sandbox_kit import Sandbox, open_sandbox

@@ -21,9 +21,9 @@ from weft_gateway.knowledge_scope import (
     seal,
     visible_to,
 )
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentInfo, DocumentReader
-from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.knowledge.documents import DocumentInfo, DocumentReader
+from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 
 TENANT = "t1"
 KB_A, KB_B = "kb_a", "kb_b"

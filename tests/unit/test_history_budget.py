@@ -12,7 +12,7 @@ from weft_context.summary import summary_text
 from weft_context.tokens import TokenEstimator
 from weft_memory.history import History, HistoryQuery, _fill
 from weft_memory.replay import KB_RESULT_REDACTION, replay_turn, strip_thinking
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from weft_memory.history import KB_RESULT_REDACTION, replay_turn
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 
 def _msg(role: str, content: str, steps: list[dict[str, object]] | None = None) -> Message:

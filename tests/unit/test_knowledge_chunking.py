@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from weft_storage.knowledge import keyword_tsquery, split_into_chunks
+from weft_storage.knowledge.store import keyword_tsquery, split_into_chunks
 
 
 def test_chunks_overlap_and_cover_the_text() -> None:

@@ -13,8 +13,8 @@ from weft_engine.question_origin import with_question_source
 from weft_gateway.auth import Principal
 from weft_gateway.question_origin import QuestionOrigins, SuggestionPick
 from weft_llm import ChatMessage
-from weft_storage.knowledge import ChunkHit
-from weft_storage.knowledge_documents import ChunkRow
+from weft_storage.knowledge.documents import ChunkRow
+from weft_storage.knowledge.store import ChunkHit
 
 KNOWLEDGE = {
     "id": "k0",

@@ -15,7 +15,7 @@ from weft_agent_config.resolver import SKILL_INSTALLER, AgentResolver, runtime_c
 from weft_agent_config.store import AgentStore
 from weft_contracts import AgentConfig, SkillInfo
 from weft_engine.prompt import OUTPUT, SKILLS_INTRO, system_prompt
-from weft_storage.skills import SkillStore, SkillSummary
+from weft_storage.agent_config.skills import SkillStore, SkillSummary
 
 INSTALLED = {"t1": ["alpha", "beta", "gamma"], "t2": ["secret"]}
 

@@ -13,8 +13,8 @@ import sys
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.store import KnowledgeStore
 from weft_tools import database_query, sql_masking
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry

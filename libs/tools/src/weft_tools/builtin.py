@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentReader
-from weft_storage.models import Base
+from weft_storage.base import Base
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.store import KnowledgeStore
 
 from weft_tools.aliases import AliasBook
 from weft_tools.data_tools import DataAnalysisTool, DataSchemaTool, DatasetFile

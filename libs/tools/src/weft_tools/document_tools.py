@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from weft_storage.knowledge_documents import ChunkRow, DocumentInfo, DocumentReader
+from weft_storage.knowledge.documents import ChunkRow, DocumentInfo, DocumentReader
 
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
 from weft_tools.registry import ToolInvocation, ToolOutcome, dumps

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 
 import structlog
-from weft_storage.knowledge import split_into_chunks
-from weft_storage.knowledge_ingest import IngestionQueue, PendingDocument
+from weft_storage.knowledge.ingest import IngestionQueue, PendingDocument
+from weft_storage.knowledge.store import split_into_chunks
 
 from weft_tools.document_parsing import UnsupportedDocument, extract_text
 from weft_tools.embeddings import Embedder

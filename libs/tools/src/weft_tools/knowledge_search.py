@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from weft_storage.knowledge import ChunkHit, KnowledgeStore
-from weft_storage.knowledge_documents import DocumentReader, ScopeStats
+from weft_storage.knowledge.documents import DocumentReader, ScopeStats
+from weft_storage.knowledge.store import ChunkHit, KnowledgeStore
 
 from weft_tools.embeddings import Embedder
 from weft_tools.ranking import Candidate, LexicalReranker, Reranker, dedupe, mmr, rerank, rrf

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge.documents import DocumentReader
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from weft_platform.internal_auth import (
 )
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
-from weft_storage.skills import SkillStore
+from weft_storage.agent_config.skills import SkillStore
 
 from weft_agent_config.agent_service import AgentService
 from weft_agent_config.catalogs import BuiltinAgents, TypePresets

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import KnowledgeBaseInfo
-from weft_storage.models import KnowledgeBase
+from weft_storage.knowledge.models import KnowledgeBase
 from weft_tools.capabilities import KBCapability, ToolRequirement
 from weft_tools.catalog import tool_catalog
 

@@ -16,7 +16,7 @@ from weft_contracts import (
     SkillInfo,
 )
 from weft_contracts.mcp import DEFAULT_AUTH_WAIT_S, McpServerRef
-from weft_storage.skills import SkillStore
+from weft_storage.agent_config.skills import SkillStore
 from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
 
 from weft_agent_config.catalogs import BuiltinAgents

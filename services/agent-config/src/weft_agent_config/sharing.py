@@ -18,8 +18,8 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
-from weft_storage.models import Agent
-from weft_storage.models_sharing import (
+from weft_storage.agent_config.models import Agent
+from weft_storage.agent_config.models_sharing import (
     AgentShare,
     Organisation,
     OrganisationMember,

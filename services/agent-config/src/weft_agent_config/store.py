@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
-from weft_storage.models import Agent
+from weft_storage.agent_config.models import Agent
 
 from weft_agent_config.definition import AgentDefinition, display_name
 

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import AgentSuggestionSettings, KnowledgeTitle, QuestionSuggestions
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.models import Document
+from weft_storage.knowledge.models import Document
 
 from weft_agent_config.definition import AgentDefinition, display_name
 from weft_agent_config.resolver import (

@@ -16,7 +16,7 @@ from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tasks import cancel_and_wait
-from weft_storage.usage import budget_override
+from weft_storage.gateway.budgets import budget_override
 
 from weft_engine.act import earliest_deadline
 from weft_engine.approvals import (

@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import AccessLevel, AgentConfig, cap_access
 from weft_contracts.approvals import ACCESS_ORDER
-from weft_storage.models_admin import Tenant
+from weft_storage.gateway.models_admin import Tenant
 
 from weft_gateway.tenant_registry import TenantSettings
 

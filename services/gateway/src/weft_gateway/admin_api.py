@@ -15,15 +15,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models_admin import TenantStatus
+from weft_storage.gateway.budgets import budget_override, set_budget_override
+from weft_storage.gateway.models_admin import TenantStatus
+from weft_storage.memory.usage import UsageGroup, UsageTotals, usage_totals
 from weft_storage.tenant_data import Scope
-from weft_storage.usage import (
-    UsageGroup,
-    UsageTotals,
-    budget_override,
-    set_budget_override,
-    usage_totals,
-)
 
 from weft_gateway.admin_auth import Operator, require_operator
 from weft_gateway.audit_log import AuditFilter, AuditLog, AuditView, Outcome

@@ -16,11 +16,11 @@ from weft_platform.credentials import GATEWAY
 from weft_platform.redis_client import redis_client
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentReader
-from weft_storage.knowledge_ingest import IngestionQueue
-from weft_storage.skills import SkillStore
-from weft_storage.usage import budget_override
+from weft_storage.agent_config.skills import SkillStore
+from weft_storage.gateway.budgets import budget_override
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 
 from weft_gateway.access_cap import AccessCap
 from weft_gateway.admin_api import AdminServices, admin_router

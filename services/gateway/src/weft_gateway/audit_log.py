@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models_admin import AdminAuditEntry
+from weft_storage.gateway.models_admin import AdminAuditEntry
 
 Outcome = Literal["ok", "refused", "failed"]
 """ok: done; refused: the request was wrong (4xx); failed: the platform failed (5xx)."""

@@ -18,8 +18,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.credentials import API_AUDIENCE, CredentialSigner
 from weft_platform.internal_auth import outbound_credential
-from weft_storage.models import ApiKey
-from weft_storage.models_admin import Tenant
+from weft_storage.gateway.keys import ApiKey
+from weft_storage.gateway.models_admin import Tenant
 
 from weft_gateway.limits import TenantLimits
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import ApiKey
+from weft_storage.gateway.keys import ApiKey
 
 from weft_gateway.auth import hash_key
 

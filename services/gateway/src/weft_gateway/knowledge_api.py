@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Response, UploadFile
 from pydantic import BaseModel, Field
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentInfo, DocumentReader
-from weft_storage.knowledge_ingest import IngestionQueue
+from weft_storage.knowledge.documents import DocumentInfo, DocumentReader
+from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.files_api import invalid

@@ -16,7 +16,7 @@ import structlog
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from weft_contracts import QuestionOrigin
-from weft_storage.knowledge_documents import DocumentReader
+from weft_storage.knowledge.documents import DocumentReader
 
 from weft_gateway.auth import Principal
 from weft_gateway.knowledge_scope import key_reaches

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field, ValidationError
-from weft_storage.skill_packages import (
+from weft_storage.agent_config.skill_packages import (
     MAX_ARCHIVE_BYTES,
     MAX_FILES,
     MAX_PACKAGE_BYTES,
@@ -22,7 +22,7 @@ from weft_storage.skill_packages import (
     build_package,
     package_from_zip,
 )
-from weft_storage.skills import SkillExists, SkillStore, SkillSummary
+from weft_storage.agent_config.skills import SkillExists, SkillStore, SkillSummary
 
 from weft_gateway.auth import ApiKeyAuth, Principal
 

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import AccessLevel
-from weft_storage.models_admin import Tenant, TenantStatus
+from weft_storage.gateway.models_admin import Tenant, TenantStatus
 
 TENANT_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
 """No ``:`` and no glob characters: Redis keys embed the id between colons, and a

@@ -37,7 +37,7 @@ from weft_platform.credentials import (
     RequestCredential,
     ServiceCredential,
 )
-from weft_storage.models_admin import Tenant
+from weft_storage.gateway.models_admin import Tenant
 
 from weft_gateway.approvals_api import capped_body
 

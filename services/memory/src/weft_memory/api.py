@@ -20,7 +20,7 @@ from sqlalchemy import ColumnElement, delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_platform.internal_auth import caller_user
-from weft_storage.models import ChatSession, Message
+from weft_storage.memory.models import ChatSession, Message
 
 from weft_memory.rollback import UnknownMessage, delete_turn, roll_back_workspace, truncate_from
 

@@ -28,7 +28,7 @@ from weft_contracts.approvals import Decision, GrantScope, RememberScope
 from weft_contracts.text import CleanJson, CleanText
 from weft_platform.credentials import RequestCredential
 from weft_platform.metrics import APPROVAL_DECISIONS
-from weft_storage.models_approvals import AgentPrompt, ApprovalDecision
+from weft_storage.memory.models_approvals import AgentPrompt, ApprovalDecision
 
 from weft_memory.grants import GrantLifetimes, NewGrant, add_grant
 from weft_memory.prompts import WAITING, PromptView, visible_prompt

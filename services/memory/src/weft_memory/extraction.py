@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 from weft_memory.longterm import LongTermMemory, parse_facts
 

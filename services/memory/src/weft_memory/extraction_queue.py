@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models_memory import MemoryExtraction
+from weft_storage.memory.models_memory import MemoryExtraction
 
 from weft_memory.longterm import store_facts
 

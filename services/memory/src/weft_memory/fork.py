@@ -15,8 +15,8 @@ from sqlalchemy import null, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 from weft_contracts.events import assistant_message_id
-from weft_storage import workspace_checkpoints
-from weft_storage.models import ChatSession, Message
+from weft_storage.memory.models import ChatSession, Message
+from weft_storage.sandbox import checkpoints as workspace_checkpoints
 
 from weft_memory.rollback import UnknownMessage, message_in, oldest_of_request, session_scope
 

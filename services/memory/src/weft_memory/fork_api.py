@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import ChatSession
+from weft_storage.memory.models import ChatSession
 
 from weft_memory.api import SessionOut, UserQuery, get_owned
 from weft_memory.fork import TurnStillRunning, UnknownMessage, fork_session

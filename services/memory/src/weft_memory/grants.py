@@ -16,7 +16,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from weft_contracts import Grant, new_event_id
 from weft_contracts.approvals import GrantScope
-from weft_storage.models_approvals import AgentGrant
+from weft_storage.memory.models_approvals import AgentGrant
 
 
 class GrantLifetimes(BaseModel):

@@ -21,7 +21,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.summary import summary_message
 from weft_context.tokens import PER_CONVERSATION_TAIL, TokenEstimator
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 from weft_memory.replay import KB_RESULT_REDACTION, replay_turn
 

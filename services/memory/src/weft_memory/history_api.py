@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_context.tokens import clamp_scale
 from weft_platform.internal_auth import caller_user
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 from weft_memory.api import get_in_tenant
 from weft_memory.history import History, HistoryLoader, HistoryQuery

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import ChatSession, Message
-from weft_storage.models_memory import Memory
+from weft_storage.memory.models import ChatSession, Message
+from weft_storage.memory.models_memory import Memory
 
 _WORD = re.compile(r"[^\W_]{2,}", re.UNICODE)
 MAX_QUERY_WORDS = 32

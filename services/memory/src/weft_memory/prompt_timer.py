@@ -40,7 +40,7 @@ from weft_contracts import (
 )
 from weft_platform.bus import EventBus
 from weft_platform.metrics import APPROVAL_DECISIONS, APPROVALS_WAITING
-from weft_storage.models_approvals import AgentPrompt, ApprovalDecision
+from weft_storage.memory.models_approvals import AgentPrompt, ApprovalDecision
 
 from weft_memory.prompts import WAITING
 from weft_memory.renewal import RenewalRefused, RenewalUnavailable, TurnCredentialRenewer

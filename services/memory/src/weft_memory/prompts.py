@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from weft_contracts import ToolApprovalRequiredEvent, ToolApprovalResolvedEvent
 from weft_platform.credentials import RequestCredential
-from weft_storage.models_approvals import AgentPrompt, ApprovalDecision, RunSuspension
+from weft_storage.memory.models_approvals import AgentPrompt, ApprovalDecision, RunSuspension
 
 DECIDE_SCOPE = "approvals:decide"
 """A key scope that lets its holder see and answer every prompt of its tenant."""

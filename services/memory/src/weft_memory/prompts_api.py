@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.credentials import RequestCredential
-from weft_storage.models_approvals import AgentPrompt
+from weft_storage.memory.models_approvals import AgentPrompt
 
 from weft_memory.decisions import (
     DecisionBody,

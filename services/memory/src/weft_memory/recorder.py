@@ -49,8 +49,8 @@ from weft_contracts import (
     TurnStatus,
     assistant_message_id,
 )
-from weft_storage.models import ChatSession, Message
-from weft_storage.usage import TurnTotals, open_turn, record_turn
+from weft_storage.memory.models import ChatSession, Message
+from weft_storage.memory.usage import TurnTotals, open_turn, record_turn
 
 from weft_memory import prompts
 from weft_memory.extraction_queue import expect_extraction, turn_ended

@@ -10,7 +10,7 @@ Checkpoints on the deleted rows go with them.
 The workspace follows the history (SPEC S-03): a rollback, clearing every message, or
 deleting the session's last turn points the sandbox's workspace back at the checkpoint of
 the last remaining turn, or at an empty workspace when none remains, in the same
-transaction (``weft_storage.workspace_checkpoints``). Deleting a turn that later turns
+transaction (``weft_storage.sandbox.checkpoints``). Deleting a turn that later turns
 followed leaves the workspace alone: their files grew from that turn's.
 """
 
@@ -21,8 +21,8 @@ from datetime import datetime
 from sqlalchemy import delete, null, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
-from weft_storage import workspace_checkpoints
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
+from weft_storage.sandbox import checkpoints as workspace_checkpoints
 
 
 class UnknownMessage(LookupError):

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.credentials import RequestCredential, ServiceCredential
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.models_approvals import RunSuspension
+from weft_storage.memory.models_approvals import RunSuspension
 
 from weft_memory.prompts_api import request_caller
 

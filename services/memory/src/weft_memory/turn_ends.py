@@ -17,7 +17,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 SIGNAL_TTL_S = 600
 """How long a turn end stays signalled; a history request comes within seconds."""

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query
 from pydantic import AwareDatetime, BaseModel
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models import Message
+from weft_storage.memory.models import Message
 
 MAX_LIMIT = 1000
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import AwareDatetime, BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.usage import UsageGroup, UsageTotals, usage_totals
+from weft_storage.memory.usage import UsageGroup, UsageTotals, usage_totals
 
 USAGE_ROUTE = "/internal/usage"
 USAGE_SCOPE = SystemRoute("memory:usage.read", frozenset({"gateway", "operator"}))

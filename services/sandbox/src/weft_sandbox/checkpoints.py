@@ -19,7 +19,7 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.workspace_checkpoints import EMPTY
+from weft_storage.sandbox.checkpoints import EMPTY
 
 from weft_sandbox.workspace import Workspace
 
@@ -39,7 +39,7 @@ class CheckpointFailed(RuntimeError):
 class Checkpoint:
     """The newest checkpoint of a session: its commit (:data:`EMPTY`: no files) and the
     session's newest bundle, which holds it (a fork or a rollback points a new row at an
-    earlier commit of that bundle: ``weft_storage.workspace_checkpoints``)."""
+    earlier commit of that bundle: ``weft_storage.sandbox.checkpoints``)."""
 
     seq: int
     commit: str

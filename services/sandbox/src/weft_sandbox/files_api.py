@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.session_owner import owns_session
+from weft_storage.memory.session_owner import owns_session
 
 from weft_sandbox.session_files import FileRefused, SessionFiles
 from weft_sandbox.session_lock import WorkspaceBusy

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from weft_storage.skill_packages import (
+from weft_storage.agent_config.skill_packages import (
     MAX_FILE_BYTES,
     MAX_FILES,
     PackageRejected,
@@ -26,7 +26,7 @@ from weft_storage.skill_packages import (
     build_package,
     check_path,
 )
-from weft_storage.skills import SkillExists, SkillStore
+from weft_storage.agent_config.skills import SkillExists, SkillStore
 from weft_tools import ToolInvocation, ToolOutcome, ToolSpec
 from weft_tools.registry import ToolRegistry
 from weft_tools.sandbox_specs import (

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weft_contracts import ToolContext
-from weft_storage.skill_packages import (
+from weft_storage.agent_config.skill_packages import (
     SKILL_FILE,
     PackageRejected,
     SkillPackage,
     check_path,
 )
-from weft_storage.skills import SkillStore
+from weft_storage.agent_config.skills import SkillStore
 
 SKILL_SCHEME = "skill://"
 MOUNT_ROOT = "/skills"

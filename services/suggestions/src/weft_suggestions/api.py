@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_contracts import SuggestedQuestion, SuggestionPlacement
 from weft_contracts.locale import LOCALE_PATTERN
-from weft_storage.models_suggestions import MessageSuggestionSet, SuggestionEvent
-from weft_storage.session_owner import owns_session
+from weft_storage.memory.session_owner import owns_session
+from weft_storage.suggestions.models import MessageSuggestionSet, SuggestionEvent
 
 from weft_suggestions.agent_settings import SettingsUnavailable
 from weft_suggestions.config import FollowUpConfig, UnknownAgent

@@ -18,7 +18,7 @@ from typing import assert_never
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import AgentSuggestionSettings, StarterConfig, SuggestedQuestion
 from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest
-from weft_storage.models_suggestions import MessageSuggestionSet
+from weft_storage.suggestions.models import MessageSuggestionSet
 
 from weft_suggestions.config import ALL_CATEGORIES, AgentSettings
 from weft_suggestions.filters import keep

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import CompleteEvent, ReferencesEvent, TurnStartedEvent
-from weft_storage.models_suggestions import SuggestionEvent, SuggestionTurn
+from weft_storage.suggestions.models import SuggestionEvent, SuggestionTurn
 
 from weft_suggestions.generation import Exchange
 

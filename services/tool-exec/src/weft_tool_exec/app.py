@@ -14,9 +14,9 @@ from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
 from weft_platform.tracing import process_provider, propagation_hooks
-from weft_storage.knowledge import KnowledgeStore
-from weft_storage.knowledge_documents import DocumentReader
-from weft_storage.knowledge_ingest import INGESTION_CHANNEL, IngestionQueue
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry

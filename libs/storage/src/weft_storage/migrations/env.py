@@ -8,7 +8,7 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
-from weft_storage.models import Base
+from weft_storage.base import Base
 
 target_metadata = Base.metadata
 

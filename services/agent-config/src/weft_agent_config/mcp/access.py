@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from weft_storage.models_mcp import McpServer
+from weft_storage.agent_config.models_mcp import McpServer
 
 from weft_agent_config.mcp.store import McpStore
 from weft_agent_config.sharing import SharingStore

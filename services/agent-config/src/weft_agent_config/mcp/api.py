@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response
-from weft_storage.models_mcp import McpServer
+from weft_storage.agent_config.models_mcp import McpServer
 
 from weft_agent_config.mcp.registration import (
     ServerCreate,

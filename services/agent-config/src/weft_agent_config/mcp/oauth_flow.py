@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from weft_contracts.mcp import McpAuthorizationRequired
-from weft_storage.models_mcp import McpOAuthClient, McpServer
+from weft_storage.agent_config.models_mcp import McpOAuthClient, McpServer
 from weft_tools.mcp_oauth import (
     OAuthClient,
     OAuthError,

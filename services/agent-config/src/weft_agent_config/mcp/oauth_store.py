@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.models_mcp import McpOAuthClient, McpOAuthState, McpUserToken
+from weft_storage.agent_config.models_mcp import McpOAuthClient, McpOAuthState, McpUserToken
 
 from weft_agent_config.mcp.secret_box import SecretBox
 

@@ -8,7 +8,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import InstrumentedAttribute
-from weft_storage.models_mcp import McpOAuthClient, McpOAuthState, McpServer, McpUserToken
+from weft_storage.agent_config.models_mcp import (
+    McpOAuthClient,
+    McpOAuthState,
+    McpServer,
+    McpUserToken,
+)
 
 from weft_agent_config.mcp.secret_box import SecretBox, UnreadableSecret
 

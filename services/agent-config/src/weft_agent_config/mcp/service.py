@@ -16,7 +16,7 @@ from weft_contracts.mcp import (
     McpToolHints,
     registered_risk,
 )
-from weft_storage.models_mcp import McpServer, McpServerTool
+from weft_storage.agent_config.models_mcp import McpServer, McpServerTool
 from weft_tools.mcp_client import ListedTool, tool_def
 
 from weft_agent_config.mcp.access import McpAccess

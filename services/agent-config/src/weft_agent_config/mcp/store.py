@@ -14,7 +14,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_contracts.mcp import dynamic_tool_name
-from weft_storage.models_mcp import McpServer, McpServerTool
+from weft_storage.agent_config.models_mcp import McpServer, McpServerTool
 
 
 def new_server_id() -> str:

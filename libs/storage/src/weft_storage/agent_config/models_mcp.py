@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base, JsonB
+from weft_storage.base import Base, JsonB
 
 
 class McpServer(Base):

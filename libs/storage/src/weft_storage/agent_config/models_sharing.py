@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, DateTime, ForeignKey, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base
+from weft_storage.base import Base
 
 
 class Organisation(Base):

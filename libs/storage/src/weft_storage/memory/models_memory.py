@@ -9,7 +9,7 @@ from sqlalchemy import Computed, DateTime, Index, Integer, String, Text, func, t
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base
+from weft_storage.base import Base
 
 
 class Memory(Base):

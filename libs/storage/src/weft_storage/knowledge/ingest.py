@@ -23,9 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 from ulid import ULID
 
-from weft_storage.models import Chunk, Document
-from weft_storage.models_knowledge import DocumentFile
-from weft_storage.usage import record_document
+from weft_storage.knowledge.models import Chunk, Document
+from weft_storage.knowledge.models_files import DocumentFile
+from weft_storage.memory.usage import record_document
 
 INGESTION_CHANNEL = "weft_ingestion"
 """The ``NOTIFY`` channel of queued documents; its payload is empty (a wake-up, no data)."""

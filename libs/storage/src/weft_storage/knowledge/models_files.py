@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, ForeignKey, LargeBinary, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base
+from weft_storage.base import Base
 
 
 class DocumentFile(Base):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from sqlalchemy import BigInteger, DateTime, Index, String, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base, JsonB
+from weft_storage.base import Base, JsonB
 
 TenantStatus = Literal["active", "suspended", "deleting"]
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Boolean, DateTime, Index, Integer, String, Text, func, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base, JsonB
+from weft_storage.base import Base, JsonB
 
 
 class SuggestionTurn(Base):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from weft_storage.models import ChatSession
+from weft_storage.memory.models import ChatSession
 
 
 async def owns_session(

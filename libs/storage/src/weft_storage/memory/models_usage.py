@@ -1,15 +1,4 @@
-"""ORM models of metering and budgets.
-
-``usage`` holds one row per metered fact with a natural key, ``(tenant_id, source,
-source_id)``: a turn (``source='turn'``, its request id; tokens in/out, model calls, tool
-calls) or an ingested document (``source='document'``, its id; bytes). A redelivered
-event writes the same row again with the same values, so nothing is counted twice
-(invariant 3). memory writes turn rows from ``complete``; the document routes write
-document rows in the transaction that stores the document.
-
-``tenant_budgets`` holds per-tenant overrides of the token budgets (NULL: the default
-from settings; 0: unlimited).
-"""
+"""The ``usage`` table: one row per metered fact with a natural key (memory records it)."""
 
 from __future__ import annotations
 
@@ -18,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Index, Integer, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base
+from weft_storage.base import Base
 
 
 class UsageRecord(Base):
@@ -39,13 +28,3 @@ class UsageRecord(Base):
     recorded_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
-
-
-class TenantBudget(Base):
-    """A tenant's own token budgets; NULL keeps the default, 0 means unlimited."""
-
-    __tablename__ = "tenant_budgets"
-    tenant_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    tokens_per_day: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -17,8 +17,8 @@ from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 
-from weft_storage.models import Chunk, Document, KnowledgeBase
-from weft_storage.usage import record_document
+from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
+from weft_storage.memory.usage import record_document
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
 KEYWORD_CANDIDATES = 1000

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, LargeBinary, String, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from weft_storage.models import Base, JsonB
+from weft_storage.base import Base, JsonB
 
 
 class AgentPrompt(Base):

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from weft_storage.knowledge import ChunkHit
-from weft_storage.models import Chunk, Document
-from weft_storage.models_knowledge import DocumentFile
+from weft_storage.knowledge.models import Chunk, Document
+from weft_storage.knowledge.models_files import DocumentFile
+from weft_storage.knowledge.store import ChunkHit
 
 
 @dataclass(frozen=True, kw_only=True)

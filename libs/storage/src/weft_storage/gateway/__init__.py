@@ -1,0 +1,3 @@
+"""Tables the gateway owns: tenants, API keys, admin audit, budgets.
+
+Only this owner imports this package (import-linter, ``make lint``)."""

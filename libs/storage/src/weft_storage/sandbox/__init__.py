@@ -1,0 +1,3 @@
+"""Tables the sandbox owns: workspace checkpoints.
+
+Only this owner imports this package (import-linter, ``make lint``)."""

@@ -1,0 +1,3 @@
+"""Tables suggestions owns: suggestion turns, sets and events.
+
+Only this owner imports this package (import-linter, ``make lint``)."""
