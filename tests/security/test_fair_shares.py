@@ -287,9 +287,10 @@ TURN_SLOTS = 3
 (with the share per replica lifted, a cap at a replica's slots lets B fill the replica
 that C's session lands on: C's request then waits in its handler for B's to end)."""
 TURN_FLOOD = 8
-SLOW_PIECES = 40
+SLOW_PIECES = 24
 SLOW_CHUNK_MS = 300
-"""Each of B's turns streams its answer for about 12 s, holding a step slot meanwhile."""
+"""Each of B's turns streams its answer for about 7 s, holding a step slot meanwhile (C's
+turn, a second at most, must end while the first of them still streams)."""
 
 
 @pytest.fixture(scope="module")
