@@ -20,14 +20,18 @@ caller) is finished by the next request.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Path
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Request
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_platform.credentials import GATEWAY, CredentialVerifier
-from weft_platform.internal_auth import InternalAuth, SystemRoute
+from weft_platform.credentials import (
+    GATEWAY,
+    CredentialRejected,
+    CredentialVerifier,
+    ServiceCredential,
+)
 
 from weft_storage.ownership import OWNERS
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
@@ -99,16 +103,30 @@ class OwnerPurge:
         return await count_rows(self._sessions, scope, self.tables)
 
 
-def gateway_only(service: str, verifier: CredentialVerifier, router: APIRouter) -> APIRouter:
-    """``router`` with every route a system route for the gateway's service credential
-    with ``<service>:tenant-data`` (a tenant's request credential, another service's or an
-    operator's credential, none: refused, 401 or 403)."""
-    route = SystemRoute(purge_scope(service), frozenset({GATEWAY}))
-    paths = {getattr(r, "path", "") for r in router.routes}
-    guard = InternalAuth(verifier, service, {p: route for p in paths if p})
-    guarded = APIRouter(tags=["internal"])
-    guarded.include_router(router, dependencies=[Depends(guard)])
-    return guarded
+class GatewayOnly:
+    """The guard of every purge route: the gateway's service credential for this service
+    with ``<service>:tenant-data``, whatever the route (a tenant's request credential,
+    another service's or an operator's credential, none: refused, 401 or 403)."""
+
+    def __init__(self, service: str, verifier: CredentialVerifier):
+        self._verifier = verifier
+        self._audience = service
+        self._scope = purge_scope(service)
+
+    async def __call__(self, request: Request) -> ServiceCredential:
+        value = request.headers.get("authorization", "")
+        token = value[len("bearer ") :].strip() if value.lower().startswith("bearer ") else ""
+        try:
+            if not token:
+                raise CredentialRejected(401, "missing service credential (Authorization)")
+            credential = self._verifier.verify_service(
+                token, self._audience, self._scope, issuers=frozenset({GATEWAY})
+            )
+        except CredentialRejected as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            raise HTTPException(exc.status, exc.reason, headers) from None
+        request.state.credential = credential
+        return credential
 
 
 def owner_purge_router(
@@ -116,13 +134,13 @@ def owner_purge_router(
     sessions: async_sessionmaker[AsyncSession],
     verifier: CredentialVerifier,
     *,
-    extra: Sequence[APIRouter] = (),
+    extra: Sequence[Callable[[APIRouter], None]] = (),
 ) -> APIRouter:
-    """The purge routes of ``service`` (module docstring), plus the owner's ``extra``
-    routes for the gateway (memory's session and turn lists, retention), all under the
-    gateway-only guard."""
+    """The purge routes of ``service`` (module docstring), plus the routes ``extra`` adds
+    for the gateway (memory's session and turn lists, retention), all behind
+    :class:`GatewayOnly`."""
     owner = OwnerPurge(service, sessions)
-    router = APIRouter()
+    router = APIRouter(tags=["internal"], dependencies=[Depends(GatewayOnly(service, verifier))])
 
     @router.delete(TENANT_DATA_PATH)
     async def purge_tenant(tenant_id: TenantId) -> PurgeAnswer:
@@ -146,6 +164,6 @@ def owner_purge_router(
         sids = body.session_ids if body is not None else []
         return ResidueAnswer(residue=await owner.residue(owner.scope(tenant_id, user_id, sids)))
 
-    for more in extra:
-        router.include_router(more)
-    return gateway_only(service, verifier, router)
+    for add in extra:
+        add(router)
+    return router

@@ -6,6 +6,7 @@ old messages. Gateway-only system routes (scope ``memory:tenant-data``)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -53,9 +54,7 @@ class Retained(BaseModel):
     deleted: dict[str, int]
 
 
-def _memory_routes(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
-    router = APIRouter()
-
+def _memory_routes(sessions: async_sessionmaker[AsyncSession], router: APIRouter) -> None:
     @router.get("/internal/tenants/{tenant_id}/session-ids")
     async def tenant_sessions(
         tenant_id: TenantId,
@@ -76,11 +75,11 @@ def _memory_routes(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         deleted = await delete_messages_older_than(sessions, tenant_id, older_than_days)
         return Retained(deleted={"messages": deleted})
 
-    return router
-
 
 def tenant_data_router(
     sessions: async_sessionmaker[AsyncSession], verifier: CredentialVerifier
 ) -> APIRouter:
     """Every gateway-only purge and retention route of memory."""
-    return owner_purge_router(SERVICE, sessions, verifier, extra=[_memory_routes(sessions)])
+    return owner_purge_router(
+        SERVICE, sessions, verifier, extra=[partial(_memory_routes, sessions)]
+    )
