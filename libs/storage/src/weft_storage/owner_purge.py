@@ -36,9 +36,10 @@ from weft_platform.credentials import (
 from weft_storage.ownership import OWNERS
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
 
-TENANT_ID = r"^[A-Za-z0-9_.:-]+$"
-"""As the admin API accepts (ids from before the tenants table may hold ``:``)."""
-USER_ID = r"^[A-Za-z0-9_.:@-]+$"
+TENANT_ID = r"^[A-Za-z0-9_.:-]*[A-Za-z0-9_:-][A-Za-z0-9_.:-]*$"
+"""As the admin API accepts (ids from before the tenants table may hold ``:``), but not
+made of dots only (``..``: a path segment, never a tenant an owner should act on)."""
+USER_ID = r"^[A-Za-z0-9_.:@-]*[A-Za-z0-9_:@-][A-Za-z0-9_.:@-]*$"
 MAX_SESSIONS = 100_000
 """Most session ids one user-scope request names."""
 

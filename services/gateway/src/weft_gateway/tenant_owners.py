@@ -148,7 +148,11 @@ class MemoryOwner(RemoteOwner):
 
 
 def _quoted(value: str) -> str:
-    return quote(value, safe="")
+    """``value`` as one path segment: a segment of dots only is encoded too, or the HTTP
+    client would resolve it (``users/../data`` is the whole tenant's route); the owner
+    refuses such an id."""
+    segment = quote(value, safe="")
+    return segment.replace(".", "%2E") if not segment.strip(".") else segment
 
 
 def _tenant_path(scope: Scope) -> str:
