@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from weft_agent_config.app import create_app as agent_config_app
 from weft_memory.app import create_app as memory_app
-from weft_platform.credentials import load_signer
+from weft_platform.credentials import CredentialSigner, load_signer
 from weft_suggestions.app import create_app as suggestions_app
 from weft_testkit.credentials import DevCredentials, credentials_dir
 from weft_tool_exec.app import create_app as tool_exec_app
@@ -49,6 +49,16 @@ SYSTEM: dict[str, tuple[str, str]] = {
     "/internal/mcp/reencrypt": ("agent-config", "agent-config:mcp-reencrypt"),
 }
 """The system routes and the scope each wants; any other route is a tenant route."""
+PURGE_ROUTES = {
+    "/internal/tenants/{tenant_id}/data",
+    "/internal/tenants/{tenant_id}/users/{user_id}/data",
+    "/internal/tenants/{tenant_id}/users/{user_id}/data/residue",
+    "/internal/tenants/{tenant_id}/session-ids",
+    "/internal/tenants/{tenant_id}/turn-ids",
+    "/internal/tenants/{tenant_id}/messages",
+}
+"""The owners' tenant-purge routes (``weft_storage.owner_purge``): system routes for the
+gateway's own service credential alone, scope ``<service>:tenant-data``."""
 BOTH: dict[str, tuple[str, str]] = {
     "/internal/turns/{request_id}/suspension": ("memory", "memory:suspensions.read"),
 }
@@ -70,7 +80,7 @@ class Route:
 
     @property
     def system(self) -> bool:
-        return self.path in SYSTEM
+        return self.path in SYSTEM or self.path in PURGE_ROUTES
 
     def names(self, name: str) -> bool:
         """Whether the request names ``name`` (tenant_id, user_id, session_id)."""
@@ -141,11 +151,19 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def _system(keys: DevCredentials, route: Route) -> tuple[CredentialSigner, str, str]:
+    """Who may call a system route: the signer, the audience and the scope."""
+    if route.path in PURGE_ROUTES:
+        return keys.gateway, route.service, f"{route.service}:tenant-data"
+    audience, scope = SYSTEM[route.path]
+    return keys.operator, audience, scope
+
+
 def _expired(keys: DevCredentials, route: Route) -> str:
     two_hours_ago = time.time() - 7200
     if route.system:
-        audience, scope = SYSTEM[route.path]
-        return keys.operator.service(audience, [scope], 60, issued_at=two_hours_ago)
+        signer, audience, scope = _system(keys, route)
+        return signer.service(audience, [scope], 60, issued_at=two_hours_ago)
     return keys.gateway.request(
         tenant_id=TENANT,
         user_id=USER,
@@ -174,8 +192,8 @@ def _turn(route: Route, session: str | None = None) -> tuple[str | None, str | N
 
 def _right(keys: DevCredentials, route: Route) -> str:
     if route.system:
-        audience, scope = SYSTEM[route.path]
-        return keys.operator.service(audience, [scope])
+        signer, audience, scope = _system(keys, route)
+        return signer.service(audience, [scope])
     sid, rid = _turn(route, SESSION)
     return keys.gateway.request(
         tenant_id=TENANT, user_id=USER, session_id=sid, request_id=rid,
@@ -234,16 +252,16 @@ def _other_session(keys: DevCredentials, route: Route) -> tuple[dict[str, str], 
 def _other_audience(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
     elsewhere = next(name for name in APPS if name != route.service)
     if route.system:
-        _, scope = SYSTEM[route.path]
-        return _bearer(keys.operator.service(elsewhere, [scope])), {401}
+        signer, _, scope = _system(keys, route)
+        return _bearer(signer.service(elsewhere, [scope])), {401}
     token = keys.gateway.request(tenant_id=TENANT, user_id=USER, audience=[elsewhere], ttl_s=60)
     return _bearer(token), {401}
 
 
 def _other_kind(keys: DevCredentials, route: Route) -> tuple[dict[str, str], set[int] | None]:
-    if route.system:  # the operator's credential, but for another system scope
-        audience, _ = SYSTEM[route.path]
-        return _bearer(keys.operator.service(audience, ["some:other.scope"])), {403}
+    if route.system:  # the right caller's credential, but for another system scope
+        signer, audience, _ = _system(keys, route)
+        return _bearer(signer.service(audience, ["some:other.scope"])), {403}
     if route.path in BOTH:
         audience, _ = BOTH[route.path]
         return _bearer(keys.operator.service(audience, ["memory:turns.read"])), {403}

@@ -1,15 +1,17 @@
-"""Every PostgreSQL row of a tenant or of one user of a tenant: count and delete them.
+"""Count and delete the PostgreSQL rows of a tenant or of one user, in a given set of tables.
 
-The tables are found in the catalog, not listed here: a table with a ``tenant_id`` (or
-``owner_tenant_id``) column holds tenant data, one that also has ``user_id`` holds user
-data, one with ``session_id`` holds data of the sessions it names. A table a later
-migration adds is covered without touching this module (the audit log has none of these
-columns: it outlives what it records).
+Shared plumbing for the owners' purges (``weft_storage.owner_purge``): each owning service
+passes its own tables (``weft_storage.ownership.OWNERS``), never another owner's. Which
+rows belong to the scope is found in the catalog, not listed here: a table with a
+``tenant_id`` (or ``owner_tenant_id``) column holds tenant data, one that also has
+``user_id`` holds user data, one with ``session_id`` holds data of the sessions it names.
+A table a later migration adds is covered without touching this module (the audit log has
+none of these columns: it outlives what it records).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -31,8 +33,10 @@ class TableShape:
     has_session: bool
 
 
-async def table_shapes(sessions: async_sessionmaker[AsyncSession]) -> list[TableShape]:
-    """Public tables with at least one scoping column, sorted by name."""
+async def table_shapes(
+    sessions: async_sessionmaker[AsyncSession], tables: Collection[str] | None = None
+) -> list[TableShape]:
+    """Public tables (of ``tables``; None: all) with a scoping column, sorted by name."""
     query = text(
         "SELECT table_name, array_agg(column_name::text) FROM information_schema.columns "
         "WHERE table_schema = 'public' AND column_name IN "
@@ -43,6 +47,8 @@ async def table_shapes(sessions: async_sessionmaker[AsyncSession]) -> list[Table
         rows = (await s.execute(query)).all()
     shapes = []
     for name, columns in rows:
+        if tables is not None and name not in tables:
+            continue
         tenant = next((c for c in _TENANT_COLUMNS if c in columns), None)
         shapes.append(TableShape(name, tenant, "user_id" in columns, "session_id" in columns))
     return shapes
@@ -54,10 +60,16 @@ def _quoted(name: str) -> str:
 
 @dataclass(frozen=True)
 class Scope:
-    """What to count or delete: a whole tenant, or one user of it."""
+    """What to count or delete: a whole tenant, or one user of it.
+
+    A user's rows in a table without ``user_id`` are those of the user's sessions:
+    ``session_ids`` names them (the owner of ``sessions``, memory, tells the others which
+    they are); None: they are read from ``sessions`` here, which only its owner (and a
+    test) may do."""
 
     tenant_id: str
     user_id: str | None = None
+    session_ids: tuple[str, ...] | None = None
 
     def predicate(self, table: TableShape) -> str | None:
         """The WHERE clause selecting this scope's rows of ``table`` (None: none there)."""
@@ -69,7 +81,9 @@ class Scope:
         clauses = []
         if table.has_user:
             clauses.append("user_id = :user")
-        if table.has_session:
+        if table.has_session and self.session_ids is not None:
+            clauses.append("session_id = ANY(:sessions)")
+        elif table.has_session:
             clauses.append(
                 "session_id IN (SELECT id FROM sessions WHERE tenant_id = :tenant "
                 "AND user_id = :user)"
@@ -80,16 +94,25 @@ class Scope:
             return None
         return f"{own} AND ({' OR '.join(clauses)})"
 
-    def params(self) -> dict[str, str]:
+    def params(self) -> dict[str, str | list[str]]:
         """Bind parameters of :meth:`predicate`."""
-        return {"tenant": self.tenant_id, "user": self.user_id or ""}
+        return {
+            "tenant": self.tenant_id,
+            "user": self.user_id or "",
+            "sessions": list(self.session_ids or ()),
+        }
 
 
-async def count_rows(sessions: async_sessionmaker[AsyncSession], scope: Scope) -> dict[str, int]:
-    """Rows of ``scope`` per table (tables without any are listed with 0)."""
+async def count_rows(
+    sessions: async_sessionmaker[AsyncSession],
+    scope: Scope,
+    tables: Collection[str] | None = None,
+) -> dict[str, int]:
+    """Rows of ``scope`` per table of ``tables`` (None: every table; a service passes its
+    own, ``OWNERS[service]``); tables without any are listed with 0."""
     counts: dict[str, int] = {}
     async with sessions() as s:
-        for table in await table_shapes(sessions):
+        for table in await table_shapes(sessions, tables):
             where = scope.predicate(table)
             if where is None:
                 continue
@@ -98,23 +121,33 @@ async def count_rows(sessions: async_sessionmaker[AsyncSession], scope: Scope) -
     return counts
 
 
-async def delete_rows(sessions: async_sessionmaker[AsyncSession], scope: Scope) -> dict[str, int]:
-    """Delete every row of ``scope``; rows deleted per table. Idempotent. Tables whose
-    rows select through ``sessions`` go first, ``sessions`` itself last."""
-    shapes = await table_shapes(sessions)
+async def delete_rows(
+    sessions: async_sessionmaker[AsyncSession],
+    scope: Scope,
+    tables: Collection[str] | None = None,
+) -> dict[str, int]:
+    """Delete every row of ``scope`` in ``tables`` (as :func:`count_rows`); rows deleted
+    per table. Idempotent, in batches: a purge stopped midway is finished by running it
+    again. Tables whose rows select through ``sessions`` go first, ``sessions`` last."""
+    shapes = await table_shapes(sessions, tables)
     ordered = sorted(shapes, key=lambda t: t.name == "sessions")
     deleted: dict[str, int] = {}
     for table in ordered:
         where = scope.predicate(table)
         if where is None:
             continue
-        deleted[table.name] = await _delete_batched(sessions, table.name, where, scope)
+        deleted[table.name] = await delete_batched(sessions, table.name, where, scope.params())
     return deleted
 
 
-async def _delete_batched(
-    sessions: async_sessionmaker[AsyncSession], table: str, where: str, scope: Scope
+async def delete_batched(
+    sessions: async_sessionmaker[AsyncSession],
+    table: str,
+    where: str,
+    params: Mapping[str, object],
 ) -> int:
+    """Delete the rows of ``table`` matching ``where`` (bound by ``params``), ``BATCH`` rows
+    a transaction; how many."""
     sql = text(
         f"DELETE FROM {_quoted(table)} WHERE ctid IN "
         f"(SELECT ctid FROM {_quoted(table)} WHERE {where} LIMIT {BATCH})"
@@ -122,50 +155,7 @@ async def _delete_batched(
     total = 0
     while True:
         async with sessions.begin() as s:
-            result = await s.execute(sql, scope.params())
-        count = int(getattr(result, "rowcount", 0) or 0)
-        total += count
-        if count < BATCH:
-            return total
-
-
-async def session_ids(sessions: async_sessionmaker[AsyncSession], scope: Scope) -> list[str]:
-    """Ids of the scope's sessions (deleted ones included)."""
-    sql = "SELECT id FROM sessions WHERE tenant_id = :tenant"
-    if scope.user_id is not None:
-        sql += " AND user_id = :user"
-    async with sessions() as s:
-        return [str(r) for r in (await s.execute(text(sql), scope.params())).scalars()]
-
-
-async def request_ids(
-    sessions: async_sessionmaker[AsyncSession], tenant_id: str, session_ids: Sequence[str]
-) -> list[str]:
-    """Turn ids (``request_id``) of these sessions' messages."""
-    if not session_ids:
-        return []
-    sql = text(
-        "SELECT DISTINCT request_id FROM messages WHERE tenant_id = :tenant "
-        "AND session_id = ANY(:sessions)"
-    )
-    async with sessions() as s:
-        rows = await s.execute(sql, {"tenant": tenant_id, "sessions": list(session_ids)})
-        return [str(r) for r in rows.scalars()]
-
-
-async def delete_messages_older_than(
-    sessions: async_sessionmaker[AsyncSession], tenant_id: str, days: float
-) -> int:
-    """Retention: delete the tenant's messages created more than ``days`` ago; how many."""
-    where = "tenant_id = :tenant AND created_at < now() - make_interval(secs => :secs)"
-    sql = text(
-        f"DELETE FROM messages WHERE ctid IN (SELECT ctid FROM messages WHERE {where} "
-        f"LIMIT {BATCH})"
-    )
-    total = 0
-    while True:
-        async with sessions.begin() as s:
-            result = await s.execute(sql, {"tenant": tenant_id, "secs": days * 86400.0})
+            result = await s.execute(sql, dict(params))
         count = int(getattr(result, "rowcount", 0) or 0)
         total += count
         if count < BATCH:

@@ -21,6 +21,7 @@ from weft_platform.internal_auth import (
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ServiceSettings
 from weft_storage.agent_config.skills import SkillStore
+from weft_storage.owner_purge import owner_purge_router
 
 from weft_agent_config.agent_service import AgentService
 from weft_agent_config.catalogs import BuiltinAgents, TypePresets
@@ -274,7 +275,7 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
         store, builtins, TypePresets.load(), s.llm_model, knowledge, mcp=mcp.store
     )
     shares = SharingService(service, sharing)
-    return create_service_app(
+    app = create_service_app(
         runtime,
         title="weft agent-config",
         # The sharing routes first: their fixed paths (/internal/agents/shared) must not be
@@ -289,3 +290,5 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
         ],
         internal=InternalAuth(runtime.verifier, "agent-config", SYSTEM_ROUTES),
     )
+    app.include_router(owner_purge_router("agent-config", runtime.sessions, runtime.verifier))
+    return app

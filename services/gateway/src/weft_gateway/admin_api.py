@@ -262,17 +262,22 @@ def _lifecycle_routes(router: APIRouter, svc: AdminServices) -> None:
 
     @router.get("/tenants/{tenant_id}/residue")
     async def tenant_residue(who: Who, tenant_id: AnyTenantId) -> Residue:
-        """Rows per table and Redis keys per pattern the tenant still has (all 0: gone)."""
+        """Rows per table and Redis keys per pattern the tenant still has (all 0: gone),
+        and each owner's answer (an owner that could not be asked: not clean)."""
         return await svc.purger.residue(Scope(tenant_id))
 
     @router.delete("/tenants/{tenant_id}/users/{user_id}")
     async def delete_user(who: Who, tenant_id: AnyTenantId, user_id: ObjectId) -> UserPurge:
         """Delete one user's sessions, messages, memories, suggestions and keys, now; the
-        report lists what is left (all 0). The tenant's shared data (agents, knowledge
-        bases) stays."""
+        report lists what is left (all 0) and each owner's part. The tenant's shared data
+        (agents, knowledge bases) stays. An owner that could not be reached is named in
+        the report (``owners.<name>.error``, ``clean`` false): call again."""
         async with _audited(svc.audit, who, "user.delete", "user", f"{tenant_id}/{user_id}") as d:
             report = await svc.purger.purge(Scope(tenant_id, user_id))
             d.update(deleted_rows=report.deleted_rows, deleted_keys=report.deleted_keys)
+            unreached = sorted(n for n, o in report.owners.items() if o.error)
+            if unreached:
+                d.update(clean=False, unreached_owners=unreached)
         return UserPurge(tenant_id=tenant_id, user_id=user_id, report=report, clean=report.clean)
 
     @router.get("/tenants/{tenant_id}/users/{user_id}/residue")

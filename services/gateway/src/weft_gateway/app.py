@@ -12,7 +12,7 @@ from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
 from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
 from weft_platform.bus import EventBus
-from weft_platform.credentials import GATEWAY
+from weft_platform.credentials import GATEWAY, CredentialSigner
 from weft_platform.redis_client import redis_client
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
@@ -53,6 +53,7 @@ from weft_gateway.sse_slots import StreamSlots
 from weft_gateway.streams import SessionStreams
 from weft_gateway.suggestions_api import SuggestionsClient, suggestions_router
 from weft_gateway.tenant_lifecycle import TenantLifecycle
+from weft_gateway.tenant_owners import tenant_data_owners
 from weft_gateway.tenant_purge import DataPurger
 from weft_gateway.tenant_registry import TenantRegistry
 from weft_gateway.turn_renewal import TurnRenewal, renewal_router
@@ -184,7 +185,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         credential_ttl_s=s.api_credential_ttl_s,
         end_users=end_users,
     )
-    admin = _admin_services(s, runtime.sessions, redis, tenants)
+    admin = _admin_services(s, runtime.sessions, redis, tenants, signer)
     gateway = Gateway(
         settings=s,
         bus=runtime.bus,
@@ -252,7 +253,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         on_startup=[register_dev_key, admin.lifecycle.start],
         on_shutdown=[
             admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
-            prompts.aclose,
+            prompts.aclose, admin.purger.aclose,
             agents.aclose, suggestions.aclose, sandbox.aclose, redis.aclose,
         ],
     )  # fmt: skip
@@ -266,11 +267,13 @@ def _admin_services(
     sessions: async_sessionmaker[AsyncSession],
     redis: Redis,
     tenants: TenantRegistry,
+    signer: CredentialSigner,
 ) -> AdminServices:
     audit = AuditLog(sessions)
-    purger = DataPurger(sessions, redis, prefix=s.topic_prefix)
+    memory, owners = tenant_data_owners(s, sessions, signer)
+    purger = DataPurger(memory, owners, redis, prefix=s.topic_prefix)
     lifecycle = TenantLifecycle(
-        sessions=sessions, redis=redis, registry=tenants, purger=purger, audit=audit,
+        memory=memory, redis=redis, registry=tenants, purger=purger, audit=audit,
         interval_s=s.maintenance_interval_s,
         lock_key=f"weft:{s.topic_prefix}admin:maintenance", watch_s=s.purge_watch_s,
     )  # fmt: skip

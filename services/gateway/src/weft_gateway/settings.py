@@ -23,6 +23,12 @@ class GatewaySettings(TokenBudgetSettings):
     agent_config_url: str = "http://127.0.0.1:8081"
     suggestions_url: str = "http://127.0.0.1:8086"
     sandbox_url: str = "http://127.0.0.1:8084"
+    knowledge_url: str | None = Field(
+        default=None,
+        description="The knowledge service's internal API (tenant purges ask it to delete its "
+        "rows); unset: the gateway purges the knowledge tables itself (transitional, until "
+        "every deployment runs the knowledge service).",
+    )
     attachment_max_bytes: int = Field(
         default=10 * 1024 * 1024, ge=1, description="Largest session attachment (413 above)."
     )
@@ -124,6 +130,13 @@ class GatewaySettings(TokenBudgetSettings):
         "get a 5xx are tried again this long (idempotent ones; a create only when it "
         "never left), then answered 503 with Retry-After: the gateway holds a caller's "
         "request, so it absorbs a blip and leaves a restart to the caller's retry.",
+    )
+    purge_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=3600,
+        description="Timeout of one owner's answer to a tenant or user purge (it deletes in "
+        "batches until done; a purge cut short is finished by the next request).",
     )
     api_credential_ttl_s: float = Field(
         default=120.0,

@@ -4,8 +4,9 @@ Deleting a tenant marks it ``deleting`` (its keys and end users get 403 from the
 within the key cache time) and purges its data in a task of this process; when nothing is
 left, its row goes and the audit log says so. The maintenance job, in every gateway
 process but run by one at a time (a Redis lock per period), finishes any deletion left
-unfinished (a gateway stopped mid-purge) and applies each tenant's retention: messages
-older than ``messages_days`` are deleted; session streams get a TTL of at most
+unfinished (a gateway stopped mid-purge, an owner that could not be reached) and applies
+each tenant's retention: messages older than ``messages_days`` are deleted (by memory,
+which owns them); session streams get a TTL of at most
 ``streams_days`` (``EXPIRE ... LT``), so a stream not written for that long (plus at
 most one job period) is gone.
 
@@ -24,10 +25,10 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.tenant_data import Scope, delete_messages_older_than
+from weft_storage.tenant_data import Scope
 
 from weft_gateway.audit_log import AuditLog
+from weft_gateway.tenant_owners import MemoryOwner, OwnerUnreachable
 from weft_gateway.tenant_purge import DataPurger, stream_pattern
 from weft_gateway.tenant_registry import Retention, TenantRegistry
 
@@ -42,7 +43,7 @@ class TenantLifecycle:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        memory: MemoryOwner,
         redis: Redis,
         registry: TenantRegistry,
         purger: DataPurger,
@@ -51,7 +52,7 @@ class TenantLifecycle:
         lock_key: str,
         watch_s: float,
     ):
-        self._sessions = sessions
+        self._memory = memory
         self._redis = redis
         self._registry = registry
         self._purger = purger
@@ -153,13 +154,18 @@ class TenantLifecycle:
                 await self.finish_deletion(tenant_id, SYSTEM_ACTOR)
 
     async def apply_retention(self, tenant_id: str, retention: Retention) -> None:
-        """Delete the tenant's old messages; cap its streams' TTL."""
+        """Delete the tenant's old messages (memory does); cap its streams' TTL. An
+        unreachable memory is logged and tried again on the next run."""
         if retention.messages_days is not None:
-            deleted = await delete_messages_older_than(
-                self._sessions, tenant_id, retention.messages_days
-            )
-            if deleted:
-                log.info("retention_messages", tenant_id=tenant_id, deleted=deleted)
+            try:
+                deleted = await self._memory.delete_messages_older_than(
+                    tenant_id, retention.messages_days
+                )
+            except OwnerUnreachable as exc:
+                log.warning("retention_messages_failed", tenant_id=tenant_id, reason=exc.reason)
+            else:
+                if deleted:
+                    log.info("retention_messages", tenant_id=tenant_id, deleted=deleted)
         if retention.streams_days is not None:
             ttl = max(1, int(retention.streams_days * 86400))
             pattern = stream_pattern(tenant_id)

@@ -1,22 +1,29 @@
-"""Deleting a tenant's or a user's data everywhere, and proving it: PostgreSQL rows
-(``weft_storage.tenant_data``) and Redis keys (session streams and directory entries,
-active-turn marks, citation aliases, web snapshots, rate and turn-limit counters, the
-engine's and memory's per-turn keys).
+"""Deleting a tenant's or a user's data everywhere, and proving it: PostgreSQL rows (each
+owner purges its own tables on the gateway's request, ``weft_gateway.tenant_owners``) and
+Redis keys (session streams and directory entries, active-turn marks, citation aliases,
+web snapshots, rate and turn-limit counters, the engine's and memory's per-turn keys).
 
 Redis first, then PostgreSQL, then Redis once more: the session and turn ids that name
-per-turn keys are read from PostgreSQL before its rows go, and the last pass removes what
-an event in flight (the projector writing a stream) put back meanwhile. Every step is
-idempotent, so a purge interrupted anywhere is simply run again.
+per-turn keys are asked of memory before its rows go, and the last pass removes what an
+event in flight (the projector writing a stream) put back meanwhile. memory is purged
+last, and only when every other owner was: its ``sessions`` tell the others which rows
+are a user's, and the gateway which keys are a tenant's, so they must outlive any
+owner's failure. Every step is idempotent, so a purge interrupted anywhere, or one that
+could not reach an owner (reported, never reported done), is simply run again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel
+import structlog
+from pydantic import BaseModel, Field
 from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.tenant_data import Scope, count_rows, delete_rows, request_ids, session_ids
+from weft_storage.tenant_data import Scope
+
+from weft_gateway.tenant_owners import MEMORY, MemoryOwner, Owner, OwnerUnreachable
+
+log = structlog.get_logger(__name__)
 
 TENANT_KEY_FAMILIES = (
     "stream",
@@ -52,26 +59,43 @@ TURN_KEY_SUFFIXES = (
 _GLOB = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
 
 
+class OwnerResult(BaseModel):
+    """One owner's part: rows it deleted, rows of the scope it still has, or why it could
+    not be asked (then its residue is unknown and the purge is not done)."""
+
+    deleted: dict[str, int] = Field(default_factory=dict)
+    residue: dict[str, int] = Field(default_factory=dict)
+    error: str | None = None
+
+
 class PurgeReport(BaseModel):
-    """What a purge deleted and what is left (``left`` all zero: nothing remains)."""
+    """What a purge deleted and what is left (``left`` all zero and no owner's ``error``:
+    nothing remains)."""
 
     deleted_rows: dict[str, int]
     deleted_keys: int
     left_rows: dict[str, int]
     left_keys: dict[str, int]
+    owners: dict[str, OwnerResult] = Field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
-        """Nothing of the scope is left."""
-        return not any(self.left_rows.values()) and not any(self.left_keys.values())
+        """Nothing of the scope is left, as every owner said."""
+        return (
+            not any(self.left_rows.values())
+            and not any(self.left_keys.values())
+            and not any(o.error for o in self.owners.values())
+        )
 
 
 class Residue(BaseModel):
-    """What is left of a scope: rows per table and keys per Redis pattern."""
+    """What is left of a scope: rows per table, keys per Redis pattern, and each owner's
+    answer (an owner that could not be asked makes it not clean)."""
 
     rows: dict[str, int]
     keys: dict[str, int]
     clean: bool
+    owners: dict[str, OwnerResult] = Field(default_factory=dict)
 
 
 def _session_keys(tenant_id: str, session_id: str) -> list[str]:
@@ -125,48 +149,103 @@ def _session_patterns(tenant_id: str, sessions: Iterable[str]) -> list[str]:
 
 
 class DataPurger:
-    """Deletes and counts the data of a tenant or of one user."""
+    """Deletes and counts the data of a tenant or of one user, through its owners."""
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], redis: Redis, *, prefix: str = ""
+        self, memory: MemoryOwner, owners: Sequence[Owner], redis: Redis, *, prefix: str = ""
     ):
-        self._sessions = sessions
+        self._memory = memory
+        self._owners = [o for o in owners if o.name != MEMORY]
+        """Every owner but memory, in the order they are purged (memory goes last)."""
         self._redis = redis
         self._prefix = prefix
         """The deployment's topic prefix, which the write-call claims' keys carry."""
 
+    async def aclose(self) -> None:
+        """Close the clients of the remote owners."""
+        for owner in (self._memory, *self._owners):
+            close = getattr(owner, "aclose", None)
+            if close is not None:
+                await close()
+
     async def purge(self, scope: Scope) -> PurgeReport:
         """Delete everything of ``scope``; the report says what is left (zero when done)."""
-        sids = await session_ids(self._sessions, scope)
+        errors: dict[str, str] = {}
+        sids = await self._session_ids(scope, errors)
         # A user's turns, for their write-call claims (a tenant's go by pattern).
-        rids = (
-            []
-            if scope.user_id is None
-            else await request_ids(self._sessions, scope.tenant_id, sids)
-        )
-        deleted = await self._delete_session_keys(scope.tenant_id, sids)
+        rids = [] if scope.user_id is None else await self._request_ids(scope, sids, errors)
+        deleted = await self._delete_session_keys(scope.tenant_id, sids, errors)
         deleted += await self._delete_scan(self._patterns(scope, sids))
         deleted += await self._claims(scope.tenant_id, rids, delete=True)
-        rows = await delete_rows(self._sessions, scope)
-        deleted += await self._delete_session_keys(scope.tenant_id, sids, turns=False)
+        named = Scope(scope.tenant_id, scope.user_id, tuple(sids))
+        results = await self._purge_rows(named, sessions_known=MEMORY not in errors)
+        for name, error in errors.items():
+            results.setdefault(name, OwnerResult()).error = error
+        deleted += await self._delete_session_keys(scope.tenant_id, sids, errors, turns=False)
         deleted += await self._delete_scan(self._patterns(scope, sids))
         deleted += await self._claims(scope.tenant_id, rids, delete=True)
         left = await self.residue(scope, sids, rids)
+        for name, result in left.owners.items():
+            ours = results.setdefault(name, OwnerResult())
+            ours.residue = result.residue
+            ours.error = ours.error or result.error
+        rows: dict[str, int] = {}
+        for result in results.values():
+            rows.update({t: n for t, n in result.deleted.items() if n})
         return PurgeReport(
-            deleted_rows={t: n for t, n in rows.items() if n},
+            deleted_rows=rows,
             deleted_keys=deleted,
             left_rows=left.rows,
             left_keys=left.keys,
+            owners=results,
         )
+
+    async def _purge_rows(self, scope: Scope, *, sessions_known: bool) -> dict[str, OwnerResult]:
+        """Each owner purges its rows; memory last, and only once every other did with
+        the scope's sessions known (``sessions_known``: memory listed them)."""
+        results: dict[str, OwnerResult] = {}
+        for owner in self._owners:
+            results[owner.name] = await self._purge_one(owner, scope)
+        failed = sorted(n for n, r in results.items() if r.error)
+        if not sessions_known:
+            failed.append("every owner (memory did not list the sessions)")
+        if failed:
+            results[MEMORY] = OwnerResult(
+                error=f"not purged yet: the sessions index the data of {failed}"
+            )
+        else:
+            results[MEMORY] = await self._purge_one(self._memory, scope)
+        return results
+
+    async def _purge_one(self, owner: Owner, scope: Scope) -> OwnerResult:
+        try:
+            answer = await owner.purge(scope)
+        except OwnerUnreachable as exc:
+            log.warning("tenant_purge_owner_failed", owner=owner.name, reason=exc.reason)
+            return OwnerResult(error=exc.reason)
+        return OwnerResult(deleted=answer.deleted, residue=answer.residue)
 
     async def residue(
         self, scope: Scope, sids: Sequence[str] = (), rids: Sequence[str] = ()
     ) -> Residue:
-        """Rows and keys of ``scope`` still there: the tenant's key families, and the keys
-        of ``sids`` and ``rids`` (a user's sessions and turns, known only while its rows
-        exist or from a purge)."""
-        rows = await count_rows(self._sessions, scope)
-        sids = list(sids) or await session_ids(self._sessions, scope)
+        """Rows and keys of ``scope`` still there: each owner's rows, the tenant's key
+        families, and the keys of ``sids`` and ``rids`` (a user's sessions and turns,
+        known only while memory has them or from a purge)."""
+        errors: dict[str, str] = {}
+        sids = list(sids) or await self._session_ids(scope, errors)
+        owners: dict[str, OwnerResult] = {}
+        rows: dict[str, int] = {}
+        counted = Scope(scope.tenant_id, scope.user_id, tuple(sids))
+        for owner in (*self._owners, self._memory):
+            try:
+                found = await owner.residue(counted)
+            except OwnerUnreachable as exc:
+                owners[owner.name] = OwnerResult(error=exc.reason)
+                continue
+            owners[owner.name] = OwnerResult(residue=found)
+            rows.update(found)
+        for name, error in errors.items():
+            owners.setdefault(name, OwnerResult()).error = error
         keys: dict[str, int] = {}
         for pattern in self._patterns(scope, sids):
             keys[pattern] = await self._count_scan(pattern)
@@ -176,8 +255,25 @@ class DataPurger:
             keys["session keys"] += int(await self._redis.exists(*exact[start : start + 1000]))
         if scope.user_id is not None:
             keys["write-call claims"] = await self._claims(scope.tenant_id, rids)
-        clean = not any(rows.values()) and not any(keys.values())
-        return Residue(rows=rows, keys=keys, clean=clean)
+        unreached = any(o.error for o in owners.values())
+        clean = not any(rows.values()) and not any(keys.values()) and not unreached
+        return Residue(rows=rows, keys=keys, clean=clean, owners=owners)
+
+    async def _session_ids(self, scope: Scope, errors: dict[str, str]) -> list[str]:
+        try:
+            return await self._memory.session_ids(scope)
+        except OwnerUnreachable as exc:
+            errors[MEMORY] = exc.reason
+            return []
+
+    async def _request_ids(
+        self, scope: Scope, sids: Sequence[str], errors: dict[str, str]
+    ) -> list[str]:
+        try:
+            return await self._memory.request_ids(scope.tenant_id, sids)
+        except OwnerUnreachable as exc:
+            errors[MEMORY] = exc.reason
+            return []
 
     def _patterns(self, scope: Scope, sids: Sequence[str]) -> list[str]:
         if scope.user_id is None:
@@ -185,14 +281,14 @@ class DataPurger:
         return _session_patterns(scope.tenant_id, sids)
 
     async def _delete_session_keys(
-        self, tenant_id: str, sids: Sequence[str], *, turns: bool = True
+        self, tenant_id: str, sids: Sequence[str], errors: dict[str, str], *, turns: bool = True
     ) -> int:
         deleted = 0
         for start in range(0, len(sids), 500):
             chunk = sids[start : start + 500]
             keys = [k for s in chunk for k in _session_keys(tenant_id, s)]
             if turns:
-                rids = await request_ids(self._sessions, tenant_id, chunk)
+                rids = await self._request_ids(Scope(tenant_id), chunk, errors)
                 keys += [k for r in rids for k in _turn_keys(r)]
             for i in range(0, len(keys), 1000):
                 deleted += int(await self._redis.delete(*keys[i : i + 1000]))

@@ -36,6 +36,7 @@ from weft_memory.suspensions_api import (
     SUSPENSION_ROUTE,
     suspensions_router,
 )
+from weft_memory.tenant_data_api import tenant_data_router
 from weft_memory.turns_api import turns_router
 from weft_memory.usage_api import USAGE_ROUTE, USAGE_SCOPE, usage_router
 
@@ -192,4 +193,5 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         on_shutdown=[timer.stop, worker.stop, chat.aclose, renewer.aclose],
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(tenant_data_router(runtime.sessions, runtime.verifier))
     return app

@@ -23,6 +23,7 @@ from weft_platform.metrics import SANDBOX_WORKSPACE_BYTES, SANDBOX_WORKSPACES_OP
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
 from weft_storage.agent_config.skills import SkillStore
+from weft_storage.owner_purge import owner_purge_router
 from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_sandbox.backend import SandboxBackend
@@ -161,13 +162,15 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     on_startup.append(calls.start)
     on_shutdown.insert(0, calls.stop)  # the calls end before the workspaces go
     files = SessionFiles(host) if host is not None else None
-    return create_service_app(
+    app = create_service_app(
         runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown,
         routers=[
             files_router(files, settings.sandbox_attachment_bytes, session_owner(runtime.sessions))
         ],
         internal=InternalAuth(runtime.verifier, "sandbox"),
     )  # fmt: skip
+    app.include_router(owner_purge_router("sandbox", runtime.sessions, runtime.verifier))
+    return app
 
 
 def fair_calls(

@@ -17,6 +17,7 @@ from weft_platform.metrics import LLM_METER
 from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import create_runtime
 from weft_platform.settings import ModelClientSettings
+from weft_storage.owner_purge import owner_purge_router
 
 from weft_suggestions.agent_settings import SCOPE as SETTINGS_SCOPE
 from weft_suggestions.agent_settings import AgentSettingsClient
@@ -153,6 +154,7 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         on_shutdown=[retention.stop, worker.stop, chat.aclose, *closers],
     )
     app.state.worker = worker
+    app.include_router(owner_purge_router("suggestions", runtime.sessions, runtime.verifier))
     return app
 
 

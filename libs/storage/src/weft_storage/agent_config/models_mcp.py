@@ -4,7 +4,7 @@ agent-config owns every table here. Secrets (a registration's headers, an OAuth 
 secret, a PKCE verifier, a user's tokens) are stored only as ``MultiFernet`` tokens
 (``*_encrypted`` columns, agent-config's ``SecretBox``); a header's name is kept in clear
 so people can see which headers a registration sends. Every row carries ``tenant_id``, so
-a tenant purge (``weft_storage.tenant_data``) finds all of them.
+a tenant purge (agent-config's, ``weft_storage.owner_purge``) finds all of them.
 """
 
 from __future__ import annotations
