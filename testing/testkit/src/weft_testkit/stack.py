@@ -23,6 +23,7 @@ from cryptography.fernet import Fernet
 from weft_platform.credentials import ensure_dev_keys
 from weft_platform.kafka_acls import SERVICE_PRINCIPALS
 from weft_platform.runtime import DEV_ISSUERS
+from weft_storage.ownership import service_url
 
 from weft_testkit import forkserver
 from weft_testkit.credentials import DevCredentials, TrustedTransport
@@ -272,8 +273,16 @@ class LocalStack:
             "WEFT_MCP_ALLOWED_NETWORKS": "127.0.0.1/32",
             "WEFT_PUBLIC_BASE_URL": self.url("gateway"),  # the OAuth redirect URI's base
             **self._own_infra(),
+            # Its own PostgreSQL role, with rights on its own tables only (the migration
+            # owner's URL stays the tests' and the migration's; weft_storage.ownership).
+            "WEFT_DATABASE_URL": service_url(self.database_url, name),
             **self.config.extra_env,
         }
+
+    @property
+    def database_url(self) -> str:
+        """The stack's database as the migration owner role (tests' direct access)."""
+        return self.config.database_url or infra_env()["WEFT_DATABASE_URL"]
 
     def _spawn(self, name: str, port: int, args: list[str]) -> None:
         process = start_service(
