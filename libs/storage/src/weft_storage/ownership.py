@@ -116,6 +116,8 @@ def _each(
 TRANSITIONAL_GRANTS: tuple[TransitionalGrant, ...] = (
     # gateway: knowledge routes, question origin and ingestion queue (knowledge service)
     *_each("gateway", ("knowledge_bases", "documents", "document_files", "chunks"), ALL, _KNOWLEDGE),
+    # gateway: ingestion usage records of uploads (go through memory, from knowledge)
+    TransitionalGrant("gateway", "usage", ("SELECT", "INSERT", "UPDATE"), _KNOWLEDGE),
     # gateway: skill uploads (go through agent-config)
     TransitionalGrant("gateway", "skill_packages", ALL, "skill uploads via agent-config"),
     # gateway: admin usage routes (go through memory)

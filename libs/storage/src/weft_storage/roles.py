@@ -60,10 +60,15 @@ def ensure_roles(conn: Connection) -> None:
         raise RolesMissing(
             f"service roles {', '.join(missing)} are missing and the migration role may not "
             f"create them (no CREATEROLE). As a superuser: {statements} "
-            f"GRANT {SQL_READER} TO weft_tool_exec; then migrate again (docs/operations.md)"
+            f"ALTER ROLE weft_tool_exec NOINHERIT; GRANT {SQL_READER} TO weft_tool_exec; "
+            "then migrate again (docs/operations.md)"
         )
+    readers = {SERVICE_ROLES[s] for s in SQL_READER_MEMBERS}
     for role in missing:
-        conn.execute(text(f"CREATE ROLE {_ident(role)} LOGIN"))
+        # A reader member must not inherit: the reader's row-level security would apply
+        # to it as itself too (and show it no row of the knowledge tables).
+        inherit = "NOINHERIT" if role in readers else "INHERIT"
+        conn.execute(text(f"CREATE ROLE {_ident(role)} LOGIN {inherit}"))
 
 
 def apply_grants(conn: Connection) -> None:
@@ -108,12 +113,26 @@ def _sequences(conn: Connection, tables: list[str]) -> list[str]:
 
 
 def _reader_membership(conn: Connection, roles: set[str]) -> None:
-    """The ``SQL_READER_MEMBERS`` roles may SET ROLE to the reader (granted here when
-    this role may, else a DBA must: the error says what)."""
+    """The ``SQL_READER_MEMBERS`` roles are NOINHERIT members of the reader, so they may
+    SET ROLE to it (granted here when this role may, else a DBA must: the error says
+    what)."""
     for service in SQL_READER_MEMBERS:
         role = SERVICE_ROLES[service]
         if role not in roles:
             continue
+        inherits = conn.execute(
+            text("SELECT rolinherit FROM pg_roles WHERE rolname = :r"), {"r": role}
+        ).scalar()
+        if inherits:
+            # Inheriting the reader, the role would be under the reader's row-level
+            # security as itself too (docs/operations.md, "Database roles").
+            if not may_create_roles(conn):
+                raise RolesMissing(
+                    f"{role} must be NOINHERIT (it is a member of {SQL_READER}) and the "
+                    f"migration role may not alter it. As a superuser: ALTER ROLE {role} "
+                    "NOINHERIT; then migrate again"
+                )
+            conn.execute(text(f"ALTER ROLE {_ident(role)} NOINHERIT"))
         query = text("SELECT pg_has_role(:r, :reader, 'MEMBER')")
         if conn.execute(query, {"r": role, "reader": SQL_READER}).scalar():
             continue
