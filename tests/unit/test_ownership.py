@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine.url import make_url
@@ -12,6 +13,7 @@ from weft_storage.ownership import (
     SERVICE_ROLES,
     TABLE_PRIVILEGES,
     TRANSITIONAL_GRANTS,
+    TransitionalGrant,
     granted,
     owner_of,
     service_url,
@@ -43,7 +45,9 @@ def test_an_owner_gets_all_rights_on_its_tables_but_admin_audit_is_append_only()
 
 
 @pytest.mark.parametrize("grant", TRANSITIONAL_GRANTS, ids=lambda g: f"{g.service}-{g.table}")
-def test_a_transitional_grant_is_cross_owner_names_its_path_and_is_granted(grant) -> None:  # type: ignore[no-untyped-def]
+def test_a_transitional_grant_is_cross_owner_names_its_path_and_is_granted(
+    grant: TransitionalGrant,
+) -> None:
     assert grant.service in SERVICE_ROLES
     assert owner_of(grant.table) not in (None, grant.service), "not a cross-owner right"
     assert grant.removed_by.strip()
@@ -62,7 +66,5 @@ def test_a_service_url_logs_in_as_the_services_role() -> None:
 
 
 def test_infra_creates_every_role_of_the_map() -> None:
-    from pathlib import Path
-
     infra = (Path(__file__).parents[2] / "deploy" / "local" / "infra.sh").read_text()
     assert all(f"'{role}'" in infra for role in SERVICE_ROLES.values())

@@ -103,8 +103,16 @@ class TransitionalGrant:
 
 
 _KNOWLEDGE = "knowledge service (gateway and tool-exec ask services/knowledge)"
-_PURGE = "tenant purge per owner (each owner purges its own tables)"
 _KNOWLEDGE_ASK = "knowledge service (agent-config and the gateway ask knowledge)"
+_PURGE = "tenant purge per owner (each owner purges its own tables)"
+_SESSION_OWNER = "session_owner via memory"
+_KNOWLEDGE_TABLES = OWNED_TABLES["knowledge"]
+_PURGED_BY_GATEWAY = tuple(
+    t
+    for owner in ("agent_config", "memory", "sandbox", "suggestions")
+    for t in OWNED_TABLES[owner]
+    if t != "skill_packages"  # the gateway has all rights on it already (skill uploads)
+)
 
 
 def _each(
@@ -114,46 +122,32 @@ def _each(
 
 
 TRANSITIONAL_GRANTS: tuple[TransitionalGrant, ...] = (
-    # gateway: knowledge routes, question origin and ingestion queue (knowledge service)
-    *_each("gateway", ("knowledge_bases", "documents", "document_files", "chunks"), ALL, _KNOWLEDGE),
-    # gateway: ingestion usage records of uploads (go through memory, from knowledge)
+    # gateway: knowledge routes, question origin, ingestion queue (knowledge service)
+    *_each("gateway", _KNOWLEDGE_TABLES, ALL, _KNOWLEDGE),
+    # gateway: usage records of uploaded documents (knowledge, then via memory)
     TransitionalGrant("gateway", "usage", ("SELECT", "INSERT", "UPDATE"), _KNOWLEDGE),
     # gateway: skill uploads (go through agent-config)
     TransitionalGrant("gateway", "skill_packages", ALL, "skill uploads via agent-config"),
     # gateway: admin usage routes (go through memory)
     TransitionalGrant("gateway", "usage", ("SELECT",), "admin usage via memory"),
-    # gateway: tenant purge and retention delete every owner's rows
-    *_each(
-        "gateway",
-        (
-            "agents", "agent_shares", "organisations", "organisation_members",
-            "shared_agent_settings", "mcp_servers", "mcp_server_tools", "mcp_oauth_clients",
-            "mcp_oauth_states", "mcp_user_tokens", "sessions", "messages", "memories",
-            "memory_extractions", "usage", "agent_prompts", "approval_decisions",
-            "agent_grants", "agent_run_suspensions", "sandbox_checkpoints",
-            "suggestion_turns", "message_suggestion_sets", "suggestion_events",
-        ),
-        ("SELECT", "DELETE"),
-        _PURGE,
-    ),  # fmt: skip
-    # agent-config: knowledge_guard and suggestion_settings read knowledge bases/documents
+    # gateway: tenant purge and retention delete every owner's rows (weft_storage.tenant_data)
+    *_each("gateway", _PURGED_BY_GATEWAY, ("SELECT", "DELETE"), _PURGE),
+    # agent-config: knowledge_guard and suggestion_settings read bases and documents
     *_each("agent_config", ("knowledge_bases", "documents"), ("SELECT",), _KNOWLEDGE_ASK),
     # memory: fork and rollback copy the sandbox's checkpoints
-    TransitionalGrant(
-        "memory", "sandbox_checkpoints", ALL, "fork/rollback ask the sandbox"
-    ),
+    TransitionalGrant("memory", "sandbox_checkpoints", ALL, "fork/rollback ask the sandbox"),
     # sandbox: skill package reads (go through agent-config)
     TransitionalGrant("sandbox", "skill_packages", ("SELECT",), "skill reads via agent-config"),
     # sandbox, suggestions: session_owner (asks memory)
-    TransitionalGrant("sandbox", "sessions", ("SELECT",), "session_owner via memory"),
-    TransitionalGrant("suggestions", "sessions", ("SELECT",), "session_owner via memory"),
+    TransitionalGrant("sandbox", "sessions", ("SELECT",), _SESSION_OWNER),
+    TransitionalGrant("suggestions", "sessions", ("SELECT",), _SESSION_OWNER),
     # tool-exec: knowledge tools and ingestion workers (knowledge service)
-    *_each("tool_exec", ("knowledge_bases", "documents", "document_files", "chunks"), ALL, _KNOWLEDGE),
-    # tool-exec: ingestion usage records (go through memory, from the knowledge workers)
+    *_each("tool_exec", _KNOWLEDGE_TABLES, ALL, _KNOWLEDGE),
+    # tool-exec: usage records of ingested documents (knowledge, then via memory)
     TransitionalGrant("tool_exec", "usage", ("SELECT", "INSERT", "UPDATE"), _KNOWLEDGE),
     # engine: the tenant's budget override (comes with the turn)
     TransitionalGrant("engine", "tenant_budgets", ("SELECT",), "budget with the turn"),
-)  # fmt: skip
+)
 """TRANSITIONAL: cross-owner rights of today's code; the lead deletes each entry when the
 path named in ``removed_by`` lands (docs/architecture.md, "Data ownership")."""
 
