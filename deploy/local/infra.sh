@@ -376,6 +376,18 @@ BEGIN
 END
 $$;
 GRANT weft_sql_reader TO weft;
+-- One login role per service (weft_storage.ownership.SERVICE_ROLES); weft (the migration
+-- owner, no CREATEROLE) grants them their own tables after every migration. Locally each
+-- password is the role's name (WEFT_<SERVICE>_DATABASE_URL in env.sh).
+SELECT format(CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r)
+                   THEN 'ALTER ROLE %I LOGIN PASSWORD %L' ELSE 'CREATE ROLE %I LOGIN PASSWORD %L'
+              END, r, r)
+FROM unnest(ARRAY['weft_gateway', 'weft_agent_config', 'weft_memory', 'weft_knowledge',
+                  'weft_sandbox', 'weft_suggestions', 'weft_tool_exec', 'weft_engine']) AS r\gexec
+-- database_query: tool-exec switches to the reader (SET LOCAL ROLE). NOINHERIT: as itself
+-- it is not subject to the reader's row-level security (it would see no row at all).
+ALTER ROLE weft_tool_exec NOINHERIT;
+GRANT weft_sql_reader TO weft_tool_exec;
 SELECT 'CREATE DATABASE weft OWNER weft'
 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = 'weft')\gexec
 SQL
@@ -384,11 +396,12 @@ SQL
     fi
     # Per database, as the superuser: database_query's reader role may not call set_config,
     # with which SQL that got past the parse checks could change its tenant setting or switch
-    # back to weft (docs/security.md). weft keeps it: the tool sets its settings as weft.
+    # back to weft (docs/security.md). weft and tool-exec's role keep it: the tool sets its
+    # settings before it switches to the reader.
     if ! as_pg "$PG_BIN/psql" -X -q -h "$PG_SOCK" -p "$WEFT_PG_PORT" -d weft \
         -v ON_ERROR_STOP=1 >>"$PG_LOG" 2>&1 <<'SQL'; then
 REVOKE EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) TO weft;
+GRANT EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) TO weft, weft_tool_exec;
 SQL
         tail_log "$PG_LOG"
         die "postgres: could not revoke set_config from PUBLIC in database weft"

@@ -88,6 +88,15 @@ mcp_secret_keys() {
     export WEFT_MCP_SECRET_KEYS="${WEFT_MCP_SECRET_KEYS:-$(cat "$file")}"
 }
 
+# db_login MODULE: the service's own database URL (weft_tool_exec: WEFT_TOOL_EXEC_DATABASE_URL,
+# env.sh) as WEFT_DATABASE_URL=..., so that no service runs as the migration owner.
+db_login() {
+    local svc="${1#weft_}"
+    local var="WEFT_${svc^^}_DATABASE_URL"
+    [[ -n "${!var:-}" ]] || { echo "$var is not set (deploy/local/env.sh)" >&2; return 1; }
+    echo "WEFT_DATABASE_URL=${!var}"
+}
+
 start_one() {
     local name="$1" module="$2" port="$3" pid login=""
     local pidfile="$WEFT_RUN/$name.pid" logfile="$WEFT_LOGS/$name.log"
@@ -100,6 +109,7 @@ start_one() {
     fi
     if [[ "$name" != scripted-llm ]]; then
         login="$(kafka_login "$module")" || die "$name: no Kafka login"
+        login="$login $(db_login "$module")" || die "$name: no database URL"
     fi
     if [[ "$name" == scripted-llm ]]; then
         spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from weft_platform.kafka_acls import ACCESS, SUPER_USER
 from weft_platform.settings import ServiceSettings
+from weft_storage.ownership import SERVICE_ROLES
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -210,7 +211,11 @@ def test_compose_service_environment(compose: dict[str, Any]) -> None:
         assert not empty, f"{name}: required variables without a value: {empty}"
         assert env["WEFT_HTTP_PORT"] == str(port)
         assert env["WEFT_KAFKA_BOOTSTRAP"] == "kafka:9092"
-        assert env["WEFT_DATABASE_URL"] == "postgresql+asyncpg://weft:weft@postgres:5432/weft"
+        # Its own role, never the migration owner's (weft_storage.ownership).
+        role = SERVICE_ROLES[name.replace("-", "_")]
+        assert _interpolated_default(env["WEFT_DATABASE_URL"]) == (
+            f"postgresql+asyncpg://{role}:{role}@postgres:5432/weft"
+        )
         assert env["WEFT_REDIS_URL"] == "redis://redis:6379/0"
         assert env.get("WEFT_LOG_FORMAT") == "json"
         # Services default to 127.0.0.1; in a container they must listen on every interface.
@@ -330,6 +335,9 @@ def test_compose_one_shot_jobs(compose: dict[str, Any]) -> None:
     )
     assert "python -m weft_storage.migrate upgrade" in argv(services["migrate"])
     assert "WEFT_DATABASE_URL" in _env(services["migrate"])
+    # It sets each service role's password from that service's URL.
+    for svc in SERVICE_ROLES:
+        assert f"WEFT_{svc.upper()}_DATABASE_URL" in _env(services["migrate"])
     for job in JOBS:
         assert services[job].get("restart", "no") == "no", f"{job} is one-shot"
         assert not services[job].get("ports")
@@ -599,11 +607,16 @@ def test_helm_deployment_and_service_per_weft_service(
                 assert not missing, f"{ctx}: environment lacks {missing}"
                 assert env["WEFT_HTTP_PORT"] == str(port), ctx
                 assert env["WEFT_HTTP_HOST"] == "0.0.0.0", ctx
-                for var in ("WEFT_DATABASE_URL", *(v for v in ("OPENAI_API_KEY",) if v in env)):
+                # Its own database role's URL (weft_storage.ownership), never the owner's.
+                keys = {
+                    "WEFT_DATABASE_URL": f"WEFT_{name.upper().replace('-', '_')}_DATABASE_URL",
+                    **{v: v for v in ("OPENAI_API_KEY",) if v in env},
+                }
+                for var, key in keys.items():
                     ref = env[var]["secretKeyRef"]
-                    assert ref["key"] == var, ctx
+                    assert ref["key"] == key, ctx
                     if label == "test-double":
-                        assert ref["name"] in secrets and var in secrets[ref["name"]]["stringData"]
+                        assert ref["name"] in secrets and key in secrets[ref["name"]]["stringData"]
                     else:
                         assert ref["name"] == "weft-credentials", ctx
             for var in ("WEFT_MEMORY_URL", "WEFT_AGENT_CONFIG_URL"):
@@ -773,6 +786,26 @@ def test_helm_refuses_incomplete_values(helm: str) -> None:
         "keda.toolExec.kafkaVersion=1.0.0",
     )
     assert old_protocol.returncode != 0 and "2.1.0" in old_protocol.stderr
+
+    # Each service its own database role: a missing URL fails (no fallback to the owner's).
+    no_memory_url = _helm_template(helm, *base, "--set", "postgres.serviceUrls.memory=")
+    assert no_memory_url.returncode != 0
+    assert "postgres.serviceUrls.memory is required" in no_memory_url.stderr
+
+
+def test_helm_migrate_hook_gets_the_owner_url_and_every_services_url(helm: str) -> None:
+    docs = _render(helm, "-f", str(CHART / "ci" / "test-double-values.yaml"))
+    job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "weft-migrate")
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WEFT_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "WEFT_DATABASE_URL"
+    hook = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "weft-hooks")
+    for service in ("gateway", "agent_config", "engine", "tool_exec", "sandbox", "memory"):
+        key = f"WEFT_{service.upper()}_DATABASE_URL"
+        assert env[key]["valueFrom"]["secretKeyRef"]["key"] == key
+        assert f"//{SERVICE_ROLES[service]}:" in hook["stringData"][key]
+    # The services' Secret does not hold the migration owner's URL.
+    release = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "weft")
+    assert "WEFT_DATABASE_URL" not in release["stringData"]
 
 
 # ---- who installs helm ---------------------------------------------------------------------

@@ -112,7 +112,31 @@ app.kubernetes.io/component: {{ .name }}
 {{- end -}}
 
 {{- define "weft.databaseUrl" -}}
-{{- required "postgres.url is required (postgresql+asyncpg://USER:PASSWORD@HOST:5432/DB), or set secrets.existingSecret" .Values.postgres.url -}}
+{{- required "postgres.url is required (the migration owner's postgresql+asyncpg://USER:PASSWORD@HOST:5432/DB), or set secrets.existingSecret" .Values.postgres.url -}}
+{{- end -}}
+
+{{/* Services with a database role (the image each runs: gateway-projector runs gateway). */}}
+{{- define "weft.databaseServices" -}}
+{{- $out := list -}}
+{{- range $name, $svc := .Values.services -}}
+{{- if and $svc.enabled (not $svc.testDouble) -}}
+{{- $out = append $out ($svc.image | default $name) -}}
+{{- end -}}
+{{- end -}}
+{{- uniq $out | sortAlpha | join "," -}}
+{{- end -}}
+
+{{/* Secret key of a service's own database URL: WEFT_<SERVICE>_DATABASE_URL. */}}
+{{- define "weft.serviceDatabaseKey" -}}
+{{- printf "WEFT_%s_DATABASE_URL" (. | replace "-" "_" | upper) -}}
+{{- end -}}
+
+{{/* stringData entries: each enabled service's own URL (required: fail closed). */}}
+{{- define "weft.serviceDatabaseUrls" -}}
+{{- $root := . -}}
+{{- range $image := splitList "," (include "weft.databaseServices" .) }}
+{{ include "weft.serviceDatabaseKey" $image }}: {{ required (printf "postgres.serviceUrls.%s is required (postgresql+asyncpg://weft_%s:PASSWORD@HOST:5432/DB, its own role; docs/operations.md \"Database roles\"), or set secrets.existingSecret" $image ($image | replace "-" "_")) (index $root.Values.postgres.serviceUrls $image) | quote }}
+{{- end -}}
 {{- end -}}
 
 {{- define "weft.openaiApiKey" -}}

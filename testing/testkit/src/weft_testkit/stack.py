@@ -23,6 +23,7 @@ from cryptography.fernet import Fernet
 from weft_platform.credentials import ensure_dev_keys
 from weft_platform.kafka_acls import SERVICE_PRINCIPALS
 from weft_platform.runtime import DEV_ISSUERS
+from weft_storage.ownership import SERVICE_ROLES, service_url
 
 from weft_testkit import forkserver
 from weft_testkit.credentials import DevCredentials, TrustedTransport
@@ -244,7 +245,15 @@ class LocalStack:
         )  # fmt: skip
 
     def service_env(self, name: str, port: int) -> dict[str, str]:
-        """Environment of one service process (logged in to Kafka as its own principal)."""
+        """Environment of one service process (logged in to Kafka as its own principal,
+        to PostgreSQL as its own role)."""
+        # The migration owner's URL stays the tests' and the migration's; each service
+        # gets its role's, with rights on its own tables only (weft_storage.ownership).
+        own_role = (
+            {"WEFT_DATABASE_URL": service_url(self.database_url, name)}
+            if name in SERVICE_ROLES
+            else {}
+        )
         return {
             **os.environ,
             **principal_env(infra_env(), SERVICE_PRINCIPALS.get(name)),
@@ -272,8 +281,14 @@ class LocalStack:
             "WEFT_MCP_ALLOWED_NETWORKS": "127.0.0.1/32",
             "WEFT_PUBLIC_BASE_URL": self.url("gateway"),  # the OAuth redirect URI's base
             **self._own_infra(),
+            **own_role,
             **self.config.extra_env,
         }
+
+    @property
+    def database_url(self) -> str:
+        """The stack's database as the migration owner role (tests' direct access)."""
+        return self.config.database_url or infra_env()["WEFT_DATABASE_URL"]
 
     def _spawn(self, name: str, port: int, args: list[str]) -> None:
         process = start_service(

@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from weft_storage.base import Base
+from weft_storage.roles import apply_grants, ensure_roles
 
 target_metadata = Base.metadata
 
@@ -25,6 +26,11 @@ def _run(connection: Connection) -> None:
         if connection.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         context.run_migrations()
+        if connection.dialect.name == "postgresql":
+            # After every run, under the same lock: the service roles' rights follow the
+            # ownership map (tables added by this run included; weft_storage.ownership).
+            ensure_roles(connection)
+            apply_grants(connection)
 
 
 async def _run_async() -> None:
