@@ -22,7 +22,7 @@ from weft_tools import database_query
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
 
-HEAVY = ("pypdf", "openpyxl", "bs4", "duckdb", "numpy", "sqlglot")
+HEAVY = ("pypdf", "openpyxl", "bs4", "duckdb", "numpy", "sqlglot", "weft_tools")
 
 _PROBE = f"""
 import json, sys
