@@ -13,6 +13,10 @@ Two measures, each over ``--runs`` fresh processes (the median is reported):
   connects before the lifespan starts): its RSS and which heavy libraries are in
   ``sys.modules``.
 
+It also reports the install footprint of the engine and of the other services that need
+the tool catalog but not the implementations: the distributions each needs (its
+dependency closure, what its image installs) and their size on disk.
+
     .venv/bin/python bench/engine_rss.py --runs 3 --label after
 """
 
@@ -21,12 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +158,41 @@ def measure_import() -> dict[str, Any]:
             "heavy": found["heavy"]}  # fmt: skip
 
 
+FOOTPRINT_OF = ("weft-engine", "weft-agent-config", "weft-gateway", "weft-sandbox")
+"""The services that need the tool catalog but not the implementations."""
+
+HEAVY_DISTRIBUTIONS = (
+    "duckdb", "numpy", "pypdf", "openpyxl", "beautifulsoup4", "markdownify", "mcp",
+    "snowballstemmer", "weft-tools",
+)  # fmt: skip
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9_.\-]+", requirement)
+    return (match.group(0) if match else requirement).lower().replace("_", "-")
+
+
+def measure_footprint(root: str = "weft-engine") -> dict[str, Any]:
+    """The distributions ``root`` needs (extras not taken) and their installed size."""
+    seen: dict[str, int] = {}
+    pending = [root]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        try:
+            found = distribution(name)
+        except PackageNotFoundError:  # a marker-excluded dependency
+            continue
+        seen[name] = sum(f.size or 0 for f in found.files or [])
+        pending += [_requirement_name(r) for r in found.requires or [] if "extra ==" not in r]
+    return {
+        "distributions": len(seen),
+        "installed_mib": round(sum(seen.values()) / 2**20, 1),
+        "heavy": sorted(set(seen) & set(HEAVY_DISTRIBUTIONS)),
+    }
+
+
 def _median(runs: list[dict[str, Any]], key: str) -> float:
     return round(statistics.median(r[key] for r in runs), 1)
 
@@ -169,6 +210,7 @@ def main() -> None:
         "machine": machine(),
         "label": args.label,
         "import": {"rss_mib_median": _median(imports, "rss_mib"), "runs": imports},
+        "footprint": {root: measure_footprint(root) for root in FOOTPRINT_OF},
     }
     if processes:
         result["process"] = {
