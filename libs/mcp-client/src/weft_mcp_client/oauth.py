@@ -27,6 +27,7 @@ from mcp.client.auth.utils import (
 )
 from mcp.shared.auth import OAuthMetadata, OAuthToken, ProtectedResourceMetadata
 from pydantic import ValidationError
+
 from weft_mcp_client.transport import McpHttpClientFactory
 
 OAUTH_TIMEOUT_S = 15.0

@@ -23,6 +23,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
+
 from weft_mcp_client.embedded_ipv4 import UnknownEmbedding, embedded_ipv4, parse_address
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]

@@ -31,6 +31,7 @@ from weft_contracts.mcp import (
     registered_risk,
 )
 from weft_contracts.text import clean_text
+
 from weft_mcp_client.safe_http import BlockedAddress
 from weft_mcp_client.schema import name_problem, schema_problem
 from weft_mcp_client.transport import McpHttpClientFactory

@@ -19,6 +19,7 @@ from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TI
 from mcp.shared._httpx_utils import McpHttpClientFactory as McpHttpClientFactory
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from weft_mcp_client.safe_http import (
     AddressPolicy,
     BlockedAddress,
