@@ -47,6 +47,8 @@ COPY libs/llm/pyproject.toml libs/llm/pyproject.toml
 COPY libs/platform/pyproject.toml libs/platform/pyproject.toml
 COPY libs/storage/pyproject.toml libs/storage/pyproject.toml
 COPY libs/tools/pyproject.toml libs/tools/pyproject.toml
+COPY libs/tool-catalog/pyproject.toml libs/tool-catalog/pyproject.toml
+COPY libs/mcp-client/pyproject.toml libs/mcp-client/pyproject.toml
 COPY services/agent-config/pyproject.toml services/agent-config/pyproject.toml
 COPY services/engine/pyproject.toml services/engine/pyproject.toml
 COPY services/gateway/pyproject.toml services/gateway/pyproject.toml

@@ -65,8 +65,9 @@ logs: ## Follow all logs in .weft/logs (Ctrl-C to stop)
 proto: ## Generate proto/ from the contracts (weft_contracts.generate)
 	@$(PY) -m weft_contracts.generate proto/
 
-lint: ## ruff check + ruff format --check
-	@rc=0; $(VENV)/ruff check . || rc=1; $(VENV)/ruff format --check . || rc=1; exit $$rc
+lint: ## ruff check + ruff format --check + lint-imports (the import contracts in .importlinter)
+	@rc=0; $(VENV)/ruff check . || rc=1; $(VENV)/ruff format --check . || rc=1; \
+	$(VENV)/lint-imports --no-logo || rc=1; exit $$rc
 
 typecheck: ## mypy on libs, services, testing, tests
 	@$(VENV)/mypy libs services testing tests

@@ -33,15 +33,15 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from weft_contracts import ToolContext
 from weft_contracts.mcp import McpCatalog, McpConnection, McpServerCatalog
+from weft_mcp_client.safe_http import AddressPolicy, tls_context
+from weft_mcp_client.session import list_server_tools, tool_def
+from weft_mcp_client.transport import pinned_client_factory
 from weft_testkit import mcp_servers as kit
+from weft_tool_catalog.registry import ToolInvocation, ToolRegistry
 from weft_tools.mcp_calls import McpCaller
-from weft_tools.mcp_client import list_server_tools, tool_def
 from weft_tools.mcp_directory import HttpMcpDirectory
-from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.mcp_tools import mcp_tools
-from weft_tools.registry import ToolInvocation, ToolRegistry
-from weft_tools.safe_http import AddressPolicy, tls_context
 
 
 async def weft_path(url: str, calls: int, turns: int) -> tuple[list[float], list[float]]:

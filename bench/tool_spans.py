@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+from weft_tool_catalog import ToolOutcome
 from weft_tool_exec.tracing import WorkerTracer
-from weft_tools import ToolOutcome
 
 CALL = ToolCallRequested(
     tenant_id="t", session_id="s", request_id="r",

@@ -23,6 +23,7 @@ from weft_contracts import (
     ToolContext,
     Topic,
 )
+from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.session_lock import SessionLock
@@ -34,8 +35,7 @@ from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
 from weft_sandbox.workspace_budget import RedisLedger, WorkspaceBudget
 from weft_storage.agent_config.skills import SkillStore
-from weft_tools.sandbox_specs import SANDBOX_SPECS
-from weft_tools.web_snapshots import MemorySnapshotStore
+from weft_tool_catalog.sandbox_specs import SANDBOX_SPECS
 
 TOOLS = sorted(s.name for s in SANDBOX_SPECS)
 WORKSPACE_BYTES = 8 * MIB

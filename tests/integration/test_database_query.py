@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_contracts import ToolContext
 from weft_storage.knowledge.store import KnowledgeStore
-from weft_tools import ToolInvocation, ToolRegistry
+from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.database_query import DatabaseQueryTool, QueryLimits
 
 

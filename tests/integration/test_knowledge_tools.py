@@ -18,15 +18,15 @@ from openpyxl import Workbook
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from weft_contracts import ToolContext
+from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_scripted_llm.embeddings import embed_text
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
-from weft_tools import ToolInvocation, ToolRegistry
+from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
 from weft_tools.ingestion import DocumentIngestor
-from weft_tools.web_snapshots import MemorySnapshotStore
 
 
 class ScriptedEmbedder:

@@ -12,17 +12,17 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from weft_contracts.mcp import McpConnection
-from weft_testkit import mcp_servers as kit
-from weft_tools.mcp_client import McpAuthorizationNeeded, list_server_tools, mcp_session
-from weft_tools.mcp_http import McpHttpClientFactory, pinned_client_factory
-from weft_tools.mcp_oauth import (
+from weft_mcp_client.oauth import (
     authorization_url,
     discover_client,
     exchange_code,
     pkce_pair,
     refresh,
 )
-from weft_tools.safe_http import AddressPolicy
+from weft_mcp_client.safe_http import AddressPolicy
+from weft_mcp_client.session import McpAuthorizationNeeded, list_server_tools, mcp_session
+from weft_mcp_client.transport import McpHttpClientFactory, pinned_client_factory
+from weft_testkit import mcp_servers as kit
 
 LOOPBACK = AddressPolicy(allowed_networks=(ip_network("127.0.0.0/8"),))
 

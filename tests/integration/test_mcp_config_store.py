@@ -27,9 +27,9 @@ from weft_agent_config.mcp.store import McpStore, StoredTool, new_server_id
 from weft_agent_config.resolver import AgentResolver
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
+from weft_mcp_client.safe_http import AddressPolicy
 from weft_storage.agent_config.models_mcp import McpServer
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
-from weft_tools.safe_http import AddressPolicy
 
 from tests.db_fixtures import _migrated, fresh_database
 

@@ -28,15 +28,15 @@ from weft_contracts.mcp import (
     McpServerCatalog,
     McpToolDef,
 )
+from weft_mcp_client.safe_http import AddressPolicy
+from weft_mcp_client.session import list_server_tools, tool_def
+from weft_mcp_client.transport import pinned_client_factory
 from weft_testkit import mcp_servers as kit
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, ToolRegistry
 from weft_tools.mcp_calls import McpCaller
-from weft_tools.mcp_client import list_server_tools, tool_def
 from weft_tools.mcp_directory import HttpMcpDirectory
-from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.mcp_tools import mcp_tools
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolRegistry
-from weft_tools.safe_http import AddressPolicy
 
 FACTORY = pinned_client_factory(AddressPolicy(allowed_networks=(ip_network("127.0.0.0/8"),)))
 SECRET = "header-secret-7f3a"

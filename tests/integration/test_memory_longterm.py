@@ -22,8 +22,8 @@ from weft_memory.memory_api import memory_router
 from weft_storage.memory.models import Message
 from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, Reply, answer, queued
+from weft_tool_catalog.registry import ToolInvocation
 from weft_tools.memory_tools import MemoryServiceClient, memory_tools
-from weft_tools.registry import ToolInvocation
 
 
 @pytest.fixture

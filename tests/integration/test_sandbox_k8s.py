@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext, Topic
+from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.k8s_backend import KubernetesBackend, PodUnavailable
 from weft_sandbox.k8s_pod import LAST_USED, pod_name
@@ -32,7 +33,6 @@ from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import Workspace, WorkspacePool
 from weft_storage.agent_config.skills import SkillStore
-from weft_tools.web_snapshots import MemorySnapshotStore
 
 from tests.integration.sandbox_kit import TOOLS
 from tests.k8s_admission import SandboxAdmission

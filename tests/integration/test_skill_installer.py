@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_agent_config.tool_policy import runtime_tools
 from weft_storage.agent_config.skill_packages import package_from_zip
 from weft_storage.agent_config.skills import SkillStore
-from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
+from weft_tool_catalog.sandbox_specs import SKILL_INSTALLER_AGENT
 
 from tests.integration.sandbox_kit import DECOY, SENTINEL, Sandbox, decoy, open_sandbox
 from tests.skill_kit import GREETER_SCRIPT, greeter_zip, skill_md

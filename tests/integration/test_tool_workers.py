@@ -19,9 +19,9 @@ import pytest
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 from weft_platform.runtime import ServiceRuntime
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 from weft_tool_exec.ledger import CallLedger
 from weft_tool_exec.worker import ToolWorker
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 
 from tests.integration.kafka_helpers import service_runtime
 

@@ -12,7 +12,7 @@ import json
 import duckdb
 import pytest
 from weft_contracts import ToolContext
-from weft_tools import ToolInvocation, ToolRegistry
+from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.data_tools import DataAnalysisTool, DatasetFile
 from weft_tools.duckdb_workspace import DuckDBWorkspace
 

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_contracts import ToolContext
 from weft_storage.base import Base
 from weft_storage.knowledge.store import KnowledgeStore
-from weft_tools import ToolInvocation, ToolRegistry
+from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.database_query import (
     DatabaseQueryTool,
     QueryLimits,

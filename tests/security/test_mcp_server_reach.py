@@ -21,11 +21,11 @@ from weft_contracts.mcp import (
     McpConnection,
     dynamic_tool_name,
 )
+from weft_mcp_client.safe_http import AddressPolicy, BlockedAddress
+from weft_mcp_client.session import McpUnavailable, list_server_tools, tool_def
+from weft_mcp_client.transport import check_server_url, pinned_client_factory
 from weft_testkit import mcp_servers as kit
-from weft_tools.mcp_client import McpUnavailable, list_server_tools, tool_def
-from weft_tools.mcp_http import check_server_url, pinned_client_factory
-from weft_tools.safe_http import AddressPolicy, BlockedAddress
-from weft_tools.specs import OFFERABLE_SPECS
+from weft_tool_catalog.specs import OFFERABLE_SPECS
 
 LOOPBACK = AddressPolicy(allowed_networks=(ip_network("127.0.0.0/8"),))
 PUBLIC = "93.184.216.34"

@@ -24,7 +24,7 @@ from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 from weft_llm.model import MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_NAME_CHARS
 from weft_testkit import LocalStack, chat_requests, infra_env, read_turn
 from weft_testkit.credentials import signed
-from weft_tools.specs import BUILTIN_SPECS
+from weft_tool_catalog.specs import BUILTIN_SPECS
 
 from tests.integration.kafka_helpers import kafka_access, records_so_far, records_until
 

@@ -31,7 +31,7 @@ from weft_agent_config.sharing import (
 from weft_agent_config.sharing_api import capability_view
 from weft_contracts import KnowledgeBaseInfo
 from weft_llm import wire_reasoning_effort
-from weft_tools.capabilities import KBCapability
+from weft_tool_catalog.capabilities import KBCapability
 
 MODELS = ModelCapabilities.load()
 
@@ -218,8 +218,8 @@ def test_shared_agent_knowledge_tools_read_the_owner_tenant() -> None:  # SPEC E
     from datetime import UTC, datetime
 
     from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
+    from weft_tool_catalog.specs import BUILTIN_SPECS
     from weft_tool_exec.worker import invocation_tenant
-    from weft_tools.specs import BUILTIN_SPECS
 
     specs = {s.name: s for s in BUILTIN_SPECS}
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from weft_contracts import Grant, cap_access, decide, grant_covers
-from weft_tools.specs import OFFERABLE_SPECS, always_asks, risk_of
+from weft_tool_catalog.specs import OFFERABLE_SPECS, always_asks, risk_of
 
 MATRIX = {
     # level: (read, probe, write, destructive)
@@ -89,12 +89,12 @@ def test_the_documented_risk_table_is_the_code_table() -> None:
     """docs/approvals.md lists every built-in's risk class as the specs say."""
     from pathlib import Path
 
-    from weft_tools.specs import risk_table
+    from weft_tool_catalog.specs import risk_table
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "approvals.md").read_text()
     start = doc.index("<!-- risk-table:start -->\n") + len("<!-- risk-table:start -->\n")
     end = doc.index("\n<!-- risk-table:end -->")
-    assert doc[start:end] == risk_table(), "regenerate: weft_tools.specs.risk_table()"
+    assert doc[start:end] == risk_table(), "regenerate: weft_tool_catalog.specs.risk_table()"
 
 
 def test_a_grant_with_resources_covers_only_calls_that_stay_within_them() -> None:

@@ -8,7 +8,7 @@ import json
 import pytest
 from openpyxl import Workbook
 from weft_contracts import ToolContext
-from weft_tools import ToolInvocation, ToolRegistry
+from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.data_tools import DataAnalysisTool, DataSchemaTool, DatasetFile
 from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.tabular import SHEET_COLUMN, normalise_columns

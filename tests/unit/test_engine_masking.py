@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from weft_engine import masking
 from weft_engine.masking import MASKED, masked_arguments
-from weft_tools.registry import ToolSpec
+from weft_tool_catalog.registry import ToolSpec
 
 SQL = "SELECT title FROM documents WHERE title = 'Q3 salaries' AND id > 42"
 

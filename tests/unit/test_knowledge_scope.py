@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from weft_contracts import ToolContext
+from weft_tool_catalog.registry import ToolInvocation
 from weft_tools.aliases import MemoryAliasBook
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
-from weft_tools.registry import ToolInvocation
 
 
 def _call(kbs: list[str], *, tenant: str = "t1", session: str = "s1") -> ToolInvocation:

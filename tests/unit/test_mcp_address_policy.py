@@ -5,8 +5,8 @@ from __future__ import annotations
 from ipaddress import ip_network
 
 import pytest
-from weft_tools.mcp_http import check_server_url
-from weft_tools.safe_http import AddressPolicy, BlockedAddress
+from weft_mcp_client.safe_http import AddressPolicy, BlockedAddress
+from weft_mcp_client.transport import check_server_url
 
 
 def resolver_of(answers: dict[str, list[str]]):  # type: ignore[no-untyped-def]

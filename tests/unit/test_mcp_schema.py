@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from weft_contracts.mcp import McpToolHints
-from weft_tools.mcp_client import ListedTool, tool_def
-from weft_tools.mcp_schema import name_problem, schema_problem
+from weft_mcp_client.schema import name_problem, schema_problem
+from weft_mcp_client.session import ListedTool, tool_def
 
 
 @pytest.mark.parametrize(

@@ -105,8 +105,8 @@ async def test_an_authorisation_link_lives_as_long_as_the_turn_waits() -> None: 
 
     from weft_agent_config.mcp.oauth_flow import OAuthFlow
     from weft_agent_config.mcp.oauth_store import PendingState
+    from weft_mcp_client.oauth import OAuthClient
     from weft_storage.agent_config.models_mcp import McpServer
-    from weft_tools.mcp_oauth import OAuthClient
 
     stored: list[datetime] = []
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from weft_tools.specs import SEARCH_CONVERSATIONS, SEARCH_MEMORY, definitions_for, spec_by_name
+from weft_tool_catalog.specs import (
+    SEARCH_CONVERSATIONS,
+    SEARCH_MEMORY,
+    definitions_for,
+    spec_by_name,
+)
 
 
 def test_limits_follow_the_spec() -> None:

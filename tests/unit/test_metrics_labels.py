@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from weft_platform.http_metrics import HttpMetrics
 from weft_platform.metrics import OTHER, BoundedLabel
-from weft_tools import ToolRegistry
+from weft_tool_catalog import ToolRegistry
 
 
 def test_tenant_label_is_empty_unless_enabled() -> None:

@@ -14,8 +14,8 @@ from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 from weft_engine.act import _keyed
 from weft_sandbox.tools import EditRejected, apply_edits
 from weft_sandbox.workspace import PathRefused, Workspace, workspace_key
-from weft_tools.sandbox_specs import SandboxEdit
-from weft_tools.specs import SANDBOX_TOOLS, definitions_for
+from weft_tool_catalog.sandbox_specs import SandboxEdit
+from weft_tool_catalog.specs import SANDBOX_TOOLS, definitions_for
 
 
 def _edit(old: str, new: str, replace_all: bool = False) -> SandboxEdit:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from weft_contracts import ToolContext
+from weft_tool_catalog.sql_guard import UnsafeQuery
 from weft_tools.database_query import knowledge_scope, scoped_sql
-from weft_tools.sql_guard import UnsafeQuery
 
 RESERVED = frozenset({"api_keys", "agents", "sessions", "messages", "document_files"})
 

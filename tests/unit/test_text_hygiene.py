@@ -28,8 +28,8 @@ from weft_contracts.text import clean_json, clean_text, find_unstorable
 from weft_contracts.tools import ToolCallCompletedData
 from weft_llm.openai_model import _absorb, _Accumulator
 from weft_platform.request_text import refuse_unstorable_text
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 from weft_tool_exec.worker import ToolWorker
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 
 NUL_JSON = '"a\\u0000b"'
 SURROGATE_JSON = '"a\\ud800b"'

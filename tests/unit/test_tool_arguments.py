@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 from weft_contracts import ToolContext
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
-from weft_tools.arguments import ToolArguments, arguments_schema
-from weft_tools.specs import BUILTIN_SPECS, MCP_SPECS, definitions_for
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
+from weft_tool_catalog.arguments import ToolArguments, arguments_schema
+from weft_tool_catalog.specs import BUILTIN_SPECS, MCP_SPECS, definitions_for
 
 HANDWRITTEN = Path(__file__).parent / "data" / "tool_parameters_handwritten.json"
 """The built-in tools' parameters as they were written by hand before the argument models."""
@@ -48,7 +48,7 @@ def test_every_builtin_schema_says_what_the_handwritten_one_said() -> None:
 
 _DEFINITIONS_PROBE = """
 import json
-from weft_tools.specs import BUILTIN_SPECS, definitions_for
+from weft_tool_catalog.specs import BUILTIN_SPECS, definitions_for
 print(json.dumps(definitions_for([s.name for s in BUILTIN_SPECS])))
 """
 

@@ -19,8 +19,8 @@ from weft_contracts import (
 )
 from weft_engine.state import PendingCall, TurnState
 from weft_engine.tracing import TurnTracer, build_provider
+from weft_tool_catalog import ToolOutcome
 from weft_tool_exec.tracing import WorkerTracer, provider_from_settings
-from weft_tools import ToolOutcome
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 

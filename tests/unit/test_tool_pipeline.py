@@ -7,10 +7,10 @@ import json
 
 import pytest
 from weft_contracts import ToolContext
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
-from weft_tools.capabilities import DOCUMENT_READER, RETRIEVAL, KBCapability
-from weft_tools.casting import cast_arguments
-from weft_tools.catalog import tool_catalog
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
+from weft_tool_catalog.capabilities import DOCUMENT_READER, RETRIEVAL, KBCapability
+from weft_tool_catalog.casting import cast_arguments
+from weft_tool_catalog.catalog import tool_catalog
 from weft_tools.knowledge_tools import omitted_marker
 from weft_tools.planning_tools import ThinkingTool, TodoWriteTool
 from weft_tools.ranking import Candidate, LexicalReranker, dedupe, mmr, rerank, rrf

@@ -25,12 +25,12 @@ from weft_engine.act import dispatch_messages, plan_calls
 from weft_engine.quick_answer import retrieval_calls
 from weft_engine.state import TurnState
 from weft_llm import ToolCallRequest
+from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import NO_SANDBOX, SandboxWorker
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
+from weft_tool_catalog.specs import BUILTIN_SPECS, definitions_for, offered_tools
 from weft_tool_exec.worker import ToolWorker
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
-from weft_tools.specs import BUILTIN_SPECS, definitions_for, offered_tools
-from weft_tools.web_snapshots import MemorySnapshotStore
 
 KNOWLEDGE_TOOLS = ["search_knowledge", "read_document", "list_documents"]
 HOSTILE = {

@@ -6,8 +6,8 @@ import json
 
 import pytest
 from weft_contracts import ToolContext
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec, truncate_output
-from weft_tools.registry import TRUNCATION_MARKER
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec, truncate_output
+from weft_tool_catalog.registry import TRUNCATION_MARKER
 
 
 class EchoTool:

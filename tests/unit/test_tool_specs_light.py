@@ -1,6 +1,6 @@
 """The engine and agent-config see the built-in tools through their specs alone.
 
-``weft_tools.specs`` holds what the model is told about each tool; the implementations
+``weft_tool_catalog.specs`` holds what the model is told about each tool; the implementations
 (and pypdf, openpyxl, bs4, duckdb, numpy, sqlglot behind them) stay in tool-exec. The
 specs advertised must be exactly the ones the registry executes (SPEC T-01).
 """
@@ -13,15 +13,16 @@ import sys
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.store import KnowledgeStore
-from weft_tools import database_query, sql_masking
+from weft_tool_catalog import sql_masking
+from weft_tool_catalog.specs import BUILTIN_SPECS, definitions_for, spec_by_name
+from weft_tools import database_query
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
-from weft_tools.specs import BUILTIN_SPECS, definitions_for, spec_by_name
-from weft_tools.web_snapshots import MemorySnapshotStore
 
-HEAVY = ("pypdf", "openpyxl", "bs4", "duckdb", "numpy", "sqlglot")
+HEAVY = ("pypdf", "openpyxl", "bs4", "duckdb", "numpy", "sqlglot", "weft_tools")
 
 _PROBE = f"""
 import json, sys
@@ -39,7 +40,7 @@ def test_engine_and_agent_config_import_no_tool_implementation() -> None:
 
 _PREPARE_PROBE = """
 import asyncio, json, sys, threading
-from weft_tools import sql_masking
+from weft_tool_catalog import sql_masking
 from weft_engine.masking import masked_arguments, prepare_masking
 on_main_thread = []
 real_load = sql_masking.load

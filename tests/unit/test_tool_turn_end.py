@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from weft_contracts import CompleteData, CompleteEvent, ThoughtData, ThoughtEvent, TurnStatus
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 from weft_tool_exec.turn_end import TurnEndCleaner, TurnEnded, turn_ended
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
 from weft_tools.duckdb_workspace import DuckDBWorkspace
 from weft_tools.tabular import Table
 

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from weft_contracts import ToolContext
-from weft_tools import ToolInvocation, ToolRegistry
-from weft_tools.safe_http import AddressPolicy, BlockedAddress, SafeHttpClient
+from weft_mcp_client.safe_http import AddressPolicy, BlockedAddress, SafeHttpClient
+from weft_platform.web_snapshots import MemorySnapshotStore
+from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.web_fetch import WebFetchTool
-from weft_tools.web_snapshots import MemorySnapshotStore
 
 ARTICLE = (
     "<html><head><script>evil()</script></head><body><h1>Title</h1><p>"

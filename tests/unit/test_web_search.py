@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 from weft_contracts import ToolContext
+from weft_mcp_client.safe_http import AddressPolicy, SafeHttpClient
 from weft_testkit.fake_search import FakeBraveSearch
-from weft_tools import ToolInvocation, ToolOutcome, ToolRegistry
-from weft_tools.safe_http import AddressPolicy, SafeHttpClient
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolRegistry
 from weft_tools.web_search import NOT_CONFIGURED, BraveSearchProvider, WebSearchTool
 
 KEY = "fake-brave-key"

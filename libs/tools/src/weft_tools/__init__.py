@@ -1,26 +1,7 @@
-"""The tool registry shared by tool-exec (execution), the engine (definitions) and
-agent-config (catalog), and the built-in tools."""
+"""The built-in tools' implementations, run by tool-exec alone.
 
-from weft_tools.registry import (
-    Refused,
-    TimedOut,
-    Tool,
-    ToolInvocation,
-    ToolOutcome,
-    ToolRegistry,
-    ToolSpec,
-    outcome_label,
-    truncate_output,
-)
-
-__all__ = [
-    "Refused",
-    "TimedOut",
-    "Tool",
-    "ToolInvocation",
-    "ToolOutcome",
-    "ToolRegistry",
-    "ToolSpec",
-    "outcome_label",
-    "truncate_output",
-]
+What each tool is (spec, arguments, schema, risk, capabilities) and the registry that runs
+them live in :mod:`weft_tool_catalog`, which the engine and agent-config import instead of
+this package: the implementations pull in SQLAlchemy, DuckDB, pypdf, openpyxl, numpy and
+HTTP clients. ``make lint`` (import-linter) keeps every other service out of here.
+"""

@@ -1,6 +1,6 @@
 """The registry with Weft's built-in tools, ready to execute (tool-exec).
 
-Their specs alone (what the engine and agent-config need) are in :mod:`weft_tools.specs`,
+Their specs alone (what the engine and agent-config need) are in :mod:`weft_tool_catalog.specs`,
 which imports none of the implementations.
 """
 
@@ -9,9 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_mcp_client.safe_http import AddressPolicy, SafeHttpClient
+from weft_mcp_client.transport import pinned_client_factory
+from weft_platform.web_snapshots import SnapshotStore
 from weft_storage.base import Base
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.store import KnowledgeStore
+from weft_tool_catalog.registry import ToolRegistry
 
 from weft_tools.aliases import AliasBook
 from weft_tools.data_tools import DataAnalysisTool, DataSchemaTool, DatasetFile
@@ -25,17 +29,13 @@ from weft_tools.knowledge_search import KnowledgeSearch
 from weft_tools.knowledge_tools import SearchKnowledgeTool
 from weft_tools.mcp_calls import McpCaller
 from weft_tools.mcp_directory import HttpMcpDirectory
-from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.mcp_tools import mcp_tools
 from weft_tools.memory_tools import MemoryServiceClient, memory_tools
 from weft_tools.planning_tools import ThinkingTool, TodoWriteTool
 from weft_tools.ranking import Reranker
-from weft_tools.registry import ToolRegistry
-from weft_tools.safe_http import AddressPolicy, SafeHttpClient
 from weft_tools.web_fetch import WebFetchTool
 from weft_tools.web_search import SearchProvider, WebSearchTool
-from weft_tools.web_snapshots import SnapshotStore
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,11 +14,16 @@ from typing import Any, Protocol
 
 import duckdb
 from sqlglot import exp
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tool_catalog.specs import (
+    DATA_ANALYSIS,
+    DATA_SCHEMA,
+    DataAnalysisArguments,
+    DataSchemaArguments,
+)
+from weft_tool_catalog.sql_guard import UnsafeQuery, function_name, parse_select, table_names
 
 from weft_tools.duckdb_workspace import DuckDBWorkspace
-from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import DATA_ANALYSIS, DATA_SCHEMA, DataAnalysisArguments, DataSchemaArguments
-from weft_tools.sql_guard import UnsafeQuery, function_name, parse_select, table_names
 from weft_tools.tabular import EmptyDataset, read_table
 
 DATASET_VIEW = "dataset"

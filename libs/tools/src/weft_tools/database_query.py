@@ -1,7 +1,7 @@
 """``database_query`` (SPEC T-11): a read-only SELECT over whitelisted tables of the caller's
 tenant, in two layers.
 
-1. The parse tree (:mod:`weft_tools.sql_guard`): one SELECT, functions from an allowlist,
+1. The parse tree (:mod:`weft_tool_catalog.sql_guard`): one SELECT, functions from an allowlist,
    tables from the whitelist, no CTE named like a table; each table reference is pointed
    at the view of the same name in schema ``weft_sql``.
 2. PostgreSQL (migration ``0007_sql_reader``): the query runs as role ``weft_sql_reader``,
@@ -23,10 +23,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlglot import exp
 from weft_contracts import ToolContext
-
-from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import DATABASE_QUERY, DatabaseQueryArguments
-from weft_tools.sql_guard import (
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tool_catalog.specs import DATABASE_QUERY, DatabaseQueryArguments
+from weft_tool_catalog.sql_guard import (
     ANALYTICS_FUNCTIONS,
     UnsafeQuery,
     check_cte_names,
@@ -35,7 +34,7 @@ from weft_tools.sql_guard import (
     parse_select,
     table_names,
 )
-from weft_tools.sql_masking import mask_sql
+from weft_tool_catalog.sql_masking import mask_sql
 
 READER_ROLE = "weft_sql_reader"
 VIEW_SCHEMA = "weft_sql"

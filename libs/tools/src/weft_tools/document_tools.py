@@ -6,15 +6,15 @@ import re
 from typing import Any
 
 from weft_storage.knowledge.documents import ChunkRow, DocumentInfo, DocumentReader
-
-from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
-from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import (
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tool_catalog.specs import (
     LIST_DOCUMENTS,
     READ_DOCUMENT,
     ListDocumentsArguments,
     ReadDocumentArguments,
 )
+
+from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
 
 MAX_HITS = 20
 MAX_SCAN_CHUNKS = 5000

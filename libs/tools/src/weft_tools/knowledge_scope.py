@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from weft_tool_catalog.registry import ToolInvocation
+
 from weft_tools.aliases import AliasBook
-from weft_tools.registry import ToolInvocation
 
 
 class OutOfScope(LookupError):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tool_catalog.specs import SEARCH_KNOWLEDGE, SearchKnowledgeArguments
+
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
 from weft_tools.knowledge_search import KnowledgeSearch, NoIndexInScope, SearchReport
 from weft_tools.ranking import Candidate, terms
-from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import SEARCH_KNOWLEDGE, SearchKnowledgeArguments
 
 
 def omitted_marker(count: int) -> str:

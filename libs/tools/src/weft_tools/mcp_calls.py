@@ -25,12 +25,12 @@ from weft_contracts.mcp import (
     McpToolDef,
 )
 from weft_contracts.tools import SHOWN_NAME_CHARS
+from weft_mcp_client.session import McpAuthorizationNeeded, McpUnavailable
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, truncate_output
 
-from weft_tools.mcp_client import McpAuthorizationNeeded, McpUnavailable
 from weft_tools.mcp_directory import McpDirectory, McpDirectoryError
 from weft_tools.mcp_pool import McpSessionPool, TurnKey
 from weft_tools.mcp_results import outcome_of
-from weft_tools.registry import ToolInvocation, ToolOutcome, truncate_output
 
 MAX_KEPT_CATALOGS = 1000
 """Turns whose catalog one worker keeps at once (the oldest go first)."""

@@ -20,8 +20,7 @@ from weft_contracts.mcp import (
     McpCatalog,
     McpConnection,
 )
-
-from weft_tools.safe_http import tls_context
+from weft_mcp_client.safe_http import tls_context
 
 DEFAULT_AGENT_CONFIG_URL = "http://127.0.0.1:8081"
 

@@ -19,9 +19,8 @@ from typing import TypeVar
 import anyio
 from mcp import ClientSession
 from weft_contracts.mcp import McpConnection
-
-from weft_tools.mcp_client import McpUnavailable, mcp_session
-from weft_tools.mcp_http import McpHttpClientFactory
+from weft_mcp_client.session import McpUnavailable, mcp_session
+from weft_mcp_client.transport import McpHttpClientFactory
 
 T = TypeVar("T")
 

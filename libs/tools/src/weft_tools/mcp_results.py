@@ -14,8 +14,7 @@ import binascii
 from typing import Any
 
 from mcp import types
-
-from weft_tools.registry import ToolOutcome, dumps
+from weft_tool_catalog.registry import ToolOutcome, dumps
 
 MAX_IMAGE_BYTES = 1_000_000
 MAX_IMAGES = 4

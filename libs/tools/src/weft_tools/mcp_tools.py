@@ -11,11 +11,8 @@ import base64
 from typing import Any
 
 from weft_contracts.mcp import PUBLISHED_KEY, McpCatalog, McpServerCatalog, McpToolDef
-
-from weft_tools.mcp_calls import McpCaller, Resolved, turn_servers
-from weft_tools.mcp_directory import McpDirectoryError
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
-from weft_tools.specs import (
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tool_catalog.specs import (
     CALL_MCP_TOOL,
     DISCOVER_MCP_TOOLS,
     MCP_DYNAMIC_PREFIX,
@@ -23,6 +20,9 @@ from weft_tools.specs import (
     DiscoverMcpToolsArguments,
     McpDiscoveryMode,
 )
+
+from weft_tools.mcp_calls import McpCaller, Resolved, turn_servers
+from weft_tools.mcp_directory import McpDirectoryError
 
 NO_SERVERS = "this agent has no MCP servers"
 

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
-
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
-from weft_tools.safe_http import tls_context
-from weft_tools.specs import (
+from weft_mcp_client.safe_http import tls_context
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
+from weft_tool_catalog.specs import (
     SEARCH_CONVERSATIONS,
     SEARCH_MEMORY,
     RecallArguments,

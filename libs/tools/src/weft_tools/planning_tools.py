@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.specs import THINKING, TODO_WRITE, ThinkingArguments, TodoWriteArguments
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tool_catalog.specs import THINKING, TODO_WRITE, ThinkingArguments, TodoWriteArguments
 
 _MAX_TURNS = 1024  # bound on remembered turns per worker (invariant 6)
 

@@ -11,8 +11,7 @@ from typing import Protocol
 
 import httpx
 import snowballstemmer
-
-from weft_tools.safe_http import tls_context
+from weft_mcp_client.safe_http import tls_context
 
 RRF_K = 60
 RERANK_THRESHOLD = 0.3

@@ -19,11 +19,10 @@ import httpx
 import structlog
 from bs4 import BeautifulSoup
 from markdownify import MarkdownConverter
-
-from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.safe_http import BlockedAddress, FetchedPage, SafeHttpClient
-from weft_tools.specs import WEB_FETCH, WEB_FETCH_CHAR_BUDGET, FetchItem, WebFetchArguments
-from weft_tools.web_snapshots import SnapshotStore
+from weft_mcp_client.safe_http import BlockedAddress, FetchedPage, SafeHttpClient
+from weft_platform.web_snapshots import SnapshotStore
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tool_catalog.specs import WEB_FETCH, WEB_FETCH_CHAR_BUDGET, FetchItem, WebFetchArguments
 
 log = structlog.get_logger(__name__)
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
+from weft_mcp_client.safe_http import BlockedAddress, SafeHttpClient, tls_context
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
+from weft_tool_catalog.specs import WEB_SEARCH, WEB_SEARCH_MAX_COUNT, WebSearchArguments
 
-from weft_tools.registry import ToolInvocation, ToolOutcome, dumps
-from weft_tools.safe_http import BlockedAddress, SafeHttpClient, tls_context
-from weft_tools.specs import WEB_SEARCH, WEB_SEARCH_MAX_COUNT, WebSearchArguments
 from weft_tools.web_fetch import page_text
 
 CONTENT_PAGES = 3

@@ -17,8 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import KnowledgeBaseInfo
 from weft_storage.knowledge.models import KnowledgeBase
-from weft_tools.capabilities import KBCapability, ToolRequirement
-from weft_tools.catalog import tool_catalog
+from weft_tool_catalog.capabilities import KBCapability, ToolRequirement
+from weft_tool_catalog.catalog import tool_catalog
 
 DOCUMENT_KB = frozenset({KBCapability.VECTOR, KBCapability.KEYWORD})
 

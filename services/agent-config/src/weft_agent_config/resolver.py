@@ -17,7 +17,7 @@ from weft_contracts import (
 )
 from weft_contracts.mcp import DEFAULT_AUTH_WAIT_S, McpServerRef
 from weft_storage.agent_config.skills import SkillStore
-from weft_tools.sandbox_specs import SKILL_INSTALLER_AGENT
+from weft_tool_catalog.sandbox_specs import SKILL_INSTALLER_AGENT
 
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import (

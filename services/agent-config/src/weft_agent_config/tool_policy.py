@@ -8,13 +8,13 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from weft_tools.catalog import (
+from weft_tool_catalog.catalog import (
     DEFAULT_ALLOWED_TOOLS,
     LEGACY_TOOL_NAMES,
     MANAGED_ELSEWHERE,
     tool_catalog,
 )
-from weft_tools.sandbox_specs import INSTALLER_TOOLS, SCRIPT_TOOLS
+from weft_tool_catalog.sandbox_specs import INSTALLER_TOOLS, SCRIPT_TOOLS
 
 KNOWLEDGE_TOOLS: frozenset[str] = frozenset(
     {"search_knowledge", "read_document", "list_documents", "data_schema", "data_analysis"}

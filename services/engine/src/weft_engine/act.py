@@ -46,7 +46,7 @@ from weft_contracts import (
 from weft_contracts.text import clean_json
 from weft_llm import LLMResponse, ToolCallRequest
 from weft_platform.bus import EventBus
-from weft_tools.specs import SANDBOX_TOOLS, spec_by_name
+from weft_tool_catalog.specs import SANDBOX_TOOLS, spec_by_name
 
 from weft_engine.approvals import (
     ApprovalGate,

@@ -52,7 +52,7 @@ from weft_contracts import (
 )
 from weft_platform.credentials import RECORDS, CredentialRejected, CredentialVerifier
 from weft_platform.record_credentials import record_scope
-from weft_tools.specs import argument_problems
+from weft_tool_catalog.specs import argument_problems
 
 from weft_engine.masking import masked_arguments
 from weft_engine.state import CallApproval, PendingCall, StaleTurnState, TurnState, TurnStore

@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from weft_tools import sql_masking
-from weft_tools.specs import spec_by_name
-from weft_tools.sql_masking import mask_sql
+from weft_tool_catalog import sql_masking
+from weft_tool_catalog.specs import spec_by_name
+from weft_tool_catalog.sql_masking import mask_sql
 
 MASKED = "***"
 

@@ -26,7 +26,7 @@ import json
 import structlog
 from weft_contracts import AgentConfig
 from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest, LLMResponse, ToolCallRequest
-from weft_tools.specs import WEB_SEARCH_MAX_COUNT
+from weft_tool_catalog.specs import WEB_SEARCH_MAX_COUNT
 
 from weft_engine.act import ToolRound
 from weft_engine.metering import TurnMeter

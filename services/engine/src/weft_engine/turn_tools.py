@@ -24,8 +24,14 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 from weft_contracts import PUBLISHED_KEY, AgentConfig, McpToolDef, RiskClass
-from weft_tools.registry import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
-from weft_tools.specs import OFFERABLE_SPECS, always_asks, definitions_for, offered_tools, risk_of
+from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, ToolRegistry, ToolSpec
+from weft_tool_catalog.specs import (
+    OFFERABLE_SPECS,
+    always_asks,
+    definitions_for,
+    offered_tools,
+    risk_of,
+)
 
 log = structlog.get_logger(__name__)
 

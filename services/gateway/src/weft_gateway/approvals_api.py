@@ -26,7 +26,7 @@ from weft_contracts import ApprovalDecided, ApprovalDecidedData, Topic
 from weft_contracts.approvals import Decision, GrantScope, RememberScope
 from weft_platform.bus import EventBus
 from weft_platform.credentials import TURN_AUDIENCE, CredentialSigner
-from weft_tools.specs import argument_problems
+from weft_tool_catalog.specs import argument_problems
 
 from weft_gateway.approvals_client import ApprovalsClient, PromptView
 from weft_gateway.auth import ApiKeyAuth, Principal

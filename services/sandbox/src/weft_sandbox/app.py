@@ -22,9 +22,9 @@ from weft_platform.internal_auth import InternalAuth
 from weft_platform.metrics import SANDBOX_WORKSPACE_BYTES, SANDBOX_WORKSPACES_OPEN
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
+from weft_platform.web_snapshots import RedisSnapshotStore
 from weft_storage.agent_config.skills import SkillStore
 from weft_storage.owner_purge import owner_purge_router
-from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_sandbox.backend import SandboxBackend
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints

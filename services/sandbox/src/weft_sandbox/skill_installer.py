@@ -27,9 +27,9 @@ from weft_storage.agent_config.skill_packages import (
     check_path,
 )
 from weft_storage.agent_config.skills import SkillExists, SkillStore
-from weft_tools import ToolInvocation, ToolOutcome, ToolSpec
-from weft_tools.registry import ToolRegistry
-from weft_tools.sandbox_specs import (
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolSpec
+from weft_tool_catalog.registry import ToolRegistry
+from weft_tool_catalog.sandbox_specs import (
     EDIT_SKILL_FILE,
     SKILL_DRAFT,
     SKILL_INSTALLER_AGENT,

@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from weft_tools import ToolInvocation, ToolOutcome, ToolSpec
-from weft_tools.registry import ToolRegistry
-from weft_tools.sandbox_specs import (
+from weft_platform.web_snapshots import SnapshotStore
+from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolSpec
+from weft_tool_catalog.registry import ToolRegistry
+from weft_tool_catalog.sandbox_specs import (
     EDIT_SANDBOX_FILE,
     LIST_SANDBOX_FILES,
     READ_FILE,
@@ -31,7 +32,6 @@ from weft_tools.sandbox_specs import (
     ShellExecArguments,
     WriteSandboxFileArguments,
 )
-from weft_tools.web_snapshots import SnapshotStore
 
 from weft_sandbox.backend import SandboxBackend
 from weft_sandbox.local_backend import Command, CommandResult, check_env

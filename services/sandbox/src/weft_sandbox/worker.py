@@ -28,9 +28,9 @@ from weft_contracts import (
 from weft_contracts.tools import SHOWN_NAME_CHARS
 from weft_platform.bus import EventBus
 from weft_platform.metrics import observe_tool_call
-from weft_tools import Refused, TimedOut, ToolInvocation, ToolOutcome, outcome_label
-from weft_tools.registry import ToolRegistry
-from weft_tools.sandbox_specs import SCRIPT_TOOLS
+from weft_tool_catalog import Refused, TimedOut, ToolInvocation, ToolOutcome, outcome_label
+from weft_tool_catalog.registry import ToolRegistry
+from weft_tool_catalog.sandbox_specs import SCRIPT_TOOLS
 
 from weft_sandbox.checkpoints import GitCheckpoints
 from weft_sandbox.session_lock import SessionLock, WorkspaceBusy

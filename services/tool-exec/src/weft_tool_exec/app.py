@@ -7,6 +7,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 from weft_contracts import Topic
+from weft_mcp_client.safe_http import AddressPolicy, SafeHttpClient
+from weft_mcp_client.transport import pinned_client_factory
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.fair_buffer import ReadAhead
 from weft_platform.fair_consumer import FairConsumer
@@ -14,6 +16,7 @@ from weft_platform.internal_auth import InternalAuth, SystemRoute
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
 from weft_platform.tracing import process_provider, propagation_hooks
+from weft_platform.web_snapshots import RedisSnapshotStore
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
@@ -26,13 +29,10 @@ from weft_tools.embeddings import OpenAIEmbedder
 from weft_tools.ingestion import DocumentIngestor
 from weft_tools.mcp_calls import McpCaller
 from weft_tools.mcp_directory import HttpMcpDirectory
-from weft_tools.mcp_http import pinned_client_factory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.memory_tools import MemoryServiceClient
 from weft_tools.ranking import HttpRerankModel
-from weft_tools.safe_http import AddressPolicy, SafeHttpClient
 from weft_tools.web_search import BraveSearchProvider
-from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tool_exec.ledger import CallLedger

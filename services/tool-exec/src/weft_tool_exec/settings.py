@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pydantic import AliasChoices, Field
+from weft_mcp_client.transport import McpReachSettings
 from weft_platform.settings import ServiceSettings
 from weft_tools.ingestion_limits import IngestionLimits
-from weft_tools.mcp_http import McpReachSettings
 
 
 class ToolExecSettings(ServiceSettings, McpReachSettings):

@@ -20,7 +20,7 @@ from opentelemetry.trace import NonRecordingSpan, Status, StatusCode
 from weft_contracts import ToolCallRequested
 from weft_platform.settings import TracingExporter
 from weft_platform.tracing import build_provider, remote_parent, span_exporter
-from weft_tools import ToolOutcome
+from weft_tool_catalog import ToolOutcome
 
 ERROR_PREVIEW_RUNES = 4000
 

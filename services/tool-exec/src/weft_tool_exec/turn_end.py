@@ -21,7 +21,7 @@ import structlog
 from weft_contracts import CompleteEvent, Topic
 from weft_platform.bus import EventBus
 from weft_platform.tasks import cancel_and_wait
-from weft_tools import ToolRegistry
+from weft_tool_catalog import ToolRegistry
 
 log = structlog.get_logger(__name__)
 

@@ -16,7 +16,7 @@ from weft_contracts import (
 from weft_contracts.tools import SHOWN_NAME_CHARS
 from weft_platform.bus import EventBus
 from weft_platform.metrics import observe_tool_call
-from weft_tools import (
+from weft_tool_catalog import (
     Refused,
     TimedOut,
     ToolInvocation,

@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from weft_contracts.mcp import McpAuthorizationRequired
-from weft_storage.agent_config.models_mcp import McpOAuthClient, McpServer
-from weft_tools.mcp_oauth import (
+from weft_mcp_client.oauth import (
     OAuthClient,
     OAuthError,
     OAuthTokens,
@@ -26,6 +25,7 @@ from weft_tools.mcp_oauth import (
     pkce_pair,
     refresh,
 )
+from weft_storage.agent_config.models_mcp import McpOAuthClient, McpServer
 
 from weft_agent_config.mcp.oauth_store import OAuthStore, PendingState
 from weft_agent_config.mcp.remote import McpRemote

@@ -2,7 +2,7 @@
 (name slug, header names and values), and the views returned (header names, never values).
 
 The URL's own check (scheme, host, addresses against the operator's allowlist) is
-``weft_tools.mcp_http.check_server_url``, run by the service: it needs DNS.
+``weft_mcp_client.transport.check_server_url``, run by the service: it needs DNS.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What agent-config asks of MCP servers and their authorisation servers, always through
-the SSRF-safe pinned client of ``weft_tools.mcp_http`` (every request's host resolved,
+the SSRF-safe pinned client of ``weft_mcp_client.transport`` (every request's host resolved,
 checked against the policy and connected to by its checked address)."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weft_contracts.mcp import McpConnection, McpServerStatus
-from weft_tools.mcp_client import (
+from weft_mcp_client.safe_http import AddressPolicy, BlockedAddress, Resolver, system_resolver
+from weft_mcp_client.session import (
     ListedTool,
     McpAuthorizationNeeded,
     McpUnavailable,
     list_server_tools,
 )
-from weft_tools.mcp_http import check_server_url, pinned_client_factory
-from weft_tools.safe_http import AddressPolicy, BlockedAddress, Resolver, system_resolver
+from weft_mcp_client.transport import check_server_url, pinned_client_factory
 
 from weft_agent_config.mcp.store import StoredTool
 

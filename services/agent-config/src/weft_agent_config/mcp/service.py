@@ -16,8 +16,8 @@ from weft_contracts.mcp import (
     McpToolHints,
     registered_risk,
 )
+from weft_mcp_client.session import ListedTool, tool_def
 from weft_storage.agent_config.models_mcp import McpServer, McpServerTool
-from weft_tools.mcp_client import ListedTool, tool_def
 
 from weft_agent_config.mcp.access import McpAccess
 from weft_agent_config.mcp.oauth_flow import OAuthFlow
@@ -160,7 +160,7 @@ def tool_view(tool: McpServerTool) -> ToolView:
 
 
 def tool_definition(server: McpServer, tool: McpServerTool) -> McpToolDef:
-    """What the catalog says of a stored tool: ``weft_tools.mcp_client.tool_def`` (the
+    """What the catalog says of a stored tool: ``weft_mcp_client.session.tool_def`` (the
     tenant's flags decide the risk, the server's hints are shown only; a refused tool
     keeps its problem and an empty schema)."""
     listed = ListedTool(

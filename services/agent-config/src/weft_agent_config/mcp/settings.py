@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
-from weft_tools.mcp_http import McpReachSettings
+from weft_mcp_client.transport import McpReachSettings
 
 
 class McpSettings(McpReachSettings):

@@ -2,9 +2,9 @@
 
 What the model is told about each tool (name, description, JSON schema) and what the
 engine needs to route and show a call (read_only, sensitive arguments). The engine and
-agent-config import only this module: the implementations (``weft_tools.builtin`` and the
-tool modules) pull in pypdf, openpyxl, bs4, duckdb, numpy and sqlglot, which only
-tool-exec needs. Each tool module takes its spec from here, so the registry executes
+agent-config import this catalog, never the implementations (``weft_tools.builtin`` and
+the tool modules pull in pypdf, openpyxl, bs4, duckdb, numpy and SQLAlchemy, which only
+tool-exec needs). Each tool module takes its spec from here, so the registry executes
 exactly the specs advertised.
 """
 
@@ -17,10 +17,10 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError
 from weft_contracts import RiskClass
 
-from weft_tools.arguments import ToolArguments
-from weft_tools.capabilities import DOCUMENT_READER, RETRIEVAL
-from weft_tools.registry import ToolSpec
-from weft_tools.sandbox_specs import SANDBOX_SPECS
+from weft_tool_catalog.arguments import ToolArguments
+from weft_tool_catalog.capabilities import DOCUMENT_READER, RETRIEVAL
+from weft_tool_catalog.registry import ToolSpec
+from weft_tool_catalog.sandbox_specs import SANDBOX_SPECS
 
 
 class SearchMode(StrEnum):

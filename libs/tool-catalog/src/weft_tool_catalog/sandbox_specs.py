@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from weft_tools.arguments import ToolArguments
-from weft_tools.registry import ToolSpec
+from weft_tool_catalog.arguments import ToolArguments
+from weft_tool_catalog.registry import ToolSpec
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -4,7 +4,7 @@ Every hop (the first URL and each redirect) is resolved once; the request is ref
 any resolved address is not globally routable (private, loopback, link-local - which covers
 cloud metadata at 169.254.169.254 -, CGNAT, multicast, reserved), nor is an IPv6 address
 that carries such an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo: see
-:mod:`weft_tools.embedded_ipv4`). The connection then goes to the checked address itself
+:mod:`weft_mcp_client.embedded_ipv4`). The connection then goes to the checked address itself
 (DNS pinning: the URL's host is replaced by the IP, ``Host`` and TLS SNI keep the name),
 so a second, rebinding DNS answer is never used. Loopback is allowed only through an
 explicit test setting, or an operator's allowlist (:class:`AddressPolicy`:
@@ -24,7 +24,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from weft_tools.embedded_ipv4 import UnknownEmbedding, embedded_ipv4, parse_address
+from weft_mcp_client.embedded_ipv4 import UnknownEmbedding, embedded_ipv4, parse_address
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 

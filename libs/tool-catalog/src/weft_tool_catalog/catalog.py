@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weft_tools.capabilities import ToolRequirement
-from weft_tools.specs import OFFERABLE_SPECS
+from weft_tool_catalog.capabilities import ToolRequirement
+from weft_tool_catalog.specs import OFFERABLE_SPECS
 
 DEFAULT_ALLOWED_TOOLS: tuple[str, ...] = (
     "search_knowledge",

@@ -19,7 +19,7 @@ def loaded() -> bool:
 def load() -> None:
     """Import what :func:`mask_sql` needs (safe in a worker thread: imports are locked)."""
     global _loaded
-    from weft_tools import sql_guard  # noqa: F401  (imports sqlglot)
+    from weft_tool_catalog import sql_guard  # noqa: F401  (imports sqlglot)
 
     _loaded = True
 
@@ -28,7 +28,7 @@ def mask_sql(sql: str) -> str:
     """``sql`` with every literal replaced by ``%s`` (what traces and UI hints show)."""
     from sqlglot import exp
 
-    from weft_tools.sql_guard import UnsafeQuery, parse_select
+    from weft_tool_catalog.sql_guard import UnsafeQuery, parse_select
 
     try:
         tree = parse_select(sql, "postgres")

@@ -23,9 +23,9 @@ from weft_contracts import (
 )
 from weft_contracts.tools import SHOWN_NAME_CHARS
 
-from weft_tools.arguments import ToolArguments, arguments_schema
-from weft_tools.capabilities import NO_REQUIREMENT, ToolRequirement
-from weft_tools.casting import cast_arguments
+from weft_tool_catalog.arguments import ToolArguments, arguments_schema
+from weft_tool_catalog.capabilities import NO_REQUIREMENT, ToolRequirement
+from weft_tool_catalog.casting import cast_arguments
 
 log = structlog.get_logger(__name__)
 

@@ -2,7 +2,7 @@
 (SPEC T-19).
 
 Both transports (streamable HTTP, legacy SSE) get their HTTP client from the pinned
-factory of :mod:`weft_tools.mcp_http`; failures come out as two exceptions the callers
+factory of :mod:`weft_mcp_client.transport`; failures come out as two exceptions the callers
 tell apart: :class:`McpAuthorizationNeeded` (the server answered 401: the user must
 authorise it, SPEC H-06) and :class:`McpUnavailable` (anything else that kept the
 session from working, with a reason a person can read).
@@ -32,9 +32,9 @@ from weft_contracts.mcp import (
 )
 from weft_contracts.text import clean_text
 
-from weft_tools.mcp_http import McpHttpClientFactory
-from weft_tools.mcp_schema import name_problem, schema_problem
-from weft_tools.safe_http import BlockedAddress
+from weft_mcp_client.safe_http import BlockedAddress
+from weft_mcp_client.schema import name_problem, schema_problem
+from weft_mcp_client.transport import McpHttpClientFactory
 
 MAX_LIST_PAGES = 20
 """Pages of ``tools/list`` read at most: a server paging forever is cut off."""

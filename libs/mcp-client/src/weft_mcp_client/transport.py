@@ -20,7 +20,7 @@ from mcp.shared._httpx_utils import McpHttpClientFactory as McpHttpClientFactory
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from weft_tools.safe_http import (
+from weft_mcp_client.safe_http import (
     AddressPolicy,
     BlockedAddress,
     Resolver,

@@ -3,7 +3,7 @@ metadata, RFC 8414 / OIDC authorisation-server metadata), dynamic client registr
 (RFC 7591), the authorisation URL with PKCE S256, code exchange and refresh.
 
 Every request goes through the caller's ``factory`` (the pinned one of
-:mod:`weft_tools.mcp_http`): metadata documents name URLs the server chose, so each is
+:mod:`weft_mcp_client.transport`): metadata documents name URLs the server chose, so each is
 checked like the server's own URL. No redirect is followed.
 """
 
@@ -28,7 +28,7 @@ from mcp.client.auth.utils import (
 from mcp.shared.auth import OAuthMetadata, OAuthToken, ProtectedResourceMetadata
 from pydantic import ValidationError
 
-from weft_tools.mcp_http import McpHttpClientFactory
+from weft_mcp_client.transport import McpHttpClientFactory
 
 OAUTH_TIMEOUT_S = 15.0
 MAX_DOCUMENT_BYTES = 256_000

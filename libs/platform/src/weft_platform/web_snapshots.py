@@ -2,6 +2,8 @@
 
 A snapshot is readable only from the session that fetched it (the key holds tenant and
 session) and expires after ``ttl_s``; an expired one reads as ``snapshot_expired``.
+tool-exec writes them and the sandbox reads them, so the store lives here, next to the
+other Redis helpers both services share, rather than in either one's code.
 """
 
 from __future__ import annotations
