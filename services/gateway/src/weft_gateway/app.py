@@ -31,7 +31,7 @@ from weft_gateway.approvals_client import ApprovalsClient
 from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.budget_gate import BudgetGate
-from weft_gateway.clients import AgentConfigClient, SessionsClient
+from weft_gateway.clients import AgentConfigClient, ServiceClient, SessionsClient
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
 from weft_gateway.files_api import SandboxFilesClient, files_router
@@ -56,6 +56,7 @@ from weft_gateway.tenant_lifecycle import TenantLifecycle
 from weft_gateway.tenant_purge import DataPurger
 from weft_gateway.tenant_registry import TenantRegistry
 from weft_gateway.turn_renewal import TurnRenewal, renewal_router
+from weft_gateway.usage_client import USAGE_SCOPE, UsageReader
 
 PROJECTOR_GROUP = "weft-gateway-projector"
 
@@ -184,7 +185,11 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         credential_ttl_s=s.api_credential_ttl_s,
         end_users=end_users,
     )
-    admin = _admin_services(s, runtime.sessions, redis, tenants)
+    usage = UsageReader(
+        ServiceClient(s.memory_url, "memory", s.internal_timeout_s, retry=retry),
+        lambda: signer.service("memory", [USAGE_SCOPE]),
+    )
+    admin = _admin_services(s, runtime.sessions, redis, tenants, usage)
     gateway = Gateway(
         settings=s,
         bus=runtime.bus,
@@ -253,7 +258,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         on_shutdown=[
             admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
             prompts.aclose,
-            agents.aclose, suggestions.aclose, sandbox.aclose, redis.aclose,
+            agents.aclose, suggestions.aclose, sandbox.aclose, usage.aclose, redis.aclose,
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)
@@ -266,6 +271,7 @@ def _admin_services(
     sessions: async_sessionmaker[AsyncSession],
     redis: Redis,
     tenants: TenantRegistry,
+    usage: UsageReader,
 ) -> AdminServices:
     audit = AuditLog(sessions)
     purger = DataPurger(sessions, redis, prefix=s.topic_prefix)
@@ -276,5 +282,5 @@ def _admin_services(
     )  # fmt: skip
     return AdminServices(
         tenants=tenants, keys=KeyRegistry(sessions), audit=audit, purger=purger,
-        lifecycle=lifecycle, sessions=sessions,
+        lifecycle=lifecycle, sessions=sessions, usage=usage,
     )  # fmt: skip
