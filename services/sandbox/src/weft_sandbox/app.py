@@ -21,12 +21,15 @@ from weft_platform.fair_consumer import FairConsumer
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.metrics import SANDBOX_WORKSPACE_BYTES, SANDBOX_WORKSPACES_OPEN
 from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.session_owner import SessionOwners
 from weft_platform.tenant_slots import TenantSlots
 from weft_storage.agent_config.skills import SkillStore
 from weft_tools.web_snapshots import RedisSnapshotStore
 
 from weft_sandbox.backend import SandboxBackend
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
+from weft_sandbox.checkpoints_api import SYSTEM_ROUTES as CHECKPOINT_ROUTES
+from weft_sandbox.checkpoints_api import checkpoints_router
 from weft_sandbox.files_api import files_router, session_owner
 from weft_sandbox.k8s_backend import KubernetesBackend
 from weft_sandbox.local_backend import LocalBackend
@@ -161,12 +164,15 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     on_startup.append(calls.start)
     on_shutdown.insert(0, calls.stop)  # the calls end before the workspaces go
     files = SessionFiles(host) if host is not None else None
+    owners = SessionOwners(settings.memory_url, settings.internal_timeout_s)
+    on_shutdown.append(owners.aclose)
     return create_service_app(
         runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown,
         routers=[
-            files_router(files, settings.sandbox_attachment_bytes, session_owner(runtime.sessions))
+            files_router(files, settings.sandbox_attachment_bytes, session_owner(owners)),
+            checkpoints_router(runtime.sessions),
         ],
-        internal=InternalAuth(runtime.verifier, "sandbox"),
+        internal=InternalAuth(runtime.verifier, "sandbox", CHECKPOINT_ROUTES),
     )  # fmt: skip
 
 
