@@ -10,7 +10,9 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
+from fastapi import HTTPException
 from redis.asyncio import Redis
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -18,6 +20,7 @@ from weft_memory.fork import fork_session
 from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.rollback import delete_turn, truncate_from
 from weft_memory.workspaces import SandboxWorkspaces
+from weft_platform.retry import RetryWindow
 from weft_storage.memory.models import ChatSession, Message
 from weft_storage.sandbox import checkpoints as workspace_checkpoints
 from weft_storage.sandbox.checkpoints import CheckpointRow
@@ -256,3 +259,51 @@ async def test_a_rollback_numbers_after_a_checkpoint_stored_while_it_ran(
             (1, turns[0], False), (4, turns[0], True),
         ]  # fmt: skip
         assert await _files(box, session) == "a.txt=one"
+
+
+async def test_a_sandbox_that_cannot_answer_leaves_the_history_as_it_was(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The order memory keeps (docs/memory.md): its rows are written in its open
+    transaction, the sandbox is asked, then memory commits. A sandbox that does not answer
+    rolls memory back: no fork session appears, no message is deleted (503, retry)."""
+    tenant = f"tenant-{secrets.token_hex(4)}"
+    turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
+    session, users = await _session(sessions, tenant, turns)
+    down = SandboxWorkspaces(
+        "http://sandbox", lambda: "unchecked", retry=RetryWindow(window_s=0),
+        transport=httpx.MockTransport(lambda _: httpx.Response(502)),
+    )  # fmt: skip
+    with pytest.raises(HTTPException) as forked:
+        async with sessions.begin() as s:
+            await fork_session(s, down, await s.get_one(ChatSession, session), None)
+    with pytest.raises(HTTPException) as rolled:
+        async with sessions.begin() as s:
+            await truncate_from(s, down, tenant, session, users[turns[0]])
+    assert forked.value.status_code == rolled.value.status_code == 503
+    async with sessions() as s:
+        owned = await s.scalars(select(ChatSession.id).where(ChatSession.tenant_id == tenant))
+        kept = await s.scalars(select(Message.id).where(Message.session_id == session))
+        assert list(owned.all()) == [session] and len(kept.all()) == 4
+
+
+async def test_the_sandbox_s_fork_is_idempotent_by_its_target_rows(
+    sessions: async_sessionmaker[AsyncSession], workspaces: SandboxWorkspaces, redis: Redis
+) -> None:
+    """memory may ask again after a failure: the same fork answers the same count; a
+    target that holds other rows is refused (never overwritten)."""
+    tenant = f"tenant-{secrets.token_hex(4)}"
+    turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
+    source, _ = await _session(sessions, tenant, turns)
+    async with open_sandbox(sessions, redis, tenant=tenant) as box:
+        await _two_turns(box, source, turns)
+    target = f"ses_{secrets.token_hex(6)}"
+    renamed = {turns[0]: "req_f0", turns[1]: "req_f1"}
+    assert await workspaces.fork(tenant, source, target, renamed) == 2
+    assert await workspaces.fork(tenant, source, target, renamed) == 2
+    assert [r[1] for r in await _checkpoint_rows(sessions, tenant, target)] == list(
+        renamed.values()
+    )
+    with pytest.raises(HTTPException) as other:
+        await workspaces.fork(tenant, source, target, {turns[0]: "req_other"})
+    assert other.value.status_code == 503 and "409" in str(other.value.detail)
