@@ -16,7 +16,6 @@ from weft_platform.credentials import GATEWAY
 from weft_platform.redis_client import redis_client
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_storage.agent_config.skills import SkillStore
 from weft_storage.gateway.budgets import budget_override
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import IngestionQueue
@@ -245,7 +244,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope,
                 document_wait_s=s.document_wait_s,
             ),
-            skills_router(SkillStore(runtime.sessions), auth),
+            skills_router(agents, auth),
             admin_router(admin),
             approvals_router(approvals, auth, max_body_bytes=s.approval_body_max_bytes),
             renewal_router(renewal),
