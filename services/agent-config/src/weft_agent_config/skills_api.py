@@ -6,7 +6,8 @@ caller reaches its own tenant's skills only; another tenant's skill is 404, like
 missing one.
 
 - ``POST /internal/skills?tenant_id=&replace=[&session_id=]``: install a package (for the
-  skill installer's session: replacing only what that session installed), sent as a zip
+  skill installer's session: replacing only what that session installed; a turn
+  credential names only its own session), sent as a zip
   (``application/zip``) or as JSON ``{files: [{path, content, encoding, executable}]}``;
   413 too big, 415 another type, 422 an invalid package, 409 a skill of that name.
 - ``GET /internal/skills?tenant_id=``; ``GET`` and ``DELETE /internal/skills/{name}``.
@@ -39,7 +40,6 @@ from weft_contracts.skill_packages import (
     build_package,
     package_from_zip,
 )
-from weft_platform.credentials import RequestCredential
 from weft_storage.agent_config.skills import SkillExists, SkillStore, SkillSummary
 
 from weft_agent_config.resolver import (
@@ -103,9 +103,8 @@ def skills_router(store: SkillStore, resolver: AgentResolver) -> APIRouter:
         session_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     ) -> Any:
         """``session_id``: the skill installer's session (the sandbox's call, with that
-        session's turn credential): it replaces only a skill that session installed."""
-        if session_id is not None and _session_of(request) != session_id:
-            raise HTTPException(403, "an installer session installs with its own turn credential")
+        session's turn credential, which names no other: ``InternalAuth``): it replaces
+        only a skill that session installed."""
         package = await read_package(request)
         try:
             summary = await store.install(
@@ -159,11 +158,6 @@ def skills_router(store: SkillStore, resolver: AgentResolver) -> APIRouter:
         return Response(status_code=204)
 
     return router
-
-
-def _session_of(request: Request) -> str | None:
-    credential = getattr(request.state, "credential", None)
-    return credential.session_id if isinstance(credential, RequestCredential) else None
 
 
 async def read_package(request: Request) -> SkillPackage:
