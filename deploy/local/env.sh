@@ -94,6 +94,8 @@ export WEFT_EMBEDDING_MODEL="${WEFT_EMBEDDING_MODEL:-weft-scripted-embed}"
 export WEFT_MEMORY_URL="${WEFT_MEMORY_URL:-http://127.0.0.1:${WEFT_MEMORY_PORT}}"
 export WEFT_AGENT_CONFIG_URL="${WEFT_AGENT_CONFIG_URL:-http://127.0.0.1:${WEFT_AGENT_CONFIG_PORT}}"
 export WEFT_SUGGESTIONS_URL="${WEFT_SUGGESTIONS_URL:-http://127.0.0.1:${WEFT_SUGGESTIONS_PORT}}"
+# memory's fork and rollback ask the sandbox (it owns the workspace checkpoints).
+export WEFT_SANDBOX_URL="${WEFT_SANDBOX_URL:-http://127.0.0.1:${WEFT_SANDBOX_PORT}}"
 # memory's prompt timer renews an expired prompt's turn credential at the gateway.
 export WEFT_GATEWAY_URL="${WEFT_GATEWAY_URL:-http://127.0.0.1:${WEFT_GATEWAY_PORT}}"
 export WEFT_DEV_API_KEY="${WEFT_DEV_API_KEY:-weft-dev-key}"

@@ -23,18 +23,20 @@ from weft_contracts import (
     ToolContext,
     Topic,
 )
+from weft_contracts.skill_packages import SkillPackage
 from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
 from weft_sandbox.local_backend import LocalBackend
 from weft_sandbox.session_lock import SessionLock
 from weft_sandbox.settings import MIB, SandboxSettings
 from weft_sandbox.skill_installer import register_installer
+from weft_sandbox.skill_source import SkillTaken
 from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import WorkspacePool
 from weft_sandbox.workspace_budget import RedisLedger, WorkspaceBudget
-from weft_storage.agent_config.skills import SkillStore
+from weft_storage.agent_config.skills import SkillExists, SkillStore
 from weft_tool_catalog.sandbox_specs import SANDBOX_SPECS
 
 TOOLS = sorted(s.name for s in SANDBOX_SPECS)
@@ -114,6 +116,30 @@ class Sandbox:
         assert done.success and "alive" in done.output, done
 
 
+class StoreSkills:
+    """The sandbox's skill source as agent-config answers it for a tenant's own agent,
+    read from ``skill_packages`` in process (agent-config's own routes, which also find
+    a shared agent's owner, are tested in tests/security/test_skill_routes.py)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+        self._store = SkillStore(sessions)
+
+    async def package(
+        self, credential: str | None, tenant_id: str, agent_id: str, name: str
+    ) -> SkillPackage | None:
+        stored = await self._store.get(tenant_id, name)
+        return None if stored is None else stored.package
+
+    async def install(
+        self, credential: str | None, tenant_id: str, session_id: str, package: SkillPackage
+    ) -> dict[str, Any]:
+        try:
+            done = await self._store.install(tenant_id, package, installer_session=session_id)
+        except SkillExists:
+            raise SkillTaken(package.name) from None
+        return {"name": done.name, "file_count": done.file_count, "digest": done.digest}
+
+
 @asynccontextmanager
 async def open_sandbox(
     sessions: async_sessionmaker[AsyncSession],
@@ -151,11 +177,11 @@ async def open_sandbox(
         pool, GitCheckpoints(CheckpointStore(sessions)), SessionLock(engine),
         lock_wait_s=lock_wait_s, budget=budget,
     )  # fmt: skip
-    skills = SkillLibrary(SkillStore(sessions), root.parent / f"{root.name}-skills")
+    skills = SkillLibrary(StoreSkills(sessions), root.parent / f"{root.name}-skills")
     skills.start()
     bus = _Bus()
     registry = sandbox_registry(host, backend, MemorySnapshotStore(), skills)
-    register_installer(registry, host, SkillStore(sessions))
+    register_installer(registry, host, StoreSkills(sessions))
     worker = SandboxWorker(
         bus, registry, host, redis,  # type: ignore[arg-type]
         worker_name=instance, prefix=f"{instance}.",

@@ -18,12 +18,15 @@ from weft_gateway.session_cache import TOMBSTONE, SessionDirectory, session_key
 from weft_memory.api import session_router
 from weft_testkit.credentials import trusted
 
+from tests.workspaces_kit import sandbox_workspaces
+
 
 @pytest.fixture
 async def memory(engine: AsyncEngine) -> AsyncIterator[SessionsClient]:
     """A SessionsClient talking to memory's real session routes (in-process, real PG)."""
     app = FastAPI()
-    app.include_router(session_router(async_sessionmaker(engine, expire_on_commit=False)))
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    app.include_router(session_router(sessions, sandbox_workspaces(sessions)))
     client = SessionsClient("http://memory", "memory", transport=trusted(app))
     yield client
     await client.aclose()

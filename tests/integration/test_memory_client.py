@@ -20,6 +20,7 @@ from weft_testkit.credentials import trusted
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer
 
 from tests.integration.history_rows import seed_completed_turns
+from tests.workspaces_kit import sandbox_workspaces
 
 
 def _model() -> FunctionModel:
@@ -36,7 +37,7 @@ def _model() -> FunctionModel:
 async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[HistoryClient]:
     memory = LongTermMemory(sessions)
     app = FastAPI()
-    app.include_router(session_router(sessions))
+    app.include_router(session_router(sessions, sandbox_workspaces(sessions)))
     app.include_router(history_router(sessions))
     app.include_router(
         memory_router(sessions, memory, MemoryExtractor(sessions, _model(), "m", memory))

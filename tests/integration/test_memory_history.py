@@ -22,6 +22,8 @@ from weft_memory.history_api import history_router
 from weft_storage.memory.models import Message
 from weft_testkit.credentials import trusted
 
+from tests.workspaces_kit import sandbox_workspaces
+
 
 @pytest.fixture
 def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -31,7 +33,7 @@ def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 @pytest.fixture
 async def client(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[httpx.AsyncClient]:
     app = FastAPI()
-    app.include_router(session_router(sessions))
+    app.include_router(session_router(sessions, sandbox_workspaces(sessions)))
     app.include_router(history_router(sessions))
     transport = trusted(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://memory") as c:

@@ -25,6 +25,8 @@ from weft_testkit.function_model import FunctionModel, Reply, answer, queued
 from weft_tool_catalog.registry import ToolInvocation
 from weft_tools.memory_tools import MemoryServiceClient, memory_tools
 
+from tests.workspaces_kit import sandbox_workspaces
+
 
 @pytest.fixture
 def answers() -> list[Reply]:
@@ -42,7 +44,7 @@ async def app(sessions: async_sessionmaker[AsyncSession], model: FunctionModel) 
     memory = LongTermMemory(sessions)
     extractor = MemoryExtractor(sessions, model, "m", memory)
     app = FastAPI()
-    app.include_router(session_router(sessions))
+    app.include_router(session_router(sessions, sandbox_workspaces(sessions)))
     app.include_router(memory_router(sessions, memory, extractor))
     return app
 

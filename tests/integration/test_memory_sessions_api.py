@@ -17,12 +17,14 @@ from weft_memory.history_api import history_router
 from weft_storage.memory.models import Message
 from weft_testkit.credentials import trusted
 
+from tests.workspaces_kit import sandbox_workspaces
+
 
 @pytest.fixture
 async def client(engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     app = FastAPI()
-    app.include_router(session_router(sessions))
+    app.include_router(session_router(sessions, sandbox_workspaces(sessions)))
     app.include_router(history_router(sessions))
     transport = trusted(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://memory") as c:

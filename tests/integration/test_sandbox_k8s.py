@@ -32,9 +32,8 @@ from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
 from weft_sandbox.workspace import Workspace, WorkspacePool
-from weft_storage.agent_config.skills import SkillStore
 
-from tests.integration.sandbox_kit import TOOLS
+from tests.integration.sandbox_kit import TOOLS, StoreSkills
 from tests.k8s_admission import SandboxAdmission
 from tests.k8s_fake import FakeApiServer, usable
 from tests.unit.test_deploy_manifests import CHART, HELM_INSTALL_HINT, _find_helm, _render
@@ -352,7 +351,7 @@ async def service(
     host = SandboxHost(r.pool, GitCheckpoints(CheckpointStore(sessions)))
     bus = _Bus()
     name = f"k8s-{secrets.token_hex(4)}"
-    skills = SkillLibrary(SkillStore(sessions), tmp / f"skills-{secrets.token_hex(4)}")
+    skills = SkillLibrary(StoreSkills(sessions), tmp / f"skills-{secrets.token_hex(4)}")
     registry = sandbox_registry(host, r.backend, MemorySnapshotStore(), skills)
     worker = SandboxWorker(
         bus,  # type: ignore[arg-type]

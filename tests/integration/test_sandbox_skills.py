@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.agent_config.skill_packages import package_from_zip
+from weft_contracts.skill_packages import package_from_zip
 from weft_storage.agent_config.skills import SkillExists, SkillStore
 
 from tests.integration.sandbox_kit import Sandbox, open_sandbox

@@ -1,6 +1,7 @@
 """Fork and rollback of a session carry its workspace (SPEC S-03, M-07): memory's fork and
-rollback write ``sandbox_checkpoints`` rows in the transaction that copies or deletes the
-messages, and every sandbox replica, holding a copy or not, then serves the workspace as
+rollback ask the sandbox's checkpoint routes (in process here) to write the
+``sandbox_checkpoints`` rows before memory commits the messages it copies or deletes, and
+every sandbox replica, holding a copy or not, then serves the workspace as
 the kept turn left it. Real PostgreSQL and Redis, in-process sandbox replicas with the
 real local backend (tests/integration/sandbox_kit.py)."""
 
@@ -9,18 +10,29 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
+from fastapi import HTTPException
 from redis.asyncio import Redis
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_memory.fork import fork_session
 from weft_memory.history import HistoryLoader, HistoryQuery
 from weft_memory.rollback import delete_turn, truncate_from
+from weft_memory.workspaces import SandboxWorkspaces
+from weft_platform.retry import RetryWindow
 from weft_storage.memory.models import ChatSession, Message
 from weft_storage.sandbox import checkpoints as workspace_checkpoints
 from weft_storage.sandbox.checkpoints import CheckpointRow
 
 from tests.integration.sandbox_kit import Sandbox, open_sandbox
+from tests.workspaces_kit import sandbox_workspaces
+
+
+@pytest.fixture
+def workspaces(sessions: async_sessionmaker[AsyncSession]) -> SandboxWorkspaces:
+    """The sandbox's checkpoint routes, in process, as memory asks them."""
+    return sandbox_workspaces(sessions)
 
 
 async def _session(
@@ -84,7 +96,7 @@ async def _checkpoint_rows(
 
 
 async def test_a_fork_at_a_turn_gets_that_turns_history_checkpoints_and_files(
-    sessions: async_sessionmaker[AsyncSession], redis: Redis
+    sessions: async_sessionmaker[AsyncSession], workspaces: SandboxWorkspaces, redis: Redis
 ) -> None:  # SPEC S-03, M-07 (fork copies)
     tenant = f"tenant-{secrets.token_hex(4)}"
     turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
@@ -93,7 +105,7 @@ async def test_a_fork_at_a_turn_gets_that_turns_history_checkpoints_and_files(
         await _two_turns(box, source, turns)
         async with sessions.begin() as s:
             origin = await s.get_one(ChatSession, source)
-            fork = (await fork_session(s, origin, users[turns[0]])).id
+            fork = (await fork_session(s, workspaces, origin, users[turns[0]])).id
 
         async with sessions() as s:
             copied = list(
@@ -135,7 +147,7 @@ async def test_a_fork_at_a_turn_gets_that_turns_history_checkpoints_and_files(
 
 
 async def test_a_whole_fork_and_a_fork_of_a_session_without_files(
-    sessions: async_sessionmaker[AsyncSession], redis: Redis
+    sessions: async_sessionmaker[AsyncSession], workspaces: SandboxWorkspaces, redis: Redis
 ) -> None:  # SPEC S-03
     tenant = f"tenant-{secrets.token_hex(4)}"
     turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
@@ -144,8 +156,10 @@ async def test_a_whole_fork_and_a_fork_of_a_session_without_files(
     async with open_sandbox(sessions, redis, tenant=tenant) as box:
         await _two_turns(box, source, turns)
         async with sessions.begin() as s:
-            whole = (await fork_session(s, await s.get_one(ChatSession, source), None)).id
-            empty = (await fork_session(s, await s.get_one(ChatSession, bare), None)).id
+            whole = (
+                await fork_session(s, workspaces, await s.get_one(ChatSession, source), None)
+            ).id
+            empty = (await fork_session(s, workspaces, await s.get_one(ChatSession, bare), None)).id
         assert [r[0] for r in await _checkpoint_rows(sessions, tenant, whole)] == [1, 2]
         assert await _files(box, whole) == "a.txt=changed\nb.txt=two"
         assert await _checkpoint_rows(sessions, tenant, empty) == []
@@ -153,7 +167,7 @@ async def test_a_whole_fork_and_a_fork_of_a_session_without_files(
 
 
 async def test_a_rollback_reaches_every_replica_holding_the_workspace(
-    sessions: async_sessionmaker[AsyncSession], redis: Redis
+    sessions: async_sessionmaker[AsyncSession], workspaces: SandboxWorkspaces, redis: Redis
 ) -> None:  # SPEC S-03, M-07 (rollback invalidates)
     tenant = f"tenant-{secrets.token_hex(4)}"
     turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
@@ -165,7 +179,7 @@ async def test_a_rollback_reaches_every_replica_holding_the_workspace(
         await _two_turns(a, session, turns)
         assert await _files(b, session) == "a.txt=changed\nb.txt=two"  # b holds seq 2 too
         async with sessions.begin() as s:
-            await truncate_from(s, tenant, session, users[turns[1]])
+            await truncate_from(s, workspaces, tenant, session, users[turns[1]])
 
         rows = await _checkpoint_rows(sessions, tenant, session)
         assert rows == [(1, turns[0], False), (3, turns[0], True)]  # turn 2's rows gone
@@ -178,7 +192,7 @@ async def test_a_rollback_reaches_every_replica_holding_the_workspace(
 
 
 async def test_rolling_back_every_turn_empties_the_workspace_and_it_goes_on(
-    sessions: async_sessionmaker[AsyncSession], redis: Redis
+    sessions: async_sessionmaker[AsyncSession], workspaces: SandboxWorkspaces, redis: Redis
 ) -> None:  # SPEC S-03
     tenant = f"tenant-{secrets.token_hex(4)}"
     turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
@@ -186,7 +200,7 @@ async def test_rolling_back_every_turn_empties_the_workspace_and_it_goes_on(
     async with open_sandbox(sessions, redis, tenant=tenant) as box:
         await _two_turns(box, session, turns)
         async with sessions.begin() as s:
-            await truncate_from(s, tenant, session, users[turns[0]])
+            await truncate_from(s, workspaces, tenant, session, users[turns[0]])
         assert await _checkpoint_rows(sessions, tenant, session) == [(3, "", False)]
         assert await _files(box, session) == "*.txt="
         fresh = await box.call("write_sandbox_file", session=session, turn="req_new",
@@ -196,7 +210,7 @@ async def test_rolling_back_every_turn_empties_the_workspace_and_it_goes_on(
 
 
 async def test_deleting_the_last_turn_rolls_back_but_a_middle_turn_does_not(
-    sessions: async_sessionmaker[AsyncSession], redis: Redis
+    sessions: async_sessionmaker[AsyncSession], workspaces: SandboxWorkspaces, redis: Redis
 ) -> None:  # SPEC S-03, M-07
     tenant = f"tenant-{secrets.token_hex(4)}"
     turns = [f"req_{secrets.token_hex(6)}" for _ in range(3)]
@@ -207,15 +221,18 @@ async def test_deleting_the_last_turn_rolls_back_but_a_middle_turn_does_not(
                                path="c.txt", content="three")  # fmt: skip
         assert third.success, third
         async with sessions.begin() as s:
-            await delete_turn(s, tenant, session, users[turns[1]])
+            await delete_turn(s, workspaces, tenant, session, users[turns[1]])
         assert await _files(box, session) == "a.txt=changed\nb.txt=two\nc.txt=three"
         async with sessions.begin() as s:
-            await delete_turn(s, tenant, session, users[turns[2]] + "a")
+            await delete_turn(s, workspaces, tenant, session, users[turns[2]] + "a")
         assert await _files(box, session) == "a.txt=one"
 
 
 async def test_a_rollback_numbers_after_a_checkpoint_stored_while_it_ran(
-    sessions: async_sessionmaker[AsyncSession], redis: Redis, monkeypatch: pytest.MonkeyPatch
+    sessions: async_sessionmaker[AsyncSession],
+    workspaces: SandboxWorkspaces,
+    redis: Redis,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # a sandbox replica took the next number between the rollback's read and insert
     tenant = f"tenant-{secrets.token_hex(4)}"
     turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
@@ -236,9 +253,57 @@ async def test_a_rollback_numbers_after_a_checkpoint_stored_while_it_ran(
 
         monkeypatch.setattr(workspace_checkpoints, "rows", stale_first)
         async with sessions.begin() as s:
-            await truncate_from(s, tenant, session, users[turns[1]])
+            await truncate_from(s, workspaces, tenant, session, users[turns[1]])
         assert reads == 2
         assert await _checkpoint_rows(sessions, tenant, session) == [
             (1, turns[0], False), (4, turns[0], True),
         ]  # fmt: skip
         assert await _files(box, session) == "a.txt=one"
+
+
+async def test_a_sandbox_that_cannot_answer_leaves_the_history_as_it_was(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The order memory keeps (docs/memory.md): its rows are written in its open
+    transaction, the sandbox is asked, then memory commits. A sandbox that does not answer
+    rolls memory back: no fork session appears, no message is deleted (503, retry)."""
+    tenant = f"tenant-{secrets.token_hex(4)}"
+    turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
+    session, users = await _session(sessions, tenant, turns)
+    down = SandboxWorkspaces(
+        "http://sandbox", lambda: "unchecked", retry=RetryWindow(window_s=0),
+        transport=httpx.MockTransport(lambda _: httpx.Response(502)),
+    )  # fmt: skip
+    with pytest.raises(HTTPException) as forked:
+        async with sessions.begin() as s:
+            await fork_session(s, down, await s.get_one(ChatSession, session), None)
+    with pytest.raises(HTTPException) as rolled:
+        async with sessions.begin() as s:
+            await truncate_from(s, down, tenant, session, users[turns[0]])
+    assert forked.value.status_code == rolled.value.status_code == 503
+    async with sessions() as s:
+        owned = await s.scalars(select(ChatSession.id).where(ChatSession.tenant_id == tenant))
+        kept = await s.scalars(select(Message.id).where(Message.session_id == session))
+        assert list(owned.all()) == [session] and len(kept.all()) == 4
+
+
+async def test_the_sandbox_s_fork_is_idempotent_by_its_target_rows(
+    sessions: async_sessionmaker[AsyncSession], workspaces: SandboxWorkspaces, redis: Redis
+) -> None:
+    """memory may ask again after a failure: the same fork answers the same count; a
+    target that holds other rows is refused (never overwritten)."""
+    tenant = f"tenant-{secrets.token_hex(4)}"
+    turns = [f"req_{secrets.token_hex(6)}" for _ in range(2)]
+    source, _ = await _session(sessions, tenant, turns)
+    async with open_sandbox(sessions, redis, tenant=tenant) as box:
+        await _two_turns(box, source, turns)
+    target = f"ses_{secrets.token_hex(6)}"
+    renamed = {turns[0]: "req_f0", turns[1]: "req_f1"}
+    assert await workspaces.fork(tenant, source, target, renamed) == 2
+    assert await workspaces.fork(tenant, source, target, renamed) == 2
+    assert [r[1] for r in await _checkpoint_rows(sessions, tenant, target)] == list(
+        renamed.values()
+    )
+    with pytest.raises(HTTPException) as other:
+        await workspaces.fork(tenant, source, target, {turns[0]: "req_other"})
+    assert other.value.status_code == 503 and "409" in str(other.value.detail)

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_agent_config.tool_policy import runtime_tools
-from weft_storage.agent_config.skill_packages import package_from_zip
+from weft_contracts.skill_packages import package_from_zip
 from weft_storage.agent_config.skills import SkillStore
 from weft_tool_catalog.sandbox_specs import SKILL_INSTALLER_AGENT
 

@@ -125,3 +125,53 @@ async def test_usage_and_budget_routes_refuse_tenant_keys_and_hostile_input(
         assert resp.status_code == 422, (body, resp.status_code, resp.text)
     resp = await admin_stack.admin.get("/admin/v1/tenants/t%2A/usage")
     assert resp.status_code == 422, resp.text
+
+
+async def test_a_tenant_s_own_budget_comes_with_its_turn_and_ends_it(
+    admin_stack: AdminStack,
+) -> None:
+    """The engine reads no database: the operator's budget for a tenant reaches a running
+    turn because the gateway puts the limits in ``ChatRequested``. A round that crosses
+    the tenant's own 500 tokens a minute (the stack's default: unlimited) finishes, and the
+    next model call is not made: ``budget_exceeded``."""
+    if time.time() % 60 > 40:  # the minute budget: do not straddle two windows
+        await asyncio.sleep(61 - time.time() % 60)
+    tag = secrets.token_hex(3)
+    think = {
+        "name": "thinking",
+        "arguments": {
+            "thought": "step",
+            "next_thought_needed": True,
+            "thought_number": 1,
+            "total_thoughts": 3,
+        },
+    }
+    tenant = await admin_stack.tenant()
+    budget = {"tokens_per_minute": 500, "tokens_per_day": None}
+    resp = await admin_stack.admin.put(f"/admin/v1/tenants/{tenant}/budget", json=budget)
+    assert resp.status_code == 200, resp.text
+    key = (await admin_stack.key(tenant, "dana"))["secret"]
+    async with (
+        httpx.AsyncClient(base_url=admin_stack.stack.llm_url, timeout=30) as llm,
+        admin_stack.public(key) as dana,
+    ):
+        await llm.post("/_script", json={"steps": [
+            {"match": f"COSTLY {tag}", "tool_calls": [think],
+             "usage": {"prompt_tokens": 550, "completion_tokens": 50}},
+        ]})  # fmt: skip
+        agent = await dana.post(
+            "/api/v1/agents", json={"name": "thinker", "kb_selection_mode": "none",
+                                    "allowed_tools": ["thinking"]},
+        )  # fmt: skip
+        assert agent.status_code == 201, agent.text
+        session = await dana.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]})
+        assert session.status_code == 201, session.text
+        events = await read_turn(
+            dana, f"/api/v1/agent-chat/{session.json()['id']}", api_key=key,
+            json_body={"query": f"COSTLY {tag} question"},
+        )  # fmt: skip
+        await llm.post("/_reset")
+    assert [e.event for e in events].count("tool_result") == 1
+    [error] = [e.data["data"] for e in events if e.event == "error"]
+    assert error["code"] == "budget_exceeded" and "500" in error["message"], error
+    assert events[-1].data["data"]["status"] == "failed"

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.agent_config.skill_packages import MAX_ARCHIVE_BYTES, MAX_FILES, package_from_zip
+from weft_contracts.skill_packages import MAX_ARCHIVE_BYTES, MAX_FILES, package_from_zip
 from weft_storage.agent_config.skills import SkillStore
 from weft_testkit import LocalStack, read_turn
 

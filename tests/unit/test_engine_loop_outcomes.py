@@ -18,7 +18,14 @@ from typing import Any, cast, get_args
 
 import pytest
 from fakeredis import FakeAsyncRedis
-from weft_contracts import AgentConfig, AgentMode, Envelope, ToolCallCompletedData, Topic
+from weft_contracts import (
+    AgentConfig,
+    AgentMode,
+    Envelope,
+    ToolCallCompletedData,
+    Topic,
+    TurnBudget,
+)
 from weft_engine.act import TOOL_TIMEOUTS_S
 from weft_engine.analyze import EMPTY_FALLBACK, NUDGE
 from weft_engine.approvals import Suspensions
@@ -64,7 +71,7 @@ from weft_engine.think import ThinkSettings
 from weft_engine.token_cache import CachedTokenEstimator
 from weft_engine.trails import TurnTrails
 from weft_llm import ContextOverflowError, LLMCallError, Usage
-from weft_platform.budgets import BudgetLimits, TenantBudgetPolicy, TokenBudgets
+from weft_platform.budgets import BudgetLimits, TokenBudgets
 from weft_platform.bus import EventBus
 from weft_testkit.function_model import FunctionModel, ModelCall, Reply, answer, replies, tool_calls
 
@@ -550,8 +557,7 @@ async def test_quick_answer_retrieves_then_its_one_generation_answers(engine: _E
 
 def _metered(engine: _Engine, per_minute: int) -> TokenBudgets:
     budgets = TokenBudgets(engine.redis)
-    policy = TenantBudgetPolicy(BudgetLimits(tokens_per_minute=per_minute), None)
-    engine.meter = TurnMeter(budgets, policy)
+    engine.meter = TurnMeter(budgets, BudgetLimits(tokens_per_minute=per_minute))
     return budgets
 
 
@@ -603,18 +609,20 @@ async def test_under_budget_the_turn_answers_and_reports_its_usage(engine: _Engi
     assert (await budgets.used("t"))["tokens_per_minute"] == 26
 
 
-async def test_an_unreadable_budget_lets_the_turn_go_on(engine: _Engine) -> None:
-    """The budget is a guard, not the record: when its limits cannot be read, the turn
-    runs (the gateway refused it already if it was over) instead of failing."""
-
-    async def unreachable(tenant_id: str) -> tuple[int | None, int | None]:
-        raise OSError("database unreachable")
-
-    policy = TenantBudgetPolicy(BudgetLimits(tokens_per_minute=1), unreachable)
-    engine.meter = TurnMeter(TokenBudgets(engine.redis), policy)
-    state = await _turn(engine)
-    await engine.step(replies(answer("Lisbon.")), state)
-    assert engine.complete(state).status == "completed"
+async def test_the_turn_s_own_budget_wins_over_the_engine_defaults(engine: _Engine) -> None:
+    """The budget comes with the turn (the gateway read the tenant's row when it admitted
+    it): a turn carrying a lower limit than the engine's defaults stops at its own, and
+    one carrying 0 (unlimited) is not held by the defaults."""
+    budgets = _metered(engine, per_minute=1000)
+    await budgets.spend("t", 120)
+    tight = await _turn(engine, budget=TurnBudget(tokens_per_minute=100))
+    model = replies(answer("never asked"))
+    await engine.step(model, tight)
+    assert model.calls == [] and engine.error(tight)[0] == "budget_exceeded"
+    _metered(engine, per_minute=1)  # the defaults alone would refuse
+    free = await _turn(engine, budget=TurnBudget(tokens_per_minute=0))
+    await engine.step(replies(answer("Lisbon.")), free)
+    assert engine.complete(free).status == "completed"
 
 
 def test_every_end_reason_has_its_test_here() -> None:

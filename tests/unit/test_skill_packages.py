@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 
 import pytest
-from weft_storage.agent_config.skill_packages import (
+from weft_contracts.skill_packages import (
     MAX_FILE_BYTES,
     MAX_FILES,
     PackageRejected,

@@ -42,6 +42,7 @@ from weft_contracts.commands import (
     QuestionOrigin,
     SteerMessage,
     SteerMessageData,
+    TurnBudget,
 )
 from weft_contracts.compat import UnsupportedSchemaVersion, read_json
 from weft_contracts.dlq import DeadLetter, DeadLetterData
@@ -209,6 +210,7 @@ __all__ = [
     "ToolResultData",
     "ToolResultEvent",
     "Topic",
+    "TurnBudget",
     "TurnStartedData",
     "TurnStartedEvent",
     "TurnStatus",

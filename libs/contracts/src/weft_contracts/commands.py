@@ -35,6 +35,15 @@ class QuestionOrigin(Payload):
     )
 
 
+class TurnBudget(Payload):
+    """The token budgets that apply to a turn's tenant (docs/budgets.md), as the gateway
+    read them when it admitted the turn: the engine checks them before each model call
+    and reads no database for them. 0: unlimited."""
+
+    tokens_per_minute: int = Field(default=0, ge=0)
+    tokens_per_day: int = Field(default=0, ge=0)
+
+
 class ChatRequestedData(Payload):
     """A user message to answer, with the agent snapshot it must run with."""
 
@@ -63,6 +72,12 @@ class ChatRequestedData(Payload):
         "(the gateway's WEFT_TURN_DEADLINE_S); the turn's credential expires then too. "
         "The engine ends the turn at this time or at its own bound, whichever is first. "
         "None (an older gateway): the engine's bound alone.",
+    )
+    budget: TurnBudget | None = Field(
+        default=None,
+        description="The tenant's token budgets when the turn was admitted (the "
+        "defaults overridden by its own row); None (an older gateway): the engine's "
+        "configured defaults.",
     )
 
 

@@ -65,7 +65,8 @@ def create_service_app(
             for hook in on_shutdown:
                 await hook()
             await runtime.redis.aclose()
-            await runtime.db.dispose()
+            if runtime.database is not None:
+                await runtime.database.dispose()
             log.info("service_stopped")
 
     app = FastAPI(

@@ -38,7 +38,9 @@ def health_router(runtime: ServiceRuntime, extra: Mapping[str, Check] | None = N
     async def redis() -> bool:
         return bool(await runtime.redis.ping())
 
-    checks: dict[str, Check] = {"kafka": kafka, "postgres": postgres, "redis": redis}
+    checks: dict[str, Check] = {"kafka": kafka, "redis": redis}
+    if runtime.database is not None:  # a service without a database is ready without one
+        checks["postgres"] = postgres
     for name, check in (extra or {}).items():
         if name in checks:
             raise ValueError(f"readiness check {name!r} is defined twice")

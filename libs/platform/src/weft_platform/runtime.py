@@ -40,14 +40,28 @@ class ServiceRuntime:
     """FastStream broker; subscribers are registered before the app starts."""
     bus: EventBus
     """Publishing and consuming Weft envelopes through ``broker``."""
-    db: AsyncEngine
-    """SQLAlchemy async engine (asyncpg)."""
-    sessions: async_sessionmaker[AsyncSession]
-    """Factory of ORM sessions bound to ``db``."""
+    database: AsyncEngine | None
+    """SQLAlchemy async engine (asyncpg); None for a service that opens no database
+    (the engine: its state is in Redis, what it needs of a table comes with the turn)."""
     redis: Redis
     """Redis client (decoded responses off: values are bytes)."""
     verifier: CredentialVerifier
     """Verifies the credentials of internal calls and consumed records."""
+    _sessions: async_sessionmaker[AsyncSession] | None = None
+
+    @property
+    def db(self) -> AsyncEngine:
+        """The database engine; RuntimeError in a service built without one."""
+        if self.database is None:
+            raise RuntimeError(f"{self.settings.service_name} opens no database")
+        return self.database
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        """Factory of ORM sessions bound to ``db``."""
+        if self._sessions is None:
+            self._sessions = async_sessionmaker(self.db, expire_on_commit=False)
+        return self._sessions
 
     def signer(self, issuer: str) -> CredentialSigner:
         """The signer of ``issuer`` (its private key must be in ``credentials_dir``)."""
@@ -59,19 +73,23 @@ class ServiceRuntime:
         return self.settings.instance_id or f"{socket.gethostname()}:{os.getpid()}"
 
 
-def create_runtime(settings: ServiceSettings) -> ServiceRuntime:
+def create_runtime(settings: ServiceSettings, *, database: bool = True) -> ServiceRuntime:
     """Create (not yet connect) the clients of one service process; refuses to start
-    without the credential keys (``MissingKeys``) unless ``credentials_dev_keys``."""
+    without the credential keys (``MissingKeys``) unless ``credentials_dev_keys``.
+    ``database=False``: no PostgreSQL engine at all (no pool, no readiness check)."""
     verifier = credential_verifier(settings)
     broker = create_broker(settings)
     redis = redis_client(settings.redis_url, health_check_s=settings.redis_health_check_s)
-    db = create_async_engine(settings.database_url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+    db = None
+    if database:
+        db = create_async_engine(
+            settings.database_url, pool_size=5, max_overflow=5, pool_pre_ping=True
+        )
     return ServiceRuntime(
         settings=settings,
         broker=broker,
         bus=EventBus(broker, settings, redis, records=RecordCheck(verifier)),
-        db=db,
-        sessions=async_sessionmaker(db, expire_on_commit=False),
+        database=db,
         redis=redis,
         verifier=verifier,
     )

@@ -51,6 +51,7 @@ from weft_agent_config.resolver import (
 )
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.sharing_api import SharingService, sharing_router
+from weft_agent_config.skills_api import skills_router
 from weft_agent_config.store import AgentStore, StoredAgent
 from weft_agent_config.suggestion_settings import PATH as SUGGESTION_SETTINGS
 from weft_agent_config.suggestion_settings import ROUTE as SUGGESTION_SETTINGS_ROUTE
@@ -267,9 +268,10 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
     models = ModelCapabilities.load(s.model_capabilities_file or None)
     dev_dir = Path(s.credentials_dir) if s.credentials_dev_keys else None
     mcp = mcp_service(s, runtime.sessions, sharing, dev_keys_dir=dev_dir)
+    skills = SkillStore(runtime.sessions)
     resolver = AgentResolver(
         store, builtins, s.llm_model, models=models, knowledge=knowledge, sharing=sharing,
-        skills=SkillStore(runtime.sessions), mcp=mcp.store,
+        skills=skills, mcp=mcp.store,
     )  # fmt: skip
     service = AgentService(
         store, builtins, TypePresets.load(), s.llm_model, knowledge, mcp=mcp.store
@@ -287,6 +289,7 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
             agents_router(service, shares),
             servers_router(mcp),
             mcp_internal_router(mcp),
+            skills_router(skills, resolver),
         ],
         internal=InternalAuth(runtime.verifier, "agent-config", SYSTEM_ROUTES),
     )

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 
 from fastapi import FastAPI
 from weft_contracts import Topic
 from weft_llm import MeteredModel, OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
-from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
+from weft_platform.budgets import TokenBudgets
 from weft_platform.credentials import RECORDS, CredentialSigner
 from weft_platform.metrics import LLM_METER
 from weft_platform.record_credentials import RecordCheck, record_scope
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tasks import cancel_and_wait
-from weft_storage.gateway.budgets import budget_override
 
 from weft_engine.act import earliest_deadline
 from weft_engine.approvals import (
@@ -57,13 +55,9 @@ CONTROL_GROUP = "weft-engine-control"
 
 
 def turn_meter(runtime: ServiceRuntime, s: EngineSettings) -> TurnMeter:
-    """Budget counters in the runtime's Redis, limits from settings and ``tenant_budgets``."""
-    policy = TenantBudgetPolicy(
-        s.budget_defaults(),
-        partial(budget_override, runtime.sessions),
-        cache_s=s.budget_cache_s,
-    )
-    return TurnMeter(TokenBudgets(runtime.redis), policy)
+    """Budget counters in the runtime's Redis; the limits come with each turn (the
+    settings' defaults for a turn without them)."""
+    return TurnMeter(TokenBudgets(runtime.redis), s.budget_defaults())
 
 
 def approval_desk(
@@ -112,7 +106,7 @@ def approval_desk(
 def create_app(settings: EngineSettings | None = None) -> FastAPI:
     """Wire the loop, the scheduler and the three consumers."""
     s = settings or EngineSettings()
-    runtime = create_runtime(s)
+    runtime = create_runtime(s, database=False)  # the engine opens no database
     init_logging(runtime)
     redis, ttl = runtime.redis, s.turn_state_ttl_s
     llm = OpenAIChatModel(

@@ -225,6 +225,7 @@ class TurnIntake:
             **_ids(request),
             user_id=request.data.user_id,
             agent=request.data.agent,
+            budget=request.data.budget,
             messages=[],
             phase="opening",
             started_at=now,

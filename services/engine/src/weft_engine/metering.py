@@ -7,16 +7,19 @@ reads before it admits a turn. Before each model call of a running turn, the eng
 checks those windows: a turn that crossed a budget finishes the round it was in (those
 tokens are spent; cutting the stream would waste them and leave half a message), and
 its next call is not made: the turn ends with ``budget_exceeded``.
+
+The limits come with the turn (``ChatRequested.data.budget``, read by the gateway when it
+admitted the turn, kept in ``TurnState.budget``): the engine opens no database. A turn
+from an older gateway, without them, runs under the engine's configured defaults.
 """
 
 from __future__ import annotations
 
 import structlog
 from redis.exceptions import RedisError
-from sqlalchemy.exc import SQLAlchemyError
 from weft_contracts import TurnUsage
 from weft_llm import Usage
-from weft_platform.budgets import BudgetExceeded, TenantBudgetPolicy, TokenBudgets
+from weft_platform.budgets import BudgetExceeded, BudgetLimits, TokenBudgets
 
 from weft_engine.state import TurnState
 
@@ -43,9 +46,9 @@ def with_tool_calls(state: TurnState, count: int) -> TurnState:
 class TurnMeter:
     """Counts model usage into the turn and the tenant's budget windows; checks them."""
 
-    def __init__(self, budgets: TokenBudgets | None, policy: TenantBudgetPolicy | None):
+    def __init__(self, budgets: TokenBudgets | None, defaults: BudgetLimits | None = None):
         self._budgets = budgets
-        self._policy = policy
+        self._defaults = defaults or BudgetLimits()
 
     async def add(self, state: TurnState, usage: Usage | None) -> TurnState:
         """Count one model response. The budget counters are a fast guard, not the
@@ -61,11 +64,16 @@ class TurnMeter:
 
     async def exceeded(self, state: TurnState) -> BudgetExceeded | None:
         """The budget the turn's tenant is over, or None (also when it cannot tell)."""
-        if self._budgets is None or self._policy is None:
+        if self._budgets is None:
             return None
         try:
-            limits = await self._policy.limits(state.tenant_id)
-            return await self._budgets.exceeded(state.tenant_id, limits)
-        except (RedisError, SQLAlchemyError, OSError) as exc:  # the gateway's admission holds
+            return await self._budgets.exceeded(state.tenant_id, self.limits(state))
+        except (RedisError, OSError) as exc:  # the gateway's admission holds
             log.warning("budget_check_failed", request_id=state.request_id, error=repr(exc))
             return None
+
+    def limits(self, state: TurnState) -> BudgetLimits:
+        """The turn's limits: those it came with, else the configured defaults."""
+        if state.budget is None:
+            return self._defaults
+        return BudgetLimits(state.budget.tokens_per_minute, state.budget.tokens_per_day)

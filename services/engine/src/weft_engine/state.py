@@ -15,6 +15,7 @@ from weft_contracts import (
     PromptKind,
     Reference,
     ToolCallCompletedData,
+    TurnBudget,
     TurnUsage,
 )
 from weft_llm import ChatMessage
@@ -137,6 +138,11 @@ class TurnState(BaseModel):
         "the turn's internal calls and in every record the turn produces.",
     )
     agent: AgentConfig
+    budget: TurnBudget | None = Field(
+        default=None,
+        description="The tenant's token budgets, as its ChatRequested carried them (None: "
+        "the engine's configured defaults; docs/budgets.md).",
+    )
     messages: StoredMessages = Field(description="OpenAI messages sent to the model.")
     turn_ids: list[str | None] = Field(
         default_factory=list,

@@ -17,7 +17,6 @@ from pydantic import BaseModel, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_storage.gateway.budgets import budget_override, set_budget_override
 from weft_storage.gateway.models_admin import TenantStatus
-from weft_storage.memory.usage import UsageGroup, UsageTotals, usage_totals
 from weft_storage.tenant_data import Scope
 
 from weft_gateway.admin_auth import Operator, require_operator
@@ -31,6 +30,7 @@ from weft_gateway.tenant_registry import (
     TenantSettings,
     TenantView,
 )
+from weft_gateway.usage_client import UsageGroup, UsageReader, UsageTotals
 
 AnyTenantId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 """Existing tenants may hold ``:`` (ids from before the tenants table)."""
@@ -151,6 +151,8 @@ class AdminServices:
     purger: DataPurger
     lifecycle: TenantLifecycle
     sessions: async_sessionmaker[AsyncSession]
+    usage: UsageReader
+    """Usage reports, from memory (which owns the ``usage`` table)."""
 
 
 def admin_router(svc: AdminServices) -> APIRouter:
@@ -356,7 +358,7 @@ def _usage_routes(router: APIRouter, svc: AdminServices) -> None:
         """Tokens in/out, model calls, tool calls and ingested bytes per user or agent
         (docs/budgets.md); a tenant without usage has no items."""
         assert query.start is not None and query.end is not None  # set by the validator
-        items = await usage_totals(svc.sessions, tenant_id, query.start, query.end, query.group_by)
+        items = await svc.usage.totals(tenant_id, query.start, query.end, query.group_by)
         return TenantUsage(
             tenant_id=tenant_id, start=query.start, end=query.end, group_by=query.group_by,
             items=items,

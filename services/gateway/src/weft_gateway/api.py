@@ -28,6 +28,7 @@ from weft_contracts import (
     SteerMessage,
     SteerMessageData,
     Topic,
+    TurnBudget,
     preferred_locale,
 )
 from weft_platform.bus import EventBus
@@ -196,8 +197,12 @@ class Gateway:
     ) -> EventStreamResponse:
         """Publish ``ChatRequested`` and stream that turn's events (SPEC C-01, C-02, C-05)."""
         images = check_images(body.images, self.settings)
+        budget = None
         if self.budget is not None:
-            await self.budget.admit(who.tenant_id)
+            limits = await self.budget.admit(who.tenant_id)
+            budget = TurnBudget(
+                tokens_per_minute=limits.tokens_per_minute, tokens_per_day=limits.tokens_per_day
+            )
         session = await self.directory.lookup(who.tenant_id, session_id, user_id=who.user_id)
         agent_id = pick_agent_id(agent_enabled, body.agent_id, session.agent_id)
         # The request's own KB ids are the knowledge routes' business: one outside the
@@ -238,6 +243,7 @@ class Gateway:
                 question_origin=origin,
                 locale=locale,
                 deadline=deadline,
+                budget=budget,
             ),
         )
         slot = await self._stream_slot(who.tenant_id)

@@ -16,7 +16,6 @@ from weft_platform.credentials import GATEWAY, CredentialSigner
 from weft_platform.redis_client import redis_client
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
-from weft_storage.agent_config.skills import SkillStore
 from weft_storage.gateway.budgets import budget_override
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import IngestionQueue
@@ -31,7 +30,7 @@ from weft_gateway.approvals_client import ApprovalsClient
 from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.budget_gate import BudgetGate
-from weft_gateway.clients import AgentConfigClient, SessionsClient
+from weft_gateway.clients import AgentConfigClient, ServiceClient, SessionsClient
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
 from weft_gateway.files_api import SandboxFilesClient, files_router
@@ -57,6 +56,7 @@ from weft_gateway.tenant_owners import tenant_data_owners
 from weft_gateway.tenant_purge import DataPurger
 from weft_gateway.tenant_registry import TenantRegistry
 from weft_gateway.turn_renewal import TurnRenewal, renewal_router
+from weft_gateway.usage_client import USAGE_SCOPE, UsageReader
 
 PROJECTOR_GROUP = "weft-gateway-projector"
 
@@ -185,7 +185,11 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         credential_ttl_s=s.api_credential_ttl_s,
         end_users=end_users,
     )
-    admin = _admin_services(s, runtime.sessions, redis, tenants, signer)
+    usage = UsageReader(
+        ServiceClient(s.memory_url, "memory", s.internal_timeout_s, retry=retry),
+        lambda: signer.service("memory", [USAGE_SCOPE]),
+    )
+    admin = _admin_services(s, runtime.sessions, redis, tenants, signer, usage)
     gateway = Gateway(
         settings=s,
         bus=runtime.bus,
@@ -241,7 +245,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                 knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope,
                 document_wait_s=s.document_wait_s,
             ),
-            skills_router(SkillStore(runtime.sessions), auth),
+            skills_router(agents, auth),
             admin_router(admin),
             approvals_router(approvals, auth, max_body_bytes=s.approval_body_max_bytes),
             renewal_router(renewal),
@@ -254,7 +258,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         on_shutdown=[
             admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
             prompts.aclose, admin.purger.aclose,
-            agents.aclose, suggestions.aclose, sandbox.aclose, redis.aclose,
+            agents.aclose, suggestions.aclose, sandbox.aclose, usage.aclose, redis.aclose,
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)
@@ -268,6 +272,7 @@ def _admin_services(
     redis: Redis,
     tenants: TenantRegistry,
     signer: CredentialSigner,
+    usage: UsageReader,
 ) -> AdminServices:
     audit = AuditLog(sessions)
     memory, owners = tenant_data_owners(s, sessions, signer)
@@ -279,5 +284,5 @@ def _admin_services(
     )  # fmt: skip
     return AdminServices(
         tenants=tenants, keys=KeyRegistry(sessions), audit=audit, purger=purger,
-        lifecycle=lifecycle, sessions=sessions,
+        lifecycle=lifecycle, sessions=sessions, usage=usage,
     )  # fmt: skip

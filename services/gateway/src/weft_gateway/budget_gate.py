@@ -2,7 +2,9 @@
 
 The counters are the engine's (``weft_platform.budgets``): it adds each model response's
 tokens to the tenant's minute and day windows. The gateway only reads them, before it
-publishes a turn; what a running turn may still spend is the engine's check.
+publishes a turn; what a running turn may still spend is the engine's check, against the
+limits read here, which the turn carries (``ChatRequested.data.budget``: the engine reads
+no database).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 import structlog
 from fastapi import HTTPException
 from redis.exceptions import RedisError
-from weft_platform.budgets import TenantBudgetPolicy, TokenBudgets
+from weft_platform.budgets import BudgetLimits, TenantBudgetPolicy, TokenBudgets
 from weft_platform.metrics import budget_rejected
 
 log = structlog.get_logger(__name__)
@@ -25,9 +27,10 @@ class BudgetGate:
         self._budgets = budgets
         self._policy = policy
 
-    async def admit(self, tenant_id: str) -> None:
-        """429 with a JSON reason (which budget, its limit, when it resets) and
-        ``Retry-After`` when the tenant is at or over a budget."""
+    async def admit(self, tenant_id: str) -> BudgetLimits:
+        """The tenant's limits, for the turn to carry; 429 with a JSON reason (which
+        budget, its limit, when it resets) and ``Retry-After`` when the tenant is at or
+        over a budget."""
         limits = await self._policy.limits(tenant_id)
         now = time.time()
         try:
@@ -38,7 +41,7 @@ class BudgetGate:
             log.warning("budget_read_failed", tenant_id=tenant_id, error=repr(exc))
             raise HTTPException(503, "budget store unavailable", {"Retry-After": "2"}) from exc
         if exceeded is None:
-            return
+            return limits
         budget_rejected(exceeded.budget, tenant_id)
         retry = exceeded.retry_after_s(now)
         raise HTTPException(429, exceeded.reason(now), {"Retry-After": str(retry)})

@@ -73,7 +73,8 @@ class ServiceClient:
         window = self._retry if retry else NO_RETRY
         idempotent = method in IDEMPOTENT if resend is None else resend
         # The credential of the request being served (ApiKeyAuth); none: the service 401s.
-        kwargs["headers"] = {**kwargs.get("headers", {}), **bearer(outbound_credential.get())}
+        # A credential the caller names itself (a service credential) wins.
+        kwargs["headers"] = {**bearer(outbound_credential.get()), **kwargs.get("headers", {})}
         try:
             resp = await request_within(
                 self._http, window, method, path, resend=idempotent, **kwargs

@@ -23,6 +23,7 @@ from weft_platform.internal_auth import caller_user
 from weft_storage.memory.models import ChatSession, Message
 
 from weft_memory.rollback import UnknownMessage, delete_turn, roll_back_workspace, truncate_from
+from weft_memory.workspaces import Workspaces
 
 
 class SessionCreate(BaseModel):
@@ -113,8 +114,9 @@ async def _live(s: AsyncSession, session_id: str, *scope: ColumnElement[bool]) -
 UserQuery = Query(min_length=1, description="The caller; another user's session is 404.")
 
 
-def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
-    """Session CRUD and message listing under ``/internal``."""
+def session_router(sessions: async_sessionmaker[AsyncSession], workspaces: Workspaces) -> APIRouter:
+    """Session CRUD and message listing under ``/internal``; ``workspaces``: the sandbox,
+    whose workspace follows a deletion of messages."""
     router = APIRouter(prefix="/internal", tags=["internal"])
 
     @router.post("/sessions", status_code=201, response_model=SessionOut)
@@ -194,9 +196,9 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
                         Message.session_id == session_id, Message.tenant_id == tenant_id
                     )
                 )
-                await roll_back_workspace(s, tenant_id, session_id)
+                await roll_back_workspace(s, workspaces, tenant_id, session_id)
             else:
-                await _or_404(truncate_from(s, tenant_id, session_id, from_))
+                await _or_404(truncate_from(s, workspaces, tenant_id, session_id, from_))
             await _touch(s, session_id)
         return Response(status_code=204)
 
@@ -211,7 +213,7 @@ def session_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         summarise it are invalidated (SPEC M-07)."""
         async with sessions.begin() as s:
             await get_owned(s, tenant_id, session_id, user_id=user_id)
-            await _or_404(delete_turn(s, tenant_id, session_id, message_id))
+            await _or_404(delete_turn(s, workspaces, tenant_id, session_id, message_id))
             await _touch(s, session_id)
         return Response(status_code=204)
 

@@ -39,6 +39,8 @@ from weft_memory.suspensions_api import (
 from weft_memory.tenant_data_api import tenant_data_router
 from weft_memory.turns_api import turns_router
 from weft_memory.usage_api import USAGE_ROUTE, USAGE_SCOPE, usage_router
+from weft_memory.workspaces import SCOPE as WORKSPACE_SCOPE
+from weft_memory.workspaces import SandboxWorkspaces
 
 CONSUMER_GROUP = "weft-memory"
 ISSUER = "memory"
@@ -78,6 +80,12 @@ class MemorySettings(ModelClientSettings):
         "prompt's turn credential there (POST /internal/turn-credentials/renew).",
     )
     gateway_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    sandbox_url: str = Field(
+        default="http://127.0.0.1:8084",
+        description="The sandbox's internal API: a fork or rollback moves the workspace "
+        "with the history there (the sandbox owns the workspace checkpoints).",
+    )
+    sandbox_timeout_s: float = Field(default=10.0, gt=0, le=60)
     approval_poll_s: float = Field(
         default=1.0,
         gt=0,
@@ -173,9 +181,14 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         session_s=settings.grant_session_ttl_s, agent_s=settings.grant_agent_ttl_s
     )
     desk = DecisionDesk(runtime.sessions, lifetimes, settings.decision_wait_s)
+    workspaces = SandboxWorkspaces(
+        settings.sandbox_url,
+        lambda: signer.service("sandbox", [WORKSPACE_SCOPE]),
+        settings.sandbox_timeout_s,
+    )
     routers = [
-        session_router(runtime.sessions),
-        fork_router(runtime.sessions),
+        session_router(runtime.sessions, workspaces),
+        fork_router(runtime.sessions, workspaces),
         history_router(runtime.sessions, runtime.redis, settings.history_wait_s),
         memory_router(runtime.sessions, memory, extractor, queue),
         turns_router(runtime.sessions),
@@ -190,7 +203,7 @@ def create_app(settings: MemorySettings | None = None) -> FastAPI:
         routers=routers,
         internal=InternalAuth(runtime.verifier, "memory", SYSTEM_ROUTES),
         on_startup=[worker.start, timer.start],
-        on_shutdown=[timer.stop, worker.stop, chat.aclose, renewer.aclose],
+        on_shutdown=[timer.stop, worker.stop, chat.aclose, renewer.aclose, workspaces.aclose],
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(tenant_data_router(runtime.sessions, runtime.verifier))

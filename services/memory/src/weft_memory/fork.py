@@ -7,6 +7,11 @@ ends, so the checkpoints on the copied messages are exactly those that end at or
 fork point; a checkpoint stored on a later turn is not copied. Message ids and turn (request)
 ids are new: ``(request_id, role)`` is the messages' natural key, and the copied workspace
 checkpoints name the fork's turns, so a later rollback of the fork finds them.
+
+The workspace checkpoints are the sandbox's: memory asks it to copy them
+(:mod:`weft_memory.workspaces`) once the fork's rows are written in memory's open
+transaction and before it commits. The fork's session id is new, so until memory commits
+no one can see the copied checkpoints; a sandbox that fails leaves no fork at all.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 from weft_contracts.events import assistant_message_id
 from weft_storage.memory.models import ChatSession, Message
-from weft_storage.sandbox import checkpoints as workspace_checkpoints
 
 from weft_memory.rollback import UnknownMessage, message_in, oldest_of_request, session_scope
+from weft_memory.workspaces import Workspaces
 
 _COPIED = [
     c.key for c in Message.__table__.columns if c.key not in {"id", "session_id", "request_id"}
@@ -30,7 +35,7 @@ class TurnStillRunning(RuntimeError):
 
 
 async def fork_session(
-    s: AsyncSession, source: ChatSession, at_message_id: str | None
+    s: AsyncSession, workspaces: Workspaces, source: ChatSession, at_message_id: str | None
 ) -> ChatSession:
     """Create the fork of ``source`` (at the turn of ``at_message_id``, or whole) in the
     caller's transaction; raises :class:`UnknownMessage` for a message not in ``source``."""
@@ -56,7 +61,7 @@ async def fork_session(
         )
         s.add(copy)
     await s.flush()
-    await workspace_checkpoints.fork(s, source.tenant_id, source.id, fork.id, turns)
+    await workspaces.fork(source.tenant_id, source.id, fork.id, turns)
     return fork
 
 

@@ -10,6 +10,7 @@ from weft_storage.memory.models import ChatSession
 
 from weft_memory.api import SessionOut, UserQuery, get_owned
 from weft_memory.fork import TurnStillRunning, UnknownMessage, fork_session
+from weft_memory.workspaces import Workspaces
 
 
 class ForkBody(BaseModel):
@@ -22,7 +23,7 @@ class ForkBody(BaseModel):
     )
 
 
-def fork_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
+def fork_router(sessions: async_sessionmaker[AsyncSession], workspaces: Workspaces) -> APIRouter:
     """The fork route under ``/internal``."""
     router = APIRouter(prefix="/internal", tags=["internal"])
 
@@ -38,7 +39,7 @@ def fork_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
         async with sessions.begin() as s:
             source = await get_owned(s, tenant_id, session_id, user_id=user_id)
             try:
-                created = await fork_session(s, source, body.at_message_id)
+                created = await fork_session(s, workspaces, source, body.at_message_id)
             except UnknownMessage as exc:
                 raise HTTPException(
                     404, f"message {exc.args[0]!r} not found in this session"

@@ -9,9 +9,11 @@ Checkpoints on the deleted rows go with them.
 
 The workspace follows the history (SPEC S-03): a rollback, clearing every message, or
 deleting the session's last turn points the sandbox's workspace back at the checkpoint of
-the last remaining turn, or at an empty workspace when none remains, in the same
-transaction (``weft_storage.sandbox.checkpoints``). Deleting a turn that later turns
-followed leaves the workspace alone: their files grew from that turn's.
+the last remaining turn, or at an empty workspace when none remains. The sandbox owns the
+checkpoints: memory asks it (:mod:`weft_memory.workspaces`) after deleting the messages in
+its open transaction and before committing, so a sandbox that cannot do it leaves the
+history as it was. Deleting a turn that later turns followed leaves the workspace alone:
+their files grew from that turn's.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from sqlalchemy import delete, null, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 from weft_storage.memory.models import Message
-from weft_storage.sandbox import checkpoints as workspace_checkpoints
+
+from weft_memory.workspaces import Workspaces
 
 
 class UnknownMessage(LookupError):
     """The message is not in this session."""
 
 
-async def delete_turn(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> int:
+async def delete_turn(
+    s: AsyncSession, workspaces: Workspaces, tenant_id: str, session_id: str, message_id: str
+) -> int:
     """Delete the turn of ``message_id`` (its user and assistant rows); returns rows deleted."""
     anchor = await message_in(s, tenant_id, session_id, message_id)
     scope = session_scope(tenant_id, session_id)
@@ -47,11 +52,13 @@ async def delete_turn(s: AsyncSession, tenant_id: str, session_id: str, message_
         .limit(1)
     )
     if later is None:  # it was the last turn: its files go with it
-        await roll_back_workspace(s, tenant_id, session_id)
+        await roll_back_workspace(s, workspaces, tenant_id, session_id)
     return count
 
 
-async def truncate_from(s: AsyncSession, tenant_id: str, session_id: str, message_id: str) -> int:
+async def truncate_from(
+    s: AsyncSession, workspaces: Workspaces, tenant_id: str, session_id: str, message_id: str
+) -> int:
     """Rollback: delete the turn of ``message_id`` and every newer message."""
     anchor = await message_in(s, tenant_id, session_id, message_id)
     oldest = await oldest_of_request(s, tenant_id, session_id, anchor.request_id)
@@ -64,16 +71,19 @@ async def truncate_from(s: AsyncSession, tenant_id: str, session_id: str, messag
     )
     # Nothing newer survives, so every remaining checkpoint is older and still valid.
     count = len(deleted.all())
-    await roll_back_workspace(s, tenant_id, session_id)
+    await roll_back_workspace(s, workspaces, tenant_id, session_id)
     return count
 
 
-async def roll_back_workspace(s: AsyncSession, tenant_id: str, session_id: str) -> None:
-    """Point the workspace at the checkpoint of the last turn that still has messages."""
+async def roll_back_workspace(
+    s: AsyncSession, workspaces: Workspaces, tenant_id: str, session_id: str
+) -> None:
+    """Point the workspace at the checkpoint of the last turn that still has messages
+    (as ``s`` sees them: its own deletions included, not yet committed)."""
     remaining = await s.scalars(
         select(Message.request_id).where(*session_scope(tenant_id, session_id)).distinct()
     )
-    await workspace_checkpoints.roll_back(s, tenant_id, session_id, set(remaining.all()))
+    await workspaces.roll_back(tenant_id, session_id, set(remaining.all()))
 
 
 async def invalidate_checkpoints(

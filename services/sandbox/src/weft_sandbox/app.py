@@ -21,13 +21,15 @@ from weft_platform.fair_consumer import FairConsumer
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.metrics import SANDBOX_WORKSPACE_BYTES, SANDBOX_WORKSPACES_OPEN
 from weft_platform.runtime import ServiceRuntime, create_runtime
+from weft_platform.session_owner import SessionOwners
 from weft_platform.tenant_slots import TenantSlots
 from weft_platform.web_snapshots import RedisSnapshotStore
-from weft_storage.agent_config.skills import SkillStore
 from weft_storage.owner_purge import owner_purge_router
 
 from weft_sandbox.backend import SandboxBackend
 from weft_sandbox.checkpoints import CheckpointStore, GitCheckpoints
+from weft_sandbox.checkpoints_api import SYSTEM_ROUTES as CHECKPOINT_ROUTES
+from weft_sandbox.checkpoints_api import checkpoints_router
 from weft_sandbox.files_api import files_router, session_owner
 from weft_sandbox.k8s_backend import KubernetesBackend
 from weft_sandbox.local_backend import LocalBackend
@@ -35,6 +37,7 @@ from weft_sandbox.session_files import SessionFiles
 from weft_sandbox.session_lock import SessionLock
 from weft_sandbox.settings import SandboxSettings
 from weft_sandbox.skill_installer import register_installer
+from weft_sandbox.skill_source import AgentConfigSkills
 from weft_sandbox.skills import SkillLibrary
 from weft_sandbox.tools import sandbox_registry
 from weft_sandbox.worker import SandboxHost, SandboxWorker
@@ -90,6 +93,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     host: SandboxHost | None = None
     backend: SandboxBackend | None = None
     skills: SkillLibrary | None = None
+    skill_source = AgentConfigSkills(settings.agent_config_url, settings.internal_timeout_s)
     on_startup: list[Callable[[], Awaitable[None]]] = []
     on_shutdown: list[Callable[[], Awaitable[None]]] = []
     if settings.sandbox_backend != "none":
@@ -117,7 +121,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             lock_wait_s=settings.sandbox_files_wait_s, budget=budget,
         )  # fmt: skip
         reaper = IdleReaper(host, settings.sandbox_idle_ttl_s, settings.sandbox_reap_interval_s)
-        skills = SkillLibrary(SkillStore(runtime.sessions), root.parent / f"{root.name}-skills")
+        skills = SkillLibrary(skill_source, root.parent / f"{root.name}-skills")
         library = skills
         if settings.sandbox_backend == "kubernetes":
             pods = KubernetesBackend(settings)
@@ -153,7 +157,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         on_shutdown.append(stop_sandbox)
     registry = sandbox_registry(host, backend, snapshots, skills)
     if host is not None:
-        register_installer(registry, host, SkillStore(runtime.sessions))
+        register_installer(registry, host, skill_source)
     worker = SandboxWorker(
         runtime.bus, registry, host, runtime.redis,
         worker_name=runtime.instance_id, prefix=settings.topic_prefix,
@@ -162,12 +166,15 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     on_startup.append(calls.start)
     on_shutdown.insert(0, calls.stop)  # the calls end before the workspaces go
     files = SessionFiles(host) if host is not None else None
+    owners = SessionOwners(settings.memory_url, settings.internal_timeout_s)
+    on_shutdown += [owners.aclose, skill_source.aclose]
     app = create_service_app(
         runtime, title="weft sandbox", on_startup=on_startup, on_shutdown=on_shutdown,
         routers=[
-            files_router(files, settings.sandbox_attachment_bytes, session_owner(runtime.sessions))
+            files_router(files, settings.sandbox_attachment_bytes, session_owner(owners)),
+            checkpoints_router(runtime.sessions),
         ],
-        internal=InternalAuth(runtime.verifier, "sandbox"),
+        internal=InternalAuth(runtime.verifier, "sandbox", CHECKPOINT_ROUTES),
     )  # fmt: skip
     app.include_router(owner_purge_router("sandbox", runtime.sessions, runtime.verifier))
     return app

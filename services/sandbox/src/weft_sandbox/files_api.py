@@ -2,8 +2,9 @@
 
 Tenant routes (``weft_platform.internal_auth``): the request credential's tenant and user
 must be the ones named. The gateway checks that the user owns the session (memory) before
-it calls, and so does this route (``owner``: the session is a live one of that tenant and
-user), so a credential of one user never reaches another user's workspace of the tenant;
+it calls, and so does this route (``owner``: memory, asked with the route's own
+credential, finds a live session of that tenant and user), so a credential of one user
+never reaches another user's workspace of the tenant;
 the workspace is found by tenant and session, so a session id of another tenant names an
 empty workspace of the caller's own tenant, never the other's files.
 """
@@ -11,12 +12,10 @@ empty workspace of the caller's own tenant, never the other's files.
 # No ``from __future__ import annotations``: FastAPI reads the route annotations.
 
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_storage.memory.session_owner import owns_session
+from weft_platform.session_owner import OwnerUnknown, SessionOwners
 
 from weft_sandbox.session_files import FileRefused, SessionFiles
 from weft_sandbox.session_lock import WorkspaceBusy
@@ -27,13 +26,14 @@ Caller = Annotated[str, Query(min_length=1, max_length=128)]
 NO_SANDBOX = "no sandbox is configured on this deployment (WEFT_SANDBOX_BACKEND=none)"
 
 
-Owner = Callable[[str, str, str], Awaitable[bool]]
-"""Whether (tenant, user, session) names a live session of that user."""
+Owner = Callable[[str | None, str, str, str], Awaitable[bool]]
+"""Whether (tenant, user, session) names a live session of that user, for the caller's
+``Authorization`` header (first argument)."""
 
 
-def session_owner(sessions: async_sessionmaker[AsyncSession]) -> Owner:
-    """An :data:`Owner` that asks the sessions table."""
-    return partial(owns_session, sessions)
+def session_owner(owners: SessionOwners) -> Owner:
+    """An :data:`Owner` that asks memory (``weft_platform.session_owner``)."""
+    return owners.owns
 
 
 def files_router(
@@ -44,9 +44,18 @@ def files_router(
     one."""
     router = APIRouter(prefix="/internal/sessions/{session_id}/files", tags=["files"])
 
-    async def usable(tenant_id: str, user_id: str, session_id: str) -> SessionFiles:
-        if owner is not None and not await owner(tenant_id, user_id, session_id):
-            raise HTTPException(404, f"session {session_id!r} not found")
+    async def usable(
+        request: Request, tenant_id: str, user_id: str, session_id: str
+    ) -> SessionFiles:
+        if owner is not None:
+            try:
+                owned = await owner(
+                    request.headers.get("authorization"), tenant_id, user_id, session_id
+                )
+            except OwnerUnknown as exc:
+                raise HTTPException(503, f"{exc}; retry", {"Retry-After": "2"}) from None
+            if not owned:
+                raise HTTPException(404, f"session {session_id!r} not found")
         if files is None:
             raise HTTPException(409, NO_SANDBOX)
         return files
@@ -56,7 +65,7 @@ def files_router(
         request: Request, session_id: SessionId, name: str, tenant_id: Caller, user_id: Caller
     ) -> dict[str, Any]:
         """The raw body becomes ``/workspace/input/<name>``."""
-        service = await usable(tenant_id, user_id, session_id)
+        service = await usable(request, tenant_id, user_id, session_id)
         data = await _body(request, max_upload_bytes)
         with _answered():
             stored = await service.upload(tenant_id, session_id, name, data)
@@ -65,10 +74,10 @@ def files_router(
 
     @router.get("")
     async def list_files(
-        session_id: SessionId, tenant_id: Caller, user_id: Caller,
+        request: Request, session_id: SessionId, tenant_id: Caller, user_id: Caller,
         folder: str = Query(default="output", alias="dir"),
     ) -> dict[str, Any]:  # fmt: skip
-        service = await usable(tenant_id, user_id, session_id)
+        service = await usable(request, tenant_id, user_id, session_id)
         with _answered():
             listed = await service.list(tenant_id, session_id, folder)
         items = [
@@ -79,9 +88,9 @@ def files_router(
 
     @router.get("/{path:path}")
     async def download(
-        session_id: SessionId, path: str, tenant_id: Caller, user_id: Caller
+        request: Request, session_id: SessionId, path: str, tenant_id: Caller, user_id: Caller
     ) -> Response:
-        service = await usable(tenant_id, user_id, session_id)
+        service = await usable(request, tenant_id, user_id, session_id)
         with _answered():
             _, data = await service.read(tenant_id, session_id, path)
         return Response(content=data, media_type="application/octet-stream")

@@ -15,6 +15,16 @@ class SandboxSettings(ServiceSettings):
 
     service_name: str = "sandbox"
     http_port: int = 8084
+    memory_url: str = Field(
+        default="http://127.0.0.1:8085",
+        description="memory's internal API: whether a session named by a files request is "
+        "the caller's (memory owns sessions).",
+    )
+    agent_config_url: str = Field(
+        default="http://127.0.0.1:8081",
+        description="agent-config's internal API: skill packages (agent-config owns them).",
+    )
+    internal_timeout_s: float = Field(default=10.0, gt=0, le=120)
     sandbox_backend: Literal["local", "kubernetes", "none"] = Field(
         default="local",
         description="local: bubblewrap processes on this host; kubernetes: one pod per "

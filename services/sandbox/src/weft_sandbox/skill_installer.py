@@ -7,7 +7,9 @@ Reserved to the built-in skill installer: agent-config offers the tools to no ot
 and the tools check the call's agent again. Paths are relative to the draft folder and
 checked like a package's (no ``..``, no absolute path); the folder is read without
 following links, so a symlink a command planted there fails validation. The installer
-replaces only a skill its own session installed, never another one of the tenant.
+replaces only a skill its own session installed, never another one of the tenant. The
+package is installed by agent-config, which owns the skills, asked with the call's turn
+credential (:mod:`weft_sandbox.skill_source`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import stat
 from pathlib import Path
 
-from weft_storage.agent_config.skill_packages import (
+from weft_contracts.skill_packages import (
     MAX_FILE_BYTES,
     MAX_FILES,
     PackageRejected,
@@ -26,7 +28,6 @@ from weft_storage.agent_config.skill_packages import (
     build_package,
     check_path,
 )
-from weft_storage.agent_config.skills import SkillExists, SkillStore
 from weft_tool_catalog import ToolInvocation, ToolOutcome, ToolSpec
 from weft_tool_catalog.registry import ToolRegistry
 from weft_tool_catalog.sandbox_specs import (
@@ -39,6 +40,7 @@ from weft_tool_catalog.sandbox_specs import (
     WriteSkillFileArguments,
 )
 
+from weft_sandbox.skill_source import SkillSource, SkillsUnreachable, SkillTaken
 from weft_sandbox.tools import EditRejected, WorkspaceHost, apply_edits, write_as_sandbox
 from weft_sandbox.workspace import PathRefused, Workspace
 
@@ -50,9 +52,9 @@ def _fail(error: str) -> ToolOutcome:
 class SkillDraft:
     """Writes into the draft folder of the held workspace, then installs what it holds."""
 
-    def __init__(self, host: WorkspaceHost, store: SkillStore):
+    def __init__(self, host: WorkspaceHost, source: SkillSource):
         self._host = host
-        self._store = store
+        self._source = source
 
     def target(self, call: ToolInvocation, tool: str, path: str) -> tuple[Workspace, Path]:
         """The workspace and host path of a draft file; :class:`PathRefused` or
@@ -75,18 +77,21 @@ class SkillDraft:
                 data={"installed": False, "reason": str(exc)},
             )
         try:
-            summary = await self._store.install(
-                call.tenant_id, package, installer_session=call.session_id
+            summary = await self._source.install(
+                call.credential, call.tenant_id, call.session_id, package
             )
-        except SkillExists:
+        except SkillTaken:
             return _fail(
                 f"{written}, but the tenant already has a skill named {package.name!r} that "
                 "this installation did not create; choose another name in SKILL.md"
             )
+        except SkillsUnreachable as exc:
+            return _fail(f"{written}, but {exc}")
+        name, count = summary.get("name"), summary.get("file_count")
         return ToolOutcome(
             success=True,
-            output=f"{written}; installed skill {summary.name!r} ({summary.file_count} files)",
-            data={"installed": True, "skill": summary.name, "digest": summary.digest},
+            output=f"{written}; installed skill {name!r} ({count} files)",
+            data={"installed": True, "skill": name, "digest": summary.get("digest")},
         )
 
 
@@ -175,8 +180,8 @@ def package_from_folder(folder: Path) -> SkillPackage:
     return build_package(files)
 
 
-def register_installer(registry: ToolRegistry, host: WorkspaceHost, store: SkillStore) -> None:
+def register_installer(registry: ToolRegistry, host: WorkspaceHost, source: SkillSource) -> None:
     """Add the two tools, over one draft, to the sandbox's registry."""
-    draft = SkillDraft(host, store)
+    draft = SkillDraft(host, source)
     registry.register(WriteSkillFile(draft))
     registry.register(EditSkillFile(draft))

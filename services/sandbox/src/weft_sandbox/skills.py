@@ -5,7 +5,9 @@ with the package mounted read-only at ``/skills/<name>`` (``$WEFT_SKILL_DIR``).
 Only skills of the tenant whose sandbox runs them (the caller's, or a shared agent's
 owner) that the turn's agent may use (``ToolContext.allowed_skills``, fail closed) are
 found; any other name, another tenant's included, reads "not found", so nothing tells
-whether it exists elsewhere.
+whether it exists elsewhere. The packages are agent-config's: they are asked of it with
+the call's turn credential (:mod:`weft_sandbox.skill_source`), and agent-config decides
+whose package it is from the agent, never from what the call says.
 
 A package is materialised once per content digest in a cache folder outside every
 workspace, owned by the service and bound read-only into the command's sandbox; a new
@@ -23,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weft_contracts import ToolContext
-from weft_storage.agent_config.skill_packages import (
+from weft_contracts.skill_packages import (
     SKILL_FILE,
     PackageRejected,
     SkillPackage,
     check_path,
 )
-from weft_storage.agent_config.skills import SkillStore
+
+from weft_sandbox.skill_source import SkillSource, SkillsUnreachable
 
 SKILL_SCHEME = "skill://"
 MOUNT_ROOT = "/skills"
@@ -66,8 +69,8 @@ def mount_point(name: str) -> str:
 class SkillLibrary:
     """The installed skills as the sandbox's tools use them."""
 
-    def __init__(self, store: SkillStore, cache: Path):
-        self._store = store
+    def __init__(self, source: SkillSource, cache: Path):
+        self._source = source
         self._cache = cache
         self._lock = asyncio.Lock()
 
@@ -82,20 +85,23 @@ class SkillLibrary:
         """Remove the cache (the packages stay in PostgreSQL)."""
         shutil.rmtree(self._cache, ignore_errors=True)
 
-    async def package(self, context: ToolContext, tenant_id: str, name: str) -> SkillPackage:
+    async def package(
+        self, context: ToolContext, tenant_id: str, name: str, credential: str | None
+    ) -> SkillPackage:
         """The package of skill ``name`` this call may use; :class:`SkillUnavailable`
         when the agent may not use it or the tenant has none of that name (the same
-        error both ways, which lists the agent's skills only)."""
-        owner = context.retrieval_tenant_id or tenant_id
-        stored = (
-            await self._store.get(owner, name)
-            if context.permits_skill(name) and len(name) <= 64
-            else None
-        )
-        if stored is None:
+        error both ways, which lists the agent's skills only), or when agent-config
+        cannot answer (with that reason)."""
+        found = None
+        if context.permits_skill(name) and len(name) <= 64:
+            try:
+                found = await self._source.package(credential, tenant_id, context.agent_id, name)
+            except SkillsUnreachable as exc:
+                raise SkillUnavailable(str(exc)) from None
+        if found is None:
             usable = ", ".join(sorted(context.allowed_skills or [])) or "none"
             raise SkillUnavailable(f"skill {name[:64]!r} not found; this agent's skills: {usable}")
-        return stored.package
+        return found
 
     async def mount(self, owner_tenant_id: str, package: SkillPackage) -> Path:
         """The host folder holding ``package``'s files, read-only for commands."""

@@ -88,7 +88,9 @@ class ShellExec:
             if not self._backend.mounts_read_only:
                 return _fail(f"shell_exec: {SKILLS_NOT_ON_BACKEND}")
             try:
-                package = await self._skills.package(call.context, call.tenant_id, args.skill_name)
+                package = await self._skills.package(
+                    call.context, call.tenant_id, args.skill_name, call.credential
+                )
             except SkillUnavailable as exc:
                 return _fail(f"shell_exec: {exc}")
             owner = call.context.retrieval_tenant_id or call.tenant_id
@@ -196,7 +198,9 @@ class ReadFile:
             return _fail(f"read_file: {NO_SKILLS}")
         try:
             ref = SkillRef.parse(uri)
-            package = await self._skills.package(call.context, call.tenant_id, ref.name)
+            package = await self._skills.package(
+                call.context, call.tenant_id, ref.name, call.credential
+            )
             text = skill_file_text(package, ref.path)
         except SkillUnavailable as exc:
             return _fail(f"read_file: {exc}")

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_contracts import SuggestedQuestion, SuggestionPlacement
 from weft_contracts.locale import LOCALE_PATTERN
-from weft_storage.memory.session_owner import owns_session
+from weft_platform.session_owner import OwnerUnknown, SessionOwners
 from weft_storage.suggestions.models import MessageSuggestionSet, SuggestionEvent
 
 from weft_suggestions.agent_settings import SettingsUnavailable
@@ -70,10 +70,29 @@ class SuggestionEventOut(BaseModel):
 NOT_FOUND = "message not found"
 
 
+async def _require_owner(
+    owners: SessionOwners, request: Request, tenant_id: str, user_id: str, session_id: str
+) -> None:
+    """404 unless memory (asked with this request's credential) finds a live session of
+    that tenant and user; 503 when memory cannot say."""
+    try:
+        owned = await owners.owns(
+            request.headers.get("authorization"), tenant_id, user_id, session_id
+        )
+    except OwnerUnknown as exc:
+        raise HTTPException(503, f"{exc}; retry", {"Retry-After": "2"}) from None
+    if not owned:
+        raise HTTPException(404, "session not found")
+
+
 def suggestions_router(
-    sessions: async_sessionmaker[AsyncSession], turns: TurnLog, worker: SuggestionWorker
+    sessions: async_sessionmaker[AsyncSession],
+    turns: TurnLog,
+    worker: SuggestionWorker,
+    owners: SessionOwners,
 ) -> APIRouter:
-    """GET/POST suggestions and POST suggestion-events."""
+    """GET/POST suggestions and POST suggestion-events; ``owners``: memory, asked whether
+    a starter event's session is the caller's."""
     router = APIRouter(prefix="/internal", tags=["suggestions"])
 
     async def owned(tenant_id: str, user_id: str, session_id: str, message_id: str) -> FinishedTurn:
@@ -151,14 +170,15 @@ def suggestions_router(
         status_code=201,
         response_model=SuggestionEventOut,
     )
-    async def record_event(session_id: str, body: SuggestionEventIn) -> SuggestionEventOut:
+    async def record_event(
+        request: Request, session_id: str, body: SuggestionEventIn
+    ) -> SuggestionEventOut:
         if body.placement == "starter":
             # Starters have no turn: the set is the agent's (``agent:<id>``) and the session
             # is the one the gateway found among the caller's own.
             if not body.assistant_message_id.startswith("agent:"):
                 raise HTTPException(422, "a starter event names its set as agent:<agent id>")
-            if not await owns_session(sessions, body.tenant_id, body.user_id, session_id):
-                raise HTTPException(404, "session not found")
+            await _require_owner(owners, request, body.tenant_id, body.user_id, session_id)
             where = FinishedTurnRef(body.tenant_id, session_id, body.user_id)
         else:
             turn = await owned(body.tenant_id, body.user_id, session_id, body.assistant_message_id)
@@ -216,26 +236,24 @@ class StarterSetOut(BaseModel):
     reason: str = ""
 
 
-def starters_router(
-    starters: StarterSets, sessions: async_sessionmaker[AsyncSession] | None = None
-) -> APIRouter:
+def starters_router(starters: StarterSets, owners: SessionOwners | None = None) -> APIRouter:
     """``GET /internal/sessions/{session_id}/starters``: the session must be the caller's
-    (the gateway checks it too; ``sessions`` None: no check, for tests of the route
-    alone); the agent is looked up as the caller's tenant runs it."""
+    (memory says, asked with the caller's credential; the gateway checks it too;
+    ``owners`` None: no check, for tests of the route alone); the agent is looked up as
+    the caller's tenant runs it."""
     router = APIRouter(prefix="/internal", tags=["suggestions"])
 
     @router.get("/sessions/{session_id}/starters", response_model=StarterSetOut)
     async def get_starters(
+        request: Request,
         session_id: str,
         tenant_id: str = Query(min_length=1, max_length=128),
         user_id: str = Query(min_length=1, max_length=128),
         agent_id: str = Query(min_length=1, max_length=64),
         locale: str | None = Query(default=None, max_length=35, pattern=LOCALE_PATTERN),
     ) -> StarterSetOut:
-        if sessions is not None and not await owns_session(
-            sessions, tenant_id, user_id, session_id
-        ):
-            raise HTTPException(404, "session not found")
+        if owners is not None:
+            await _require_owner(owners, request, tenant_id, user_id, session_id)
         try:
             found = await starters.starters(tenant_id, session_id, agent_id, locale)
         except UnknownAgent:

@@ -16,6 +16,7 @@ from weft_platform.internal_auth import InternalAuth
 from weft_platform.metrics import LLM_METER
 from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import create_runtime
+from weft_platform.session_owner import SessionOwners
 from weft_platform.settings import ModelClientSettings
 from weft_storage.owner_purge import owner_purge_router
 
@@ -46,6 +47,12 @@ class SuggestionsSettings(ModelClientSettings):
     service_name: str = "suggestions"
     http_port: int = 8086
     agent_config_url: str = "http://127.0.0.1:8081"
+    memory_url: str = Field(
+        default="http://127.0.0.1:8085",
+        description="memory's internal API: whether a session named by a request is the "
+        "caller's (memory owns sessions).",
+    )
+    memory_timeout_s: float = Field(default=5.0, gt=0, le=60)
     suggestions_enabled: bool = Field(
         default=True,
         description="Service-wide switch (WEFT_SUGGESTIONS_ENABLED): false turns every "
@@ -142,16 +149,17 @@ def create_app(settings: SuggestionsSettings | None = None) -> FastAPI:
         types=TURN_TYPES,
         linger_ms=settings.events_linger_ms,
     )
+    owners = SessionOwners(settings.memory_url, settings.memory_timeout_s)
     app = create_service_app(
         runtime,
         title="weft suggestions",
         routers=[
-            suggestions_router(runtime.sessions, turns, worker),
-            starters_router(starters, runtime.sessions),
+            suggestions_router(runtime.sessions, turns, worker, owners),
+            starters_router(starters, owners),
         ],
         internal=InternalAuth(runtime.verifier, "suggestions"),
         on_startup=[worker.start, retention.start],
-        on_shutdown=[retention.stop, worker.stop, chat.aclose, *closers],
+        on_shutdown=[retention.stop, worker.stop, chat.aclose, owners.aclose, *closers],
     )
     app.state.worker = worker
     app.include_router(owner_purge_router("suggestions", runtime.sessions, runtime.verifier))

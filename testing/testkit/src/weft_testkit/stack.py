@@ -290,10 +290,13 @@ class LocalStack:
         """The stack's database as the migration owner role (tests' direct access)."""
         return self.config.database_url or infra_env()["WEFT_DATABASE_URL"]
 
-    def _spawn(self, name: str, port: int, args: list[str]) -> None:
+    def _spawn(
+        self, name: str, port: int, args: list[str], env: dict[str, str] | None = None
+    ) -> None:
         process = start_service(
-            f"weft_{name}", args, self.service_env(name, port), self.log_path(name, port)
-        )
+            f"weft_{name}", args, {**self.service_env(name, port), **(env or {})},
+            self.log_path(name, port),
+        )  # fmt: skip
         self._procs.append(_Proc(name, port, process))
 
     def _wait_ready(self, procs: list[_Proc] | None = None) -> None:
@@ -331,12 +334,13 @@ class LocalStack:
         """The log file of the process of ``name`` on ``port``."""
         return self.config.log_dir / f"{name}-{port}.log"
 
-    def start_again(self, name: str, index: int = 0) -> None:
-        """Start a killed replica of ``name`` again on its port; wait until it is ready."""
+    def start_again(self, name: str, index: int = 0, env: dict[str, str] | None = None) -> None:
+        """Start a killed replica of ``name`` again on its port; wait until it is ready.
+        ``env``: variables that differ from the stack's for this process."""
         old = [p for p in self._procs if p.name == name][index]
         if old.process.poll() is None:
             raise RuntimeError(f"{name} replica {index} is still running")
-        self._spawn(name, old.port, [])
+        self._spawn(name, old.port, [], env)
         new = self._procs.pop()
         self._procs[self._procs.index(old)] = new
         self._wait_ready([new])

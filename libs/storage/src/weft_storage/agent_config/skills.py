@@ -11,8 +11,7 @@ from datetime import datetime
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from weft_storage.agent_config.skill_packages import SkillPackage, package_from_zip, package_to_zip
+from weft_contracts.skill_packages import SkillPackage, package_from_zip, package_to_zip
 
 
 class SkillExists(ValueError):

@@ -1,5 +1,7 @@
 """Skill packages (SPEC S-04): a folder with ``SKILL.md`` at its root, whose YAML
-frontmatter names and describes the skill, plus scripts and resources.
+frontmatter names and describes the skill, plus scripts and resources. The format is a
+contract: agent-config stores packages (it owns ``skill_packages``), the sandbox mounts
+what agent-config hands it, and both check the same rules.
 
 A package arrives as a zip or as a list of files; both become a :class:`SkillPackage`
 only after every check here passed, so what is stored, listed and mounted into a sandbox
