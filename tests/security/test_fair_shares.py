@@ -40,15 +40,15 @@ from sqlalchemy.ext.asyncio import (
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_scope import KnowledgeScope
+from weft_knowledge.ingestion import DocumentIngestor
+from weft_knowledge.ingestion_loop import IngestionLoop
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
 from weft_testkit import LocalStack, SseEvent, StackConfig, chat_requests, read_turn
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
-from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tools.document_parsing import extract_text
-from weft_tools.ingestion import DocumentIngestor
 from weft_tools.ingestion_limits import DocumentTooLarge, IngestionLimits
 
 from tests.stack_fixtures import ApiKeys, KeyedClient

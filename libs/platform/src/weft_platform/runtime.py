@@ -77,10 +77,11 @@ def create_runtime(settings: ServiceSettings) -> ServiceRuntime:
     )
 
 
-DEV_ISSUERS = (GATEWAY, "engine", "suggestions", "memory", "operator")
+DEV_ISSUERS = (GATEWAY, "engine", "suggestions", "memory", "knowledge", "agent-config", "operator")
 """Key pairs development and tests generate: request credentials (gateway), the engine's,
-the suggestions service's and memory's (approval expiries) service credentials, and the
-operator's (admin routes, tests)."""
+the suggestions service's, memory's (approval expiries), knowledge's (ingestion usage sent
+to memory) and agent-config's (knowledge titles of suggestion settings) service
+credentials, and the operator's (admin routes, tests)."""
 
 
 def credential_verifier(settings: ServiceSettings) -> CredentialVerifier:

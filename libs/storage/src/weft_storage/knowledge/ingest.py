@@ -25,7 +25,6 @@ from ulid import ULID
 
 from weft_storage.knowledge.models import Chunk, Document
 from weft_storage.knowledge.models_files import DocumentFile
-from weft_storage.memory.usage import record_document
 
 INGESTION_CHANNEL = "weft_ingestion"
 """The ``NOTIFY`` channel of queued documents; its payload is empty (a wake-up, no data)."""
@@ -40,6 +39,11 @@ class PendingDocument:
     knowledge_base_id: str
     file_name: str
     content: bytes
+
+
+def new_document_id() -> str:
+    """A new document id (the knowledge service meters a document by it before queuing)."""
+    return f"doc_{ULID()}"
 
 
 QUEUED_STATES = ("pending", "processing")
@@ -74,13 +78,14 @@ class IngestionQueue:
         file_name: str,
         content: bytes,
         content_type: str = "",
-        user_id: str = "",
         parse_as: str = "",
+        doc_id: str | None = None,
     ) -> str:
-        """Store the file as a ``pending`` document, metered as ``user_id``'s ingestion;
-        return its id. ``parse_as`` is the name its parser goes by when ``file_name`` (kept
-        as the document's) does not tell its type, as for a text posted as JSON."""
-        doc_id = f"doc_{ULID()}"
+        """Store the file as a ``pending`` document; return its id (``doc_id``, or a new
+        one: see :func:`new_document_id`). ``parse_as`` is the name its parser goes by when
+        ``file_name`` (kept as the document's) does not tell its type, as for a text posted
+        as JSON. Metering the document is the caller's (usage is memory's table)."""
+        doc_id = doc_id or new_document_id()
         async with self._sessions.begin() as s:
             s.add(
                 Document(
@@ -104,10 +109,6 @@ class IngestionQueue:
                     content=content,
                 )
             )
-            await record_document(
-                s, tenant_id=tenant_id, document_id=doc_id, user_id=user_id,
-                size_bytes=len(content),
-            )  # fmt: skip
             await _notify(s)
         return doc_id
 
