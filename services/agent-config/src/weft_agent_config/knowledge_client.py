@@ -61,8 +61,6 @@ class KnowledgeService:
         resp = await self._send(BASES_SCOPE, "POST", "/internal/knowledge-bases/lookup", json=body)
         if resp.status_code == 404:
             return [], str(resp.json().get("detail", "knowledge bases not found"))
-        if resp.status_code >= 400:
-            raise HTTPException(resp.status_code, resp.text)
         found: list[dict[str, Any]] = resp.json()
         return found, None
 
@@ -72,9 +70,7 @@ class KnowledgeService:
             [("tenant_id", tenant_id), ("limit", str(limit)), *(("kb_id", k) for k in kb_ids)]
         )
         resp = await self._send(TITLES_SCOPE, "GET", "/internal/document-titles", params=params)
-        if resp.status_code >= 400:
-            raise HTTPException(resp.status_code, resp.text)
-        found: list[dict[str, Any]] = resp.json()
+        found: list[dict[str, Any]] = resp.json() if resp.status_code == 200 else []
         return found
 
     async def aclose(self) -> None:

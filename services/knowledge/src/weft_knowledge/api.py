@@ -115,7 +115,7 @@ def knowledge_router(
     document_wait_s: float,
 ) -> APIRouter:
     """The internal routes."""
-    router = APIRouter(prefix="/internal", tags=["knowledge"])
+    router = APIRouter(tags=["knowledge"])
 
     async def require_kb(request: Request, tenant_id: str, kb_id: str) -> None:
         reach = scope_of(request, None)
@@ -132,14 +132,14 @@ def knowledge_router(
         ):
             raise HTTPException(503, "memory unavailable (usage); retry", {"Retry-After": "2"})
 
-    @router.post("/knowledge-bases", status_code=201)
+    @router.post("/internal/knowledge-bases", status_code=201)
     async def create_kb(request: Request, body: KnowledgeBaseCreate) -> dict[str, str]:
         if caller_knowledge_bases(request) is not None:
             raise HTTPException(403, "a KB-restricted credential cannot create knowledge bases")
         kb_id = await store.create_knowledge_base(body.tenant_id, body.name, body.description)
         return {"id": kb_id, "name": body.name}
 
-    @router.get("/knowledge-bases")
+    @router.get("/internal/knowledge-bases")
     async def list_kbs(request: Request, tenant_id: str) -> list[dict[str, str]]:
         reach = scope_of(request, None)
         found = await store.list_knowledge_bases(tenant_id)
@@ -155,12 +155,12 @@ def knowledge_router(
             raise HTTPException(404, f"knowledge bases not found: {missing}")
         return found
 
-    @router.get("/knowledge-bases/{kb_id}")
+    @router.get("/internal/knowledge-bases/{kb_id}")
     async def get_kb(request: Request, tenant_id: str, kb_id: str) -> dict[str, str]:
         await require_kb(request, tenant_id, kb_id)
         return {"id": kb_id}
 
-    @router.post("/knowledge-bases/{kb_id}/documents")
+    @router.post("/internal/knowledge-bases/{kb_id}/documents")
     async def add_text(
         request: Request,
         kb_id: str,
@@ -184,7 +184,7 @@ def knowledge_router(
             raise HTTPException(404, f"document {doc_id!r} not found")
         return asdict(info)
 
-    @router.post("/knowledge-bases/{kb_id}/files", status_code=202)
+    @router.post("/internal/knowledge-bases/{kb_id}/files", status_code=202)
     async def add_file(
         request: Request,
         kb_id: str,
@@ -207,7 +207,7 @@ def knowledge_router(
         )  # fmt: skip
         return {"id": doc_id, "knowledge_base_id": kb_id, "status": "pending"}
 
-    @router.get("/documents")
+    @router.get("/internal/documents")
     async def list_documents(
         request: Request,
         tenant_id: str,
@@ -225,7 +225,7 @@ def knowledge_router(
         )
         return {"total": total, "items": [asdict(d) for d in docs]}
 
-    @router.get("/documents/{doc_id}")
+    @router.get("/internal/documents/{doc_id}")
     async def get_document(
         request: Request,
         tenant_id: str,
@@ -239,7 +239,7 @@ def knowledge_router(
             raise HTTPException(404, f"document {doc_id!r} not found")
         return asdict(info)
 
-    @router.get("/documents/{doc_id}/chunks")
+    @router.get("/internal/documents/{doc_id}/chunks")
     async def document_chunks(
         request: Request,
         tenant_id: str,
@@ -252,7 +252,7 @@ def knowledge_router(
         rows = await reader.chunks(tenant_id, doc_id, start=start, limit=limit)
         return [asdict(r) for r in rows]
 
-    @router.get("/documents/{doc_id}/file")
+    @router.get("/internal/documents/{doc_id}/file")
     async def document_file(request: Request, tenant_id: str, doc_id: str) -> Response:
         """The uploaded file of a document in scope (the name in ``X-Weft-File-Name``)."""
         await require_document(request, tenant_id, doc_id)
@@ -268,7 +268,7 @@ def knowledge_router(
         if kbs is None or await reader.document(tenant_id, kbs, doc_id) is None:
             raise HTTPException(404, f"document {doc_id!r} not found")
 
-    @router.post("/chunks")
+    @router.post("/internal/chunks")
     async def chunks(request: Request, body: ChunkLookup) -> list[dict[str, Any]]:
         """Chunks by id with their document titles, in scope, in the order asked."""
         kbs = as_filter(scope_of(request, body.knowledge_base_ids))
@@ -277,7 +277,7 @@ def knowledge_router(
         hits = await reader.chunks_by_ids(body.tenant_id, kbs, body.chunk_ids)
         return [asdict(h) for h in hits]
 
-    @router.post("/search")
+    @router.post("/internal/search")
     async def run_search(request: Request, body: SearchRequest) -> dict[str, Any]:
         """The ``search_knowledge`` pipeline over the KBs in scope; 409 when none of
         them has indexed content (the tool tells the model so)."""
