@@ -5,7 +5,7 @@
 #   docker build --build-arg SERVICE=gateway -t weft/gateway .
 #
 # SERVICE is a directory name under services/ (gateway, agent-config, engine, tool-exec,
-# sandbox, memory, suggestions) or testing/ (scripted-llm, the LLM test double). The
+# sandbox, memory, suggestions, knowledge) or testing/ (scripted-llm, the LLM test double). The
 # workspace package installed is `weft-$SERVICE` and the entrypoint is its console script
 # `weft-$SERVICE`. Build context = repository root. Dependencies come from uv.lock only
 # (`uv sync --frozen`), never re-resolved.

@@ -21,15 +21,15 @@ from openpyxl import Workbook
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from weft_contracts import ToolContext
-from weft_scripted_llm.embeddings import embed_text
-from weft_storage.knowledge.documents import DocumentReader
-from weft_storage.knowledge.ingest import IngestionQueue
-from weft_storage.knowledge.store import KnowledgeStore
 from weft_knowledge.api import knowledge_router
 from weft_knowledge.ingestion import DocumentIngestor
 from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import DocumentUsage
+from weft_scripted_llm.embeddings import embed_text
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
 from weft_tools import ToolInvocation, ToolRegistry
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry

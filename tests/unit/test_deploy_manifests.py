@@ -28,7 +28,7 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 CHART = REPO / "helm" / "weft"
 
-# The seven Weft services and their WEFT_HTTP_PORT.
+# The eight Weft services and their WEFT_HTTP_PORT.
 SERVICE_PORTS = {
     "gateway": 8080,
     "agent-config": 8081,
@@ -37,11 +37,14 @@ SERVICE_PORTS = {
     "sandbox": 8084,
     "memory": 8085,
     "suggestions": 8086,
+    "knowledge": 8088,
 }
 # The gateway's projector in its own process (gateway image, `projector` argument).
 COMPOSE_PROJECTOR = "projector"
 HELM_PROJECTOR = "gateway-projector"
 PROJECTOR_PORT = 8087
+# knowledge's ingestion workers (knowledge image, `worker` argument).
+INGESTION_WORKER = "knowledge-worker"
 TEST_DOUBLE = "scripted-llm"  # test double of an OpenAI-compatible LLM, not a Weft service
 TEST_DOUBLE_PORT = 8090
 INFRA = ("kafka", "postgres", "redis")
@@ -58,6 +61,7 @@ EXTRA_REQUIRED_ENV: dict[str, tuple[str, ...]] = {
     "gateway": ("WEFT_MEMORY_URL", "WEFT_AGENT_CONFIG_URL"),
     "engine": (*LLM_REQUIRED_ENV, "WEFT_MEMORY_URL"),
     "tool-exec": LLM_REQUIRED_ENV,
+    "knowledge": ("WEFT_MEMORY_URL",),
 }
 # Optional variables the compose stack sets anyway.
 COMPOSE_OPTIONAL_ENV: dict[str, tuple[str, ...]] = {
@@ -387,6 +391,22 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
         op, _, rest = line.partition(" ")
         out.append((op.upper(), rest.strip()))
     return out
+
+
+def test_compose_runs_ingestion_workers_apart_from_knowledge(compose: dict[str, Any]) -> None:
+    """knowledge-worker: the knowledge image with ``worker``, scaled by INGESTION_WORKERS;
+    the gateway, tool-exec and agent-config reach the service at its compose name."""
+    from weft_knowledge.__main__ import WORKER_ARG
+
+    services = compose["services"]
+    worker = services[INGESTION_WORKER]
+    assert worker["build"]["args"]["SERVICE"] == "knowledge"
+    assert worker["command"] == [WORKER_ARG]
+    assert _interpolated_default(str(worker["deploy"]["replicas"])) == "1"
+    assert not worker.get("ports")
+    for name in ("gateway", "tool-exec", "agent-config"):
+        url = _env(services[name])["WEFT_KNOWLEDGE_URL"]
+        assert url == f"http://knowledge:{SERVICE_PORTS['knowledge']}", name
 
 
 def test_dockerfile_is_multi_stage_and_parameterised() -> None:

@@ -52,7 +52,10 @@ class ReadDocumentTool:
 
     async def _document(self, call: ToolInvocation, doc_id: str) -> DocumentInfo:
         doc = await self._reader.document(
-            call.tenant_id, call.context.knowledge_base_ids, doc_id, credential=call.credential
+            call.tenant_id,
+            call.context.knowledge_base_ids,
+            doc_id,
+            credential=self._reader.credential_for(call),
         )
         if doc is None:
             raise OutOfScope("document not found in this conversation's knowledge bases")
@@ -62,7 +65,11 @@ class ReadDocumentTool:
         args = call.args(ReadDocumentArguments)
         offset, limit = args.offset, args.limit
         rows = await self._reader.chunks(
-            call.tenant_id, doc.id, start=offset, limit=limit + 1, credential=call.credential
+            call.tenant_id,
+            doc.id,
+            start=offset,
+            limit=limit + 1,
+            credential=self._reader.credential_for(call),
         )
         budget = call.context.max_output_chars * 4 // 5
         page: list[ChunkRow] = []
@@ -81,7 +88,10 @@ class ReadDocumentTool:
     async def _around_chunk(self, call: ToolInvocation, handle: str) -> ToolOutcome:
         chunk_id = await self._scope.resolve(call, handle, "c")
         hit = await self._reader.chunk(
-            call.tenant_id, call.context.knowledge_base_ids, chunk_id, credential=call.credential
+            call.tenant_id,
+            call.context.knowledge_base_ids,
+            chunk_id,
+            credential=self._reader.credential_for(call),
         )
         if hit is None:
             raise OutOfScope(f"chunk {handle!r} not found in this conversation's knowledge bases")
@@ -89,7 +99,11 @@ class ReadDocumentTool:
         around = call.args(ReadDocumentArguments).context
         start = max(0, hit.position - around)
         rows = await self._reader.chunks(
-            call.tenant_id, doc.id, start=start, limit=2 * around + 1, credential=call.credential
+            call.tenant_id,
+            doc.id,
+            start=start,
+            limit=2 * around + 1,
+            credential=self._reader.credential_for(call),
         )
         payload = await self._payload(call, doc, rows)
         return ToolOutcome(success=True, output=dumps(payload), display_type="document")
@@ -99,7 +113,10 @@ class ReadDocumentTool:
         query = args.query or ""
         matches = _matcher(query, args.regex)
         rows = await self._reader.chunks(
-            call.tenant_id, doc.id, limit=MAX_SCAN_CHUNKS, credential=call.credential
+            call.tenant_id,
+            doc.id,
+            limit=MAX_SCAN_CHUNKS,
+            credential=self._reader.credential_for(call),
         )
         hits = [i for i, row in enumerate(rows) if matches(row.content)][:MAX_HITS]
         keep = sorted({j for i in hits for j in (i - 1, i, i + 1) if 0 <= j < len(rows)})
@@ -155,7 +172,7 @@ class ListDocumentsTool:
                 keyword=args.keyword or "",
                 page=page,
                 size=size,
-                credential=call.credential,
+                credential=self._reader.credential_for(call),
             )
         except KnowledgeUnavailable as exc:
             return ToolOutcome(success=False, error=f"list_documents: {exc}")

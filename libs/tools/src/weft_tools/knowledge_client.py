@@ -4,13 +4,20 @@ knowledge owns knowledge bases, documents and chunks; the tools ask it over its 
 routes with the turn's credential (audience ``knowledge``), which is where knowledge reads
 the tenant from (and a KB-restricted key's list, SPEC A-09). One pooled connection set per
 process: a search is one request on a kept-alive connection.
+
+A shared agent's knowledge tools read its owner's knowledge bases (SPEC E-26): the turn's
+credential names the caller's tenant, not the owner's, so for those calls tool-exec
+presents its own service credential (scope :data:`RETRIEVE_SCOPE`) naming the owner
+tenant, as it vouched for that tenant when it read the tables itself; the engine puts the
+owner in the call's context from agent-config's resolution, on a record whose turn
+credential the worker verified.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
@@ -18,11 +25,14 @@ from urllib.parse import quote, unquote
 import httpx
 
 from weft_tools.ranking import Candidate
+from weft_tools.registry import ToolInvocation
 from weft_tools.safe_http import tls_context
 from weft_tools.specs import SearchMode
 
-DEFAULT_KNOWLEDGE_URL = "http://127.0.0.1:8087"
+DEFAULT_KNOWLEDGE_URL = "http://127.0.0.1:8088"
 FILE_NAME_HEADER = "X-Weft-File-Name"
+RETRIEVE_SCOPE = "knowledge:retrieve"
+"""tool-exec's service credential on knowledge's read routes (a shared agent's calls)."""
 
 
 class KnowledgeUnavailable(Exception):
@@ -76,9 +86,13 @@ class KnowledgeClient:
         timeout_s: float = 15.0,
         transport: httpx.AsyncBaseTransport | None = None,
         event_hooks: Mapping[str, list[Any]] | None = None,
+        own_credential: Callable[[], str] | None = None,
     ):
         """``event_hooks``: httpx hooks of every request (the process's trace
-        propagation: the call's ``traceparent`` reaches knowledge)."""
+        propagation: the call's ``traceparent`` reaches knowledge); ``own_credential``:
+        tool-exec's service credential for a shared agent's calls (None: such a call
+        presents the turn's, which knowledge refuses for another tenant)."""
+        self._own_credential = own_credential
         self._base_url = base_url or os.environ.get("WEFT_KNOWLEDGE_URL", DEFAULT_KNOWLEDGE_URL)
         self._timeout_s = timeout_s
         self._transport = transport
@@ -96,6 +110,14 @@ class KnowledgeClient:
             )  # fmt: skip
             self._loop = loop
         return self._http
+
+    def credential_for(self, call: ToolInvocation) -> str | None:
+        """What ``call`` presents: the turn's credential, or tool-exec's own when the call
+        reads a shared agent's owner's knowledge bases (its tenant is the owner's)."""
+        owner = call.context.retrieval_tenant_id
+        if owner and owner == call.tenant_id and self._own_credential is not None:
+            return self._own_credential()
+        return call.credential
 
     async def _send(
         self, method: str, path: str, credential: str | None, **kwargs: Any

@@ -45,7 +45,12 @@ class SearchKnowledgeTool:
         try:
             kb_ids = await self._scope.knowledge_bases(call, args.knowledge_base_ids or [])
             report = await self._knowledge.search(
-                call.tenant_id, kb_ids, query, args.mode, args.limit, credential=call.credential
+                call.tenant_id,
+                kb_ids,
+                query,
+                args.mode,
+                args.limit,
+                credential=self._knowledge.credential_for(call),
             )
         except (OutOfScope, NoIndexInScope, KnowledgeUnavailable) as exc:
             return ToolOutcome(success=False, error=f"search_knowledge: {exc}")

@@ -79,7 +79,7 @@ class AgentConfigSettings(ServiceSettings, McpSettings):
     service_name: str = "agent-config"
     http_port: int = 8081
     knowledge_url: str = Field(
-        default="http://127.0.0.1:8087",
+        default="http://127.0.0.1:8088",
         description="knowledge (WEFT_KNOWLEDGE_URL): the KB guard and suggestion titles.",
     )
     llm_model: str = Field(default="weft-scripted", description="Default model (WEFT_LLM_MODEL).")

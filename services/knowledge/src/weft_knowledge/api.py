@@ -37,13 +37,27 @@ FILE_NAME_HEADER = "X-Weft-File-Name"
 
 TITLES_ROUTE = "/internal/document-titles"
 LOOKUP_ROUTE = "/internal/knowledge-bases/lookup"
+RETRIEVAL_ROUTES = (
+    "/internal/search",
+    "/internal/chunks",
+    "/internal/documents",
+    "/internal/documents/{doc_id}",
+    "/internal/documents/{doc_id}/chunks",
+    "/internal/documents/{doc_id}/file",
+)
+"""The knowledge tools' reads. A shared agent's tools read its owner's knowledge bases
+(SPEC E-26) with tool-exec's service credential (``knowledge:retrieve``), the turn's
+naming the caller's tenant; every other call presents a request credential."""
+RETRIEVE = SystemRoute("knowledge:retrieve", frozenset({"tool-exec"}), also_requests=True)
 SYSTEM_ROUTES = {
+    **dict.fromkeys(RETRIEVAL_ROUTES, RETRIEVE),
     # Suggestion settings (agent-config, for the suggestions service): no request behind.
     TITLES_ROUTE: SystemRoute("knowledge:titles.read", frozenset({"agent-config", "operator"})),
     # agent-config's KB guard (SPEC A-07) and placeholder names, while it resolves or saves.
     LOOKUP_ROUTE: SystemRoute("knowledge:bases.read", frozenset({"agent-config", "operator"})),
 }
-"""Routes that name any tenant: a service credential with their scope."""
+"""Routes that name any tenant: a service credential with their scope (the retrieval
+routes: a request credential too)."""
 
 
 class KnowledgeBaseCreate(BaseModel):

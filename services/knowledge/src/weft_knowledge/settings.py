@@ -12,7 +12,7 @@ class KnowledgeSettings(ServiceSettings):
     """knowledge settings."""
 
     service_name: str = "knowledge"
-    http_port: int = 8087
+    http_port: int = 8088
     memory_url: str = Field(
         default="http://127.0.0.1:8085",
         description="memory (WEFT_MEMORY_URL): ingested documents are metered there.",

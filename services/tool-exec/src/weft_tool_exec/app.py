@@ -18,7 +18,7 @@ from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
 from weft_tools.database_query import QueryLimits
 from weft_tools.duckdb_workspace import DuckDBWorkspace
-from weft_tools.knowledge_client import KnowledgeClient
+from weft_tools.knowledge_client import RETRIEVE_SCOPE, KnowledgeClient
 from weft_tools.mcp_calls import McpCaller
 from weft_tools.mcp_directory import HttpMcpDirectory
 from weft_tools.mcp_http import pinned_client_factory
@@ -35,12 +35,15 @@ from weft_tool_exec.turn_end import TurnEndCleaner
 from weft_tool_exec.worker import ToolWorker
 
 CONSUMER_GROUP = "weft-tool-exec"
+ISSUER = "tool-exec"
+"""The issuer of tool-exec's own service credentials (a shared agent's knowledge reads)."""
 
 __all__ = ["CONSUMER_GROUP", "ToolExecSettings", "create_app"]
 
 
 def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> ToolDependencies:
     """The built-in tools' dependencies from the settings."""
+    signer = runtime.signer(ISSUER)
     policy = AddressPolicy(allow_loopback=settings.web_fetch_allow_loopback)
     search = None
     if settings.web_search_api_key:
@@ -55,6 +58,7 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
             settings.knowledge_url,
             timeout_s=settings.knowledge_timeout_s,
             event_hooks=propagation_hooks(),
+            own_credential=lambda: signer.service("knowledge", [RETRIEVE_SCOPE]),
         ),
         sessions=runtime.sessions,
         snapshots=RedisSnapshotStore(runtime.redis),

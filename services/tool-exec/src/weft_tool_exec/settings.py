@@ -43,7 +43,7 @@ class ToolExecSettings(ServiceSettings, McpReachSettings):
         default=64, ge=1, description="The same bound for one partition (that partition pauses)."
     )
     knowledge_url: str = Field(
-        default="http://127.0.0.1:8087",
+        default="http://127.0.0.1:8088",
         description="knowledge (WEFT_KNOWLEDGE_URL): search_knowledge, read_document, "
         "list_documents and the data tools' stored files.",
     )
