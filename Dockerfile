@@ -53,6 +53,7 @@ COPY services/gateway/pyproject.toml services/gateway/pyproject.toml
 COPY services/memory/pyproject.toml services/memory/pyproject.toml
 COPY services/sandbox/pyproject.toml services/sandbox/pyproject.toml
 COPY services/suggestions/pyproject.toml services/suggestions/pyproject.toml
+COPY services/knowledge/pyproject.toml services/knowledge/pyproject.toml
 COPY services/tool-exec/pyproject.toml services/tool-exec/pyproject.toml
 COPY testing/scripted-llm/pyproject.toml testing/scripted-llm/pyproject.toml
 COPY testing/testkit/pyproject.toml testing/testkit/pyproject.toml

@@ -599,7 +599,8 @@ def test_helm_deployment_and_service_per_weft_service(
         expected = dict(SERVICE_PORTS)
         if label == "test-double":
             expected[TEST_DOUBLE] = TEST_DOUBLE_PORT
-        assert set(deployments) == {f"weft-{n}" for n in (*expected, HELM_PROJECTOR)}, label
+        workers = (HELM_PROJECTOR, INGESTION_WORKER)
+        assert set(deployments) == {f"weft-{n}" for n in (*expected, *workers)}, label
         for name, port in expected.items():
             deployment = deployments[f"weft-{name}"]
             pod = deployment["spec"]["template"]["spec"]
@@ -703,6 +704,58 @@ def test_helm_projector_deployment_and_gateway_mode(
     assert "WEFT_PROJECTOR" not in _container_env(gateway, _by_kind(embedded, "ConfigMap"))
 
 
+def test_helm_ingestion_workers_deployment_scaling_and_network(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    """knowledge-worker: the knowledge image with ``worker``, no Service, logged in to
+    Kafka as weft-knowledge; KEDA scales it on the queue depth metric (Prometheus) and
+    then owns its replicas; knowledge takes calls from the gateway, tool-exec and
+    agent-config only, and reaches memory."""
+    from weft_knowledge.__main__ import WORKER_ARG
+    from weft_platform.metrics import INGESTION_QUEUE_DEPTH
+
+    deployments = _by_kind(test_double_render, "Deployment")
+    worker = deployments[f"weft-{INGESTION_WORKER}"]
+    (container,) = worker["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [WORKER_ARG]
+    assert re.search(r"/(weft-)?knowledge:[\w.-]+$", container["image"])
+    env = _container_env(container, _by_kind(test_double_render, "ConfigMap"))
+    assert env["WEFT_HTTP_PORT"] == str(SERVICE_PORTS["knowledge"])
+    assert f"weft-{INGESTION_WORKER}" not in _by_kind(test_double_render, "Service")
+    assert worker["spec"]["replicas"] == 1
+    knowledge_env = _container_env(
+        deployments["weft-knowledge"]["spec"]["template"]["spec"]["containers"][0],
+        _by_kind(test_double_render, "ConfigMap"),
+    )
+    assert knowledge_env["WEFT_MEMORY_URL"] == f"http://weft-memory:{SERVICE_PORTS['memory']}"
+    for caller in ("gateway", "tool-exec", "agent-config"):
+        caller_env = _container_env(
+            deployments[f"weft-{caller}"]["spec"]["template"]["spec"]["containers"][0],
+            _by_kind(test_double_render, "ConfigMap"),
+        )
+        assert caller_env["WEFT_KNOWLEDGE_URL"] == "http://weft-knowledge:8088", caller
+    policy = _by_kind(test_double_render, "NetworkPolicy")["weft-knowledge"]["spec"]
+    callers = {
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for rule in policy["ingress"]
+        for peer in rule.get("from", [])
+        if "podSelector" in peer and "app.kubernetes.io/component" in peer["podSelector"].get(
+            "matchLabels", {}
+        )
+    }
+    assert callers == {"gateway", "tool-exec", "agent-config"}
+
+    production = _by_kind(production_render, "Deployment")[f"weft-{INGESTION_WORKER}"]
+    assert "replicas" not in production["spec"], "KEDA owns the workers' replica count"
+    scaled = _by_kind(production_render, "ScaledObject")[f"weft-{INGESTION_WORKER}"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == f"weft-{INGESTION_WORKER}"
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert all(isinstance(v, str) for v in trigger["metadata"].values())
+    assert trigger["metadata"]["query"].startswith(f"max({INGESTION_QUEUE_DEPTH._name}{{")
+    assert 'state="pending"' in trigger["metadata"]["query"]
+
+
 def test_helm_migrate_and_topics_jobs_are_hooks(
     test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
 ) -> None:
@@ -738,7 +791,7 @@ def test_helm_keda_scaled_object(
     from weft_contracts.topics import Topic  # the topic the chart names must exist in code
 
     assert not _by_kind(test_double_render, "ScaledObject"), "KEDA must be off by default"
-    (scaled,) = _by_kind(production_render, "ScaledObject").values()
+    scaled = _by_kind(production_render, "ScaledObject")["weft-tool-exec"]
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     spec = scaled["spec"]
     assert spec["scaleTargetRef"]["name"] == "weft-tool-exec"
