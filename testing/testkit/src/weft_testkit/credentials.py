@@ -28,7 +28,9 @@ from weft_platform.runtime import DEV_ISSUERS
 
 E = TypeVar("E", bound=Envelope)
 
-EVERY_SERVICE = ("memory", "agent-config", "tool-exec", "suggestions", "sandbox", RECORDS)
+EVERY_SERVICE = (
+    "memory", "agent-config", "tool-exec", "suggestions", "sandbox", "knowledge", RECORDS,
+)  # fmt: skip
 OPERATOR_SCOPES = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
     "/internal/usage": ("memory", "memory:usage.read"),
