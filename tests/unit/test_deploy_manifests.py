@@ -739,9 +739,8 @@ def test_helm_ingestion_workers_deployment_scaling_and_network(
         peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
         for rule in policy["ingress"]
         for peer in rule.get("from", [])
-        if "podSelector" in peer and "app.kubernetes.io/component" in peer["podSelector"].get(
-            "matchLabels", {}
-        )
+        if "podSelector" in peer
+        and "app.kubernetes.io/component" in peer["podSelector"].get("matchLabels", {})
     }
     assert callers == {"gateway", "tool-exec", "agent-config"}
 
