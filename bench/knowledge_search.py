@@ -153,7 +153,7 @@ async def timed(tools: dict[str, tuple[Any, str | None]], tenant: str, kb: str, 
 def direct_tool(sessions: Any, scope: KnowledgeScope) -> tuple[str, Any] | None:
     """The tool as it ran before the knowledge service (None on a tree without it)."""
     try:
-        from weft_tools.knowledge_search import KnowledgeSearch  # type: ignore[import-not-found]
+        from weft_tools.knowledge_search import KnowledgeSearch
     except ImportError:
         return None
     from weft_storage.knowledge.documents import DocumentReader
@@ -261,14 +261,14 @@ async def main() -> None:
         hop = [h - p for h, p in zip(results["http"], results["in-process"], strict=True)]
         report["hop"] = {"p50_ms": ms(hop, 0.5), "n": len(hop)}
         # What a quiet machine would show: CPU on the call's path, not waits for a core.
-        # The warm-up's calls are in CPU too (both tools alike); the server ran only for
-        # the http calls (plus its idle loop).
-        calls = len(hop) + 3 * len(QUERIES)
-        client = (CPU["http"] - CPU["in-process"]) / calls
+        # CPU counts the measured calls only; the server's count also has the warm-up's
+        # calls (it ran for nothing else but its idle loop).
+        client_ms = (CPU["http"] - CPU["in-process"]) / len(hop)
+        server_ms = server_cpu / (len(hop) + 3 * len(QUERIES))
         report["hop_cpu"] = {
-            "client_ms_per_call": round(client, 2),
-            "server_ms_per_call": round(server_cpu / len(hop), 2),
-            "total_ms_per_call": round(client + server_cpu / len(hop), 2),
+            "client_ms_per_call": round(client_ms, 2),
+            "server_ms_per_call": round(server_ms, 2),
+            "total_ms_per_call": round(client_ms + server_ms, 2),
         }
     out = {"chunks": args.chunks, "mode": "keyword", **machine(), "results": report}
     print(json.dumps(out, indent=2))

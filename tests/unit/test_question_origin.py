@@ -51,7 +51,7 @@ class Documents:
 
 
 def _origins() -> QuestionOrigins:
-    return QuestionOrigins(Sets(), Documents())  # type: ignore[arg-type]
+    return QuestionOrigins(Sets(), Documents())
 
 
 def _pick(question_id: str) -> SuggestionPick:
