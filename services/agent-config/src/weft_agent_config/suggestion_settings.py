@@ -13,6 +13,7 @@ with it), so a tenant never gets another tenant's unshared agent.
 
 from typing import Annotated
 
+import structlog
 from fastapi import APIRouter, HTTPException, Query
 from weft_contracts import AgentSuggestionSettings, KnowledgeTitle, QuestionSuggestions
 from weft_platform.internal_auth import SystemRoute
@@ -26,6 +27,8 @@ from weft_agent_config.resolver import (
     SharedAgentDisabled,
 )
 
+log = structlog.get_logger(__name__)
+
 PATH = "/internal/suggestion-settings/{agent_id}"
 SCOPE = "agent-config:suggestion-settings"
 ROUTE = SystemRoute(SCOPE, frozenset({"suggestions", "operator"}))
@@ -35,7 +38,8 @@ MAX_TITLES = 8
 
 class KnowledgeTitles:
     """The newest ready documents of an agent's knowledge bases, within one tenant, asked
-    of the knowledge service."""
+    of the knowledge service. Best effort: knowledge unreachable gives no titles (the
+    settings are still answered; knowledge starters then have no document to name)."""
 
     def __init__(self, knowledge: KnowledgeService):
         self._knowledge = knowledge
@@ -49,7 +53,11 @@ class KnowledgeTitles:
             if not agent.knowledge_base_ids:
                 return []
             kb_ids = list(agent.knowledge_base_ids)
-        found = await self._knowledge.titles(tenant_id, kb_ids, MAX_TITLES)
+        try:
+            found = await self._knowledge.titles(tenant_id, kb_ids, MAX_TITLES)
+        except HTTPException as exc:
+            log.warning("knowledge_titles_unavailable", reason=str(exc.detail))
+            return []
         return [KnowledgeTitle.model_validate(t) for t in found]
 
 

@@ -5,7 +5,7 @@ knowledge service (which owns documents; usage is memory's).
 
 Both are system routes: they name any tenant, so they want a service credential with
 their scope (``memory:usage.read``: the gateway's admin API or an operator;
-``memory:usage.write``: the knowledge service), never a tenant's request credential.
+``memory:usage.write``: the knowledge service, or an operator), never a tenant's request credential.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ USAGE_ROUTE = "/internal/usage"
 USAGE_SCOPE = SystemRoute("memory:usage.read", frozenset({"gateway", "operator"}))
 MAX_PERIOD = timedelta(days=366)
 DOCUMENT_USAGE_ROUTE = "/internal/usage/documents/{document_id}"
-DOCUMENT_USAGE_SCOPE = SystemRoute("memory:usage.write", frozenset({"knowledge"}))
+DOCUMENT_USAGE_SCOPE = SystemRoute("memory:usage.write", frozenset({"knowledge", "operator"}))
 
 
 class DocumentUsage(BaseModel):

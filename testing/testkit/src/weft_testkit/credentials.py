@@ -33,7 +33,10 @@ EVERY_SERVICE = (
 )  # fmt: skip
 OPERATOR_SCOPES = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
+    "/internal/usage/documents": ("memory", "memory:usage.write"),  # before its prefix
     "/internal/usage": ("memory", "memory:usage.read"),
+    "/internal/knowledge-bases/lookup": ("knowledge", "knowledge:bases.read"),
+    "/internal/document-titles": ("knowledge", "knowledge:titles.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
     "/internal/state": ("tool-exec", "tool-exec:state"),
     "/internal/suggestion-settings": ("agent-config", "agent-config:suggestion-settings"),
