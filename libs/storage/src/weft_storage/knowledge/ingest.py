@@ -4,8 +4,9 @@ chunks and embeddings (SPEC T-07 ingestion; asynchronous, progress reported).
 A document is ``pending`` -> ``processing`` -> ``ready`` | ``failed``. Workers claim one
 document at a time with ``FOR UPDATE SKIP LOCKED``, so any number of ingestion workers
 (``python -m weft_knowledge worker``) can ingest without a coordinator; a claim older
-than ``stale_after_s`` (its worker died) is taken over. Progress (``chunk_count``, ``embedded_count``) is visible while it runs, and
-searches never wait for it: chunks become searchable batch by batch.
+than ``stale_after_s`` (its worker died) is taken over. Progress (``chunk_count``,
+``embedded_count``) is visible while it runs, and searches never wait for it: chunks
+become searchable batch by batch.
 
 Queuing a document, and ending one (its tenant's share frees), notifies
 :data:`INGESTION_CHANNEL` (PostgreSQL ``NOTIFY``, sent at
