@@ -5,7 +5,7 @@
 #   docker build --build-arg SERVICE=gateway -t weft/gateway .
 #
 # SERVICE is a directory name under services/ (gateway, agent-config, engine, tool-exec,
-# sandbox, memory, suggestions) or testing/ (scripted-llm, the LLM test double). The
+# sandbox, memory, suggestions, knowledge) or testing/ (scripted-llm, the LLM test double). The
 # workspace package installed is `weft-$SERVICE` and the entrypoint is its console script
 # `weft-$SERVICE`. Build context = repository root. Dependencies come from uv.lock only
 # (`uv sync --frozen`), never re-resolved.
@@ -55,6 +55,7 @@ COPY services/gateway/pyproject.toml services/gateway/pyproject.toml
 COPY services/memory/pyproject.toml services/memory/pyproject.toml
 COPY services/sandbox/pyproject.toml services/sandbox/pyproject.toml
 COPY services/suggestions/pyproject.toml services/suggestions/pyproject.toml
+COPY services/knowledge/pyproject.toml services/knowledge/pyproject.toml
 COPY services/tool-exec/pyproject.toml services/tool-exec/pyproject.toml
 COPY testing/scripted-llm/pyproject.toml testing/scripted-llm/pyproject.toml
 COPY testing/testkit/pyproject.toml testing/testkit/pyproject.toml

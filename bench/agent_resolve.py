@@ -21,14 +21,23 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+import httpx
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import AgentDefinition
+from weft_agent_config.knowledge_client import KnowledgeService
 from weft_agent_config.knowledge_guard import KnowledgeDirectory
 from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.resolver import AgentResolver
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
+from weft_knowledge.api import knowledge_router
+from weft_knowledge.search import KnowledgeSearch
+from weft_knowledge.titles import KnowledgeDirectory as KnowledgeTables
+from weft_knowledge.usage import DocumentUsage
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.ingest import IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +59,21 @@ async def _measure(call: Callable[[], Awaitable[object]], calls: int) -> dict[st
     }
 
 
+def knowledge_in_process(sessions: async_sessionmaker[AsyncSession]) -> KnowledgeService:
+    """agent-config's client of a knowledge service running in this process (the hop's
+    HTTP and JSON are measured, not a network)."""
+    store, reader = KnowledgeStore(sessions), DocumentReader(sessions)
+    app = FastAPI()
+    app.include_router(
+        knowledge_router(
+            store, reader, IngestionQueue(sessions), KnowledgeSearch(store, reader),
+            DocumentUsage("http://memory.invalid", lambda: ""), KnowledgeTables(sessions),
+            document_wait_s=0,
+        )
+    )  # fmt: skip
+    return KnowledgeService("http://knowledge", lambda _: "", transport=httpx.ASGITransport(app))
+
+
 async def main(calls: int) -> dict[str, object]:
     engine = create_async_engine(os.environ.get("WEFT_DATABASE_URL", DEFAULT_URL))
     sessions = async_sessionmaker(engine, expire_on_commit=False)
@@ -57,7 +81,7 @@ async def main(calls: int) -> dict[str, object]:
     store, sharing = AgentStore(sessions), SharingStore(sessions)
     resolver = AgentResolver(
         store, BuiltinAgents.load(), "weft-scripted", models=ModelCapabilities.load(),
-        knowledge=KnowledgeDirectory(sessions), sharing=sharing,
+        knowledge=KnowledgeDirectory(knowledge_in_process(sessions)), sharing=sharing,
     )  # fmt: skip
     kb = await KnowledgeStore(sessions).create_knowledge_base(owner, "bench kb", "for the bench")
     agent = AgentDefinition.model_validate(

@@ -25,12 +25,12 @@ from pathlib import Path
 from sqlalchemy import delete, func, insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from ulid import ULID
+from weft_knowledge.search import KnowledgeSearch, SearchMode
 from weft_scripted_llm.embeddings import embed_text
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
 from weft_storage.knowledge.store import KnowledgeStore, keyword_tsquery, ranked_matches
 from weft_testkit import infra_env
-from weft_tools.knowledge_search import KnowledgeSearch, SearchMode
 
 REPO = Path(__file__).resolve().parents[1]
 TOPICS = [

@@ -52,6 +52,11 @@ export WEFT_TOOL_EXEC_PORT="${WEFT_TOOL_EXEC_PORT:-8083}"
 export WEFT_SANDBOX_PORT="${WEFT_SANDBOX_PORT:-8084}"
 export WEFT_MEMORY_PORT="${WEFT_MEMORY_PORT:-8085}"
 export WEFT_SUGGESTIONS_PORT="${WEFT_SUGGESTIONS_PORT:-8086}"
+export WEFT_KNOWLEDGE_PORT="${WEFT_KNOWLEDGE_PORT:-8088}"
+# knowledge's ingestion workers (`python -m weft_knowledge worker`); worker i (0-based) of
+# INGESTION_WORKERS listens (health, metrics at +1000) on this + 100*i.
+export WEFT_KNOWLEDGE_WORKER_PORT="${WEFT_KNOWLEDGE_WORKER_PORT:-8188}"
+export INGESTION_WORKERS="${INGESTION_WORKERS:-1}"
 export TOOL_WORKERS="${TOOL_WORKERS:-1}"
 # The gateway's projector (agent events -> Redis Streams): "embedded" in the gateway process
 # (default: one process fewer on a small machine), or "separate": its own process
@@ -96,6 +101,7 @@ export WEFT_AGENT_CONFIG_URL="${WEFT_AGENT_CONFIG_URL:-http://127.0.0.1:${WEFT_A
 export WEFT_SUGGESTIONS_URL="${WEFT_SUGGESTIONS_URL:-http://127.0.0.1:${WEFT_SUGGESTIONS_PORT}}"
 # memory's fork and rollback ask the sandbox (it owns the workspace checkpoints).
 export WEFT_SANDBOX_URL="${WEFT_SANDBOX_URL:-http://127.0.0.1:${WEFT_SANDBOX_PORT}}"
+export WEFT_KNOWLEDGE_URL="${WEFT_KNOWLEDGE_URL:-http://127.0.0.1:${WEFT_KNOWLEDGE_PORT}}"
 # memory's prompt timer renews an expired prompt's turn credential at the gateway.
 export WEFT_GATEWAY_URL="${WEFT_GATEWAY_URL:-http://127.0.0.1:${WEFT_GATEWAY_PORT}}"
 export WEFT_DEV_API_KEY="${WEFT_DEV_API_KEY:-weft-dev-key}"

@@ -88,6 +88,45 @@ PY
     mv "$KAFKA_USERS.tmp" "$KAFKA_USERS"
 }
 
+# Principals of the ACL table added since the broker was formatted (a new service) get a
+# SCRAM user on the running broker (Kafka's AlterUserScramCredentials, as the super user)
+# and a line in $KAFKA_USERS: the upgrade path of an existing data dir.
+kafka_add_missing_users() {
+    [[ "$(kafka_data_mode)" == sasl ]] || return 0
+    local missing principal password jars conf
+    missing="$("$WEFT_PYTHON" - "$KAFKA_USERS" <<'PY'
+import sys
+
+from weft_platform.kafka_acls import ACCESS
+
+have = {line.split()[0] for line in open(sys.argv[1]) if line.strip()}
+print(" ".join(p for p in ACCESS if p not in have))
+PY
+)" || die "kafka: could not read the ACL table ($WEFT_PYTHON, weft_platform.kafka_acls)"
+    [[ -n "$missing" ]] || return 0
+    jars="$(kafka_jars)"
+    conf="$(mktemp)"
+    (
+        umask 077
+        printf '%s\n' "security.protocol=SASL_PLAINTEXT" "sasl.mechanism=SCRAM-SHA-512" \
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"weft-admin\" password=\"$(kafka_admin_password)\";" >"$conf"
+    )
+    for principal in $missing; do
+        password="$("$WEFT_PYTHON" -c 'import secrets; print(secrets.token_hex(24))')"
+        if ! java -cp "$jars/*" -Dlog4j2.configurationFile="$HERE/log4j2.properties" -Dweft.kafka.log.level=WARN \
+            kafka.admin.ConfigCommand --bootstrap-server "$KAFKA_BOOTSTRAP_LOCAL" --command-config "$conf" \
+            --alter --entity-type users --entity-name "$principal" \
+            --add-config "SCRAM-SHA-512=[password=$password]" >>"$KAFKA_LOG" 2>&1; then
+            rm -f "$conf"
+            tail_log "$KAFKA_LOG"
+            die "kafka: could not add the SCRAM user $principal"
+        fi
+        (umask 077 && echo "$principal $password" >>"$KAFKA_USERS")
+        say "kafka: added the SCRAM user $principal (new in the ACL table)"
+    done
+    rm -f "$conf"
+}
+
 # The super user's client settings, for the topics job, tests and services.sh.
 kafka_write_client_env() {
     local mode="$1"
@@ -242,6 +281,7 @@ kafka_up() {
             warn "kafka: the running broker is $have, WEFT_KAFKA_SECURITY=$WEFT_KAFKA_SECURITY: run 'infra.sh down kafka' then 'up kafka' to switch"
         [[ -f "$KAFKA_CLIENT_ENV" ]] || kafka_write_client_env "$have"
         kafka_wait_ready "$t0"
+        kafka_add_missing_users
         return 0
     fi
     if port_open "$WEFT_KAFKA_PORT" || port_open "$WEFT_KAFKA_CONTROLLER_PORT"; then
@@ -269,6 +309,7 @@ kafka_up() {
         -cp "$jars/*" kafka.Kafka "$KAFKA_CONF"
     say "kafka: started (pid $(read_pid "$KAFKA_PID")), waiting up to ${WEFT_KAFKA_START_TIMEOUT}s"
     kafka_wait_ready "$t0"
+    kafka_add_missing_users
 }
 
 kafka_down() {

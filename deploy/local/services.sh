@@ -8,7 +8,8 @@
 #
 # Needs the infrastructure (deploy/local/infra.sh up). Settings: deploy/local/env.sh
 # (TOOL_WORKERS=N starts N tool-exec processes on ports 8083, 8183, 8283, ...;
-# PROJECTOR=separate runs the gateway's projector as its own process, gateway-projector).
+# PROJECTOR=separate runs the gateway's projector as its own process, gateway-projector;
+# INGESTION_WORKERS=N starts N knowledge ingestion workers, knowledge-worker, -2, ...).
 # Logs: $WEFT_HOME/logs/<service>.log; pids: $WEFT_HOME/run/<service>.pid.
 set -euo pipefail
 # shellcheck source=env.sh
@@ -19,6 +20,8 @@ source "$WEFT_REPO/deploy/local/lib.sh"
 INFRA_NAMES=" kafka postgres redis "
 
 [[ "$TOOL_WORKERS" =~ ^[1-9][0-9]*$ ]] || die "TOOL_WORKERS must be a positive integer (got '$TOOL_WORKERS')"
+[[ "$INGESTION_WORKERS" =~ ^[1-9][0-9]*$ ]] ||
+    die "INGESTION_WORKERS must be a positive integer (got '$INGESTION_WORKERS')"
 [[ "$PROJECTOR" == embedded || "$PROJECTOR" == separate ]] ||
     die "PROJECTOR must be embedded or separate (got '$PROJECTOR')"
 
@@ -30,7 +33,11 @@ stack() {
     echo "agent-config weft_agent_config $WEFT_AGENT_CONFIG_PORT"
     echo "memory weft_memory $WEFT_MEMORY_PORT"
     echo "sandbox weft_sandbox $WEFT_SANDBOX_PORT"
+    echo "knowledge weft_knowledge $WEFT_KNOWLEDGE_PORT"
     local i
+    for ((i = 0; i < INGESTION_WORKERS; i++)); do
+        echo "$(numbered knowledge-worker "$i") weft_knowledge $((WEFT_KNOWLEDGE_WORKER_PORT + 100 * i))"
+    done
     for ((i = 0; i < TOOL_WORKERS; i++)); do
         echo "$(tool_exec_name "$i") weft_tool_exec $((WEFT_TOOL_EXEC_PORT + 100 * i))"
     done
@@ -49,7 +56,12 @@ gateway_projector_mode() {
 
 # tool-exec, tool-exec-2, tool-exec-3, ...
 tool_exec_name() {
-    if (($1 == 0)); then echo tool-exec; else echo "tool-exec-$(($1 + 1))"; fi
+    numbered tool-exec "$1"
+}
+
+# numbered NAME I: NAME for the first process (I = 0), NAME-2, NAME-3, ... after it.
+numbered() {
+    if (($2 == 0)); then echo "$1"; else echo "$1-$(($2 + 1))"; fi
 }
 
 ready() {
@@ -118,6 +130,10 @@ start_one() {
         # shellcheck disable=SC2086 # $login is a list of assignments (hex values)
         spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
             "$WEFT_PYTHON" -m "$module" projector
+    elif [[ "$name" == knowledge-worker* ]]; then
+        # shellcheck disable=SC2086
+        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME=knowledge-worker WEFT_HTTP_PORT="$port" \
+            $login "$WEFT_PYTHON" -m "$module" worker
     elif [[ "$name" == gateway ]]; then
         # shellcheck disable=SC2086
         spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
@@ -186,11 +202,11 @@ services_up() {
             warn "WEFT_LLM_MODEL is 'weft-scripted'; set a model of your provider"
     fi
 
-    # Fewer tool-exec processes than last time: stop the extra ones.
+    # Fewer tool-exec or ingestion workers than last time: stop the extra ones.
     local -a extra=()
     local wanted
     wanted=" $(stack | awk '{print $1}' | tr '\n' ' ') "
-    for f in "$WEFT_RUN"/tool-exec*.pid; do
+    for f in "$WEFT_RUN"/tool-exec*.pid "$WEFT_RUN"/knowledge-worker*.pid; do
         [[ -e "$f" ]] || continue
         name="$(basename "$f" .pid)"
         [[ "$wanted" == *" $name "* ]] || extra+=("$f")

@@ -2,7 +2,8 @@
 (SPEC T-07 search_knowledge, T-08 read_document, T-09 list_documents, T-12 files).
 
 The embedder is the scripted LLM test double's own deterministic function (the vectors
-its ``/embeddings`` endpoint returns), called in-process.
+its ``/embeddings`` endpoint returns), called in-process. The tools reach the knowledge
+service's routes in-process (``httpx.ASGITransport``), as tool-exec reaches knowledge.
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
+from fastapi import FastAPI
 from openpyxl import Workbook
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from weft_contracts import ToolContext
+from weft_knowledge.api import knowledge_router
+from weft_knowledge.ingestion import DocumentIngestor
+from weft_knowledge.search import KnowledgeSearch
+from weft_knowledge.titles import KnowledgeDirectory
+from weft_knowledge.usage import DocumentUsage
 from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_scripted_llm.embeddings import embed_text
 from weft_storage.knowledge.documents import DocumentReader
@@ -26,7 +34,7 @@ from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
-from weft_tools.ingestion import DocumentIngestor
+from weft_tools.knowledge_client import KnowledgeClient
 
 
 class ScriptedEmbedder:
@@ -101,11 +109,20 @@ class Kit:
         self.queue = IngestionQueue(sessions)
         self.reader = DocumentReader(sessions)
         self.ingestor = DocumentIngestor(self.queue, ScriptedEmbedder(), batch_size=4)
+        search = KnowledgeSearch(self.store, self.reader, embedder=ScriptedEmbedder())
+        api = FastAPI()
+        api.include_router(
+            knowledge_router(
+                self.store, self.reader, self.queue, search,
+                DocumentUsage("http://memory.invalid", lambda: ""),  # no upload here
+                KnowledgeDirectory(sessions), document_wait_s=0,
+            )
+        )  # fmt: skip
+        knowledge = KnowledgeClient("http://knowledge", transport=httpx.ASGITransport(api))
         self.registry: ToolRegistry = builtin_registry(
             ToolDependencies(
-                store=self.store, reader=self.reader, sessions=sessions,
-                snapshots=MemorySnapshotStore(), aliases=RedisAliasBook(redis),
-                embedder=ScriptedEmbedder(),
+                knowledge=knowledge, sessions=sessions, snapshots=MemorySnapshotStore(),
+                aliases=RedisAliasBook(redis),
             )
         )  # fmt: skip
         self.tenant = f"t-{secrets.token_hex(4)}"

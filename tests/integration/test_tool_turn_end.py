@@ -32,7 +32,7 @@ SALES_CSV = b"Region,Qty\nNorth,3\nSouth,10\nNorth,1\n"
 
 @pytest.fixture
 def pool(migrated: str) -> Iterator[ToolWorkerPool]:
-    workers = ToolWorkerPool(LOG_DIR, extra_env={"WEFT_TOOL_CONCURRENCY": "1"})
+    workers = ToolWorkerPool(LOG_DIR, extra_env={"WEFT_TOOL_CONCURRENCY": "1"}, knowledge=True)
     yield workers
     workers.stop()
 

@@ -21,7 +21,7 @@ CSV = b"region,amount\nNorth,10\nSouth,20\n"
 
 class _OneFile:
     async def dataset_file(
-        self, tenant_id: str, session_id: str, knowledge_id: str
+        self, tenant_id: str, session_id: str, knowledge_id: str, *, credential: str | None
     ) -> DatasetFile | None:
         return DatasetFile(file_name="sales.csv", content=CSV) if knowledge_id == "d1" else None
 

@@ -39,16 +39,21 @@ from sqlalchemy.ext.asyncio import (
 )
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.knowledge_api import knowledge_router
+from weft_gateway.knowledge_client import KnowledgeClient as GatewayKnowledge
 from weft_gateway.knowledge_scope import KnowledgeScope
+from weft_knowledge.api import knowledge_router as service_router
+from weft_knowledge.ingestion import DocumentIngestor
+from weft_knowledge.ingestion_loop import IngestionLoop
+from weft_knowledge.search import KnowledgeSearch
+from weft_knowledge.titles import KnowledgeDirectory
+from weft_knowledge.usage import DocumentUsage
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
 from weft_testkit import LocalStack, SseEvent, StackConfig, chat_requests, read_turn
 from weft_testkit.tool_workers import ToolCallClient, ToolWorkerPool
-from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tools.document_parsing import extract_text
-from weft_tools.ingestion import DocumentIngestor
 from weft_tools.ingestion_limits import DocumentTooLarge, IngestionLimits
 
 from tests.stack_fixtures import ApiKeys, KeyedClient
@@ -473,6 +478,28 @@ async def test_a_tenant_filling_one_replicas_step_slots_leaves_one_to_another_te
 # -- Ingestion: a text posted as JSON takes the same fair queue ------------------------
 
 
+def knowledge_service(
+    store: KnowledgeStore,
+    reader: DocumentReader,
+    queue: IngestionQueue,
+    sessions: async_sessionmaker[AsyncSession],
+) -> GatewayKnowledge:
+    """The gateway's client of a knowledge service running in process (memory, which
+    meters the documents, answers yes)."""
+    usage = DocumentUsage(
+        "http://memory", lambda: "", transport=httpx.MockTransport(lambda _: httpx.Response(204))
+    )
+    service = FastAPI()
+    service.include_router(
+        service_router(
+            store, reader, queue, KnowledgeSearch(store, reader), usage,
+            KnowledgeDirectory(sessions), document_wait_s=10,
+        )
+    )  # fmt: skip
+    transport = httpx.ASGITransport(app=service)
+    return GatewayKnowledge("http://knowledge", "knowledge", 30, transport=transport)
+
+
 class _Caller:
     """The principal the overridden auth returns (tenant switches between requests)."""
 
@@ -498,7 +525,13 @@ async def test_a_text_posted_as_json_waits_for_its_tenants_share_not_in_the_gate
 
     auth, caller = ApiKeyAuth(sessions), _Caller()
     app = FastAPI()
-    app.include_router(knowledge_router(store, auth, queue, reader, KnowledgeScope(store, reader)))
+    app.include_router(
+        knowledge_router(
+            gateway_knowledge := knowledge_service(store, reader, queue, sessions),
+            auth,
+            KnowledgeScope(gateway_knowledge, gateway_knowledge),
+        )
+    )
     app.dependency_overrides[auth] = lambda: caller.who
     wakeups = ChannelWakeups(engine, INGESTION_CHANNEL)
     loop = IngestionLoop(DocumentIngestor(queue, None), poll_s=60, wakeups=wakeups)

@@ -140,6 +140,8 @@ async def test_a_wrong_password_is_refused(sasl_broker: SaslBroker, prefix: str)
         ("weft-gateway", Topic.TOOL_CALLS),
         ("weft-sandbox", Topic.AGENT_CONTROL),
         ("weft-suggestions", Topic.TOOL_RESULTS),
+        ("weft-tool-exec", Topic.SESSION_NOTICES),  # ingestion notices are knowledge's now
+        ("weft-knowledge", Topic.TOOL_CALLS),  # knowledge writes notices and dead letters only
         (DLQ_REPLAY, Topic.AGENT_EVENTS),
     ],
 )

@@ -16,6 +16,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from weft_agent_config.app import create_app as agent_config_app
+from weft_knowledge.api import RETRIEVAL_ROUTES
+from weft_knowledge.app import create_app as knowledge_app
 from weft_memory.app import create_app as memory_app
 from weft_platform.credentials import CredentialSigner, load_signer
 from weft_suggestions.app import create_app as suggestions_app
@@ -31,10 +33,14 @@ APPS: dict[str, Callable[[], FastAPI]] = {
     "agent-config": agent_config_app,
     "tool-exec": tool_exec_app,
     "suggestions": suggestions_app,
+    "knowledge": knowledge_app,
 }
 SYSTEM: dict[str, tuple[str, str]] = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
     "/internal/usage": ("memory", "memory:usage.read"),
+    "/internal/usage/documents/{document_id}": ("memory", "memory:usage.write"),
+    "/internal/knowledge-bases/lookup": ("knowledge", "knowledge:bases.read"),
+    "/internal/document-titles": ("knowledge", "knowledge:titles.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
     "/internal/organisations/{org_id}/members/{member_tenant}": (
         "agent-config",
@@ -61,6 +67,7 @@ PURGE_ROUTES = {
 gateway's own service credential alone, scope ``<service>:tenant-data``."""
 BOTH: dict[str, tuple[str, str]] = {
     "/internal/turns/{request_id}/suspension": ("memory", "memory:suspensions.read"),
+    **dict.fromkeys(RETRIEVAL_ROUTES, ("knowledge", "knowledge:retrieve")),
 }
 """Tenant routes a service credential with this scope opens too (``also_requests``): there
 a service credential without the scope is a 403, not a 401. PUT shares the path: a

@@ -33,7 +33,7 @@ class Files:
         self.files = files
 
     async def dataset_file(
-        self, tenant_id: str, session_id: str, knowledge_id: str
+        self, tenant_id: str, session_id: str, knowledge_id: str, *, credential: str | None
     ) -> DatasetFile | None:
         return self.files.get(f"{tenant_id}/{knowledge_id}")
 

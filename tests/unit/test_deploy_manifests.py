@@ -29,7 +29,7 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 CHART = REPO / "helm" / "weft"
 
-# The seven Weft services and their WEFT_HTTP_PORT.
+# The eight Weft services and their WEFT_HTTP_PORT.
 SERVICE_PORTS = {
     "gateway": 8080,
     "agent-config": 8081,
@@ -38,11 +38,14 @@ SERVICE_PORTS = {
     "sandbox": 8084,
     "memory": 8085,
     "suggestions": 8086,
+    "knowledge": 8088,
 }
 # The gateway's projector in its own process (gateway image, `projector` argument).
 COMPOSE_PROJECTOR = "projector"
 HELM_PROJECTOR = "gateway-projector"
 PROJECTOR_PORT = 8087
+# knowledge's ingestion workers (knowledge image, `worker` argument).
+INGESTION_WORKER = "knowledge-worker"
 TEST_DOUBLE = "scripted-llm"  # test double of an OpenAI-compatible LLM, not a Weft service
 TEST_DOUBLE_PORT = 8090
 INFRA = ("kafka", "postgres", "redis")
@@ -59,6 +62,7 @@ EXTRA_REQUIRED_ENV: dict[str, tuple[str, ...]] = {
     "gateway": ("WEFT_MEMORY_URL", "WEFT_AGENT_CONFIG_URL"),
     "engine": (*LLM_REQUIRED_ENV, "WEFT_MEMORY_URL"),
     "tool-exec": LLM_REQUIRED_ENV,
+    "knowledge": ("WEFT_MEMORY_URL",),
 }
 # Optional variables the compose stack sets anyway.
 COMPOSE_OPTIONAL_ENV: dict[str, tuple[str, ...]] = {
@@ -397,6 +401,22 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
+def test_compose_runs_ingestion_workers_apart_from_knowledge(compose: dict[str, Any]) -> None:
+    """knowledge-worker: the knowledge image with ``worker``, scaled by INGESTION_WORKERS;
+    the gateway, tool-exec and agent-config reach the service at its compose name."""
+    from weft_knowledge.__main__ import WORKER_ARG
+
+    services = compose["services"]
+    worker = services[INGESTION_WORKER]
+    assert worker["build"]["args"]["SERVICE"] == "knowledge"
+    assert worker["command"] == [WORKER_ARG]
+    assert _interpolated_default(str(worker["deploy"]["replicas"])) == "1"
+    assert not worker.get("ports")
+    for name in ("gateway", "tool-exec", "agent-config"):
+        url = _env(services[name])["WEFT_KNOWLEDGE_URL"]
+        assert url == f"http://knowledge:{SERVICE_PORTS['knowledge']}", name
+
+
 def test_dockerfile_is_multi_stage_and_parameterised() -> None:
     instructions = _dockerfile_instructions()
     froms = [rest for op, rest in instructions if op == "FROM"]
@@ -587,7 +607,8 @@ def test_helm_deployment_and_service_per_weft_service(
         expected = dict(SERVICE_PORTS)
         if label == "test-double":
             expected[TEST_DOUBLE] = TEST_DOUBLE_PORT
-        assert set(deployments) == {f"weft-{n}" for n in (*expected, HELM_PROJECTOR)}, label
+        workers = (HELM_PROJECTOR, INGESTION_WORKER)
+        assert set(deployments) == {f"weft-{n}" for n in (*expected, *workers)}, label
         for name, port in expected.items():
             deployment = deployments[f"weft-{name}"]
             pod = deployment["spec"]["template"]["spec"]
@@ -696,6 +717,57 @@ def test_helm_projector_deployment_and_gateway_mode(
     assert "WEFT_PROJECTOR" not in _container_env(gateway, _by_kind(embedded, "ConfigMap"))
 
 
+def test_helm_ingestion_workers_deployment_scaling_and_network(
+    test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
+) -> None:
+    """knowledge-worker: the knowledge image with ``worker``, no Service, logged in to
+    Kafka as weft-knowledge; KEDA scales it on the queue depth metric (Prometheus) and
+    then owns its replicas; knowledge takes calls from the gateway, tool-exec and
+    agent-config only, and reaches memory."""
+    from weft_knowledge.__main__ import WORKER_ARG
+    from weft_platform.metrics import INGESTION_QUEUE_DEPTH
+
+    deployments = _by_kind(test_double_render, "Deployment")
+    worker = deployments[f"weft-{INGESTION_WORKER}"]
+    (container,) = worker["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [WORKER_ARG]
+    assert re.search(r"/(weft-)?knowledge:[\w.-]+$", container["image"])
+    env = _container_env(container, _by_kind(test_double_render, "ConfigMap"))
+    assert env["WEFT_HTTP_PORT"] == str(SERVICE_PORTS["knowledge"])
+    assert f"weft-{INGESTION_WORKER}" not in _by_kind(test_double_render, "Service")
+    assert worker["spec"]["replicas"] == 1
+    knowledge_env = _container_env(
+        deployments["weft-knowledge"]["spec"]["template"]["spec"]["containers"][0],
+        _by_kind(test_double_render, "ConfigMap"),
+    )
+    assert knowledge_env["WEFT_MEMORY_URL"] == f"http://weft-memory:{SERVICE_PORTS['memory']}"
+    for caller in ("gateway", "tool-exec", "agent-config"):
+        caller_env = _container_env(
+            deployments[f"weft-{caller}"]["spec"]["template"]["spec"]["containers"][0],
+            _by_kind(test_double_render, "ConfigMap"),
+        )
+        assert caller_env["WEFT_KNOWLEDGE_URL"] == "http://weft-knowledge:8088", caller
+    policy = _by_kind(test_double_render, "NetworkPolicy")["weft-knowledge"]["spec"]
+    callers = {
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for rule in policy["ingress"]
+        for peer in rule.get("from", [])
+        if "podSelector" in peer
+        and "app.kubernetes.io/component" in peer["podSelector"].get("matchLabels", {})
+    }
+    assert callers == {"gateway", "tool-exec", "agent-config"}
+
+    production = _by_kind(production_render, "Deployment")[f"weft-{INGESTION_WORKER}"]
+    assert "replicas" not in production["spec"], "KEDA owns the workers' replica count"
+    scaled = _by_kind(production_render, "ScaledObject")[f"weft-{INGESTION_WORKER}"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == f"weft-{INGESTION_WORKER}"
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert all(isinstance(v, str) for v in trigger["metadata"].values())
+    assert trigger["metadata"]["query"].startswith(f"max({INGESTION_QUEUE_DEPTH._name}{{")
+    assert 'state="pending"' in trigger["metadata"]["query"]
+
+
 def test_helm_migrate_and_topics_jobs_are_hooks(
     test_double_render: list[dict[str, Any]], production_render: list[dict[str, Any]]
 ) -> None:
@@ -731,7 +803,7 @@ def test_helm_keda_scaled_object(
     from weft_contracts.topics import Topic  # the topic the chart names must exist in code
 
     assert not _by_kind(test_double_render, "ScaledObject"), "KEDA must be off by default"
-    (scaled,) = _by_kind(production_render, "ScaledObject").values()
+    scaled = _by_kind(production_render, "ScaledObject")["weft-tool-exec"]
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     spec = scaled["spec"]
     assert spec["scaleTargetRef"]["name"] == "weft-tool-exec"

@@ -1,11 +1,13 @@
 """The knowledge scope guard of KB-restricted API keys (SPEC A-09), without infrastructure:
-the rules, the guard on every route of the knowledge router (fakes behind it record every
-write), and ``seal`` refusing a route that would escape the guard."""
+the rules, the guard on every route of the knowledge router (a fake knowledge service
+behind it records every write), and ``seal`` refusing a route that would escape the
+guard."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 import httpx
@@ -14,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.knowledge_api import knowledge_router
+from weft_gateway.knowledge_client import KnowledgeClient
 from weft_gateway.knowledge_scope import (
     KnowledgeScope,
     key_reaches,
@@ -21,9 +24,6 @@ from weft_gateway.knowledge_scope import (
     seal,
     visible_to,
 )
-from weft_storage.knowledge.documents import DocumentInfo, DocumentReader
-from weft_storage.knowledge.ingest import IngestionQueue
-from weft_storage.knowledge.store import KnowledgeStore
 
 TENANT = "t1"
 KB_A, KB_B = "kb_a", "kb_b"
@@ -32,10 +32,25 @@ RESTRICTED = Principal(tenant_id=TENANT, user_id="u1", knowledge_base_ids=[KB_A]
 UNRESTRICTED = Principal(tenant_id=TENANT, user_id="u1")
 
 
+@dataclass(frozen=True, kw_only=True)
+class DocumentInfo:
+    """A document as knowledge describes it."""
+
+    id: str
+    knowledge_base_id: str
+    title: str
+    file_name: str
+    status: str
+    chunk_count: int
+    embedded_count: int
+    error: str | None
+
+
 @dataclass
 class FakeKnowledge:
-    """Stands for the store, the ingestion queue and the document reader of one tenant
-    with two KBs of one document each; records every call that would write."""
+    """Stands for the knowledge service of one tenant with two KBs of one document each
+    (its lookups, and its internal routes through :meth:`handle`); records every call
+    that would write."""
 
     writes: list[str] = field(default_factory=list)
     existence_checks: list[str] = field(default_factory=list)
@@ -48,26 +63,31 @@ class FakeKnowledge:
     async def knowledge_base_of(self, tenant_id: str, doc_id: str) -> str | None:
         return self.homes.get(doc_id) if tenant_id == TENANT else None
 
-    async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, str]]:
-        return [{"id": kb, "name": kb, "description": ""} for kb in (KB_A, KB_B)]
-
-    async def create_knowledge_base(self, tenant_id: str, name: str, description: str) -> str:
-        self.writes.append(f"create {name}")
-        return "kb_new"
-
-    async def enqueue_file(self, tenant_id: str, kb_id: str, **kwargs: Any) -> str:
-        self.writes.append(f"queued in {kb_id}")
-        self.homes["doc_new"] = kb_id  # ingested at once
-        return "doc_new"
-
-    async def list_documents(
-        self, tenant_id: str, kb_ids: list[str], **kwargs: Any
-    ) -> tuple[int, list[DocumentInfo]]:
-        docs = [self._info(d) for d, kb in self.homes.items() if kb in kb_ids]
-        return len(docs), docs
-
-    async def document(self, tenant_id: str, kb_ids: list[str], doc_id: str) -> DocumentInfo | None:
-        return self._info(doc_id) if self.homes.get(doc_id) in kb_ids else None
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        """knowledge's internal routes as the gateway calls them."""
+        path, params = request.url.path, request.url.params
+        kb_ids = params.get_list("kb_id")
+        if request.method == "POST" and path == "/internal/knowledge-bases":
+            self.writes.append(f"create {json.loads(request.content)['name']}")
+            return httpx.Response(201, json={"id": "kb_new", "name": "n"})
+        if request.method == "GET" and path == "/internal/knowledge-bases":
+            return httpx.Response(200, json=[{"id": kb, "name": kb} for kb in (KB_A, KB_B)])
+        if request.method == "POST" and path.endswith("/documents"):
+            kb_id = path.split("/")[3]
+            self.writes.append(f"queued in {kb_id}")
+            self.homes["doc_new"] = kb_id  # ingested at once
+            return httpx.Response(200, json=asdict(self._info("doc_new")))
+        if request.method == "POST" and path.endswith("/files"):
+            kb_id = path.split("/")[3]
+            self.writes.append(f"queued in {kb_id}")
+            return httpx.Response(202, json={"id": "doc_new", "knowledge_base_id": kb_id})
+        if path == "/internal/documents":
+            docs = [asdict(self._info(d)) for d, kb in self.homes.items() if kb in kb_ids]
+            return httpx.Response(200, json={"total": len(docs), "items": docs})
+        doc_id = path.rsplit("/", 1)[1]
+        if self.homes.get(doc_id) in kb_ids:
+            return httpx.Response(200, json=asdict(self._info(doc_id)))
+        return httpx.Response(404, json={"detail": f"document {doc_id!r} not found"})
 
     def _info(self, doc_id: str) -> DocumentInfo:
         return DocumentInfo(
@@ -96,13 +116,10 @@ def caller() -> Caller:
 @pytest.fixture
 async def client(fake: FakeKnowledge, caller: Caller) -> AsyncIterator[httpx.AsyncClient]:
     auth = ApiKeyAuth(cast(async_sessionmaker[AsyncSession], None))
-    router = knowledge_router(
-        cast(KnowledgeStore, fake),
-        auth,
-        cast(IngestionQueue, fake),
-        cast(DocumentReader, fake),
-        KnowledgeScope(fake, fake),
+    service = KnowledgeClient(
+        "http://knowledge", "knowledge", transport=httpx.MockTransport(fake.handle)
     )
+    router = knowledge_router(service, auth, KnowledgeScope(fake, fake))
     app = FastAPI()
     app.include_router(router)
     app.dependency_overrides[auth] = lambda: caller.who

@@ -52,9 +52,10 @@ def test_the_table_follows_who_writes_which_topic() -> None:
     assert _writers(Topic.TOOL_CALLS) == {"weft-engine", DLQ_REPLAY}
     assert _writers(Topic.SANDBOX_CALLS) == {"weft-engine", DLQ_REPLAY}
     assert _writers(Topic.TOOL_RESULTS) == {"weft-tool-exec", "weft-sandbox", DLQ_REPLAY}
+    # knowledge: ingestion progress notices (tool-exec ingested before knowledge did).
     assert _writers(SESSION_NOTICES) == {
         "weft-suggestions",
-        "weft-tool-exec",
+        "weft-knowledge",
         "weft-engine",
         "weft-memory",
     }

@@ -238,16 +238,27 @@ def test_chart_renders_monitors_and_rules_when_enabled() -> None:
     assert spec["selector"]["matchExpressions"] == [
         {"key": "app.kubernetes.io/component", "operator": "NotIn", "values": ["scripted-llm"]}
     ]
-    # The projector has no Service: a PodMonitor scrapes its pods.
+    # The projector and the ingestion workers have no Service: a PodMonitor scrapes them.
     assert pods["spec"]["selector"]["matchExpressions"] == [
-        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["gateway-projector"]}
+        {
+            "key": "app.kubernetes.io/component",
+            "operator": "In",
+            "values": ["gateway-projector", "knowledge-worker"],
+        }
     ]
     assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
 
 
-def test_chart_drops_the_pod_monitor_with_the_embedded_projector() -> None:
+def test_chart_drops_the_pod_monitor_without_service_less_components() -> None:
+    docs = _render(
+        "metrics.serviceMonitor.enabled=true",
+        "services.gateway-projector.enabled=false",
+        "services.knowledge-worker.enabled=false",
+    )
+    assert set(_monitoring(docs)) == {"ServiceMonitor"}
     docs = _render(
         "metrics.serviceMonitor.enabled=true", "services.gateway-projector.enabled=false"
     )
-    assert set(_monitoring(docs)) == {"ServiceMonitor"}
+    (pods,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    assert pods["spec"]["selector"]["matchExpressions"][0]["values"] == ["knowledge-worker"]

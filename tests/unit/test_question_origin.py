@@ -11,10 +11,9 @@ from fastapi import HTTPException
 from weft_contracts import QuestionOrigin
 from weft_engine.question_origin import with_question_source
 from weft_gateway.auth import Principal
+from weft_gateway.knowledge_client import ChunkText, SourceChunk
 from weft_gateway.question_origin import QuestionOrigins, SuggestionPick
 from weft_llm import ChatMessage
-from weft_storage.knowledge.documents import ChunkRow
-from weft_storage.knowledge.store import ChunkHit
 
 KNOWLEDGE = {
     "id": "k0",
@@ -40,19 +39,19 @@ class Documents:
     async def knowledge_base_of(self, tenant_id: str, doc_id: str) -> str | None:
         return "kb1" if (tenant_id, doc_id) == ("t1", "doc1") else None
 
-    async def chunk(self, tenant_id: str, kb_ids: list[str], chunk_id: str) -> ChunkHit | None:
+    async def chunk(self, tenant_id: str, kb_ids: list[str], chunk_id: str) -> SourceChunk | None:
         assert kb_ids == ["kb1"]
-        return ChunkHit(
+        return SourceChunk(
             chunk_id="ch1", document_id="doc1", knowledge_base_id="kb1", title="Pricing",
-            content="Plans cost 20 euros.", score=1.0,
+            content="Plans cost 20 euros.",
         )  # fmt: skip
 
-    async def chunks(self, tenant_id: str, doc_id: str, **_: Any) -> list[ChunkRow]:
+    async def chunks(self, tenant_id: str, doc_id: str, **_: Any) -> list[ChunkText]:
         return []
 
 
 def _origins() -> QuestionOrigins:
-    return QuestionOrigins(Sets(), Documents())  # type: ignore[arg-type]
+    return QuestionOrigins(Sets(), Documents())
 
 
 def _pick(question_id: str) -> SuggestionPick:

@@ -14,8 +14,6 @@ import sys
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from weft_platform.web_snapshots import MemorySnapshotStore
-from weft_storage.knowledge.documents import DocumentReader
-from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog import sql_masking
 from weft_tool_catalog.specs import BUILTIN_SPECS, definitions_for, spec_by_name
 from weft_tools import database_query
@@ -76,8 +74,6 @@ def test_specs_module_advertises_what_the_registry_executes() -> None:  # SPEC T
     sessions = async_sessionmaker(create_async_engine("postgresql+asyncpg://weft@127.0.0.1/weft"))
     registry = builtin_registry(
         ToolDependencies(
-            store=KnowledgeStore(sessions),
-            reader=DocumentReader(sessions),
             sessions=sessions,
             snapshots=MemorySnapshotStore(),
             aliases=RedisAliasBook(Redis.from_url("redis://127.0.0.1:1/0")),

@@ -41,10 +41,11 @@ GATEWAY = "gateway"
 """The only issuer of request credentials."""
 RECORDS = "kafka"
 """Audience of a request credential that may ride on Kafka records (a turn's)."""
-API_AUDIENCE = ("memory", "agent-config", "suggestions", "sandbox")
-"""Services a plain API request (sessions, agents) reaches."""
-TURN_AUDIENCE = ("memory", "agent-config", "tool-exec", RECORDS)
-"""Services a turn's work reaches: the engine and tool workers call memory with it."""
+API_AUDIENCE = ("memory", "agent-config", "suggestions", "sandbox", "knowledge")
+"""Services a plain API request (sessions, agents, knowledge bases) reaches."""
+TURN_AUDIENCE = ("memory", "agent-config", "tool-exec", "knowledge", RECORDS)
+"""Services a turn's work reaches: the engine and tool workers call memory with it, the
+knowledge tools call knowledge."""
 LEEWAY_S = 30.0
 """Clock skew tolerated between the signer's and a verifier's clock."""
 

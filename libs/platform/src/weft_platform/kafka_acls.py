@@ -73,7 +73,7 @@ ACCESS: dict[str, Access] = {
         groups=["weft-engine", "weft-engine-results", "weft-engine-control"],
     ),
     "weft-tool-exec": _access(
-        writes=[Topic.TOOL_RESULTS, SESSION_NOTICES],
+        writes=[Topic.TOOL_RESULTS],
         # agent.events: each worker follows turn ends (no group) to clean up after them.
         reads=[Topic.TOOL_CALLS, Topic.AGENT_EVENTS],
         groups=["weft-tool-exec"],
@@ -90,6 +90,8 @@ ACCESS: dict[str, Access] = {
     "weft-suggestions": _access(
         writes=[SESSION_NOTICES], reads=[Topic.AGENT_EVENTS], groups=["weft-suggestions"]
     ),
+    # session.notices: ingestion progress of a document (its service and workers).
+    "weft-knowledge": _access(writes=[SESSION_NOTICES]),
     # A replayed record goes back to the topic its consumer reads; never to agent.events,
     # whose only writer is the engine (it owns the per-turn seq).
     DLQ_REPLAY: Access(
@@ -117,6 +119,7 @@ SERVICE_PRINCIPALS: dict[str, str] = {
     "sandbox": "weft-sandbox",
     "memory": "weft-memory",
     "suggestions": "weft-suggestions",
+    "knowledge": "weft-knowledge",
 }
 """Service (its package name without ``weft_``) -> the principal it connects as."""
 

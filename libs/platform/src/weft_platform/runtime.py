@@ -95,10 +95,15 @@ def create_runtime(settings: ServiceSettings, *, database: bool = True) -> Servi
     )
 
 
-DEV_ISSUERS = (GATEWAY, "engine", "suggestions", "memory", "operator")
+DEV_ISSUERS = (
+    GATEWAY, "engine", "suggestions", "memory", "knowledge", "agent-config", "tool-exec",
+    "operator",
+)  # fmt: skip
 """Key pairs development and tests generate: request credentials (gateway), the engine's,
-the suggestions service's and memory's (approval expiries) service credentials, and the
-operator's (admin routes, tests)."""
+the suggestions service's, memory's (approval expiries), knowledge's (ingestion usage sent
+to memory), agent-config's (knowledge bases and titles it asks knowledge for) and
+tool-exec's (a shared agent's knowledge reads) service credentials, and the operator's
+(admin routes, tests)."""
 
 
 def credential_verifier(settings: ServiceSettings) -> CredentialVerifier:

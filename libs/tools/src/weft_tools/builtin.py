@@ -12,9 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_mcp_client.safe_http import AddressPolicy, SafeHttpClient
 from weft_mcp_client.transport import pinned_client_factory
 from weft_platform.web_snapshots import SnapshotStore
-from weft_storage.base import Base
-from weft_storage.knowledge.documents import DocumentReader
-from weft_storage.knowledge.store import KnowledgeStore
+from weft_storage.ownership import OWNERS, UNOWNED_TABLES
 from weft_tool_catalog.registry import ToolRegistry
 
 from weft_tools.aliases import AliasBook
@@ -23,9 +21,8 @@ from weft_tools.database_query import DatabaseQueryTool, QueryLimits
 from weft_tools.document_parsing import is_table
 from weft_tools.document_tools import ListDocumentsTool, ReadDocumentTool
 from weft_tools.duckdb_workspace import DuckDBWorkspace
-from weft_tools.embeddings import Embedder
+from weft_tools.knowledge_client import KnowledgeClient
 from weft_tools.knowledge_scope import KnowledgeScope
-from weft_tools.knowledge_search import KnowledgeSearch
 from weft_tools.knowledge_tools import SearchKnowledgeTool
 from weft_tools.mcp_calls import McpCaller
 from weft_tools.mcp_directory import HttpMcpDirectory
@@ -33,7 +30,6 @@ from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.mcp_tools import mcp_tools
 from weft_tools.memory_tools import MemoryServiceClient, memory_tools
 from weft_tools.planning_tools import ThinkingTool, TodoWriteTool
-from weft_tools.ranking import Reranker
 from weft_tools.web_fetch import WebFetchTool
 from weft_tools.web_search import SearchProvider, WebSearchTool
 
@@ -42,15 +38,13 @@ from weft_tools.web_search import SearchProvider, WebSearchTool
 class ToolDependencies:
     """What the built-in tools need from the process that runs them."""
 
-    store: KnowledgeStore
-    reader: DocumentReader
     sessions: async_sessionmaker[AsyncSession]
+    """``database_query``'s connections (as ``weft_sql_reader``, the ``weft_sql`` views)."""
     snapshots: SnapshotStore
     aliases: AliasBook
-    embedder: Embedder | None = None
-    """None: semantic/hybrid searches fall back to keyword (reported per KB)."""
-    reranker: Reranker | None = None
-    """None: the offline lexical reranker."""
+    knowledge: KnowledgeClient = field(default_factory=KnowledgeClient)
+    """The knowledge service: search_knowledge, read_document, list_documents and the
+    data tools' stored files, asked with the turn's credential."""
     http: SafeHttpClient = field(default_factory=SafeHttpClient)
     search_provider: SearchProvider | None = None
     """None: ``web_search`` answers that no provider is configured (a readable tool error)."""
@@ -74,17 +68,16 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     registry = ToolRegistry()
     workspace = deps.workspace
     scope = KnowledgeScope(deps.aliases)
-    datasets = StoredDatasets(deps.reader, scope)
-    search = KnowledgeSearch(
-        deps.store, deps.reader, embedder=deps.embedder, reranker=deps.reranker
-    )
-    registry.register(SearchKnowledgeTool(search, scope))
-    registry.register(ReadDocumentTool(deps.reader, scope))
-    registry.register(ListDocumentsTool(deps.reader, scope))
+    datasets = StoredDatasets(deps.knowledge, scope)
+    registry.register(SearchKnowledgeTool(deps.knowledge, scope))
+    registry.register(ReadDocumentTool(deps.knowledge, scope))
+    registry.register(ListDocumentsTool(deps.knowledge, scope))
     registry.register(ThinkingTool())
     registry.register(TodoWriteTool())
     # Every table of the schema is a name no CTE may take (SPEC T-11).
-    reserved = frozenset(Base.metadata.tables)
+    reserved = frozenset(t for tables in OWNERS.values() for t in tables) | frozenset(
+        UNOWNED_TABLES
+    )
     registry.register(DatabaseQueryTool(deps.sessions, limits=deps.sql_limits, reserved=reserved))
     registry.register(DataSchemaTool(datasets, workspace))
     registry.register(DataAnalysisTool(datasets, workspace))
@@ -104,18 +97,18 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
 class StoredDatasets:
     """CSV/Excel uploads of the knowledge store as data_analysis inputs (dN or id)."""
 
-    def __init__(self, reader: DocumentReader, scope: KnowledgeScope):
-        self._reader = reader
+    def __init__(self, knowledge: KnowledgeClient, scope: KnowledgeScope):
+        self._knowledge = knowledge
         self._scope = scope
 
     async def dataset_file(
-        self, tenant_id: str, session_id: str, knowledge_id: str
+        self, tenant_id: str, session_id: str, knowledge_id: str, *, credential: str | None
     ) -> DatasetFile | None:
         """The stored file, when it is a table file of the tenant."""
         doc_id = knowledge_id
         if knowledge_id[:1] == "d" and knowledge_id[1:].isdigit():
             doc_id = await self._scope.aliases.resolve(tenant_id, session_id, knowledge_id) or ""
-        found = await self._reader.file(tenant_id, doc_id)
+        found = await self._knowledge.file(tenant_id, doc_id, credential=credential)
         if found is None or not is_table(found[0]):
             return None
         return DatasetFile(file_name=found[0], content=found[1])

@@ -51,10 +51,10 @@ class DatasetSource(Protocol):
     """Finds a tenant's data document by id (the knowledge store in production)."""
 
     async def dataset_file(
-        self, tenant_id: str, session_id: str, knowledge_id: str
+        self, tenant_id: str, session_id: str, knowledge_id: str, *, credential: str | None
     ) -> DatasetFile | None:
         """The file of ``knowledge_id`` (a ``dN`` handle of the session or an id) if the
-        tenant has it."""
+        tenant has it; ``credential``: the turn's (knowledge reads the tenant from it)."""
         ...
 
 
@@ -67,7 +67,9 @@ class _DataDocuments:
 
     async def load(self, call: ToolInvocation) -> tuple[str, int] | ToolOutcome:
         knowledge_id = call.args(DataSchemaArguments).knowledge_id
-        file = await self._source.dataset_file(call.tenant_id, call.session_id, knowledge_id)
+        file = await self._source.dataset_file(
+            call.tenant_id, call.session_id, knowledge_id, credential=call.credential
+        )
         if file is None:
             return ToolOutcome(success=False, error=f"no data document {knowledge_id!r}")
         try:

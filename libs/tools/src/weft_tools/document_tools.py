@@ -1,11 +1,11 @@
-"""``read_document`` (SPEC T-08) and ``list_documents`` (T-09)."""
+"""``read_document`` (SPEC T-08) and ``list_documents`` (T-09), read from the knowledge
+service with the turn's credential."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from weft_storage.knowledge.documents import ChunkRow, DocumentInfo, DocumentReader
 from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tool_catalog.specs import (
     LIST_DOCUMENTS,
@@ -14,6 +14,12 @@ from weft_tool_catalog.specs import (
     ReadDocumentArguments,
 )
 
+from weft_tools.knowledge_client import (
+    ChunkRow,
+    DocumentInfo,
+    KnowledgeClient,
+    KnowledgeUnavailable,
+)
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
 
 MAX_HITS = 20
@@ -25,7 +31,7 @@ class ReadDocumentTool:
 
     spec = READ_DOCUMENT
 
-    def __init__(self, reader: DocumentReader, scope: KnowledgeScope):
+    def __init__(self, reader: KnowledgeClient, scope: KnowledgeScope):
         self._reader = reader
         self._scope = scope
 
@@ -40,13 +46,18 @@ class ReadDocumentTool:
             if args.query:
                 return await self._find(call, doc)
             return await self._page(call, doc)
-        except OutOfScope as exc:
+        except (OutOfScope, KnowledgeUnavailable) as exc:
             return ToolOutcome(success=False, error=f"read_document: {exc}")
         except re.error as exc:
             return ToolOutcome(success=False, error=f"read_document: invalid regex: {exc}")
 
     async def _document(self, call: ToolInvocation, doc_id: str) -> DocumentInfo:
-        doc = await self._reader.document(call.tenant_id, call.context.knowledge_base_ids, doc_id)
+        doc = await self._reader.document(
+            call.tenant_id,
+            call.context.knowledge_base_ids,
+            doc_id,
+            credential=self._reader.credential_for(call),
+        )
         if doc is None:
             raise OutOfScope("document not found in this conversation's knowledge bases")
         return doc
@@ -54,7 +65,13 @@ class ReadDocumentTool:
     async def _page(self, call: ToolInvocation, doc: DocumentInfo) -> ToolOutcome:
         args = call.args(ReadDocumentArguments)
         offset, limit = args.offset, args.limit
-        rows = await self._reader.chunks(call.tenant_id, doc.id, start=offset, limit=limit + 1)
+        rows = await self._reader.chunks(
+            call.tenant_id,
+            doc.id,
+            start=offset,
+            limit=limit + 1,
+            credential=self._reader.credential_for(call),
+        )
         budget = call.context.max_output_chars * 4 // 5
         page: list[ChunkRow] = []
         used = 0
@@ -71,13 +88,24 @@ class ReadDocumentTool:
 
     async def _around_chunk(self, call: ToolInvocation, handle: str) -> ToolOutcome:
         chunk_id = await self._scope.resolve(call, handle, "c")
-        hit = await self._reader.chunk(call.tenant_id, call.context.knowledge_base_ids, chunk_id)
+        hit = await self._reader.chunk(
+            call.tenant_id,
+            call.context.knowledge_base_ids,
+            chunk_id,
+            credential=self._reader.credential_for(call),
+        )
         if hit is None:
             raise OutOfScope(f"chunk {handle!r} not found in this conversation's knowledge bases")
         doc = await self._document(call, hit.document_id)
         around = call.args(ReadDocumentArguments).context
         start = max(0, hit.position - around)
-        rows = await self._reader.chunks(call.tenant_id, doc.id, start=start, limit=2 * around + 1)
+        rows = await self._reader.chunks(
+            call.tenant_id,
+            doc.id,
+            start=start,
+            limit=2 * around + 1,
+            credential=self._reader.credential_for(call),
+        )
         payload = await self._payload(call, doc, rows)
         return ToolOutcome(success=True, output=dumps(payload), display_type="document")
 
@@ -85,7 +113,12 @@ class ReadDocumentTool:
         args = call.args(ReadDocumentArguments)
         query = args.query or ""
         matches = _matcher(query, args.regex)
-        rows = await self._reader.chunks(call.tenant_id, doc.id, limit=MAX_SCAN_CHUNKS)
+        rows = await self._reader.chunks(
+            call.tenant_id,
+            doc.id,
+            limit=MAX_SCAN_CHUNKS,
+            credential=self._reader.credential_for(call),
+        )
         hits = [i for i, row in enumerate(rows) if matches(row.content)][:MAX_HITS]
         keep = sorted({j for i in hits for j in (i - 1, i, i + 1) if 0 <= j < len(rows)})
         payload = await self._payload(call, doc, [rows[j] for j in keep])
@@ -125,7 +158,7 @@ class ListDocumentsTool:
 
     spec = LIST_DOCUMENTS
 
-    def __init__(self, reader: DocumentReader, scope: KnowledgeScope):
+    def __init__(self, reader: KnowledgeClient, scope: KnowledgeScope):
         self._reader = reader
         self._scope = scope
 
@@ -133,13 +166,17 @@ class ListDocumentsTool:
         """One page."""
         args = call.args(ListDocumentsArguments)
         page, size = args.page, args.page_size
-        total, docs = await self._reader.list_documents(
-            call.tenant_id,
-            call.context.knowledge_base_ids,
-            keyword=args.keyword or "",
-            page=page,
-            size=size,
-        )
+        try:
+            total, docs = await self._reader.list_documents(
+                call.tenant_id,
+                call.context.knowledge_base_ids,
+                keyword=args.keyword or "",
+                page=page,
+                size=size,
+                credential=self._reader.credential_for(call),
+            )
+        except KnowledgeUnavailable as exc:
+            return ToolOutcome(success=False, error=f"list_documents: {exc}")
         items = [
             {
                 "id": await self._scope.handle(call, "document", d.id),

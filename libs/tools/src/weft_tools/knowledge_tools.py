@@ -3,7 +3,9 @@
 The output gives the model session handles (``c1``, ``d1``, ``b1``; SPEC E-22) and never
 the stored ids; each document's header (title, KB) appears once; ``data.references`` maps
 each chunk handle to its chunk for the engine. Past 4/5 of the tool output budget,
-results are dropped from the bottom behind an ``<omitted ...>`` marker.
+results are dropped from the bottom behind an ``<omitted ...>`` marker. The pipeline
+itself runs in the knowledge service (``weft_knowledge.search``), asked with the turn's
+credential.
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ from typing import Any
 from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tool_catalog.specs import SEARCH_KNOWLEDGE, SearchKnowledgeArguments
 
+from weft_tools.knowledge_client import (
+    KnowledgeClient,
+    KnowledgeUnavailable,
+    NoIndexInScope,
+    SearchReport,
+)
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
-from weft_tools.knowledge_search import KnowledgeSearch, NoIndexInScope, SearchReport
 from weft_tools.ranking import Candidate, terms
 
 
@@ -28,8 +35,8 @@ class SearchKnowledgeTool:
 
     spec = SEARCH_KNOWLEDGE
 
-    def __init__(self, search: KnowledgeSearch, scope: KnowledgeScope):
-        self._search = search
+    def __init__(self, knowledge: KnowledgeClient, scope: KnowledgeScope):
+        self._knowledge = knowledge
         self._scope = scope
 
     async def run(self, call: ToolInvocation) -> ToolOutcome:
@@ -38,8 +45,15 @@ class SearchKnowledgeTool:
         query = args.query
         try:
             kb_ids = await self._scope.knowledge_bases(call, args.knowledge_base_ids or [])
-            report = await self._search.search(call.tenant_id, kb_ids, query, args.mode, args.limit)
-        except (OutOfScope, NoIndexInScope) as exc:
+            report = await self._knowledge.search(
+                call.tenant_id,
+                kb_ids,
+                query,
+                args.mode,
+                args.limit,
+                credential=self._knowledge.credential_for(call),
+            )
+        except (OutOfScope, NoIndexInScope, KnowledgeUnavailable) as exc:
             return ToolOutcome(success=False, error=f"search_knowledge: {exc}")
         payload, references = await self._format(call, query, report)
         return ToolOutcome(

@@ -29,6 +29,7 @@ from weft_agent_config.definition import (
     AgentDefinition,
     display_name,
 )
+from weft_agent_config.knowledge_client import KnowledgeService
 from weft_agent_config.knowledge_guard import (
     IncompatibleKnowledgeBase,
     KnowledgeDirectory,
@@ -79,6 +80,10 @@ class AgentConfigSettings(ServiceSettings, McpSettings):
 
     service_name: str = "agent-config"
     http_port: int = 8081
+    knowledge_url: str = Field(
+        default="http://127.0.0.1:8088",
+        description="knowledge (WEFT_KNOWLEDGE_URL): the KB guard and suggestion titles.",
+    )
     llm_model: str = Field(default="weft-scripted", description="Default model (WEFT_LLM_MODEL).")
     model_capabilities_file: str = Field(
         default="",
@@ -245,6 +250,9 @@ async def _existing(svc: AgentService, tenant_id: str, agent_id: str) -> StoredA
     return stored
 
 
+ISSUER = "agent-config"
+"""The issuer of agent-config's own service credentials (its questions to knowledge)."""
+
 _ORGANISATIONS = SystemRoute("agent-config:organisations", frozenset({"operator"}))
 SYSTEM_ROUTES = {
     "/internal/organisations": _ORGANISATIONS,
@@ -263,7 +271,11 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
     init_logging(runtime)
     store = AgentStore(runtime.sessions)
     builtins = BuiltinAgents.load()
-    knowledge = KnowledgeDirectory(runtime.sessions)
+    signer = runtime.signer(ISSUER)
+    knowledge_service = KnowledgeService(
+        s.knowledge_url, lambda scopes: signer.service("knowledge", scopes)
+    )
+    knowledge = KnowledgeDirectory(knowledge_service)
     sharing = SharingStore(runtime.sessions)
     models = ModelCapabilities.load(s.model_capabilities_file or None)
     dev_dir = Path(s.credentials_dir) if s.credentials_dev_keys else None
@@ -284,7 +296,7 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
         # taken for an agent id.
         routers=[
             resolve_router(resolver),
-            suggestion_settings_router(resolver, KnowledgeTitles(runtime.sessions)),
+            suggestion_settings_router(resolver, KnowledgeTitles(knowledge_service)),
             sharing_router(shares),
             agents_router(service, shares),
             servers_router(mcp),
@@ -292,6 +304,7 @@ def create_app(settings: AgentConfigSettings | None = None) -> FastAPI:
             skills_router(skills, resolver),
         ],
         internal=InternalAuth(runtime.verifier, "agent-config", SYSTEM_ROUTES),
+        on_shutdown=[knowledge_service.aclose],
     )
     app.include_router(owner_purge_router("agent-config", runtime.sessions, runtime.verifier))
     return app

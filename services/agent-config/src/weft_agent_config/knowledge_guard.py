@@ -4,21 +4,22 @@ requirements are refused with a reason naming the KB and the missing capability)
 
 Every Weft knowledge base today is a document KB whose chunks are both embedded and
 keyword-indexed at ingestion, so each offers ``vector`` and ``keyword``; wiki, graph and
-FAQ knowledge bases do not exist yet. :func:`capabilities_of` is the one place that
-will read a KB's type when they do.
+FAQ knowledge bases do not exist yet. The knowledge service says what each KB offers
+(``weft_knowledge.titles.capabilities_of``, the one place that will read a KB's type);
+:func:`capabilities_of` reads its answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import KnowledgeBaseInfo
-from weft_storage.knowledge.models import KnowledgeBase
 from weft_tool_catalog.capabilities import KBCapability, ToolRequirement
 from weft_tool_catalog.catalog import tool_catalog
+
+from weft_agent_config.knowledge_client import KnowledgeService
 
 DOCUMENT_KB = frozenset({KBCapability.VECTOR, KBCapability.KEYWORD})
 
@@ -54,9 +55,11 @@ class ScopedKnowledgeBase:
     capabilities: frozenset[KBCapability]
 
 
-def capabilities_of(_row: KnowledgeBase) -> frozenset[KBCapability]:
-    """What a knowledge base offers (every KB is a document KB today, see module doc)."""
-    return DOCUMENT_KB
+def capabilities_of(kb: dict[str, Any]) -> frozenset[KBCapability]:
+    """What a knowledge base offers, as knowledge described it (a capability this
+    agent-config does not know is left out: no tool of its catalog needs it)."""
+    known = {c.value: c for c in KBCapability}
+    return frozenset(known[c] for c in kb.get("capabilities", []) if c in known)
 
 
 def tool_requirements(tools: Iterable[str]) -> dict[str, ToolRequirement]:
@@ -107,32 +110,24 @@ def check_compatible(tools: Sequence[str], kbs: Sequence[ScopedKnowledgeBase]) -
 
 
 class KnowledgeDirectory:
-    """Reads a tenant's knowledge bases (every query carries the tenant, invariant 5)."""
+    """A tenant's knowledge bases, asked of the knowledge service (every call carries the
+    tenant, invariant 5)."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
-        self._sessions = sessions
+    def __init__(self, knowledge: KnowledgeService):
+        self._knowledge = knowledge
 
     async def scoped(
         self, tenant_id: str, kb_ids: Sequence[str], *, limit: int = 100
     ) -> list[ScopedKnowledgeBase]:
         """The tenant's KBs ``kb_ids`` in that order (the tenant's first ``limit`` KBs
         when empty); an id that is not the tenant's raises :class:`UnknownKnowledgeBase`."""
-        stmt = (
-            select(KnowledgeBase)
-            .where(KnowledgeBase.tenant_id == tenant_id)
-            .order_by(KnowledgeBase.created_at, KnowledgeBase.id)
-        )
-        chosen = stmt.where(KnowledgeBase.id.in_(list(kb_ids))) if kb_ids else stmt.limit(limit)
-        async with self._sessions() as s:
-            rows = {r.id: r for r in await s.scalars(chosen)}
-        missing = [kb for kb in kb_ids if kb not in rows]
-        if missing:
-            raise UnknownKnowledgeBase(f"knowledge bases not found: {missing}")
-        ordered = [rows[kb] for kb in kb_ids] if kb_ids else list(rows.values())
+        found, missing = await self._knowledge.knowledge_bases(tenant_id, list(kb_ids), limit)
+        if missing is not None:
+            raise UnknownKnowledgeBase(missing)
         return [
             ScopedKnowledgeBase(
-                KnowledgeBaseInfo(id=r.id, name=r.name, description=r.description or ""),
+                KnowledgeBaseInfo(id=r["id"], name=r["name"], description=r["description"]),
                 capabilities_of(r),
             )
-            for r in ordered
+            for r in found
         ]

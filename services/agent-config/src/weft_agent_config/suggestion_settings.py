@@ -13,20 +13,21 @@ with it), so a tenant never gets another tenant's unshared agent.
 
 from typing import Annotated
 
+import structlog
 from fastapi import APIRouter, HTTPException, Query
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts import AgentSuggestionSettings, KnowledgeTitle, QuestionSuggestions
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.knowledge.models import Document
 
 from weft_agent_config.definition import AgentDefinition, display_name
+from weft_agent_config.knowledge_client import KnowledgeService
 from weft_agent_config.resolver import (
     AgentNotFound,
     AgentResolver,
     AgentUnavailable,
     SharedAgentDisabled,
 )
+
+log = structlog.get_logger(__name__)
 
 PATH = "/internal/suggestion-settings/{agent_id}"
 SCOPE = "agent-config:suggestion-settings"
@@ -36,34 +37,28 @@ MAX_TITLES = 8
 
 
 class KnowledgeTitles:
-    """The newest ready documents of an agent's knowledge bases, within one tenant."""
+    """The newest ready documents of an agent's knowledge bases, within one tenant, asked
+    of the knowledge service. Best effort: knowledge unreachable gives no titles (the
+    settings are still answered; knowledge starters then have no document to name)."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
-        self._sessions = sessions
+    def __init__(self, knowledge: KnowledgeService):
+        self._knowledge = knowledge
 
     async def of(self, tenant_id: str, agent: AgentDefinition) -> list[KnowledgeTitle]:
         """Titles for knowledge starters; none for an agent without knowledge."""
         if agent.kb_selection_mode == "none":
             return []
-        stmt = (
-            select(Document.id, Document.title, Document.knowledge_base_id)
-            .where(Document.tenant_id == tenant_id, Document.status == "ready")
-            .order_by(Document.created_at.desc(), Document.id)
-            .limit(MAX_TITLES)
-        )
+        kb_ids: list[str] = []
         if agent.kb_selection_mode == "selected":
             if not agent.knowledge_base_ids:
                 return []
-            stmt = stmt.where(Document.knowledge_base_id.in_(agent.knowledge_base_ids))
-        async with self._sessions() as s:
-            rows = (await s.execute(stmt)).all()
-        return [
-            KnowledgeTitle(
-                title=r.title[:500], document_id=r.id, knowledge_base_id=r.knowledge_base_id
-            )
-            for r in rows
-            if r.title.strip()
-        ]
+            kb_ids = list(agent.knowledge_base_ids)
+        try:
+            found = await self._knowledge.titles(tenant_id, kb_ids, MAX_TITLES)
+        except HTTPException as exc:
+            log.warning("knowledge_titles_unavailable", reason=str(exc.detail))
+            return []
+        return [KnowledgeTitle.model_validate(t) for t in found]
 
 
 def suggestion_settings_router(resolver: AgentResolver, titles: KnowledgeTitles) -> APIRouter:

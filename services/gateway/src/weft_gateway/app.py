@@ -17,9 +17,6 @@ from weft_platform.redis_client import redis_client
 from weft_platform.retry import RetryWindow
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.gateway.budgets import budget_override
-from weft_storage.knowledge.documents import DocumentReader
-from weft_storage.knowledge.ingest import IngestionQueue
-from weft_storage.knowledge.store import KnowledgeStore
 
 from weft_gateway.access_cap import AccessCap
 from weft_gateway.admin_api import AdminServices, admin_router
@@ -37,6 +34,7 @@ from weft_gateway.files_api import SandboxFilesClient, files_router
 from weft_gateway.fork_api import fork_router
 from weft_gateway.key_registry import KeyRegistry
 from weft_gateway.knowledge_api import knowledge_router
+from weft_gateway.knowledge_client import KnowledgeClient
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
 from weft_gateway.mcp_oauth import McpCallback, mcp_oauth_router
@@ -163,9 +161,11 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         concurrent_turns=s.max_concurrent_turns,
         turn_ttl_s=s.turn_slot_ttl_s,
     )
-    knowledge = KnowledgeStore(runtime.sessions)
-    documents = DocumentReader(runtime.sessions)
-    kb_scope = KnowledgeScope(knowledge, documents)
+    knowledge = KnowledgeClient(
+        s.knowledge_url, "knowledge", s.internal_timeout_s, s.internal_max_connections,
+        retry=retry,
+    )  # fmt: skip
+    kb_scope = KnowledgeScope(knowledge, knowledge)
     fanout = StreamFanout(redis)
     slots = StreamSlots(redis, max_per_tenant=s.sse_max_per_tenant, lease_s=s.sse_lease_s)
     signer = runtime.signer(GATEWAY)
@@ -204,7 +204,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         signer=signer,
         budget=BudgetGate(TokenBudgets(redis), budget_policy(runtime, s)),
         slots=slots,
-        origins=QuestionOrigins(suggestions, documents),
+        origins=QuestionOrigins(suggestions, knowledge),
         access_cap=AccessCap(runtime.sessions, cache_s=s.access_cap_cache_s),
         prompts=prompts,
     )
@@ -241,10 +241,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             shared_agents_router(agents, auth),
             mcp_servers_router(agents, auth),
             suggestions_router(suggestions, directory, auth),
-            knowledge_router(
-                knowledge, auth, IngestionQueue(runtime.sessions), documents, kb_scope,
-                document_wait_s=s.document_wait_s,
-            ),
+            knowledge_router(knowledge, auth, kb_scope, document_wait_s=s.document_wait_s),
             skills_router(agents, auth),
             admin_router(admin),
             approvals_router(approvals, auth, max_body_bytes=s.approval_body_max_bytes),
@@ -258,7 +255,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         on_shutdown=[
             admin.lifecycle.stop, end_users.aclose, slots.aclose, fanout.aclose, memory.aclose,
             prompts.aclose, admin.purger.aclose,
-            agents.aclose, suggestions.aclose, sandbox.aclose, usage.aclose, redis.aclose,
+            agents.aclose, suggestions.aclose, sandbox.aclose, knowledge.aclose, usage.aclose,
+            redis.aclose,
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)

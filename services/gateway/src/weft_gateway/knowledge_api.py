@@ -1,20 +1,20 @@
 """Knowledge-base routes of the public API (``/api/v1``): every one requires an API key, is
 scoped to its tenant, and is behind the knowledge scope guard (``knowledge_scope``): a
-knowledge base or document outside a KB-restricted key's list is 404 (SPEC A-09)."""
+knowledge base or document outside a KB-restricted key's list is 404 (SPEC A-09).
 
-import asyncio
-import time
-from dataclasses import asdict
+The knowledge service owns knowledge bases and documents: each route checks its input
+here (sizes, types, the key's reach) and proxies to knowledge's internal routes with the
+caller's credential, as agents are proxied to agent-config."""
+
 from typing import Annotated, Any
 
+import httpx
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Response, UploadFile
 from pydantic import BaseModel, Field
-from weft_storage.knowledge.documents import DocumentInfo, DocumentReader
-from weft_storage.knowledge.ingest import IngestionQueue
-from weft_storage.knowledge.store import KnowledgeStore
 
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.files_api import invalid
+from weft_gateway.knowledge_client import KnowledgeClient
 from weft_gateway.knowledge_scope import (
     KnowledgeScope,
     document_not_found,
@@ -24,8 +24,8 @@ from weft_gateway.knowledge_scope import (
 )
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".xlsx", ".pdf")
-TEXT_SUFFIXES = (".txt", ".md")
-DONE = ("ready", "failed")
+KNOWLEDGE_TIMEOUT_S = 10.0
+"""A call's answer time besides the ingestion it waits for."""
 
 
 class KnowledgeBaseCreate(BaseModel):
@@ -44,10 +44,8 @@ class DocumentCreate(BaseModel):
 
 
 def knowledge_router(
-    store: KnowledgeStore,
+    knowledge: KnowledgeClient,
     auth: ApiKeyAuth,
-    queue: IngestionQueue,
-    catalog: DocumentReader,
     scope: KnowledgeScope,
     *,
     document_wait_s: float = 10.0,
@@ -61,12 +59,18 @@ def knowledge_router(
     @router.post("/knowledge-bases", status_code=201)
     async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, str]:
         refuse_restricted_create(who)
-        kb_id = await store.create_knowledge_base(who.tenant_id, body.name, body.description)
-        return {"id": kb_id, "name": body.name}
+        body_out = {"tenant_id": who.tenant_id, **body.model_dump()}
+        created: dict[str, str] = await knowledge.call(
+            "POST", "/internal/knowledge-bases", json=body_out
+        )
+        return created
 
     @router.get("/knowledge-bases")
     async def list_kbs(who: Who) -> list[dict[str, str]]:
-        return visible_to(who, await store.list_knowledge_bases(who.tenant_id))
+        found = await knowledge.call(
+            "GET", "/internal/knowledge-bases", params={"tenant_id": who.tenant_id}
+        )
+        return visible_to(who, found)
 
     @router.post(
         "/knowledge-bases/{kb_id}/documents",
@@ -87,22 +91,19 @@ def knowledge_router(
         and bounds), waiting for it up to ``wait_s`` (the server's ``document_wait_s`` by
         default and at most): 201 ``ready``, or 202 with the document still ``pending`` or
         ``processing`` (poll it); a text its bounds refuse is 422."""
-        name = body.file_name
-        doc_id = await queue.enqueue_file(
-            who.tenant_id, kb_id, title=body.title, file_name=name,
-            content=body.content.encode(), content_type="text/markdown", user_id=who.user_id,
-            parse_as=name if name.lower().endswith(TEXT_SUFFIXES) else "document.md",
-        )  # fmt: skip
         wait = document_wait_s if wait_s is None else min(wait_s, document_wait_s)
-        info = await _ingested(catalog, who.tenant_id, kb_id, doc_id, wait)
-        if info is None:  # deleted while it waited
-            raise document_not_found(doc_id)
-        if info.status == "failed":
-            raise invalid(["body", "content"], f"document {doc_id} was refused: {info.error}")
-        if info.status != "ready":
+        sent = {"tenant_id": who.tenant_id, "user_id": who.user_id, **body.model_dump()}
+        info = await knowledge.call(
+            "POST", f"/internal/knowledge-bases/{kb_id}/documents", json=sent,
+            params={"wait_s": wait}, timeout=knowledge_timeout(wait),
+        )  # fmt: skip
+        doc_id = info["id"]
+        if info["status"] == "failed":
+            raise invalid(["body", "content"], f"document {doc_id} was refused: {info['error']}")
+        if info["status"] != "ready":
             response.status_code = 202
-        return {"id": doc_id, "knowledge_base_id": kb_id, "chunks": info.chunk_count,
-                "status": info.status}  # fmt: skip
+        return {"id": doc_id, "knowledge_base_id": kb_id, "chunks": info["chunk_count"],
+                "status": info["status"]}  # fmt: skip
 
     @router.post("/knowledge-bases/{kb_id}/files", status_code=202)
     async def upload_file(
@@ -111,18 +112,21 @@ def knowledge_router(
         file: UploadFile = File(description="txt, md, csv, xlsx or pdf"),
         title: str = Form(default="", max_length=500),
     ) -> dict[str, Any]:
-        """Queue a file; tool-exec workers parse, chunk and embed it asynchronously."""
+        """Queue a file; knowledge's ingestion workers parse, chunk and embed it
+        asynchronously."""
         name = file.filename or "upload"
         if not name.lower().endswith(SUPPORTED_SUFFIXES):
             raise HTTPException(415, f"unsupported file type {name!r}; use {SUPPORTED_SUFFIXES}")
         content = await file.read()
         if not content:
             raise HTTPException(422, "the file is empty")
-        doc_id = await queue.enqueue_file(
-            who.tenant_id, kb_id, title=title or name, file_name=name, content=content,
-            content_type=file.content_type or "", user_id=who.user_id,
+        params = {"tenant_id": who.tenant_id, "user_id": who.user_id, "file_name": name,
+                  "title": title, "content_type": file.content_type or ""}  # fmt: skip
+        queued: dict[str, Any] = await knowledge.call(
+            "POST", f"/internal/knowledge-bases/{kb_id}/files", params=params, content=content,
+            headers={"Content-Type": "application/octet-stream"},
         )  # fmt: skip
-        return {"id": doc_id, "knowledge_base_id": kb_id, "status": "pending"}
+        return queued
 
     @router.get("/knowledge-bases/{kb_id}/documents")
     async def list_documents(
@@ -130,30 +134,21 @@ def knowledge_router(
     ) -> dict[str, Any]:
         """Documents with their ingestion status and progress."""
         size = max(1, min(page_size, 100))
-        total, docs = await catalog.list_documents(
-            who.tenant_id, [kb_id], page=max(1, page), size=size
-        )
-        return {"total": total, "items": [asdict(d) for d in docs]}
+        params = {"tenant_id": who.tenant_id, "kb_id": kb_id, "page": max(1, page), "size": size}
+        listed: dict[str, Any] = await knowledge.call("GET", "/internal/documents", params=params)
+        return listed
 
     @router.get("/knowledge-bases/{kb_id}/documents/{doc_id}")
     async def get_document(who: Who, kb_id: str, doc_id: str) -> dict[str, Any]:
         """One document's status (pending, processing, ready, failed) and progress."""
-        info = await catalog.document(who.tenant_id, [kb_id], doc_id)
+        info = await knowledge.document(who.tenant_id, doc_id, kb_id)
         if info is None:
             raise document_not_found(doc_id)
-        return asdict(info)
+        return info
 
     return seal(router, guard)
 
 
-async def _ingested(
-    catalog: DocumentReader, tenant_id: str, kb_id: str, doc_id: str, wait_s: float
-) -> DocumentInfo | None:
-    """The document once ready or failed, or as it is when ``wait_s`` ran out."""
-    deadline, pause = time.monotonic() + wait_s, 0.02
-    while True:
-        info = await catalog.document(tenant_id, [kb_id], doc_id)
-        if info is None or info.status in DONE or time.monotonic() + pause > deadline:
-            return info
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, 0.25)
+def knowledge_timeout(wait_s: float) -> httpx.Timeout:
+    """A call that waits ``wait_s`` for ingestion gets that much longer to answer."""
+    return httpx.Timeout(KNOWLEDGE_TIMEOUT_S + wait_s)

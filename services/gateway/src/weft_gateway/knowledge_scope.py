@@ -27,13 +27,13 @@ GUARDED_PATH_PARAMS = frozenset({"kb_id", "doc_id"})
 
 
 class KnowledgeBases(Protocol):
-    """Whether a knowledge base exists for a tenant (``weft_storage.KnowledgeStore``)."""
+    """Whether a knowledge base exists for a tenant (the knowledge service, ``KnowledgeClient``)."""
 
     async def knowledge_base_exists(self, tenant_id: str, kb_id: str) -> bool: ...
 
 
 class DocumentHomes(Protocol):
-    """Which knowledge base holds a document (``weft_storage.DocumentReader``)."""
+    """Which knowledge base holds a document (the knowledge service, ``KnowledgeClient``)."""
 
     async def knowledge_base_of(self, tenant_id: str, doc_id: str) -> str | None: ...
 

@@ -3,9 +3,9 @@ the question from the stored set (never from ids the client sends) and, for a kn
 suggestion, retrieves its source before the turn starts, so the engine can put it in
 front of the model (``ChatRequestedData.question_origin``).
 
-Why here: the gateway already reads the knowledge store in process and knows the caller's
-knowledge scope (a KB-restricted key, SPEC A-09); the source is read as the caller may
-read it, or not at all. A source deleted since the set was made leaves the question
+Why here: the gateway knows the caller's knowledge scope (a KB-restricted key, SPEC
+A-09) and asks knowledge with the caller's credential; the source is read as the caller
+may read it, or not at all. A source deleted since the set was made leaves the question
 without context: the turn still runs, the model searches as usual."""
 
 # No ``from __future__ import annotations``: FastAPI reads ChatBody's annotations.
@@ -16,9 +16,9 @@ import structlog
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from weft_contracts import QuestionOrigin
-from weft_storage.knowledge.documents import DocumentReader
 
 from weft_gateway.auth import Principal
+from weft_gateway.knowledge_client import ChunkText, SourceChunk
 from weft_gateway.knowledge_scope import key_reaches
 
 log = structlog.get_logger(__name__)
@@ -54,10 +54,22 @@ class SuggestionSets(Protocol):
     ) -> Any: ...
 
 
+class KnowledgeSources(Protocol):
+    """What a question origin reads of knowledge (``KnowledgeClient``)."""
+
+    async def knowledge_base_of(self, tenant_id: str, doc_id: str) -> str | None: ...
+
+    async def chunk(
+        self, tenant_id: str, kb_ids: list[str], chunk_id: str
+    ) -> SourceChunk | None: ...
+
+    async def chunks(self, tenant_id: str, doc_id: str, *, limit: int) -> list[ChunkText]: ...
+
+
 class QuestionOrigins:
     """Resolves a :class:`SuggestionPick` into the turn's :class:`QuestionOrigin`."""
 
-    def __init__(self, sets: SuggestionSets, documents: DocumentReader):
+    def __init__(self, sets: SuggestionSets, documents: KnowledgeSources):
         self._sets = sets
         self._documents = documents
 

@@ -23,12 +23,7 @@ class GatewaySettings(TokenBudgetSettings):
     agent_config_url: str = "http://127.0.0.1:8081"
     suggestions_url: str = "http://127.0.0.1:8086"
     sandbox_url: str = "http://127.0.0.1:8084"
-    knowledge_url: str | None = Field(
-        default=None,
-        description="The knowledge service's internal API (tenant purges ask it to delete its "
-        "rows); unset: the gateway purges the knowledge tables itself (transitional, until "
-        "every deployment runs the knowledge service).",
-    )
+    knowledge_url: str = "http://127.0.0.1:8088"
     attachment_max_bytes: int = Field(
         default=10 * 1024 * 1024, ge=1, description="Largest session attachment (413 above)."
     )

@@ -38,7 +38,13 @@ from weft_memory.suspensions_api import (
 )
 from weft_memory.tenant_data_api import tenant_data_router
 from weft_memory.turns_api import turns_router
-from weft_memory.usage_api import USAGE_ROUTE, USAGE_SCOPE, usage_router
+from weft_memory.usage_api import (
+    DOCUMENT_USAGE_ROUTE,
+    DOCUMENT_USAGE_SCOPE,
+    USAGE_ROUTE,
+    USAGE_SCOPE,
+    usage_router,
+)
 from weft_memory.workspaces import SCOPE as WORKSPACE_SCOPE
 from weft_memory.workspaces import SandboxWorkspaces
 
@@ -119,6 +125,7 @@ SYSTEM_ROUTES = {
         "memory:turns.read", frozenset({"engine", "operator"})
     ),
     USAGE_ROUTE: USAGE_SCOPE,
+    DOCUMENT_USAGE_ROUTE: DOCUMENT_USAGE_SCOPE,
     SUSPENSION_ROUTE: SUSPENSION_READ,
 }
 """Routes across tenants: the engine's turn auditor (and operators) with a service

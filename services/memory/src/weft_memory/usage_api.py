@@ -1,9 +1,11 @@
 """``GET /internal/usage``: a tenant's metered usage per user or per agent over a period
-(``weft_storage.usage.usage_totals``), for the operator's admin API.
+(``weft_storage.usage.usage_totals``), for the operator's admin API; and
+``PUT /internal/usage/documents/{document_id}``: an ingested document metered, for the
+knowledge service (which owns documents; usage is memory's).
 
-A system route: it names any tenant, so it wants a service credential with the
-``memory:usage.read`` scope (the gateway's admin API, or an operator), never a tenant's
-request credential.
+Both are system routes: they name any tenant, so they want a service credential with
+their scope (``memory:usage.read``: the gateway's admin API or an operator;
+``memory:usage.write``: the knowledge service, or an operator), never a tenant's request credential.
 """
 
 from __future__ import annotations
@@ -11,15 +13,25 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
-from pydantic import AwareDatetime, BaseModel
+from fastapi import APIRouter, HTTPException, Path, Query, Response
+from pydantic import AwareDatetime, BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.memory.usage import UsageGroup, UsageTotals, usage_totals
+from weft_storage.memory.usage import UsageGroup, UsageTotals, record_document, usage_totals
 
 USAGE_ROUTE = "/internal/usage"
 USAGE_SCOPE = SystemRoute("memory:usage.read", frozenset({"gateway", "operator"}))
 MAX_PERIOD = timedelta(days=366)
+DOCUMENT_USAGE_ROUTE = "/internal/usage/documents/{document_id}"
+DOCUMENT_USAGE_SCOPE = SystemRoute("memory:usage.write", frozenset({"knowledge", "operator"}))
+
+
+class DocumentUsage(BaseModel):
+    """Body of ``PUT /internal/usage/documents/{document_id}``: whose document, its size."""
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    user_id: str = Field(default="", max_length=128)
+    size_bytes: int = Field(ge=0)
 
 
 class UsageReport(BaseModel):
@@ -46,5 +58,19 @@ def usage_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
             raise HTTPException(422, "`to` must be after `from`, at most 366 days later")
         totals = await usage_totals(sessions, tenant_id, start, end, group_by)
         return UsageReport(tenant_id=tenant_id, group_by=group_by, totals=totals)
+
+    @router.put(DOCUMENT_USAGE_ROUTE, status_code=204)
+    async def document_usage(
+        document_id: Annotated[str, Path(min_length=1, max_length=64)], body: DocumentUsage
+    ) -> Response:
+        """Meter one ingested document. Idempotent on the document (the usage row's
+        natural key): knowledge sends it at upload and again when a worker finishes the
+        document, and a document is counted once whichever arrives."""
+        async with sessions.begin() as s:
+            await record_document(
+                s, tenant_id=body.tenant_id, document_id=document_id, user_id=body.user_id,
+                size_bytes=body.size_bytes,
+            )  # fmt: skip
+        return Response(status_code=204)
 
     return router

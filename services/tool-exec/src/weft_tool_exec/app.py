@@ -17,24 +17,17 @@ from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_platform.tenant_slots import TenantSlots
 from weft_platform.tracing import process_provider, propagation_hooks
 from weft_platform.web_snapshots import RedisSnapshotStore
-from weft_storage.knowledge.documents import DocumentReader
-from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
-from weft_storage.knowledge.store import KnowledgeStore
-from weft_storage.listen import ChannelWakeups
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
 from weft_tools.database_query import QueryLimits
 from weft_tools.duckdb_workspace import DuckDBWorkspace
-from weft_tools.embeddings import OpenAIEmbedder
-from weft_tools.ingestion import DocumentIngestor
+from weft_tools.knowledge_client import RETRIEVE_SCOPE, KnowledgeClient
 from weft_tools.mcp_calls import McpCaller
 from weft_tools.mcp_directory import HttpMcpDirectory
 from weft_tools.mcp_pool import McpSessionPool
 from weft_tools.memory_tools import MemoryServiceClient
-from weft_tools.ranking import HttpRerankModel
 from weft_tools.web_search import BraveSearchProvider
 
-from weft_tool_exec.ingestion_loop import IngestionLoop
 from weft_tool_exec.ledger import CallLedger
 from weft_tool_exec.settings import ToolExecSettings
 from weft_tool_exec.tracing import WorkerTracer
@@ -42,27 +35,15 @@ from weft_tool_exec.turn_end import TurnEndCleaner
 from weft_tool_exec.worker import ToolWorker
 
 CONSUMER_GROUP = "weft-tool-exec"
+ISSUER = "tool-exec"
+"""The issuer of tool-exec's own service credentials (a shared agent's knowledge reads)."""
 
 __all__ = ["CONSUMER_GROUP", "ToolExecSettings", "create_app"]
 
 
 def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> ToolDependencies:
     """The built-in tools' dependencies from the settings."""
-    embedder = None
-    if settings.embedding_model:
-        embedder = OpenAIEmbedder(
-            base_url=settings.embedding_base_url,
-            api_key=settings.embedding_api_key,
-            model=settings.embedding_model,
-            dimensions=settings.embedding_dimensions,
-        )
-    reranker = None
-    if settings.rerank_base_url:
-        reranker = HttpRerankModel(
-            base_url=settings.rerank_base_url,
-            model=settings.rerank_model,
-            api_key=settings.rerank_api_key,
-        )
+    signer = runtime.signer(ISSUER)
     policy = AddressPolicy(allow_loopback=settings.web_fetch_allow_loopback)
     search = None
     if settings.web_search_api_key:
@@ -73,13 +54,15 @@ def tool_dependencies(runtime: ServiceRuntime, settings: ToolExecSettings) -> To
         )
     return ToolDependencies(
         memory=MemoryServiceClient(event_hooks=propagation_hooks()),
-        store=KnowledgeStore(runtime.sessions),
-        reader=DocumentReader(runtime.sessions),
+        knowledge=KnowledgeClient(
+            settings.knowledge_url,
+            timeout_s=settings.knowledge_timeout_s,
+            event_hooks=propagation_hooks(),
+            own_credential=lambda: signer.service("knowledge", [RETRIEVE_SCOPE]),
+        ),
         sessions=runtime.sessions,
         snapshots=RedisSnapshotStore(runtime.redis),
         aliases=RedisAliasBook(runtime.redis),
-        embedder=embedder,
-        reranker=reranker,
         http=SafeHttpClient(policy=policy),
         search_provider=search,
         web_fetch_timeout_s=settings.web_fetch_timeout_s,
@@ -108,7 +91,8 @@ SYSTEM_ROUTES = {"/internal/state": SystemRoute("tool-exec:state", frozenset({"o
 
 
 def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
-    """Wire ``tool_concurrency`` consumers of ``tool.calls`` and the ingestion loop."""
+    """Wire ``tool_concurrency`` consumers of ``tool.calls`` (the ingestion workers are
+    knowledge's, ``python -m weft_knowledge worker``)."""
     settings = settings or ToolExecSettings()
     runtime = create_runtime(settings)
     init_logging(runtime)
@@ -122,31 +106,17 @@ def create_app(settings: ToolExecSettings | None = None) -> FastAPI:
     calls = fair_calls(runtime, settings, worker)
     cleaner = TurnEndCleaner(registry)
     cleaner.subscribe(runtime.bus)
-    queue = IngestionQueue(runtime.sessions)
-    ingestor = DocumentIngestor(
-        queue,
-        deps.embedder,
-        limits=settings.ingestion_limits(),
-        tenant_max_inflight=settings.ingestion_tenant_max_inflight,
-    )
-    ingestion = IngestionLoop(
-        ingestor,
-        settings.ingestion_poll_s,
-        concurrency=settings.ingestion_concurrency,
-        wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
-        depth=queue.depth if settings.effective_metrics_port else None,
-    )
     return create_service_app(
         runtime,
         title="weft tool-exec",
         routers=[state_router(runtime, deps, cleaner, calls)],
         internal=InternalAuth(runtime.verifier, "tool-exec", SYSTEM_ROUTES),
-        on_startup=[ingestion.start, cleaner.start, calls.start],
+        on_startup=[cleaner.start, calls.start],
         on_shutdown=[
             calls.stop,
-            ingestion.stop,
             cleaner.stop,
             deps.mcp.pool.close,
+            deps.knowledge.aclose,
             lambda: _flush(provider),
         ],
     )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import Field
 from weft_mcp_client.transport import McpReachSettings
 from weft_platform.settings import ServiceSettings
-from weft_tools.ingestion_limits import IngestionLimits
 
 
 class ToolExecSettings(ServiceSettings, McpReachSettings):
@@ -43,21 +42,12 @@ class ToolExecSettings(ServiceSettings, McpReachSettings):
     tool_partition_read_ahead: int = Field(
         default=64, ge=1, description="The same bound for one partition (that partition pauses)."
     )
-    embedding_base_url: str = Field(
-        default="http://127.0.0.1:8090/v1",
-        validation_alias=AliasChoices("WEFT_EMBEDDING_BASE_URL", "OPENAI_BASE_URL"),
+    knowledge_url: str = Field(
+        default="http://127.0.0.1:8088",
+        description="knowledge (WEFT_KNOWLEDGE_URL): search_knowledge, read_document, "
+        "list_documents and the data tools' stored files.",
     )
-    embedding_api_key: str = Field(
-        default="scripted-llm-test-double",
-        validation_alias=AliasChoices("WEFT_EMBEDDING_API_KEY", "OPENAI_API_KEY"),
-    )
-    embedding_model: str = Field(
-        default="weft-scripted-embedding-test-double", description="Empty: no vectors."
-    )
-    embedding_dimensions: int | None = None
-    rerank_base_url: str = Field(default="", description="Optional rerank model endpoint.")
-    rerank_model: str = ""
-    rerank_api_key: str = ""
+    knowledge_timeout_s: float = Field(default=15.0, gt=0, description="One call to knowledge.")
     web_search_api_key: str = Field(
         default="", description="Brave Search key; empty: web_search answers it is not set up."
     )
@@ -96,36 +86,3 @@ class ToolExecSettings(ServiceSettings, McpReachSettings):
         description="One request inside an MCP session (the call's "
         "deadline still bounds the whole call).",
     )
-    ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")
-    ingestion_concurrency: int = Field(
-        default=2, ge=1, le=16, description="Documents one worker ingests at once."
-    )
-    ingestion_tenant_max_inflight: int = Field(
-        default=1,
-        ge=1,
-        description="Documents one tenant has in ingestion at once across every worker "
-        "(a soft cap: see IngestionQueue.claim).",
-    )
-    ingestion_max_decompressed_mb: int = Field(
-        default=64, ge=1, description="What a zip-based file (xlsx) may inflate to."
-    )
-    ingestion_max_rows: int = Field(default=100_000, ge=1, description="Rows of one table.")
-    ingestion_max_pages: int = Field(default=2_000, ge=1, description="Pages of one PDF.")
-    ingestion_max_text_chars: int = Field(
-        default=50_000_000, ge=1, description="Characters of text of one document."
-    )
-    ingestion_max_chunks: int = Field(default=20_000, ge=1, description="Chunks of one document.")
-    ingestion_tenant_max_chunks: int = Field(
-        default=2_000_000, ge=1, description="Chunks of all of one tenant's documents."
-    )
-
-    def ingestion_limits(self) -> IngestionLimits:
-        """The per-document and per-tenant bounds of ingestion."""
-        return IngestionLimits(
-            max_decompressed_bytes=self.ingestion_max_decompressed_mb * 1024 * 1024,
-            max_rows=self.ingestion_max_rows,
-            max_pages=self.ingestion_max_pages,
-            max_text_chars=self.ingestion_max_text_chars,
-            max_chunks=self.ingestion_max_chunks,
-            tenant_max_chunks=self.ingestion_tenant_max_chunks,
-        )

@@ -28,10 +28,15 @@ from weft_platform.runtime import DEV_ISSUERS
 
 E = TypeVar("E", bound=Envelope)
 
-EVERY_SERVICE = ("memory", "agent-config", "tool-exec", "suggestions", "sandbox", RECORDS)
+EVERY_SERVICE = (
+    "memory", "agent-config", "tool-exec", "suggestions", "sandbox", "knowledge", RECORDS,
+)  # fmt: skip
 OPERATOR_SCOPES = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
+    "/internal/usage/documents": ("memory", "memory:usage.write"),  # before its prefix
     "/internal/usage": ("memory", "memory:usage.read"),
+    "/internal/knowledge-bases/lookup": ("knowledge", "knowledge:bases.read"),
+    "/internal/document-titles": ("knowledge", "knowledge:titles.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
     "/internal/state": ("tool-exec", "tool-exec:state"),
     "/internal/suggestion-settings": ("agent-config", "agent-config:suggestion-settings"),

@@ -37,7 +37,12 @@ SERVICES = (
     "sandbox",
     "memory",
     "suggestions",
+    "knowledge",
 )
+
+WORKERS: dict[str, tuple[str, list[str]]] = {"knowledge_worker": ("knowledge", ["worker"])}
+"""Processes of a service that serve no API of their own: name -> (service, arguments);
+one of each per stack (``knowledge_worker``: the ingestion worker)."""
 
 
 def infra_env() -> dict[str, str]:
@@ -145,6 +150,11 @@ def delete_topics(prefix: str) -> None:
         print(f"[weft_testkit] topics of {prefix} not deleted: {done.stderr[-300:]!r}")
 
 
+def _service_of(name: str) -> str:
+    """The service (package ``weft_<service>``, Kafka principal) a process belongs to."""
+    return WORKERS[name][0] if name in WORKERS else name
+
+
 class LocalStack:
     """A running stack; use as a context manager."""
 
@@ -216,7 +226,7 @@ class LocalStack:
         """Create topics, start every process, wait until all are ready."""
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         ensure_dev_keys(self.credentials_dir, DEV_ISSUERS)
-        for name in ("scripted_llm", *SERVICES):
+        for name in ("scripted_llm", *SERVICES, *WORKERS):
             count = self.config.replicas.get(name, 1)
             self.ports[name] = [free_port() for _ in range(count)]
         create_topics(self.prefix, self.config.partitions)
@@ -228,6 +238,9 @@ class LocalStack:
         for name in SERVICES:
             for port in self.ports[name]:
                 self._spawn(name, port, [])
+        for name, (_, args) in WORKERS.items():
+            for port in self.ports[name]:
+                self._spawn(name, port, args)
         self._wait_ready()
 
     def _own_infra(self) -> dict[str, str]:
@@ -256,7 +269,7 @@ class LocalStack:
         )
         return {
             **os.environ,
-            **principal_env(infra_env(), SERVICE_PRINCIPALS.get(name)),
+            **principal_env(infra_env(), SERVICE_PRINCIPALS.get(_service_of(name))),
             "PYTHONUNBUFFERED": "1",
             "WEFT_HTTP_PORT": str(port),
             "WEFT_METRICS_PORT": str(self.metrics_ports.setdefault(port, free_port())),
@@ -267,6 +280,7 @@ class LocalStack:
             "WEFT_AGENT_CONFIG_URL": self.url("agent_config"),
             "WEFT_SUGGESTIONS_URL": self.url("suggestions"),
             "WEFT_SANDBOX_URL": self.url("sandbox"),
+            "WEFT_KNOWLEDGE_URL": self.url("knowledge"),
             "WEFT_GATEWAY_URL": self.url("gateway"),  # memory's prompt timer renews there
             "WEFT_DEV_API_KEY": self.api_key,
             "WEFT_DEV_TENANT": self.tenant,
@@ -294,7 +308,7 @@ class LocalStack:
         self, name: str, port: int, args: list[str], env: dict[str, str] | None = None
     ) -> None:
         process = start_service(
-            f"weft_{name}", args, {**self.service_env(name, port), **(env or {})},
+            f"weft_{_service_of(name)}", args, {**self.service_env(name, port), **(env or {})},
             self.log_path(name, port),
         )  # fmt: skip
         self._procs.append(_Proc(name, port, process))
@@ -340,7 +354,7 @@ class LocalStack:
         old = [p for p in self._procs if p.name == name][index]
         if old.process.poll() is None:
             raise RuntimeError(f"{name} replica {index} is still running")
-        self._spawn(name, old.port, [], env)
+        self._spawn(name, old.port, WORKERS[name][1] if name in WORKERS else [], env)
         new = self._procs.pop()
         self._procs[self._procs.index(old)] = new
         self._wait_ready([new])

@@ -35,18 +35,44 @@ class ToolWorkerPool:
     """``python -m weft_tool_exec`` processes sharing one consumer group."""
 
     def __init__(
-        self, log_dir: Path, *, partitions: int = 6, extra_env: dict[str, str] | None = None
+        self,
+        log_dir: Path,
+        *,
+        partitions: int = 6,
+        extra_env: dict[str, str] | None = None,
+        knowledge: bool = False,
     ):
+        """``knowledge``: start a knowledge service too (at the first worker), which the
+        workers' knowledge and data tools ask (``WEFT_KNOWLEDGE_URL``)."""
         self.prefix = f"tw{secrets.token_hex(4)}."
         self.log_dir = log_dir
         self.partitions = partitions
         self.extra_env = extra_env or {}
         self.procs: dict[str, tuple[int, Process]] = {}
+        self._knowledge = knowledge
+        self._knowledge_proc: Process | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
         create_topics(self.prefix, partitions)
 
+    def _start_knowledge(self) -> None:
+        port = free_port()
+        env = {
+            **os.environ, **principal_env(infra_env(), "weft-knowledge"),
+            "PYTHONUNBUFFERED": "1", "WEFT_HTTP_PORT": str(port), "WEFT_METRICS_PORT": "0",
+            "WEFT_TOPIC_PREFIX": self.prefix, "WEFT_LOG_FORMAT": "json",
+            "WEFT_EMBEDDING_MODEL": "", "WEFT_CREDENTIALS_DIR": str(credentials_dir()),
+            **{k: v for k, v in self.extra_env.items() if k in ("WEFT_DATABASE_URL",)},
+        }  # fmt: skip
+        self._knowledge_proc = start_service(
+            "weft_knowledge", [], env, self.log_dir / f"{self.prefix}knowledge.log"
+        )
+        self._wait_ready("knowledge", port, self._knowledge_proc)
+        self.extra_env = {"WEFT_KNOWLEDGE_URL": f"http://127.0.0.1:{port}", **self.extra_env}
+
     def start(self, name: str) -> None:
         """Start worker ``name`` and wait for its /readyz."""
+        if self._knowledge and self._knowledge_proc is None:
+            self._start_knowledge()
         port = free_port()
         env = {
             **os.environ, **principal_env(infra_env(), "weft-tool-exec"),
@@ -59,6 +85,9 @@ class ToolWorkerPool:
             "weft_tool_exec", [], env, self.log_dir / f"{self.prefix}{name}.log"
         )
         self.procs[name] = (port, process)
+        self._wait_ready(name, port, process)
+
+    def _wait_ready(self, name: str, port: int, process: Process) -> None:
         deadline = time.monotonic() + 120
         with httpx.Client(timeout=3) as client:
             while time.monotonic() < deadline:
@@ -80,9 +109,13 @@ class ToolWorkerPool:
 
     def stop(self) -> None:
         """SIGTERM every worker, SIGKILL after 20 s; then delete the pool's topics."""
-        for _, process in self.procs.values():
+        processes = [process for _, process in self.procs.values()]
+        if self._knowledge_proc is not None:
+            processes.append(self._knowledge_proc)
+            self._knowledge_proc = None
+        for process in processes:
             process.send_signal(signal.SIGTERM)
-        for _, process in self.procs.values():
+        for process in processes:
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:

@@ -2,10 +2,11 @@
 chunks and embeddings (SPEC T-07 ingestion; asynchronous, progress reported).
 
 A document is ``pending`` -> ``processing`` -> ``ready`` | ``failed``. Workers claim one
-document at a time with ``FOR UPDATE SKIP LOCKED``, so any number of tool-exec replicas can
-ingest without a coordinator; a claim older than ``stale_after_s`` (its worker died) is
-taken over. Progress (``chunk_count``, ``embedded_count``) is visible while it runs, and
-searches never wait for it: chunks become searchable batch by batch.
+document at a time with ``FOR UPDATE SKIP LOCKED``, so any number of ingestion workers
+(``python -m weft_knowledge worker``) can ingest without a coordinator; a claim older
+than ``stale_after_s`` (its worker died) is taken over. Progress (``chunk_count``,
+``embedded_count``) is visible while it runs, and searches never wait for it: chunks
+become searchable batch by batch.
 
 Queuing a document, and ending one (its tenant's share frees), notifies
 :data:`INGESTION_CHANNEL` (PostgreSQL ``NOTIFY``, sent at
@@ -25,7 +26,6 @@ from ulid import ULID
 
 from weft_storage.knowledge.models import Chunk, Document
 from weft_storage.knowledge.models_files import DocumentFile
-from weft_storage.memory.usage import record_document
 
 INGESTION_CHANNEL = "weft_ingestion"
 """The ``NOTIFY`` channel of queued documents; its payload is empty (a wake-up, no data)."""
@@ -40,6 +40,11 @@ class PendingDocument:
     knowledge_base_id: str
     file_name: str
     content: bytes
+
+
+def new_document_id() -> str:
+    """A new document id (the knowledge service meters a document by it before queuing)."""
+    return f"doc_{ULID()}"
 
 
 QUEUED_STATES = ("pending", "processing")
@@ -74,13 +79,14 @@ class IngestionQueue:
         file_name: str,
         content: bytes,
         content_type: str = "",
-        user_id: str = "",
         parse_as: str = "",
+        doc_id: str | None = None,
     ) -> str:
-        """Store the file as a ``pending`` document, metered as ``user_id``'s ingestion;
-        return its id. ``parse_as`` is the name its parser goes by when ``file_name`` (kept
-        as the document's) does not tell its type, as for a text posted as JSON."""
-        doc_id = f"doc_{ULID()}"
+        """Store the file as a ``pending`` document; return its id (``doc_id``, or a new
+        one: see :func:`new_document_id`). ``parse_as`` is the name its parser goes by when
+        ``file_name`` (kept as the document's) does not tell its type, as for a text posted
+        as JSON. Metering the document is the caller's (usage is memory's table)."""
+        doc_id = doc_id or new_document_id()
         async with self._sessions.begin() as s:
             s.add(
                 Document(
@@ -104,10 +110,6 @@ class IngestionQueue:
                     content=content,
                 )
             )
-            await record_document(
-                s, tenant_id=tenant_id, document_id=doc_id, user_id=user_id,
-                size_bytes=len(content),
-            )  # fmt: skip
             await _notify(s)
         return doc_id
 

@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 
 from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
-from weft_storage.memory.usage import record_document
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
 KEYWORD_CANDIDATES = 1000
@@ -117,11 +116,9 @@ class KnowledgeStore:
         title: str,
         text: str,
         file_name: str = "",
-        *,
-        user_id: str = "",
     ) -> tuple[str, int]:
-        """Store a document and its chunks, metered as ``user_id``'s ingestion; return
-        (document id, chunk count)."""
+        """Store a document and its chunks at once, without the ingestion queue (seed data
+        of tests and benchmarks; not metered); return (document id, chunk count)."""
         doc_id = f"doc_{ULID()}"
         pieces = split_into_chunks(text)
         async with self._sessions.begin() as s:
@@ -148,10 +145,6 @@ class KnowledgeStore:
                 )
                 for i, piece in enumerate(pieces)
             )
-            await record_document(
-                s, tenant_id=tenant_id, document_id=doc_id, user_id=user_id,
-                size_bytes=len(text.encode()),
-            )  # fmt: skip
         return doc_id, len(pieces)
 
     async def keyword_search(

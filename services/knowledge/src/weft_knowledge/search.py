@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from weft_storage.knowledge.documents import DocumentReader, ScopeStats
 from weft_storage.knowledge.store import ChunkHit, KnowledgeStore
 from weft_tool_catalog.specs import SearchMode as SearchMode  # re-exported: callers import it here
-
 from weft_tools.embeddings import Embedder
 from weft_tools.ranking import Candidate, LexicalReranker, Reranker, dedupe, mmr, rerank, rrf
-from weft_tools.vector_index import VectorIndex
+
+from weft_knowledge.vector_index import VectorIndex
 
 CANDIDATE_FACTOR = 3
 SEMANTIC_MIN_SCORE = 0.1

@@ -1,5 +1,5 @@
 """The background tasks that drain the ingestion queue (``ingestion_concurrency`` per
-tool-exec process)."""
+ingestion worker process, ``python -m weft_knowledge worker``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import structlog
 from weft_platform.metrics import INGESTION_QUEUE_DEPTH
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.listen import ChannelWakeups
-from weft_tools.ingestion import DocumentIngestor
+
+from weft_knowledge.ingestion import DocumentIngestor
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,6 @@ import asyncio
 import structlog
 from weft_storage.knowledge.ingest import IngestionQueue, PendingDocument
 from weft_storage.knowledge.store import split_into_chunks
-
 from weft_tools.document_parsing import UnsupportedDocument, extract_text
 from weft_tools.embeddings import Embedder
 from weft_tools.ingestion_limits import (

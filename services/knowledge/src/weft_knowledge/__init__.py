@@ -1,0 +1,2 @@
+"""knowledge: knowledge bases, documents, chunks, embeddings, the ingestion queue and its
+workers (the owner of their tables)."""

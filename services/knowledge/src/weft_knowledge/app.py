@@ -1,0 +1,115 @@
+"""App factories of knowledge: the service (``python -m weft_knowledge``: internal routes
+over knowledge bases, documents, chunks and search) and the ingestion worker
+(``python -m weft_knowledge worker``: drains the ingestion queue, reports its depth).
+
+knowledge owns ``knowledge_bases``, ``documents``, ``document_files`` and ``chunks``
+(``weft_storage.ownership``); the gateway, tool-exec and agent-config ask it over HTTP.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from weft_platform.app import create_service_app, init_logging
+from weft_platform.body_limit import BodyLimit
+from weft_platform.internal_auth import InternalAuth
+from weft_platform.runtime import create_runtime
+from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
+from weft_storage.knowledge.store import KnowledgeStore
+from weft_storage.listen import ChannelWakeups
+from weft_tools.embeddings import Embedder, OpenAIEmbedder
+from weft_tools.ranking import HttpRerankModel
+
+from weft_knowledge.api import SYSTEM_ROUTES, knowledge_router
+from weft_knowledge.ingestion import DocumentIngestor
+from weft_knowledge.ingestion_loop import IngestionLoop
+from weft_knowledge.search import KnowledgeSearch
+from weft_knowledge.settings import KnowledgeSettings
+from weft_knowledge.titles import KnowledgeDirectory
+from weft_knowledge.usage import USAGE_WRITE_SCOPE, DocumentUsage
+
+AUDIENCE = "knowledge"
+ISSUER = "knowledge"
+"""The issuer of knowledge's own service credentials (usage sent to memory)."""
+
+__all__ = ["KnowledgeSettings", "create_app", "create_worker_app"]
+
+
+def embedder_of(settings: KnowledgeSettings) -> Embedder | None:
+    """The embedding model (None: no vectors; searches fall back to keyword)."""
+    if not settings.embedding_model:
+        return None
+    return OpenAIEmbedder(
+        base_url=settings.embedding_base_url,
+        api_key=settings.embedding_api_key,
+        model=settings.embedding_model,
+        dimensions=settings.embedding_dimensions,
+    )
+
+
+def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
+    """The internal API: knowledge bases, documents (queued for the workers), search."""
+    s = settings or KnowledgeSettings()
+    runtime = create_runtime(s)
+    init_logging(runtime)
+    signer = runtime.signer(ISSUER)
+    usage = DocumentUsage(
+        s.memory_url,
+        lambda: signer.service("memory", [USAGE_WRITE_SCOPE]),
+        timeout_s=s.memory_timeout_s,
+    )
+    reranker = None
+    if s.rerank_base_url:
+        reranker = HttpRerankModel(
+            base_url=s.rerank_base_url, model=s.rerank_model, api_key=s.rerank_api_key
+        )
+    store = KnowledgeStore(runtime.sessions)
+    reader = DocumentReader(runtime.sessions)
+    search = KnowledgeSearch(store, reader, embedder=embedder_of(s), reranker=reranker)
+    router = knowledge_router(
+        store,
+        reader,
+        IngestionQueue(runtime.sessions, stale_after_s=s.ingestion_stale_after_s),
+        search,
+        usage,
+        KnowledgeDirectory(runtime.sessions),
+        document_wait_s=s.document_wait_s,
+    )
+    app = create_service_app(
+        runtime,
+        title="weft knowledge",
+        routers=[router],
+        internal=InternalAuth(runtime.verifier, AUDIENCE, SYSTEM_ROUTES),
+        on_shutdown=[usage.aclose],
+    )
+    app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
+    return app
+
+
+def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
+    """An ingestion worker: ``ingestion_concurrency`` tasks claiming documents fairly
+    across tenants (``IngestionQueue.claim``), woken by the queue's ``NOTIFY``; health
+    routes and the queue-depth gauge (``weft_ingestion_queue_depth``, what autoscaling
+    reads), no internal API."""
+    s = settings or KnowledgeSettings(service_name="knowledge-worker")
+    runtime = create_runtime(s)
+    init_logging(runtime)
+    queue = IngestionQueue(runtime.sessions, stale_after_s=s.ingestion_stale_after_s)
+    ingestor = DocumentIngestor(
+        queue,
+        embedder_of(s),
+        limits=s.ingestion_limits(),
+        tenant_max_inflight=s.ingestion_tenant_max_inflight,
+    )
+    loop = IngestionLoop(
+        ingestor,
+        s.ingestion_poll_s,
+        concurrency=s.ingestion_concurrency,
+        wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
+        depth=queue.depth if s.effective_metrics_port else None,
+    )
+    app = create_service_app(
+        runtime, title="weft knowledge worker", on_startup=[loop.start], on_shutdown=[loop.stop]
+    )
+    app.state.ingestion = loop
+    return app

@@ -1,0 +1,86 @@
+"""knowledge settings (environment, prefix ``WEFT_``): the service and its ingestion
+workers read the same class (``python -m weft_knowledge`` and ``... worker``)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from weft_platform.settings import ServiceSettings
+from weft_tools.ingestion_limits import IngestionLimits
+
+
+class KnowledgeSettings(ServiceSettings):
+    """knowledge settings."""
+
+    service_name: str = "knowledge"
+    http_port: int = 8088
+    memory_url: str = Field(
+        default="http://127.0.0.1:8085",
+        description="memory (WEFT_MEMORY_URL): ingested documents are metered there.",
+    )
+    memory_timeout_s: float = Field(default=10.0, gt=0, description="One usage call to memory.")
+    document_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=120,
+        description="Longest wait of a text document posted as JSON for its ingestion "
+        "(the gateway's WEFT_DOCUMENT_WAIT_S caps what a caller asks; this caps the gateway).",
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Largest internal request body (an uploaded file; the gateway's own "
+        "limit is the public one).",
+    )
+    embedding_base_url: str = Field(
+        default="http://127.0.0.1:8090/v1",
+        validation_alias=AliasChoices("WEFT_EMBEDDING_BASE_URL", "OPENAI_BASE_URL"),
+    )
+    embedding_api_key: str = Field(
+        default="scripted-llm-test-double",
+        validation_alias=AliasChoices("WEFT_EMBEDDING_API_KEY", "OPENAI_API_KEY"),
+    )
+    embedding_model: str = Field(
+        default="weft-scripted-embedding-test-double", description="Empty: no vectors."
+    )
+    embedding_dimensions: int | None = None
+    rerank_base_url: str = Field(default="", description="Optional rerank model endpoint.")
+    rerank_model: str = ""
+    rerank_api_key: str = ""
+    ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")
+    ingestion_concurrency: int = Field(
+        default=2, ge=1, le=16, description="Documents one worker process ingests at once."
+    )
+    ingestion_tenant_max_inflight: int = Field(
+        default=1,
+        ge=1,
+        description="Documents one tenant has in ingestion at once across every worker "
+        "(a soft cap: see IngestionQueue.claim).",
+    )
+    ingestion_stale_after_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A claim this old (its worker died) is taken over by another worker.",
+    )
+    ingestion_max_decompressed_mb: int = Field(
+        default=64, ge=1, description="What a zip-based file (xlsx) may inflate to."
+    )
+    ingestion_max_rows: int = Field(default=100_000, ge=1, description="Rows of one table.")
+    ingestion_max_pages: int = Field(default=2_000, ge=1, description="Pages of one PDF.")
+    ingestion_max_text_chars: int = Field(
+        default=50_000_000, ge=1, description="Characters of text of one document."
+    )
+    ingestion_max_chunks: int = Field(default=20_000, ge=1, description="Chunks of one document.")
+    ingestion_tenant_max_chunks: int = Field(
+        default=2_000_000, ge=1, description="Chunks of all of one tenant's documents."
+    )
+
+    def ingestion_limits(self) -> IngestionLimits:
+        """The per-document and per-tenant bounds of ingestion."""
+        return IngestionLimits(
+            max_decompressed_bytes=self.ingestion_max_decompressed_mb * 1024 * 1024,
+            max_rows=self.ingestion_max_rows,
+            max_pages=self.ingestion_max_pages,
+            max_text_chars=self.ingestion_max_text_chars,
+            max_chunks=self.ingestion_max_chunks,
+            tenant_max_chunks=self.ingestion_tenant_max_chunks,
+        )

@@ -1,0 +1,61 @@
+"""Ingested documents metered through memory (usage is memory's table).
+
+``PUT /internal/usage/documents/{document_id}`` is idempotent on the document: the
+service sends it when a document is queued, and a worker sends it again when it finishes
+the document, so a document queued while memory was unreachable is still counted, and
+counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import quote
+
+import httpx
+import structlog
+from weft_platform.internal_auth import bearer
+from weft_platform.tracing import propagation_hooks
+
+log = structlog.get_logger(__name__)
+
+USAGE_WRITE_SCOPE = "memory:usage.write"
+"""The scope of knowledge's service credential on memory's usage route."""
+
+
+class DocumentUsage:
+    """Sends ingestion usage to memory with knowledge's own service credential."""
+
+    def __init__(
+        self,
+        base_url: str,
+        credential: Callable[[], str],
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self._credential = credential
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout_s, transport=transport,
+            event_hooks=propagation_hooks(),
+        )  # fmt: skip
+
+    async def record(
+        self, *, tenant_id: str, document_id: str, user_id: str, size_bytes: int
+    ) -> bool:
+        """Meter one document; False (logged) when memory did not take it: the worker's
+        call at the document's end tries again."""
+        body = {"tenant_id": tenant_id, "user_id": user_id, "size_bytes": size_bytes}
+        path = f"/internal/usage/documents/{quote(document_id, safe='')}"
+        try:
+            resp = await self._http.put(path, json=body, headers=bearer(self._credential()))
+        except httpx.HTTPError as exc:
+            log.warning("document_usage_unsent", document_id=document_id, error=repr(exc))
+            return False
+        if resp.status_code >= 300:
+            log.warning("document_usage_refused", document_id=document_id, status=resp.status_code)
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
