@@ -17,6 +17,7 @@ from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
+from weft_storage.owner_purge import owner_purge_router
 from weft_tools.embeddings import Embedder, OpenAIEmbedder
 from weft_tools.ranking import HttpRerankModel
 
@@ -82,6 +83,7 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         internal=InternalAuth(runtime.verifier, AUDIENCE, SYSTEM_ROUTES),
         on_shutdown=[usage.aclose],
     )
+    app.include_router(owner_purge_router("knowledge", runtime.sessions, runtime.verifier))
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     return app
 
