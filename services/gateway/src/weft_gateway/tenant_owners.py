@@ -173,18 +173,10 @@ def tenant_data_owners(
 
     retry = RetryWindow(window_s=s.internal_retry_window_s)
     opts: dict[str, Any] = {"timeout_s": s.purge_timeout_s, "retry": retry}
-    knowledge: Owner
-    if s.knowledge_url:
-        knowledge = RemoteOwner("knowledge", s.knowledge_url, credential, **opts)
-    else:
-        # TRANSITIONAL: until the knowledge service runs everywhere (WEFT_KNOWLEDGE_URL
-        # unset), the gateway purges the knowledge tables itself, through knowledge's own
-        # owner-side purge (OWNERS["knowledge"] only), so nothing is left unpurged.
-        knowledge = LocalOwner("knowledge", sessions)
     owners: list[Owner] = [
         LocalOwner("gateway", sessions),
         RemoteOwner("agent-config", s.agent_config_url, credential, **opts),
-        knowledge,
+        RemoteOwner("knowledge", s.knowledge_url, credential, **opts),
         RemoteOwner("sandbox", s.sandbox_url, credential, **opts),
         RemoteOwner("suggestions", s.suggestions_url, credential, **opts),
     ]

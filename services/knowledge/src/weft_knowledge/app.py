@@ -17,6 +17,7 @@ from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
+from weft_storage.owner_purge import owner_purge_router
 from weft_tools.embeddings import Embedder, OpenAIEmbedder
 from weft_tools.ranking import HttpRerankModel
 
@@ -83,6 +84,9 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         on_shutdown=[usage.aclose],
     )
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
+    # The gateway's tenant and user purges (weft_storage.owner_purge): knowledge deletes its
+    # own tables' rows; nothing else may.
+    app.include_router(owner_purge_router(AUDIENCE, runtime.sessions, runtime.verifier))
     return app
 
 
