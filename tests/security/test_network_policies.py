@@ -450,6 +450,7 @@ def test_egress_ports_follow_the_connection_values(helm: str) -> None:
         "llm.model=m",
         "llm.apiKey=k",
     )
+
     def ports_of(component: str) -> set[int]:
         labels = pods(docs)[component]["metadata"]["labels"]
         rules = egress_rules(docs, labels)

@@ -894,9 +894,10 @@ def test_helm_migrate_hook_gets_the_owner_url_and_every_services_url(helm: str) 
         key = f"WEFT_{service.upper()}_DATABASE_URL"
         assert env[key]["valueFrom"]["secretKeyRef"]["key"] == key
         assert f"//{SERVICE_ROLES[service]}:" in hook["stringData"][key]
-    assert "WEFT_ENGINE_DATABASE_URL" not in env and "WEFT_ENGINE_DATABASE_URL" not in hook[
-        "stringData"
-    ]
+    assert (
+        "WEFT_ENGINE_DATABASE_URL" not in env
+        and "WEFT_ENGINE_DATABASE_URL" not in hook["stringData"]
+    )
     # The services' Secret does not hold the migration owner's URL.
     release = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "weft")
     assert "WEFT_DATABASE_URL" not in release["stringData"]
