@@ -84,9 +84,10 @@ export WEFT_KAFKA_BOOTSTRAP="${WEFT_KAFKA_BOOTSTRAP:-127.0.0.1:${WEFT_KAFKA_PORT
 # The migration owner role (owns every table; migrations and tests use it, no service does).
 export WEFT_DATABASE_URL="${WEFT_DATABASE_URL:-postgresql+asyncpg://weft:weft@127.0.0.1:${WEFT_PG_PORT}/weft}"
 # Each service's own role, with rights on its own tables only (weft_storage.ownership);
-# services.sh hands each process its URL as WEFT_DATABASE_URL. infra.sh creates the roles
+# services.sh hands each process its URL as WEFT_DATABASE_URL (knowledge's ingestion workers
+# knowledge's; the engine, which opens no database, none). infra.sh creates the roles
 # (password: the role's name).
-for _svc in gateway agent_config memory knowledge sandbox suggestions tool_exec engine; do
+for _svc in gateway agent_config memory knowledge sandbox suggestions tool_exec; do
     _var="WEFT_${_svc^^}_DATABASE_URL"
     export "$_var=${!_var:-postgresql+asyncpg://weft_${_svc}:weft_${_svc}@127.0.0.1:${WEFT_PG_PORT}/weft}"
 done

@@ -424,7 +424,7 @@ SELECT format(CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 
                    THEN 'ALTER ROLE %I LOGIN PASSWORD %L' ELSE 'CREATE ROLE %I LOGIN PASSWORD %L'
               END, r, r)
 FROM unnest(ARRAY['weft_gateway', 'weft_agent_config', 'weft_memory', 'weft_knowledge',
-                  'weft_sandbox', 'weft_suggestions', 'weft_tool_exec', 'weft_engine']) AS r\gexec
+                  'weft_sandbox', 'weft_suggestions', 'weft_tool_exec']) AS r\gexec
 -- database_query: tool-exec switches to the reader (SET LOCAL ROLE). NOINHERIT: as itself
 -- it is not subject to the reader's row-level security (it would see no row at all).
 ALTER ROLE weft_tool_exec NOINHERIT;

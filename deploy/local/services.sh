@@ -101,9 +101,12 @@ mcp_secret_keys() {
 }
 
 # db_login MODULE: the service's own database URL (weft_tool_exec: WEFT_TOOL_EXEC_DATABASE_URL,
-# env.sh) as WEFT_DATABASE_URL=..., so that no service runs as the migration owner.
+# env.sh) as WEFT_DATABASE_URL=..., so that no service runs as the migration owner. The
+# engine has no role and gets none (its state is in Redis); start_one drops (env -u) the
+# migration owner's URL env.sh exports, so no process inherits it.
 db_login() {
     local svc="${1#weft_}"
+    [[ "$svc" != engine ]] || return 0
     local var="WEFT_${svc^^}_DATABASE_URL"
     [[ -n "${!var:-}" ]] || { echo "$var is not set (deploy/local/env.sh)" >&2; return 1; }
     echo "WEFT_DATABASE_URL=${!var}"
@@ -124,23 +127,23 @@ start_one() {
         login="$login $(db_login "$module")" || die "$name: no database URL"
     fi
     if [[ "$name" == scripted-llm ]]; then
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
+        spawn "$pidfile" "$logfile" env -u WEFT_DATABASE_URL WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" \
             "$WEFT_PYTHON" -m "$module" serve --port "$port" --policy "$WEFT_SCRIPTED_LLM_POLICY"
     elif [[ "$name" == gateway-projector ]]; then
         # shellcheck disable=SC2086 # $login is a list of assignments (hex values)
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
+        spawn "$pidfile" "$logfile" env -u WEFT_DATABASE_URL WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
             "$WEFT_PYTHON" -m "$module" projector
     elif [[ "$name" == knowledge-worker* ]]; then
         # shellcheck disable=SC2086
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME=knowledge-worker WEFT_HTTP_PORT="$port" \
+        spawn "$pidfile" "$logfile" env -u WEFT_DATABASE_URL WEFT_SERVICE_NAME=knowledge-worker WEFT_HTTP_PORT="$port" \
             $login "$WEFT_PYTHON" -m "$module" worker
     elif [[ "$name" == gateway ]]; then
         # shellcheck disable=SC2086
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
+        spawn "$pidfile" "$logfile" env -u WEFT_DATABASE_URL WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
             WEFT_PROJECTOR="$(gateway_projector_mode)" "$WEFT_PYTHON" -m "$module"
     else
         # shellcheck disable=SC2086
-        spawn "$pidfile" "$logfile" env WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
+        spawn "$pidfile" "$logfile" env -u WEFT_DATABASE_URL WEFT_SERVICE_NAME="$name" WEFT_HTTP_PORT="$port" $login \
             "$WEFT_PYTHON" -m "$module"
     fi
     say "$name: started (pid $(read_pid "$pidfile"), port $port)"

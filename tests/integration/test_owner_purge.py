@@ -121,7 +121,7 @@ async def owners(sessions: Sessions, redis: Redis) -> AsyncIterator[Owners]:
     verifier, gateway = load_verifier(folder), DevCredentials.load(folder).gateway
     switches: dict[str, Switch] = {}
     remote: dict[str, RemoteOwner] = {}
-    for name in ("memory", "agent-config", "sandbox", "suggestions"):
+    for name in ("memory", "agent-config", "knowledge", "sandbox", "suggestions"):
         app = FastAPI()
         if name == "memory":
             app.include_router(tenant_data_router(sessions, verifier))
@@ -135,7 +135,7 @@ async def owners(sessions: Sessions, redis: Redis) -> AsyncIterator[Owners]:
         )  # fmt: skip
     memory = remote.pop("memory")
     assert isinstance(memory, MemoryOwner)
-    listed: list[Owner] = [LocalOwner("gateway", sessions), LocalOwner("knowledge", sessions)]
+    listed: list[Owner] = [LocalOwner("gateway", sessions)]
     purger = DataPurger(memory, [*listed, *remote.values()], redis)
     yield Owners(purger, switches)
     await purger.aclose()

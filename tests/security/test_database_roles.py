@@ -4,8 +4,7 @@
 Connected over a real connection as a service's role (as a service process is), every
 public table is tried with SELECT, INSERT, UPDATE and DELETE statements that change no
 row (in a transaction rolled back): the rights found must be exactly the owner's (its own
-tables) plus the listed ``TRANSITIONAL_GRANTS``, which show here as expected exceptions.
-Removing a transitional entry makes this test stricter by itself.
+tables), none on another owner's table.
 """
 
 from __future__ import annotations
@@ -16,10 +15,10 @@ import asyncpg
 import pytest
 from weft_storage.ownership import (
     OWNED_TABLES,
+    RETIRED_ROLES,
     SERVICE_ROLES,
     SQL_READER,
     SQL_READER_MEMBERS,
-    TRANSITIONAL_GRANTS,
     granted,
     owner_of,
     service_url,
@@ -86,7 +85,7 @@ async def _may(conn: asyncpg.Connection, statement: str, *, as_reader: bool = Fa
 
 
 @pytest.mark.parametrize("service", sorted(SERVICE_ROLES))
-async def test_a_service_role_reaches_its_own_tables_and_only_the_listed_others(
+async def test_a_service_role_reaches_its_own_tables_and_no_other(
     migrated: str, owner_conn: asyncpg.Connection, service: str
 ) -> None:
     tables = await _tables(owner_conn)
@@ -101,11 +100,9 @@ async def test_a_service_role_reaches_its_own_tables_and_only_the_listed_others(
     finally:
         await conn.close()
     expected = {t: set(p) for t, p in granted(service).items() if t in tables}
-    # Beyond its own tables, exactly the transitional grants (the expected exceptions).
     assert found == expected
     foreign = {t for t in found if owner_of(t) != service}
-    transitional = {g.table for g in TRANSITIONAL_GRANTS if g.service == service}
-    assert foreign == transitional & set(tables)
+    assert foreign == set(), f"{SERVICE_ROLES[service]} reaches another owner's tables"
     own = {t for t in OWNED_TABLES[service] if t in tables}
     assert own <= set(found), "an owner cannot use its own tables"
 
@@ -146,3 +143,17 @@ async def test_a_service_role_cannot_change_the_schema(migrated: str, service: s
             await conn.execute("TRUNCATE public.messages")
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("role", RETIRED_ROLES)
+async def test_a_retired_role_left_by_an_earlier_release_reaches_no_table(
+    migrated: str, owner_conn: asyncpg.Connection, role: str
+) -> None:
+    if not await owner_conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role):
+        pytest.skip(f"no {role} in this cluster (created only by earlier releases)")
+    reached = []
+    for table in await _tables(owner_conn):
+        query = "SELECT has_table_privilege($1, $2, 'SELECT,INSERT,UPDATE,DELETE')"
+        if await owner_conn.fetchval(query, role, f'public."{table}"'):
+            reached.append(table)
+    assert reached == []

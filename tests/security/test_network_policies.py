@@ -401,6 +401,9 @@ def test_every_process_reaches_its_infrastructure(test_double: list[Doc]) -> Non
             expected = {needs["kafka"]}
         elif component == "migrate":
             expected = {needs["postgres"]}
+        elif component == "engine":  # no database role: its state is in Redis
+            expected = {needs["kafka"], needs["redis"]}
+            assert ("TCP", needs["postgres"]) not in ports, f"{component}: {ports}"
         else:
             expected = set(needs.values())
         assert {("TCP", port) for port in expected} <= ports, f"{component}: {ports}"
@@ -447,12 +450,16 @@ def test_egress_ports_follow_the_connection_values(helm: str) -> None:
         "llm.model=m",
         "llm.apiKey=k",
     )
-    engine = pods(docs)["engine"]["metadata"]["labels"]
-    ports = {
-        p["port"] for r in egress_rules(docs, engine) for p in r.get("ports") or [] if r.get("to")
-    }
-    assert {9093, 9094, 5433, 6380, 443} <= ports, ports
-    assert not {9092, 5432, 6379} & ports, ports
+
+    def ports_of(component: str) -> set[int]:
+        labels = pods(docs)[component]["metadata"]["labels"]
+        rules = egress_rules(docs, labels)
+        return {p["port"] for r in rules for p in r.get("ports") or [] if r.get("to")}
+
+    engine, memory = ports_of("engine"), ports_of("memory")
+    assert {9093, 9094, 6380, 443} <= engine, engine
+    assert not {9092, 5432, 6379, 5433} & engine, engine  # the engine opens no database
+    assert 5433 in memory and 5432 not in memory, memory
 
 
 def test_monitoring_and_gateway_sources_are_configurable(helm: str) -> None:

@@ -17,8 +17,9 @@ from weft_platform.credentials import load_signer, new_key_pair
 
 from tests.security.admin_fixtures import AdminStack
 
-OWNERS = {"memory": "memory", "agent_config": "agent-config", "sandbox": "sandbox",
-          "suggestions": "suggestions", "knowledge": "knowledge"}  # fmt: skip
+OWNERS = {"memory": "memory", "agent_config": "agent-config", "knowledge": "knowledge",
+          "sandbox": "sandbox",
+          "suggestions": "suggestions"}  # fmt: skip
 """Stack name -> service (audience) of every owner the gateway asks to purge."""
 TRAVERSAL = ["..%2F..%2Fetc", "%2e%2e", "%2E%2E", ".%2E", "t%00x", "*", "t'--", "a" * 300,
              "%252e%252e"]  # fmt: skip

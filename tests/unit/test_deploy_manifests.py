@@ -86,8 +86,13 @@ KUBE_VERSION = "1.33.0"
 SCHEMA_VERSIONS = ("1.30.0", "1.37.0")
 
 
+NO_DATABASE = ("engine",)
+"""Services with no database role: their state is in Redis (weft_storage.ownership)."""
+
+
 def required_env(name: str) -> tuple[str, ...]:
-    return COMMON_REQUIRED_ENV + EXTRA_REQUIRED_ENV.get(name, ())
+    common = tuple(v for v in COMMON_REQUIRED_ENV if not (name in NO_DATABASE and "DATABASE" in v))
+    return common + EXTRA_REQUIRED_ENV.get(name, ())
 
 
 # --------------------------------------------------------------------------- YAML loading
@@ -215,11 +220,15 @@ def test_compose_service_environment(compose: dict[str, Any]) -> None:
         assert not empty, f"{name}: required variables without a value: {empty}"
         assert env["WEFT_HTTP_PORT"] == str(port)
         assert env["WEFT_KAFKA_BOOTSTRAP"] == "kafka:9092"
-        # Its own role, never the migration owner's (weft_storage.ownership).
-        role = SERVICE_ROLES[name.replace("-", "_")]
-        assert _interpolated_default(env["WEFT_DATABASE_URL"]) == (
-            f"postgresql+asyncpg://{role}:{role}@postgres:5432/weft"
-        )
+        # Its own role, never the migration owner's (weft_storage.ownership); none for
+        # the engine.
+        if name in NO_DATABASE:
+            assert "WEFT_DATABASE_URL" not in env, name
+        else:
+            role = SERVICE_ROLES[name.replace("-", "_")]
+            assert _interpolated_default(env["WEFT_DATABASE_URL"]) == (
+                f"postgresql+asyncpg://{role}:{role}@postgres:5432/weft"
+            )
         assert env["WEFT_REDIS_URL"] == "redis://redis:6379/0"
         assert env.get("WEFT_LOG_FORMAT") == "json"
         # Services default to 127.0.0.1; in a container they must listen on every interface.
@@ -412,6 +421,10 @@ def test_compose_runs_ingestion_workers_apart_from_knowledge(compose: dict[str, 
     assert worker["command"] == [WORKER_ARG]
     assert _interpolated_default(str(worker["deploy"]["replicas"])) == "1"
     assert not worker.get("ports")
+    # The workers write knowledge's tables: knowledge's role.
+    for name in ("knowledge", INGESTION_WORKER):
+        url = _interpolated_default(_env(services[name])["WEFT_DATABASE_URL"])
+        assert url == "postgresql+asyncpg://weft_knowledge:weft_knowledge@postgres:5432/weft"
     for name in ("gateway", "tool-exec", "agent-config"):
         url = _env(services[name])["WEFT_KNOWLEDGE_URL"]
         assert url == f"http://knowledge:{SERVICE_PORTS['knowledge']}", name
@@ -628,11 +641,14 @@ def test_helm_deployment_and_service_per_weft_service(
                 assert not missing, f"{ctx}: environment lacks {missing}"
                 assert env["WEFT_HTTP_PORT"] == str(port), ctx
                 assert env["WEFT_HTTP_HOST"] == "0.0.0.0", ctx
-                # Its own database role's URL (weft_storage.ownership), never the owner's.
-                keys = {
-                    "WEFT_DATABASE_URL": f"WEFT_{name.upper().replace('-', '_')}_DATABASE_URL",
-                    **{v: v for v in ("OPENAI_API_KEY",) if v in env},
-                }
+                # Its own database role's URL (weft_storage.ownership), never the owner's;
+                # the engine none.
+                keys = {v: v for v in ("OPENAI_API_KEY",) if v in env}
+                if name in NO_DATABASE:
+                    assert "WEFT_DATABASE_URL" not in env, ctx
+                else:
+                    db_key = f"WEFT_{name.upper().replace('-', '_')}_DATABASE_URL"
+                    keys["WEFT_DATABASE_URL"] = db_key
                 for var, key in keys.items():
                     ref = env[var]["secretKeyRef"]
                     assert ref["key"] == key, ctx
@@ -734,6 +750,8 @@ def test_helm_ingestion_workers_deployment_scaling_and_network(
     assert re.search(r"/(weft-)?knowledge:[\w.-]+$", container["image"])
     env = _container_env(container, _by_kind(test_double_render, "ConfigMap"))
     assert env["WEFT_HTTP_PORT"] == str(SERVICE_PORTS["knowledge"])
+    db = env["WEFT_DATABASE_URL"]["secretKeyRef"]["key"]
+    assert db == "WEFT_KNOWLEDGE_DATABASE_URL"  # knowledge's role, as the service's
     assert f"weft-{INGESTION_WORKER}" not in _by_kind(test_double_render, "Service")
     assert worker["spec"]["replicas"] == 1
     knowledge_env = _container_env(
@@ -860,9 +878,10 @@ def test_helm_refuses_incomplete_values(helm: str) -> None:
     assert old_protocol.returncode != 0 and "2.1.0" in old_protocol.stderr
 
     # Each service its own database role: a missing URL fails (no fallback to the owner's).
-    no_memory_url = _helm_template(helm, *base, "--set", "postgres.serviceUrls.memory=")
-    assert no_memory_url.returncode != 0
-    assert "postgres.serviceUrls.memory is required" in no_memory_url.stderr
+    for service in ("memory", "knowledge"):
+        no_url = _helm_template(helm, *base, "--set", f"postgres.serviceUrls.{service}=")
+        assert no_url.returncode != 0, service
+        assert f"postgres.serviceUrls.{service} is required" in no_url.stderr
 
 
 def test_helm_migrate_hook_gets_the_owner_url_and_every_services_url(helm: str) -> None:
@@ -871,10 +890,14 @@ def test_helm_migrate_hook_gets_the_owner_url_and_every_services_url(helm: str) 
     env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["WEFT_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "WEFT_DATABASE_URL"
     hook = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "weft-hooks")
-    for service in ("gateway", "agent_config", "engine", "tool_exec", "sandbox", "memory"):
+    for service in SERVICE_ROLES:
         key = f"WEFT_{service.upper()}_DATABASE_URL"
         assert env[key]["valueFrom"]["secretKeyRef"]["key"] == key
         assert f"//{SERVICE_ROLES[service]}:" in hook["stringData"][key]
+    assert (
+        "WEFT_ENGINE_DATABASE_URL" not in env
+        and "WEFT_ENGINE_DATABASE_URL" not in hook["stringData"]
+    )
     # The services' Secret does not hold the migration owner's URL.
     release = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "weft")
     assert "WEFT_DATABASE_URL" not in release["stringData"]

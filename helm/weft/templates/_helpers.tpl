@@ -115,11 +115,17 @@ app.kubernetes.io/component: {{ .name }}
 {{- required "postgres.url is required (the migration owner's postgresql+asyncpg://USER:PASSWORD@HOST:5432/DB), or set secrets.existingSecret" .Values.postgres.url -}}
 {{- end -}}
 
+{{/* Whether a service entry has a database role: not the test double, not one with
+`database: false` (the engine). */}}
+{{- define "weft.hasDatabase" -}}
+{{- if and (not .testDouble) (or (not (hasKey . "database")) .database) -}}true{{- end -}}
+{{- end -}}
+
 {{/* Services with a database role (the image each runs: gateway-projector runs gateway). */}}
 {{- define "weft.databaseServices" -}}
 {{- $out := list -}}
 {{- range $name, $svc := .Values.services -}}
-{{- if and $svc.enabled (not $svc.testDouble) -}}
+{{- if and $svc.enabled (include "weft.hasDatabase" $svc) -}}
 {{- $out = append $out ($svc.image | default $name) -}}
 {{- end -}}
 {{- end -}}

@@ -10,15 +10,15 @@ DELETE on its own tables (and USAGE on their sequences) only. The migration owne
 in the map is revoked). A table of the migrated database with no owner here fails
 ``tests/integration/test_table_owners.py``.
 
-``TRANSITIONAL_GRANTS`` lists the cross-owner reads and writes today's code still makes;
-each entry names the path that removes it. Delete an entry when its path lands:
-``tests/security/test_database_roles.py`` then checks the stricter state.
+No service holds a right on another owner's table: a service that needs another owner's
+data asks that owner over HTTP (``tests/security/test_database_roles.py`` checks each
+role's rights are exactly its own tables'). The engine keeps its state in Redis and has
+no role.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from sqlalchemy.engine.url import make_url
 
@@ -38,11 +38,13 @@ SERVICE_ROLES: Mapping[str, str] = {
     "sandbox": "weft_sandbox",
     "suggestions": "weft_suggestions",
     "tool_exec": "weft_tool_exec",
-    # TRANSITIONAL: the engine opens no database once its budget comes with the turn
-    # (paths helper); until then it reads ``tenant_budgets`` (TRANSITIONAL_GRANTS).
-    "engine": "weft_engine",
 }
 """Service (the package name without ``weft_``) -> the PostgreSQL role it connects as."""
+
+RETIRED_ROLES: tuple[str, ...] = ("weft_engine",)
+"""Roles of earlier releases no service connects as any more (the engine's, from before
+its budget came with the turn): every upgrade revokes their rights on the public tables,
+and an operator may drop them (docs/deploy.md, "Database roles")."""
 
 OWNED_TABLES: Mapping[str, tuple[str, ...]] = {
     "gateway": ("tenants", "api_keys", "admin_audit", "tenant_budgets"),
@@ -74,7 +76,6 @@ OWNED_TABLES: Mapping[str, tuple[str, ...]] = {
     "sandbox": ("sandbox_checkpoints",),
     "suggestions": ("suggestion_turns", "message_suggestion_sets", "suggestion_events"),
     "tool_exec": (),
-    "engine": (),
 }
 """Owner -> its tables. Tables not in the database yet are skipped when granting."""
 
@@ -92,57 +93,6 @@ UNOWNED_TABLES: tuple[str, ...] = ("alembic_version",)
 """Public tables only the migration owner uses."""
 
 
-@dataclass(frozen=True)
-class TransitionalGrant:
-    """A cross-owner right today's code still needs, and the path that removes it."""
-
-    service: str
-    table: str
-    privileges: tuple[str, ...]
-    removed_by: str
-
-
-_KNOWLEDGE = "knowledge service (gateway and tool-exec ask services/knowledge)"
-_KNOWLEDGE_ASK = "knowledge service (agent-config and the gateway ask knowledge)"
-_SESSION_OWNER = "session_owner via memory"
-_KNOWLEDGE_TABLES = OWNED_TABLES["knowledge"]
-
-
-def _each(
-    service: str, tables: Iterable[str], privileges: tuple[str, ...], removed_by: str
-) -> tuple[TransitionalGrant, ...]:
-    return tuple(TransitionalGrant(service, t, privileges, removed_by) for t in tables)
-
-
-TRANSITIONAL_GRANTS: tuple[TransitionalGrant, ...] = (
-    # gateway: knowledge routes, question origin, ingestion queue (knowledge service)
-    *_each("gateway", _KNOWLEDGE_TABLES, ALL, _KNOWLEDGE),
-    # gateway: usage records of uploaded documents (knowledge, then via memory)
-    TransitionalGrant("gateway", "usage", ("SELECT", "INSERT", "UPDATE"), _KNOWLEDGE),
-    # gateway: skill uploads (go through agent-config)
-    TransitionalGrant("gateway", "skill_packages", ALL, "skill uploads via agent-config"),
-    # gateway: admin usage routes (go through memory)
-    TransitionalGrant("gateway", "usage", ("SELECT",), "admin usage via memory"),
-    # agent-config: knowledge_guard and suggestion_settings read bases and documents
-    *_each("agent_config", ("knowledge_bases", "documents"), ("SELECT",), _KNOWLEDGE_ASK),
-    # memory: fork and rollback copy the sandbox's checkpoints
-    TransitionalGrant("memory", "sandbox_checkpoints", ALL, "fork/rollback ask the sandbox"),
-    # sandbox: skill package reads (go through agent-config)
-    TransitionalGrant("sandbox", "skill_packages", ("SELECT",), "skill reads via agent-config"),
-    # sandbox, suggestions: session_owner (asks memory)
-    TransitionalGrant("sandbox", "sessions", ("SELECT",), _SESSION_OWNER),
-    TransitionalGrant("suggestions", "sessions", ("SELECT",), _SESSION_OWNER),
-    # tool-exec: knowledge tools and ingestion workers (knowledge service)
-    *_each("tool_exec", _KNOWLEDGE_TABLES, ALL, _KNOWLEDGE),
-    # tool-exec: usage records of ingested documents (knowledge, then via memory)
-    TransitionalGrant("tool_exec", "usage", ("SELECT", "INSERT", "UPDATE"), _KNOWLEDGE),
-    # engine: the tenant's budget override (comes with the turn)
-    TransitionalGrant("engine", "tenant_budgets", ("SELECT",), "budget with the turn"),
-)
-"""TRANSITIONAL: cross-owner rights of today's code; the lead deletes each entry when the
-path named in ``removed_by`` lands (docs/architecture.md, "Data ownership")."""
-
-
 def owner_of(table: str) -> str | None:
     """The service owning ``table``; None if no service does."""
     for service, tables in OWNED_TABLES.items():
@@ -156,17 +106,9 @@ def role_of(service: str) -> str:
     return SERVICE_ROLES[service]
 
 
-def granted(service: str, *, transitional: bool = True) -> dict[str, frozenset[str]]:
-    """Table -> privileges ``service``'s role gets: its own tables, plus (unless
-    ``transitional`` is false) its transitional grants."""
-    rights: dict[str, set[str]] = {
-        t: set(TABLE_PRIVILEGES.get(t, ALL)) for t in OWNED_TABLES.get(service, ())
-    }
-    if transitional:
-        for grant in TRANSITIONAL_GRANTS:
-            if grant.service == service:
-                rights.setdefault(grant.table, set()).update(grant.privileges)
-    return {t: frozenset(p) for t, p in rights.items()}
+def granted(service: str) -> dict[str, frozenset[str]]:
+    """Table -> privileges ``service``'s role gets: its own tables, nothing else."""
+    return {t: frozenset(TABLE_PRIVILEGES.get(t, ALL)) for t in OWNED_TABLES.get(service, ())}
 
 
 def service_url(owner_url: str, service: str, password: str | None = None) -> str:

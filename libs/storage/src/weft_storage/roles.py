@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.engine.url import make_url
 
 from weft_storage.ownership import (
+    RETIRED_ROLES,
     SERVICE_ROLES,
     SQL_READER,
     SQL_READER_MEMBERS,
@@ -80,6 +81,7 @@ def apply_grants(conn: Connection) -> None:
         .all()
     )
     roles = _existing(conn)
+    _revoke_retired(conn, tables)
     for service, role in SERVICE_ROLES.items():
         if role not in roles:
             continue
@@ -95,6 +97,18 @@ def apply_grants(conn: Connection) -> None:
         for seq in _sequences(conn, [t for t, p in rights.items() if "INSERT" in p]):
             conn.execute(text(f"GRANT USAGE ON SEQUENCE {_ident(seq)} TO {r}"))
     _reader_membership(conn, roles)
+
+
+def _revoke_retired(conn: Connection, tables: set[str]) -> None:
+    """Take every right on the public tables and sequences from the retired roles that
+    still exist (an upgraded database kept their grants; nothing re-grants them)."""
+    query = text("SELECT rolname FROM pg_roles WHERE rolname = ANY(:r)")
+    for role in sorted(conn.execute(query, {"r": list(RETIRED_ROLES)}).scalars().all()):
+        r = _ident(role)
+        if tables:
+            every = ", ".join(_ident(t) for t in sorted(tables))
+            conn.execute(text(f"REVOKE ALL ON TABLE {every} FROM {r}"))
+        conn.execute(text(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {r}"))
 
 
 def _sequences(conn: Connection, tables: list[str]) -> list[str]:

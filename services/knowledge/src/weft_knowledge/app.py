@@ -85,6 +85,9 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
     )
     app.include_router(owner_purge_router("knowledge", runtime.sessions, runtime.verifier))
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
+    # The gateway's tenant and user purges (weft_storage.owner_purge): knowledge deletes its
+    # own tables' rows; nothing else may.
+    app.include_router(owner_purge_router(AUDIENCE, runtime.sessions, runtime.verifier))
     return app
 
 

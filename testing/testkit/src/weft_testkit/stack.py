@@ -45,6 +45,10 @@ WORKERS: dict[str, tuple[str, list[str]]] = {"knowledge_worker": ("knowledge", [
 one of each per stack (``knowledge_worker``: the ingestion worker)."""
 
 
+NO_DATABASE = "postgresql+asyncpg://no_role:no_role@127.0.0.1:1/no_database"
+"""The database URL of a process with no role (the engine): port 1, where nothing listens."""
+
+
 def infra_env() -> dict[str, str]:
     """Connection settings of the local infrastructure (overridable from the environment);
     on a SASL broker, as its super user (``weft_testkit.kafka``)."""
@@ -261,12 +265,15 @@ class LocalStack:
         """Environment of one service process (logged in to Kafka as its own principal,
         to PostgreSQL as its own role)."""
         # The migration owner's URL stays the tests' and the migration's; each service
-        # gets its role's, with rights on its own tables only (weft_storage.ownership).
-        own_role = (
-            {"WEFT_DATABASE_URL": service_url(self.database_url, name)}
-            if name in SERVICE_ROLES
-            else {}
-        )
+        # (a worker: its service's) gets its role's, with rights on its own tables only
+        # (weft_storage.ownership). A process with no role (the engine) gets a URL
+        # nothing answers, not the owner's: it must open no database.
+        service = _service_of(name)
+        own_role = {
+            "WEFT_DATABASE_URL": service_url(self.database_url, service)
+            if service in SERVICE_ROLES
+            else NO_DATABASE
+        }
         return {
             **os.environ,
             **principal_env(infra_env(), SERVICE_PRINCIPALS.get(_service_of(name))),
