@@ -437,12 +437,15 @@ SQL
     fi
     # Per database, as the superuser: database_query's reader role may not call set_config,
     # with which SQL that got past the parse checks could change its tenant setting or switch
-    # back to weft (docs/security.md). weft and tool-exec's role keep it: the tool sets its
-    # settings before it switches to the reader.
+    # back to weft (docs/security.md). weft and the services' roles keep it: tool-exec sets
+    # its settings before it switches to the reader, and asyncpg's type introspection (the
+    # first query touching an array or tsvector column) calls set_config('jit', ...).
     if ! as_pg "$PG_BIN/psql" -X -q -h "$PG_SOCK" -p "$WEFT_PG_PORT" -d weft \
         -v ON_ERROR_STOP=1 >>"$PG_LOG" 2>&1 <<'SQL'; then
 REVOKE EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) TO weft, weft_tool_exec;
+GRANT EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean)
+    TO weft, weft_gateway, weft_agent_config, weft_memory, weft_knowledge, weft_sandbox,
+       weft_suggestions, weft_tool_exec;
 SQL
         tail_log "$PG_LOG"
         die "postgres: could not revoke set_config from PUBLIC in database weft"
