@@ -31,6 +31,7 @@ from weft_agent_config.app import AgentConfigSettings
 from weft_engine.settings import EngineSettings
 from weft_gateway.app import create_projector_app
 from weft_gateway.settings import GatewaySettings
+from weft_knowledge.settings import KnowledgeSettings
 from weft_memory.app import MemorySettings
 from weft_sandbox.app import SandboxSettings
 from weft_suggestions.app import SuggestionsSettings
@@ -65,7 +66,12 @@ PROCESS_SETTINGS: dict[str, type[BaseSettings]] = {
     "sandbox": SandboxSettings,
     "memory": MemorySettings,
     "suggestions": SuggestionsSettings,
+    "knowledge": KnowledgeSettings,
+    "knowledge-worker": KnowledgeSettings,
 }
+# What a process's settings name but it never calls: knowledge's ingestion workers meter
+# nothing (knowledge meters a document in memory before it queues it).
+NOT_CALLED: dict[str, set[str]] = {"knowledge-worker": {"memory"}}
 # weft_tools' implementations run in tool-exec (weft_tools.builtin); the URLs they read
 # from the environment are tool-exec's calls.
 TOOLS_PROCESS = "tool-exec"
@@ -124,8 +130,9 @@ def callers_from_code() -> dict[str, set[str]]:
     """Callee -> the processes that call it over HTTP (the LLM test double included)."""
     callers: dict[str, set[str]] = {name: set() for name in (*SERVICE_PORTS, TEST_DOUBLE)}
     callers[PROJECTOR] = set()
+    callers["knowledge-worker"] = set()  # no Service: nothing calls a worker
     for process, settings in PROCESS_SETTINGS.items():
-        for callee in _url_callees(settings):
+        for callee in _url_callees(settings) - NOT_CALLED.get(process, set()):
             callers[callee].add(process)
         if _calls_the_llm(settings):
             callers[TEST_DOUBLE].add(process)
@@ -147,13 +154,20 @@ def test_caller_table_from_code() -> None:
     """The table the policies are checked against, pinned so a new client shows up here
     (and in the chart's `uses`) rather than as a denied call in production."""
     callers = callers_from_code()
-    assert callers["memory"] == {"gateway", "engine", "tool-exec"}
-    assert callers["agent-config"] == {"gateway", "suggestions", "tool-exec"}  # MCP (T-19)
+    # memory: sandbox and suggestions ask whose a session is; knowledge meters documents
+    assert callers["memory"] == {"gateway", "engine", "tool-exec", "sandbox", "suggestions",
+                                 "knowledge"}  # fmt: skip
+    # agent-config: MCP (T-19) for tool-exec, skill packages for the sandbox
+    assert callers["agent-config"] == {"gateway", "suggestions", "tool-exec", "sandbox"}
     assert callers["suggestions"] == {"gateway"}
-    assert callers["sandbox"] == {"gateway"}  # the session files API
-    assert callers[TEST_DOUBLE] == {"engine", "memory", "tool-exec", "suggestions"}
+    assert callers["sandbox"] == {"gateway", "memory"}  # session files; fork and rollback
+    # knowledge: the gateway's routes, tool-exec's knowledge tools, agent-config's KB guard
+    assert callers["knowledge"] == {"gateway", "tool-exec", "agent-config"}
+    # the LLM: tool-exec no more (embeddings and reranking moved to knowledge)
+    assert callers[TEST_DOUBLE] == {"engine", "memory", "suggestions", "knowledge",
+                                    "knowledge-worker"}  # fmt: skip
     assert callers[GATEWAY] == {"memory"}  # the prompt timer's credential renewal
-    for service in ("engine", "tool-exec", PROJECTOR):
+    for service in ("engine", "tool-exec", PROJECTOR, "knowledge-worker"):
         assert callers[service] == set(), service
     projector = inspect.getsource(create_projector_app)
     assert "_url" not in projector, "the projector now calls a service: give it `uses`"

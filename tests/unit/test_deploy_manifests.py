@@ -61,7 +61,7 @@ LLM_REQUIRED_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEFT_LLM_MODEL")
 EXTRA_REQUIRED_ENV: dict[str, tuple[str, ...]] = {
     "gateway": ("WEFT_MEMORY_URL", "WEFT_AGENT_CONFIG_URL"),
     "engine": (*LLM_REQUIRED_ENV, "WEFT_MEMORY_URL"),
-    "tool-exec": LLM_REQUIRED_ENV,
+    "tool-exec": ("WEFT_MEMORY_URL", "WEFT_KNOWLEDGE_URL"),  # no LLM: knowledge embeds
     "knowledge": ("WEFT_MEMORY_URL",),
 }
 # Optional variables the compose stack sets anyway.
