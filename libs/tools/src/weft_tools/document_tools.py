@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from weft_contracts.knowledge import ChunkRow, DocumentInfo
 from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tool_catalog.specs import (
     LIST_DOCUMENTS,
@@ -14,12 +15,7 @@ from weft_tool_catalog.specs import (
     ReadDocumentArguments,
 )
 
-from weft_tools.knowledge_client import (
-    ChunkRow,
-    DocumentInfo,
-    KnowledgeClient,
-    KnowledgeUnavailable,
-)
+from weft_tools.knowledge_client import KnowledgeClient, KnowledgeUnavailable
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
 
 MAX_HITS = 20

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import httpx
+from weft_contracts.knowledge import ChunkRow, DocumentInfo
 from weft_mcp_client.safe_http import tls_context
 from weft_tool_catalog.registry import ToolInvocation
 from weft_tool_catalog.specs import SearchMode
@@ -51,29 +52,6 @@ class SearchReport:
     requested_mode: SearchMode
     mode_fallbacks: list[dict[str, str]] = field(default_factory=list)
     rerank_rejected: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class DocumentInfo:
-    """A document's metadata."""
-
-    id: str
-    knowledge_base_id: str
-    title: str
-    file_name: str
-    status: str
-    chunk_count: int
-    embedded_count: int
-    error: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChunkRow:
-    """A chunk in reading order."""
-
-    id: str
-    position: int
-    content: str
 
 
 class KnowledgeClient:

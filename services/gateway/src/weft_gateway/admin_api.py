@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts.usage import UsageGroup, UsageTotals
 from weft_storage.gateway.budgets import budget_override, set_budget_override
 from weft_storage.gateway.models_admin import TenantStatus
 from weft_storage.tenant_data import Scope
@@ -30,7 +31,7 @@ from weft_gateway.tenant_registry import (
     TenantSettings,
     TenantView,
 )
-from weft_gateway.usage_client import UsageGroup, UsageReader, UsageTotals
+from weft_gateway.usage_client import UsageReader
 
 AnyTenantId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 """Existing tenants may hold ``:`` (ids from before the tenants table)."""

@@ -6,29 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
 
 from pydantic import BaseModel
+from weft_contracts.usage import UsageGroup, UsageTotals
 from weft_platform.internal_auth import bearer
 
 from weft_gateway.clients import ServiceClient
 
-UsageGroup = Literal["user", "agent"]
 USAGE_SCOPE = "memory:usage.read"
-
-
-class UsageTotals(BaseModel):
-    """Summed usage of one user or one agent over a period (memory's answer, as is)."""
-
-    key: str
-    """The user id or agent id (``group_by``); empty for rows without one."""
-    input_tokens: int
-    output_tokens: int
-    llm_calls: int
-    tool_calls: int
-    ingestion_bytes: int
-    turns: int
-    documents: int
 
 
 class _Report(BaseModel):

@@ -20,8 +20,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 from weft_contracts import KnowledgeTitle
+from weft_contracts.knowledge import DocumentInfo
 from weft_platform.internal_auth import SystemRoute, caller_knowledge_bases, narrowest
-from weft_storage.knowledge.documents import DocumentInfo, DocumentReader
+from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import IngestionQueue, new_document_id
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog.specs import SearchMode

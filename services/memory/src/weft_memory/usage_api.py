@@ -16,8 +16,9 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts.usage import UsageGroup, UsageTotals
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.memory.usage import UsageGroup, UsageTotals, record_document, usage_totals
+from weft_storage.memory.usage import record_document, usage_totals
 
 USAGE_ROUTE = "/internal/usage"
 USAGE_SCOPE = SystemRoute("memory:usage.read", frozenset({"gateway", "operator"}))

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from weft_storage.gateway.models_budgets import TenantBudget
 
-UsageGroup = Literal["user", "agent"]
 TURN = "turn"
 DOCUMENT = "document"
 

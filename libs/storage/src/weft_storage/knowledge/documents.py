@@ -10,33 +10,11 @@ from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts.knowledge import ChunkRow, DocumentInfo
 
 from weft_storage.knowledge.models import Chunk, Document
 from weft_storage.knowledge.models_files import DocumentFile
 from weft_storage.knowledge.store import ChunkHit
-
-
-@dataclass(frozen=True, kw_only=True)
-class DocumentInfo:
-    """A document's metadata."""
-
-    id: str
-    knowledge_base_id: str
-    title: str
-    file_name: str
-    status: str
-    chunk_count: int
-    embedded_count: int
-    error: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChunkRow:
-    """A chunk in reading order."""
-
-    id: str
-    position: int
-    content: str
 
 
 @dataclass(frozen=True, kw_only=True)

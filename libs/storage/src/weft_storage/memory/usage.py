@@ -8,16 +8,15 @@ same row once; a document's row is written in the transaction that stores the do
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
 
 from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts.usage import UsageGroup, UsageTotals
 
 from weft_storage.memory.models_usage import UsageRecord
 
-UsageGroup = Literal["user", "agent"]
 TURN = "turn"
 DOCUMENT = "document"
 
@@ -29,20 +28,6 @@ class TurnTotals(BaseModel):
     output_tokens: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
-
-
-class UsageTotals(BaseModel):
-    """Summed usage of one user or one agent over a period."""
-
-    key: str
-    """The user id or agent id (``group_by``); empty for rows without one."""
-    input_tokens: int
-    output_tokens: int
-    llm_calls: int
-    tool_calls: int
-    ingestion_bytes: int
-    turns: int
-    documents: int
 
 
 async def open_turn(
