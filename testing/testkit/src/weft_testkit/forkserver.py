@@ -48,6 +48,7 @@ PRELOAD = (
     "weft_sandbox.__main__",
     "weft_memory.__main__",
     "weft_suggestions.__main__",
+    "weft_knowledge.__main__",
     "weft_scripted_llm.__main__",
 )
 
