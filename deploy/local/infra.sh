@@ -425,6 +425,11 @@ SELECT format(CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 
               END, r, r)
 FROM unnest(ARRAY['weft_gateway', 'weft_agent_config', 'weft_memory', 'weft_knowledge',
                   'weft_sandbox', 'weft_suggestions', 'weft_tool_exec']) AS r\gexec
+-- The engine's role of an earlier release (weft_storage.ownership.RETIRED_ROLES), NOLOGIN:
+-- as in an upgraded cluster, so the test that every upgrade strips a retired role's rights
+-- (tests/security/test_database_roles.py) runs on a fresh machine too.
+SELECT 'CREATE ROLE weft_engine NOLOGIN'
+WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'weft_engine')\gexec
 -- database_query: tool-exec switches to the reader (SET LOCAL ROLE). NOINHERIT: as itself
 -- it is not subject to the reader's row-level security (it would see no row at all).
 ALTER ROLE weft_tool_exec NOINHERIT;
