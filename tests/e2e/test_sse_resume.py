@@ -147,7 +147,17 @@ async def test_idle_stream_ends_with_error_then_failed_complete(
     assert events[-2].data["data"]["code"] == "stream_idle_timeout"
     assert events[-1].data["data"]["status"] == "failed"
     assert all(e.id for e in events)
-    await llm.post("/_reset")  # releases the stalled LLM call so the engine ends the turn
+    # The stream's end is not the turn's: the engine still waits on the stalled call. Stop
+    # the turn, then release the call; released alone, the engine retries it and the turn's
+    # later rounds would take the next test's script.
+    stop = f"/api/v1/sessions/{session_id}/stop"
+    assert (await gw[0].post(stop)).status_code == 202
+    await llm.post("/_reset")
+    for _ in range(300):
+        if (await gw[0].post(stop)).status_code == 409:  # the turn has ended
+            break
+        await asyncio.sleep(0.1)
+    assert (await gw[0].post(stop)).status_code == 409, "the stalled turn never ended"
 
 
 async def _running_turn(
