@@ -14,6 +14,7 @@ import httpx
 import pytest
 from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from weft_contracts.knowledge import DocumentInfo
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.knowledge_api import knowledge_router
 from weft_gateway.knowledge_client import KnowledgeClient
@@ -30,20 +31,6 @@ KB_A, KB_B = "kb_a", "kb_b"
 DOC_A, DOC_B = "doc_a", "doc_b"
 RESTRICTED = Principal(tenant_id=TENANT, user_id="u1", knowledge_base_ids=[KB_A])
 UNRESTRICTED = Principal(tenant_id=TENANT, user_id="u1")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DocumentInfo:
-    """A document as knowledge describes it."""
-
-    id: str
-    knowledge_base_id: str
-    title: str
-    file_name: str
-    status: str
-    chunk_count: int
-    embedded_count: int
-    error: str | None
 
 
 @dataclass

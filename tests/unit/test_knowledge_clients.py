@@ -21,11 +21,8 @@ from weft_platform.internal_auth import outbound_credential
 from weft_tool_catalog import ToolInvocation
 from weft_tool_catalog.capabilities import KBCapability
 from weft_tool_catalog.specs import SearchMode
-from weft_tools.knowledge_client import (
-    KnowledgeClient,
-    KnowledgeUnavailable,
-    NoIndexInScope,
-)
+from weft_tools.knowledge_client import KnowledgeClient, KnowledgeUnavailable
+from weft_tools.ranking import NoIndexInScope
 
 Handler = Callable[[httpx.Request], httpx.Response]
 HIT = {

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -28,7 +27,7 @@ from weft_mcp_client.safe_http import tls_context
 from weft_tool_catalog.registry import ToolInvocation
 from weft_tool_catalog.specs import SearchMode
 
-from weft_tools.ranking import Candidate
+from weft_tools.ranking import Candidate, NoIndexInScope, SearchReport
 
 DEFAULT_KNOWLEDGE_URL = "http://127.0.0.1:8088"
 FILE_NAME_HEADER = "X-Weft-File-Name"
@@ -38,20 +37,6 @@ RETRIEVE_SCOPE = "knowledge:retrieve"
 
 class KnowledgeUnavailable(Exception):
     """knowledge could not answer; ``str()`` is safe to show the model."""
-
-
-class NoIndexInScope(LookupError):
-    """No knowledge base in scope has any chunk: nothing can be searched."""
-
-
-@dataclass(kw_only=True)
-class SearchReport:
-    """What the search pipeline found and how (knowledge's ``POST /internal/search``)."""
-
-    results: list[Candidate]
-    requested_mode: SearchMode
-    mode_fallbacks: list[dict[str, str]] = field(default_factory=list)
-    rerank_rejected: bool = False
 
 
 class KnowledgeClient:

@@ -15,14 +15,9 @@ from typing import Any
 from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, dumps
 from weft_tool_catalog.specs import SEARCH_KNOWLEDGE, SearchKnowledgeArguments
 
-from weft_tools.knowledge_client import (
-    KnowledgeClient,
-    KnowledgeUnavailable,
-    NoIndexInScope,
-    SearchReport,
-)
+from weft_tools.knowledge_client import KnowledgeClient, KnowledgeUnavailable
 from weft_tools.knowledge_scope import KnowledgeScope, OutOfScope
-from weft_tools.ranking import Candidate, terms
+from weft_tools.ranking import Candidate, NoIndexInScope, SearchReport, terms
 
 
 def omitted_marker(count: int) -> str:

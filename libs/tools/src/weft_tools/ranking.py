@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import httpx
 import snowballstemmer
 from weft_mcp_client.safe_http import tls_context
+from weft_tool_catalog.specs import SearchMode
 
 RRF_K = 60
 RERANK_THRESHOLD = 0.3
@@ -71,6 +72,21 @@ class Candidate:
     position: int = 0
     score: float = 0.0
     rerank_score: float | None = None
+
+
+class NoIndexInScope(LookupError):
+    """No knowledge base in scope has any chunk: nothing can be searched."""
+
+
+@dataclass(kw_only=True)
+class SearchReport:
+    """What the search pipeline found and how: knowledge builds it, its
+    ``POST /internal/search`` sends it, tool-exec's ``search_knowledge`` reads it."""
+
+    results: list[Candidate]
+    requested_mode: SearchMode
+    mode_fallbacks: list[dict[str, str]] = field(default_factory=list)
+    rerank_rejected: bool = False
 
 
 _STEMMER = snowballstemmer.stemmer("english")

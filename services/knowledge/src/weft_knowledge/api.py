@@ -26,8 +26,9 @@ from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import IngestionQueue, new_document_id
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog.specs import SearchMode
+from weft_tools.ranking import NoIndexInScope
 
-from weft_knowledge.search import KnowledgeSearch, NoIndexInScope
+from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import DocumentUsage
 

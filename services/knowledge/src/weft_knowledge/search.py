@@ -7,33 +7,27 @@ RRF fusion -> de-dup -> rerank (0.3, else best >= 0.15) -> MMR (lambda 0.7) -> l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from weft_storage.knowledge.documents import DocumentReader, ScopeStats
 from weft_storage.knowledge.store import ChunkHit, KnowledgeStore
 from weft_tool_catalog.specs import SearchMode as SearchMode  # re-exported: callers import it here
 from weft_tools.embeddings import Embedder
-from weft_tools.ranking import Candidate, LexicalReranker, Reranker, dedupe, mmr, rerank, rrf
+from weft_tools.ranking import (
+    Candidate,
+    LexicalReranker,
+    NoIndexInScope,
+    Reranker,
+    SearchReport,
+    dedupe,
+    mmr,
+    rerank,
+    rrf,
+)
 
 from weft_knowledge.vector_index import VectorIndex
 
 CANDIDATE_FACTOR = 3
 SEMANTIC_MIN_SCORE = 0.1
 """Global threshold on cosine similarity for semantic candidates."""
-
-
-class NoIndexInScope(LookupError):
-    """No knowledge base in scope has any chunk: nothing can be searched."""
-
-
-@dataclass(kw_only=True)
-class SearchReport:
-    """What the pipeline found and how."""
-
-    results: list[Candidate]
-    requested_mode: SearchMode
-    mode_fallbacks: list[dict[str, str]] = field(default_factory=list)
-    rerank_rejected: bool = False
 
 
 class KnowledgeSearch:
