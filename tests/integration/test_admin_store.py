@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from weft_gateway.auth import hash_key
 from weft_gateway.key_registry import DEV_KEY_NAME, KeyRegistry
 from weft_storage.gateway.keys import ApiKey
+from weft_storage.ownership import OWNED
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
 
 
@@ -86,15 +87,15 @@ async def test_tenant_and_user_rows_are_counted_and_deleted_in_every_table(
                          "VALUES (:i, :t, :u, 'fact')"),
                     {"i": secrets.token_hex(8), "t": t, "u": user},
                 )  # fmt: skip
-    user_rows = await count_rows(sessions, Scope(tenant, "u1"))
+    user_rows = await count_rows(sessions, Scope(tenant, "u1"), OWNED)
     assert (user_rows["sessions"], user_rows["messages"], user_rows["memories"]) == (1, 1, 1)
-    await delete_rows(sessions, Scope(tenant, "u1"))
-    assert not any((await count_rows(sessions, Scope(tenant, "u1"))).values())
-    rest = await count_rows(sessions, Scope(tenant))
+    await delete_rows(sessions, Scope(tenant, "u1"), OWNED)
+    assert not any((await count_rows(sessions, Scope(tenant, "u1"), OWNED)).values())
+    rest = await count_rows(sessions, Scope(tenant), OWNED)
     assert (rest["sessions"], rest["messages"], rest["memories"]) == (1, 1, 1)
-    deleted = await delete_rows(sessions, Scope(tenant))
+    deleted = await delete_rows(sessions, Scope(tenant), OWNED)
     assert deleted["messages"] == 1
-    assert not any((await count_rows(sessions, Scope(tenant))).values())
-    untouched = await count_rows(sessions, Scope(other))
+    assert not any((await count_rows(sessions, Scope(tenant), OWNED)).values())
+    untouched = await count_rows(sessions, Scope(other), OWNED)
     assert (untouched["sessions"], untouched["messages"], untouched["memories"]) == (2, 2, 2)
-    await delete_rows(sessions, Scope(other))
+    await delete_rows(sessions, Scope(other), OWNED)

@@ -29,6 +29,7 @@ from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
 from weft_mcp_client.safe_http import AddressPolicy
 from weft_storage.agent_config.models_mcp import McpServer
+from weft_storage.ownership import OWNERS
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
 
 from tests.db_fixtures import _migrated, fresh_database
@@ -197,8 +198,8 @@ async def test_a_tenant_purge_removes_every_mcp_row(sessions: Sessions) -> None:
         None,
         [StoredTool(tool_name="t", description="", input_schema={}, hints={}, problem=None)],
     )
-    await delete_rows(sessions, Scope(tenant))
-    left = await count_rows(sessions, Scope(tenant))
+    await delete_rows(sessions, Scope(tenant), OWNERS["agent-config"])
+    left = await count_rows(sessions, Scope(tenant), OWNERS["agent-config"])
     assert all(left.get(t, 0) == 0 for t in ("mcp_servers", "mcp_server_tools"))
     async with sessions() as s:
         rows = await s.execute(

@@ -23,7 +23,7 @@ from weft_memory.tenant_data_api import tenant_data_router
 from weft_platform.credentials import load_verifier
 from weft_platform.retry import RetryWindow
 from weft_storage.owner_purge import OwnerPurge, owner_purge_router
-from weft_storage.ownership import OWNERS
+from weft_storage.ownership import OWNED, OWNERS
 from weft_storage.tenant_data import Scope, count_rows
 from weft_testkit.credentials import DevCredentials, credentials_dir
 
@@ -67,7 +67,7 @@ async def _populate(sessions: Sessions, tenant: str) -> dict[str, str]:
 
 
 async def _rows(sessions: Sessions, scope: Scope) -> dict[str, int]:
-    counts = await count_rows(sessions, scope)
+    counts = await count_rows(sessions, scope, OWNED)
     return {t: counts.get(t, 0) for t in SAMPLE}
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 
 
 class OwnerUnknown(RuntimeError):
@@ -34,10 +34,7 @@ class SessionOwners:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
     ):
-        self._http = httpx.AsyncClient(
-            base_url=memory_url, timeout=timeout_s, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(memory_url, timeout_s, transport=transport)
 
     async def owns(
         self, authorization: str | None, tenant_id: str, user_id: str, session_id: str

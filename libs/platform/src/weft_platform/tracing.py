@@ -287,3 +287,18 @@ def propagation_hooks() -> Mapping[str, list[Any]]:
     """``event_hooks=`` of an httpx client calling another Weft service (never a third
     party: the trace id and the tenant stay inside the deployment)."""
     return {"request": [_inject]}
+
+
+def service_client(
+    base_url: str,
+    timeout_s: float,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    limits: httpx.Limits | None = None,
+) -> httpx.AsyncClient:
+    """An httpx client of another Weft service at ``base_url``, its requests carrying the
+    trace (:func:`propagation_hooks`); ``transport``: tests serve the peer in process."""
+    return httpx.AsyncClient(
+        base_url=base_url, timeout=timeout_s, transport=transport,
+        limits=limits or httpx.Limits(), event_hooks=propagation_hooks(),
+    )  # fmt: skip

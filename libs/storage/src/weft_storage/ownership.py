@@ -124,3 +124,6 @@ OWNERS: Mapping[str, tuple[str, ...]] = {
 }
 """The owners of tenant data by service name (``agent-config``, as its URLs and logs say)
 -> their tables: whom a tenant purge asks (``weft_storage.owner_purge``)."""
+
+OWNED: frozenset[str] = frozenset(t for tables in OWNED_TABLES.values() for t in tables)
+"""Every table some service owns (``UNOWNED_TABLES`` aside, the whole schema)."""

@@ -34,9 +34,9 @@ class TableShape:
 
 
 async def table_shapes(
-    sessions: async_sessionmaker[AsyncSession], tables: Collection[str] | None = None
+    sessions: async_sessionmaker[AsyncSession], tables: Collection[str]
 ) -> list[TableShape]:
-    """Public tables (of ``tables``; None: all) with a scoping column, sorted by name."""
+    """The public tables of ``tables`` with a scoping column, sorted by name."""
     query = text(
         "SELECT table_name, array_agg(column_name::text) FROM information_schema.columns "
         "WHERE table_schema = 'public' AND column_name IN "
@@ -47,7 +47,7 @@ async def table_shapes(
         rows = (await s.execute(query)).all()
     shapes = []
     for name, columns in rows:
-        if tables is not None and name not in tables:
+        if name not in tables:
             continue
         tenant = next((c for c in _TENANT_COLUMNS if c in columns), None)
         shapes.append(TableShape(name, tenant, "user_id" in columns, "session_id" in columns))
@@ -106,10 +106,10 @@ class Scope:
 async def count_rows(
     sessions: async_sessionmaker[AsyncSession],
     scope: Scope,
-    tables: Collection[str] | None = None,
+    tables: Collection[str],
 ) -> dict[str, int]:
-    """Rows of ``scope`` per table of ``tables`` (None: every table; a service passes its
-    own, ``OWNERS[service]``); tables without any are listed with 0."""
+    """Rows of ``scope`` per table of ``tables`` (a service passes its own,
+    ``OWNERS[service]``); tables without any are listed with 0."""
     counts: dict[str, int] = {}
     async with sessions() as s:
         for table in await table_shapes(sessions, tables):
@@ -124,7 +124,7 @@ async def count_rows(
 async def delete_rows(
     sessions: async_sessionmaker[AsyncSession],
     scope: Scope,
-    tables: Collection[str] | None = None,
+    tables: Collection[str],
 ) -> dict[str, int]:
     """Delete every row of ``scope`` in ``tables`` (as :func:`count_rows`); rows deleted
     per table. Idempotent, in batches: a purge stopped midway is finished by running it

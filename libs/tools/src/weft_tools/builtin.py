@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_mcp_client.safe_http import AddressPolicy, SafeHttpClient
 from weft_mcp_client.transport import pinned_client_factory
 from weft_platform.web_snapshots import SnapshotStore
-from weft_storage.ownership import OWNERS, UNOWNED_TABLES
+from weft_storage.ownership import OWNED, UNOWNED_TABLES
 from weft_tool_catalog.registry import ToolRegistry
 
 from weft_tools.aliases import AliasBook
@@ -75,9 +75,7 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     registry.register(ThinkingTool())
     registry.register(TodoWriteTool())
     # Every table of the schema is a name no CTE may take (SPEC T-11).
-    reserved = frozenset(t for tables in OWNERS.values() for t in tables) | frozenset(
-        UNOWNED_TABLES
-    )
+    reserved = OWNED | frozenset(UNOWNED_TABLES)
     registry.register(DatabaseQueryTool(deps.sessions, limits=deps.sql_limits, reserved=reserved))
     registry.register(DataSchemaTool(datasets, workspace))
     registry.register(DataAnalysisTool(datasets, workspace))

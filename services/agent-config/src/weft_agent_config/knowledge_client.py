@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from fastapi import HTTPException
 from weft_platform.internal_auth import bearer
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 
 BASES_SCOPE = "knowledge:bases.read"
 TITLES_SCOPE = "knowledge:titles.read"
@@ -35,10 +35,7 @@ class KnowledgeService:
     ):
         """``credential(scopes)``: a service credential for knowledge with ``scopes``."""
         self._credential = credential
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout_s, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(base_url, timeout_s, transport=transport)
 
     async def _send(self, scope: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
         headers = bearer(self._credential([scope]))

@@ -10,7 +10,7 @@ from fastapi import HTTPException
 from weft_contracts import AgentConfig
 from weft_platform.internal_auth import bearer, outbound_credential
 from weft_platform.retry import RetryWindow, request_within
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 
 KEEPALIVE_EXPIRY_S = 2.0
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
@@ -42,10 +42,7 @@ class ServiceClient:
             max_keepalive_connections=max_connections,
             keepalive_expiry=KEEPALIVE_EXPIRY_S,
         )
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout_s, limits=limits, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(base_url, timeout_s, transport=transport, limits=limits)
         self._name = name
         self._retry = retry
 

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.credentials import CredentialSigner
 from weft_platform.internal_auth import bearer
 from weft_platform.retry import RetryWindow, request_within
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 from weft_storage.owner_purge import OwnerPurge, PurgeAnswer, purge_scope
 from weft_storage.tenant_data import Scope
 
@@ -84,10 +84,7 @@ class RemoteOwner:
         self.name = name
         self._credential = credential
         self._retry = retry
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout_s, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(base_url, timeout_s, transport=transport)
 
     async def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """The JSON answer of an idempotent call; OwnerUnreachable when none came."""

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 import structlog
 from weft_platform.internal_auth import bearer
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 
 log = structlog.get_logger(__name__)
 
@@ -34,10 +34,7 @@ class DocumentUsage:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         self._credential = credential
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout_s, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(base_url, timeout_s, transport=transport)
 
     async def record(
         self, *, tenant_id: str, document_id: str, user_id: str, size_bytes: int

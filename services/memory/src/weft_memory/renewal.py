@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import httpx
 from weft_platform.internal_auth import bearer
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 
 RENEW_ROUTE = "/internal/turn-credentials/renew"
 RENEW_SCOPE = "credentials:renew"
@@ -41,10 +41,7 @@ class TurnCredentialRenewer:
     ):
         """``transport``: tests serve the gateway's app in process."""
         self._credential = credential
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout_s, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(base_url, timeout_s, transport=transport)
 
     async def renew(self, token: str) -> str:
         """A fresh credential for the turn of ``token``."""

@@ -32,7 +32,7 @@ class DocumentUsage(BaseModel):
 
     tenant_id: str = Field(min_length=1, max_length=128)
     user_id: str = Field(default="", max_length=128)
-    size_bytes: int = Field(ge=0)
+    size_bytes: int = Field(ge=0, le=2**53)
 
 
 class UsageReport(BaseModel):

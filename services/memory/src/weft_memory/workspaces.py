@@ -21,7 +21,7 @@ import httpx
 from fastapi import HTTPException
 from weft_platform.internal_auth import bearer
 from weft_platform.retry import RetryWindow, request_within
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 
 SCOPE = "sandbox:checkpoints"
 
@@ -55,10 +55,7 @@ class SandboxWorkspaces:
     ):
         self._credential = credential
         self._retry = retry or RetryWindow(window_s=5.0)
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout_s, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(base_url, timeout_s, transport=transport)
 
     async def fork(
         self, tenant_id: str, source_session_id: str, target_session_id: str,

@@ -23,7 +23,7 @@ import httpx
 from weft_contracts.skill_packages import PackageRejected, SkillFile, SkillPackage, build_package
 from weft_platform.internal_auth import bearer
 from weft_platform.retry import RetryWindow, request_within
-from weft_platform.tracing import propagation_hooks
+from weft_platform.tracing import service_client
 
 
 class SkillTaken(ValueError):
@@ -61,10 +61,7 @@ class AgentConfigSkills:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         self._retry = retry or RetryWindow(window_s=5.0)
-        self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout_s, transport=transport,
-            event_hooks=propagation_hooks(),
-        )  # fmt: skip
+        self._http = service_client(base_url, timeout_s, transport=transport)
 
     async def package(
         self, credential: str | None, tenant_id: str, agent_id: str, name: str
