@@ -36,7 +36,6 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
-import httpx
 from benchlib import machine, save
 from weft_platform.credentials import ensure_dev_keys
 from weft_platform.runtime import DEV_ISSUERS
@@ -47,6 +46,7 @@ from weft_testkit.stack import (
     create_topics,
     delete_topics,
     free_port,
+    wait_ready,
 )
 
 HEAVY = (
@@ -82,22 +82,6 @@ def _native(pid: int) -> list[str]:
     return sorted({Path(p).name for p in mapped if any(n in p for n in NATIVE)})
 
 
-def _wait_ready(process: subprocess.Popen[bytes], port: int, timeout_s: float) -> None:
-    """Until ``/readyz`` answers 200 (raise when the process exits or time runs out)."""
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=3) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args} exited at start ({process.returncode})")
-            try:
-                if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-    raise RuntimeError(f"{process.args} was not ready in time")
-
-
 def _start(stack: LocalStack, name: str, log_dir: Path) -> subprocess.Popen[bytes]:
     port = stack.ports[name][0]
     with open(log_dir / f"{name}.log", "ab") as out:
@@ -129,10 +113,10 @@ def measure_process(idle_s: float) -> dict[str, Any]:
     started: list[subprocess.Popen[bytes]] = []
     try:
         started.append(_start(stack, "memory", log_dir))
-        _wait_ready(started[-1], stack.ports["memory"][0], timeout_s=120)
+        wait_ready(started[-1], stack.ports["memory"][0], 120, "memory")
         engine = _start(stack, "engine", log_dir)
         started.append(engine)
-        _wait_ready(engine, stack.ports["engine"][0], timeout_s=120)
+        wait_ready(engine, stack.ports["engine"][0], 120, "engine")
         ready_kib = _status_kib(engine.pid, "VmRSS")
         time.sleep(idle_s)  # a bench: the idle replica's settled footprint, not a test wait
         return {

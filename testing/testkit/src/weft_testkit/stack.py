@@ -107,6 +107,23 @@ Process = subprocess.Popen[bytes] | forkserver.ForkedProcess
 _FORKS: forkserver.ForkServer | None = None
 
 
+def wait_ready(process: Process, port: int, timeout_s: float, what: str) -> None:
+    """Until the process on ``port`` answers ``/readyz`` with 200; RuntimeError naming
+    ``what`` when the process exits first or ``timeout_s`` runs out."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=3) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"{what} exited at start ({process.poll()})")
+            try:
+                if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+    raise RuntimeError(f"{what} was not ready in {timeout_s:.0f} s")
+
+
 def start_service(module: str, args: list[str], env: dict[str, str], log: Path) -> Process:
     """``python -m module *args`` in a session of its own, output appended to ``log``:
     forked from the test run's fork server (``weft_testkit.forkserver``), or with

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from weft_contracts import ToolCallRequested, ToolCallRequestedData, ToolContext
 
@@ -28,6 +27,7 @@ from weft_testkit.stack import (
     free_port,
     infra_env,
     start_service,
+    wait_ready,
 )
 
 
@@ -66,7 +66,7 @@ class ToolWorkerPool:
         self._knowledge_proc = start_service(
             "weft_knowledge", [], env, self.log_dir / f"{self.prefix}knowledge.log"
         )
-        self._wait_ready("knowledge", port, self._knowledge_proc)
+        wait_ready(self._knowledge_proc, port, 120, f"knowledge (log in {self.log_dir})")
         self.extra_env = {"WEFT_KNOWLEDGE_URL": f"http://127.0.0.1:{port}", **self.extra_env}
 
     def start(self, name: str) -> None:
@@ -85,21 +85,7 @@ class ToolWorkerPool:
             "weft_tool_exec", [], env, self.log_dir / f"{self.prefix}{name}.log"
         )
         self.procs[name] = (port, process)
-        self._wait_ready(name, port, process)
-
-    def _wait_ready(self, name: str, port: int, process: Process) -> None:
-        deadline = time.monotonic() + 120
-        with httpx.Client(timeout=3) as client:
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    raise RuntimeError(f"worker {name} exited; see {self.log_dir}")
-                try:
-                    if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
-        raise RuntimeError(f"worker {name} not ready in time")
+        wait_ready(process, port, 120, f"worker {name} (log in {self.log_dir})")
 
     def kill(self, name: str) -> None:
         """SIGKILL one worker (a crash: no cleanup, no offset commit)."""
