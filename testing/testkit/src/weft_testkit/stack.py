@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import secrets
 import signal
 import socket
@@ -146,6 +147,7 @@ class _Proc:
     name: str
     port: int
     process: Process
+    args: list[str] = field(default_factory=list)
 
 
 def create_topics(prefix: str, partitions: int) -> None:
@@ -335,7 +337,7 @@ class LocalStack:
             f"weft_{_service_of(name)}", args, {**self.service_env(name, port), **(env or {})},
             self.log_path(name, port),
         )  # fmt: skip
-        self._procs.append(_Proc(name, port, process))
+        self._procs.append(_Proc(name, port, process, args))
 
     def _wait_ready(self, procs: list[_Proc] | None = None) -> None:
         deadline = time.monotonic() + self.config.ready_timeout_s
@@ -344,6 +346,10 @@ class LocalStack:
             while pending:
                 proc = pending[0]
                 if proc.process.poll() is not None:
+                    again = self._on_another_port(proc)
+                    if again is not None:
+                        pending[0] = again
+                        continue
                     self.stop()
                     raise RuntimeError(f"{proc.name} exited at start; see {self.config.log_dir}")
                 try:
@@ -356,6 +362,29 @@ class LocalStack:
                     self.stop()
                     raise RuntimeError(f"{proc.name} not ready in time; see {self.config.log_dir}")
                 time.sleep(0.3)
+
+    def _on_another_port(self, proc: _Proc) -> _Proc | None:
+        """``proc`` started again when it exited because a port picked for it was taken
+        between :func:`free_port` and its bind (an outgoing connection can take any port
+        of the ephemeral range): its metrics port, or the HTTP port of a process no peer
+        calls (a worker). None when that is not why it exited, or a peer names its port."""
+        log = self.log_path(proc.name, proc.port).read_text(errors="replace")
+        taken = re.findall(r"address \('127\.0\.0\.1', (\d+)\)\: address already in use", log)
+        if not taken:
+            return None
+        port = int(taken[-1])
+        if port == self.metrics_ports.get(proc.port):
+            self.metrics_ports[proc.port] = free_port()
+            new_port = proc.port
+        elif port == proc.port and proc.name in WORKERS:
+            new_port = free_port()
+            ports = self.ports[proc.name]
+            ports[ports.index(proc.port)] = new_port
+        else:
+            return None
+        self._procs.remove(proc)
+        self._spawn(proc.name, new_port, proc.args)
+        return self._procs[-1]
 
     def pids(self, name: str) -> list[int]:
         """Process ids of the running replicas of ``name``."""
