@@ -41,7 +41,7 @@ from weft_storage.knowledge.ingest import IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_URL = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
+DEFAULT_URL = "postgresql+asyncpg://weft:weft@127.0.0.1:15432/weft"
 
 
 async def _measure(call: Callable[[], Awaitable[object]], calls: int) -> dict[str, float]:

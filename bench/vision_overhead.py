@@ -75,7 +75,7 @@ async def _in_redis(image: str, seconds: float) -> dict[str, Any]:
     """On the real Redis: a step's save and load (SET + GET of the state's JSON) with the
     data URI in the state and parked, and one resolve of the parked image (what each model
     request of such a turn pays instead)."""
-    redis = Redis.from_url(os.environ.get("WEFT_REDIS_URL", "redis://127.0.0.1:56379/0"))
+    redis = Redis.from_url(os.environ.get("WEFT_REDIS_URL", "redis://127.0.0.1:16379/0"))
     images = ParkedImages(redis, ttl_s=60)
     key = "weft:bench:vision:state"
     state = _state([image])

@@ -26,8 +26,8 @@ export WEFT_CREDENTIALS_DEV_KEYS="${WEFT_CREDENTIALS_DEV_KEYS:-true}"
 # --- infrastructure ports (all on 127.0.0.1) ---------------------------------------------------
 export WEFT_KAFKA_PORT="${WEFT_KAFKA_PORT:-19092}"
 export WEFT_KAFKA_CONTROLLER_PORT="${WEFT_KAFKA_CONTROLLER_PORT:-19093}"
-export WEFT_PG_PORT="${WEFT_PG_PORT:-55432}"
-export WEFT_REDIS_PORT="${WEFT_REDIS_PORT:-56379}"
+export WEFT_PG_PORT="${WEFT_PG_PORT:-15432}"
+export WEFT_REDIS_PORT="${WEFT_REDIS_PORT:-16379}"
 
 # Kafka JVM: ~512 MiB heap; C1 only (-XX:TieredStopAtLevel=1) starts faster on 2 cores.
 export WEFT_KAFKA_HEAP_OPTS="${WEFT_KAFKA_HEAP_OPTS:--Xms512m -Xmx512m}"

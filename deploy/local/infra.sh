@@ -640,6 +640,19 @@ port_owner() {
     return 0
 }
 
+# warn_ephemeral PORT...: a listening port inside the kernel's ephemeral range can be held by the
+# local end of any outgoing connection, and the bind then fails although nothing listens.
+warn_ephemeral() {
+    local lo hi p
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+    for p in "$@"; do
+        if ((p >= lo && p <= hi)); then
+            say "WARNING: port $p lies in the ephemeral range $lo-$hi: an outgoing connection can hold it (docs/operations.md, Ports)"
+        fi
+    done
+    return 0
+}
+
 lock() {
     # Serialise concurrent up/down calls. Children close fd 9 (see spawn and the 9>&- below).
     exec 9>"$WEFT_RUN/infra.lock"
@@ -670,6 +683,7 @@ case "$cmd" in
         ensure_dirs
         lock
         t_all="$(now_s)"
+        warn_ephemeral "$WEFT_KAFKA_PORT" "$WEFT_KAFKA_CONTROLLER_PORT" "$WEFT_PG_PORT" "$WEFT_REDIS_PORT"
         for c in "${components[@]}"; do
             "$(fn_prefix "$c")_up"
         done

@@ -68,7 +68,7 @@ def test_infra_creates_every_role_of_the_map_and_no_engine_role() -> None:
 
 
 def test_the_test_stack_logs_each_process_in_as_its_services_role(tmp_path: Path) -> None:
-    owner = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
+    owner = "postgresql+asyncpg://weft:weft@127.0.0.1:15432/weft"
     stack = LocalStack(StackConfig(log_dir=tmp_path, database_url=owner))
     stack.ports = {name: [1] for name in ("scripted_llm", *SERVICES, *WORKERS)}
     users = {

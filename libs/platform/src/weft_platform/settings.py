@@ -117,8 +117,8 @@ class ServiceSettings(KafkaAccess):
     model_config = SettingsConfigDict(env_prefix="WEFT_", extra="ignore")
 
     service_name: str = Field(default="weft", description="Name in logs and Kafka client ids.")
-    database_url: str = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
-    redis_url: str = "redis://127.0.0.1:56379/0"
+    database_url: str = "postgresql+asyncpg://weft:weft@127.0.0.1:15432/weft"
+    redis_url: str = "redis://127.0.0.1:16379/0"
     redis_health_check_s: int = Field(
         default=5,
         ge=1,

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from weft_storage.ownership import SERVICE_ROLES
 from weft_storage.roles import set_passwords
 
-DEFAULT_URL = "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
+DEFAULT_URL = "postgresql+asyncpg://weft:weft@127.0.0.1:15432/weft"
 
 
 def alembic_config(database_url: str) -> Config:

@@ -58,9 +58,9 @@ def infra_env() -> dict[str, str]:
         "WEFT_KAFKA_BOOTSTRAP": bootstrap,
         **kafka_client_env(bootstrap),
         "WEFT_DATABASE_URL": os.environ.get(
-            "WEFT_DATABASE_URL", "postgresql+asyncpg://weft:weft@127.0.0.1:55432/weft"
+            "WEFT_DATABASE_URL", "postgresql+asyncpg://weft:weft@127.0.0.1:15432/weft"
         ),
-        "WEFT_REDIS_URL": os.environ.get("WEFT_REDIS_URL", "redis://127.0.0.1:56379/0"),
+        "WEFT_REDIS_URL": os.environ.get("WEFT_REDIS_URL", "redis://127.0.0.1:16379/0"),
     }
 
 
