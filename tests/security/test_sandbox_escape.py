@@ -108,7 +108,7 @@ async def test_no_network_by_default(sandbox: Sandbox) -> None:  # SPEC S-05
         "shell_exec",
         command="python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3)\"; "
         "python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
-        f"{os.environ.get('WEFT_PG_PORT', '15432')}), 3)\"",
+        f'{os.environ.get("WEFT_PG_PORT", "15432")}), 3)"',
         timeout_sec=30,
     )
     assert done.success, done

@@ -22,7 +22,12 @@ def _defaults() -> dict[str, int]:
 
 def test_infrastructure_ports_are_below_the_ephemeral_range() -> None:
     ports = _defaults()
-    for name in ("WEFT_KAFKA_PORT", "WEFT_KAFKA_CONTROLLER_PORT", "WEFT_PG_PORT", "WEFT_REDIS_PORT"):
+    for name in (
+        "WEFT_KAFKA_PORT",
+        "WEFT_KAFKA_CONTROLLER_PORT",
+        "WEFT_PG_PORT",
+        "WEFT_REDIS_PORT",
+    ):
         assert name in ports, f"{name} has no default in deploy/local/env.sh"
     inside = {name: port for name, port in ports.items() if port >= EPHEMERAL_LOW}
     assert not inside, f"fixed ports inside the ephemeral range: {inside}"

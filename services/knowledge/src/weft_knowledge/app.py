@@ -83,7 +83,6 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         internal=InternalAuth(runtime.verifier, AUDIENCE, SYSTEM_ROUTES),
         on_shutdown=[usage.aclose],
     )
-    app.include_router(owner_purge_router("knowledge", runtime.sessions, runtime.verifier))
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     # The gateway's tenant and user purges (weft_storage.owner_purge): knowledge deletes its
     # own tables' rows; nothing else may.
