@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from weft_contracts import ToolContext
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_testkit import infra_env
@@ -46,6 +46,16 @@ from weft_tool_catalog import ToolInvocation
 from weft_tools.aliases import MemoryAliasBook
 from weft_tools.knowledge_scope import KnowledgeScope
 from weft_tools.knowledge_tools import SearchKnowledgeTool
+
+try:
+    from weft_platform.runtime import database_engine
+except ImportError:  # a tree from before it was named: the same pool, spelled out
+
+    def database_engine(url: str) -> Any:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        return create_async_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import RESULTS, machine
@@ -207,7 +217,10 @@ async def main() -> None:
     parser.add_argument("--queries", type=int, default=400)
     args = parser.parse_args()
     infra = infra_env()
-    engine = create_async_engine(infra["WEFT_DATABASE_URL"], pool_size=5)
+    # The pool every service opens (weft_platform.runtime): the one tool-exec searched
+    # through before the knowledge service, and the one knowledge searches through now,
+    # so that a pool setting (its checkout ping) is not counted as the hop.
+    engine = database_engine(infra["WEFT_DATABASE_URL"])
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     tenant = f"bench-{secrets.token_hex(4)}"
     kb = await load(KnowledgeStore(sessions), tenant, args.chunks)

@@ -80,19 +80,20 @@ def create_runtime(settings: ServiceSettings, *, database: bool = True) -> Servi
     verifier = credential_verifier(settings)
     broker = create_broker(settings)
     redis = redis_client(settings.redis_url, health_check_s=settings.redis_health_check_s)
-    db = None
-    if database:
-        db = create_async_engine(
-            settings.database_url, pool_size=5, max_overflow=5, pool_pre_ping=True
-        )
     return ServiceRuntime(
         settings=settings,
         broker=broker,
         bus=EventBus(broker, settings, redis, records=RecordCheck(verifier)),
-        database=db,
+        database=database_engine(settings.database_url) if database else None,
         redis=redis,
         verifier=verifier,
     )
+
+
+def database_engine(url: str) -> AsyncEngine:
+    """A service's PostgreSQL pool: 5 connections (5 more in bursts), each pinged when
+    checked out, so that a connection a database restart closed is replaced, not used."""
+    return create_async_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
 
 
 DEV_ISSUERS = (
