@@ -310,3 +310,22 @@ async def test_a_turn_put_back_while_kafka_is_read_is_not_ended(redis: FakeAsync
     assert report.ended == [] and report.restored == ["r-back"], report
     assert replica.bus.sent == []
     assert await replica.store.load("r-back") is not None
+
+
+async def test_a_turn_put_back_while_memory_is_asked_is_not_ended(redis: FakeAsyncRedis) -> None:
+    """The chaos run of issue 38: the sweep found no state after its Kafka read and asked
+    memory for the suspended copy; meanwhile the turn's decision had put it back and
+    memory no longer kept a copy, so the restore found nothing and the sweep ended a live
+    turn with ``turn_state_lost``. Looked at once more before it ends, it is left alone."""
+    turn = _turn("r-decided")
+    replica = _replica(redis, _Memory([turn]), _Kafka({"r-decided": TurnTrail(last_seq=7)}))
+
+    async def decided_meanwhile(request_id: str, credential: str | None) -> TurnState | None:
+        await _store_state(replica.store, turn)  # the decision path put it back
+        return None  # memory's copy went with the decision
+
+    replica.auditor._restore = decided_meanwhile
+    report = await replica.auditor.sweep()
+    assert report.ended == [] and report.restored == ["r-decided"], report
+    assert replica.bus.sent == []
+    assert await replica.store.load("r-decided") is not None

@@ -289,6 +289,11 @@ class TurnAuditor:
             if self._restore is not None and await self._restore(turn.request_id, None):
                 report.restored.append(turn.request_id)  # it waits for a person again
                 continue
+            if not await self._stateless([turn]):
+                # Put back while memory was asked (a decision restored it, and memory no
+                # longer keeps a copy once it has): ending it now would stop a live turn.
+                report.restored.append(turn.request_id)
+                continue
             await self._end(turn, trail)
             report.ended.append(turn.request_id)
 
