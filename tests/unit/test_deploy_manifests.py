@@ -710,7 +710,7 @@ def test_helm_projector_deployment_and_gateway_mode(
     assert container["args"] == [PROJECTOR_ARG]
     assert re.search(r"/weft-gateway:[\w.-]+$", container["image"])
     assert container["ports"][0]["containerPort"] == PROJECTOR_PORT
-    assert projector["spec"]["replicas"] == 1
+    assert projector["spec"]["replicas"] == 2  # a drain must not stop the projection
     assert f"weft-{HELM_PROJECTOR}" not in _by_kind(test_double_render, "Service")
     configmaps = _by_kind(test_double_render, "ConfigMap")
     env = _container_env(container, configmaps)
@@ -1172,6 +1172,8 @@ def test_helm_tracing_settings_and_collector_egress(
         helm, "-f", str(CHART / "ci" / "production-values.yaml"),
         "--set", "tracing.otlpEndpoint=http://otel-collector.observability:4318",
         "--set", "tracing.sampleRatio=0.25",
+        # the tool workers reach no unnamed private address: the collector is named
+        "--set-json", 'networkPolicy.tracing.to=[{"ipBlock":{"cidr":"10.50.0.0/24"}}]',
     )  # fmt: skip
     (common,) = [c for name, c in _by_kind(docs, "ConfigMap").items() if name.endswith("-common")]
     assert common["data"]["WEFT_TRACING_EXPORTER"] == "otlp"
