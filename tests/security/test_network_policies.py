@@ -469,7 +469,8 @@ def _named_peers(values_files: tuple[str, ...], worker: str) -> list[Doc]:
 def _merge(base: Doc, over: Doc) -> Doc:
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if nested else value
     return out
 
 
@@ -516,10 +517,15 @@ def test_tool_workers_reach_no_private_address_on_any_port_unless_named(
 
 def test_a_tool_worker_without_named_infrastructure_is_refused(helm: str) -> None:
     """Fail closed: no default 'any address' peer for a tool worker's infrastructure."""
-    for setting in ("networkPolicy.kafka.to=[]", "networkPolicy.redis.to=[]",
-                    "networkPolicy.postgres.to=[]", "sandbox.kubernetes.apiServer.to=[]"):  # fmt: skip
-        args = [helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
-                "-f", str(CHART / "ci" / "test-double-values.yaml"), "--set-json", setting]  # fmt: skip
+    settings = (
+        "networkPolicy.kafka.to=[]",
+        "networkPolicy.redis.to=[]",
+        "networkPolicy.postgres.to=[]",
+        "sandbox.kubernetes.apiServer.to=[]",
+    )
+    for setting in settings:
+        args = [helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION]
+        args += ["-f", str(CHART / "ci" / "test-double-values.yaml"), "--set-json", setting]
         result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode != 0, setting
         assert "is required" in result.stderr and "tool worker" in result.stderr, result.stderr

@@ -58,7 +58,9 @@ COMPONENT = "app.kubernetes.io/component"
 SINGLE_REPLICA_OK = {"knowledge-worker", "scripted-llm"}
 
 
-def _helm_args(files: tuple[str, ...], sets: tuple[str, ...] = (), release: str = "weft") -> list[str]:
+def _helm_args(
+    files: tuple[str, ...], sets: tuple[str, ...] = (), release: str = "weft"
+) -> list[str]:
     helm = _find_helm()
     if helm is None:
         pytest.fail(HELM_INSTALL_HINT, pytrace=False)
@@ -261,8 +263,9 @@ def test_names_are_unique_for_every_long_release_name() -> None:
             other = seen.setdefault((kind, name), release)
             assert other == release, f"{kind}/{name} is both {other}'s and {release}'s"
         deployments = components(docs, "Deployment")
-        assert deployments["gateway"]["metadata"]["name"] != (
-            deployments["gateway-projector"]["metadata"]["name"]
+        assert (
+            deployments["gateway"]["metadata"]["name"]
+            != (deployments["gateway-projector"]["metadata"]["name"])
         )
 
 
@@ -296,7 +299,10 @@ def test_one_autoscaler_per_workload(renders: dict[str, list[Doc]]) -> None:
     for docs in renders.values():
         assert_one_autoscaler_each(docs)
     docs = renders["everything"]
-    hpas = {d["spec"]["scaleTargetRef"]["name"] for d in by_kind(docs, "HorizontalPodAutoscaler").values()}
+    hpas = {
+        d["spec"]["scaleTargetRef"]["name"]
+        for d in by_kind(docs, "HorizontalPodAutoscaler").values()
+    }
     scaled = {d["spec"]["scaleTargetRef"]["name"] for d in by_kind(docs, "ScaledObject").values()}
     assert hpas == {"weft-gateway", "weft-engine"}
     assert scaled == {"weft-tool-exec", "weft-sandbox", "weft-knowledge-worker"}
@@ -362,7 +368,9 @@ def test_replicas_survive_a_drain(renders: dict[str, list[Doc]]) -> None:
     and under an autoscaler's minimum."""
     for label, docs in renders.items():
         minimum = {
-            d["spec"]["scaleTargetRef"]["name"]: d["spec"].get("minReplicas", d["spec"].get("minReplicaCount"))
+            d["spec"]["scaleTargetRef"]["name"]: d["spec"].get(
+                "minReplicas", d["spec"].get("minReplicaCount")
+            )
             for d in docs
             if d["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
         }
@@ -396,8 +404,8 @@ def _uvicorn_drain_s() -> int:
         for kw in node.keywords
         if kw.arg == "timeout_graceful_shutdown"
     ]
-    assert isinstance(value, ast.Constant)
-    return int(value.value)
+    assert isinstance(value, ast.Constant) and isinstance(value.value, int), ast.dump(value)
+    return value.value
 
 
 def test_shutdown_fits_each_services_drain(renders: dict[str, list[Doc]]) -> None:
@@ -465,7 +473,9 @@ def test_no_credential_in_a_configmap(renders: dict[str, list[Doc]]) -> None:
 
 def test_the_kafka_super_user_has_a_secret_of_its_own(renders: dict[str, list[Doc]]) -> None:
     docs = renders["production"]
-    (topics,) = [j for j in by_kind(docs, "Job").values() if j["metadata"]["labels"][COMPONENT] == "topics"]
+    (topics,) = [
+        j for j in by_kind(docs, "Job").values() if j["metadata"]["labels"][COMPONENT] == "topics"
+    ]
     ref = _env(topics)["WEFT_KAFKA_PASSWORD"]["valueFrom"]["secretKeyRef"]
     assert (ref["name"], ref["key"]) == ("weft-kafka-admin", SUPER_USER)
     for component, deployment in components(docs, "Deployment").items():
@@ -476,7 +486,9 @@ def test_the_kafka_super_user_has_a_secret_of_its_own(renders: dict[str, list[Do
             assert login["valueFrom"]["secretKeyRef"]["name"] == "weft-kafka-users"
             assert login["valueFrom"]["secretKeyRef"]["key"] != SUPER_USER
     missing = template(VALUE_SETS["production"], "kafka.sasl.admin.existingSecret=")
-    assert missing.returncode != 0 and "kafka.sasl.admin.existingSecret is required" in missing.stderr
+    assert (
+        missing.returncode != 0 and "kafka.sasl.admin.existingSecret is required" in missing.stderr
+    )
 
 
 def test_the_chart_names_a_sasl_key_for_every_principal(renders: dict[str, list[Doc]]) -> None:
@@ -521,7 +533,8 @@ def test_pods_roll_when_a_secret_changes(renders: dict[str, list[Doc]]) -> None:
         for name in listed:
             assert name in env, f"{component}: lists {name}, which it does not use"
     assert all(
-        "annotations" not in d["metadata"] for d in by_kind(renders["production"], "Deployment").values()
+        "annotations" not in d["metadata"]
+        for d in by_kind(renders["production"], "Deployment").values()
     ), "Reloader's annotation without reloader.enabled"
 
 

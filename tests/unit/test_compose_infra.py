@@ -17,9 +17,19 @@ import pytest
 import yaml
 from weft_platform.kafka_acls import ACCESS, SUPER_USER
 
-from tests.unit.test_deploy_manifests import CHART, COMPOSE_FILE, _env, _interpolated_default, load_yaml
+from tests.unit.test_deploy_manifests import (
+    CHART,
+    COMPOSE_FILE,
+    _env,
+    _interpolated_default,
+    load_yaml,
+)
 
-INFRA_VOLUMES = {"kafka": "KAFKA_LOG_DIRS", "postgres": "/var/lib/postgresql/data", "redis": "/data"}
+INFRA_VOLUMES = {
+    "kafka": "KAFKA_LOG_DIRS",
+    "postgres": "/var/lib/postgresql/data",
+    "redis": "/data",
+}
 # compose service -> the Kafka principal it logs in as (weft-<image>)
 LOGINS = {
     "gateway": "weft-gateway",
@@ -76,7 +86,7 @@ def test_infrastructure_images_are_pinned(compose: dict[str, Any]) -> None:
         image = svc.get("image")
         if image is None:
             continue
-        repository, _, tag = image.partition(":")
+        tag = image.partition(":")[2]
         assert "@sha256:" in image or re.fullmatch(r"\d+\.\d+(\.\d+)?", tag), (
             f"{name}: {image} is not an exact version"
         )
@@ -84,7 +94,9 @@ def test_infrastructure_images_are_pinned(compose: dict[str, Any]) -> None:
 
 def test_kafka_accepts_only_scram_logins(compose: dict[str, Any]) -> None:
     env = {k: _interpolated_default(v) for k, v in _env(compose["services"]["kafka"]).items()}
-    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    protocols = dict(
+        item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+    )
     for listener in env["KAFKA_LISTENERS"].split(","):
         name, _, address = listener.partition("://")
         if protocols[name] == "PLAINTEXT":
@@ -140,9 +152,7 @@ def test_the_kafka_entrypoint_formats_its_volume_with_the_scram_users(
     script = script.replace("/tmp/", f"{run}/").replace("/opt/kafka/bin/", f"{bin_dir}/")
     jars = _kafka_jars()
     storage = bin_dir / "kafka-storage.sh"
-    storage.write_text(
-        f'#!/bin/bash\nexec java -cp "{jars}/*" kafka.tools.StorageTool "$@"\n'
-    )
+    storage.write_text(f'#!/bin/bash\nexec java -cp "{jars}/*" kafka.tools.StorageTool "$@"\n')
     start = bin_dir / "kafka-server-start.sh"
     start.write_text(f'#!/bin/bash\necho "$@" >"{run}/started"\n')
     storage.chmod(0o755)
