@@ -188,6 +188,9 @@ def render(helm: str, values: str, *sets: str) -> list[Doc]:
     args = [helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION]
     args += ["-f", str(CHART / "ci" / values)]
     for item in sets:
+        if item.endswith(".yaml") and "=" not in item:  # another values file over the first
+            args += ["-f", str(CHART / "ci" / item)]
+            continue
         args += ["--set-json" if item.startswith("json:") else "--set", item.removeprefix("json:")]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
@@ -448,6 +451,89 @@ def test_tool_workers_never_reach_metadata_or_private_ranges(
                 assert any(_covered(public, p["ipBlock"]) for r in any_port for p in r["to"]), (
                     public
                 )
+
+
+def _named_peers(values_files: tuple[str, ...], worker: str) -> list[Doc]:
+    """The peers an operator named for ``worker`` in the values: where the infrastructure
+    is, the DNS servers, the API server (sandbox) and extraEgress."""
+    merged: Doc = load_yaml((CHART / "values.yaml").read_text())
+    for name in values_files:
+        merged = _merge(merged, load_yaml((CHART / "ci" / name).read_text()))
+    np = merged["networkPolicy"]
+    named = [p for kind in ("kafka", "postgres", "redis", "llm", "tracing") for p in np[kind]["to"]]
+    named += np["dns"]["to"] + merged["sandbox"]["kubernetes"]["apiServer"]["to"]
+    named += [p for rule in np["extraEgress"].get(worker, []) for p in rule.get("to", [])]
+    return named
+
+
+def _merge(base: Doc, over: Doc) -> Doc:
+    out = dict(base)
+    for key, value in over.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if nested else value
+    return out
+
+
+def private_leaks(rules: Iterable[Doc], named: list[Doc]) -> list[str]:
+    """Peers through which some private address is reachable (on any port of the rule)
+    that the operator did not name: a selector of pods beyond the release's own
+    components, or an ipBlock that lets part of a private range through."""
+    leaks = []
+    for rule in rules:
+        if not rule.get("to"):
+            leaks.append(f"rule to any destination: {rule}")
+            continue
+        for peer in rule["to"]:
+            if peer in named or peer_source(peer) != OUTSIDE:
+                continue
+            block = peer.get("ipBlock")
+            if block is None:
+                leaks.append(f"unnamed selector {peer} ports={rule.get('ports')}")
+                continue
+            open_ranges = [r for r in PRIVATE_RANGES if not _range_excluded(r, block)]
+            if open_ranges:
+                leaks.append(f"{block} ports={rule.get('ports')} lets {open_ranges} through")
+    return leaks
+
+
+@pytest.mark.parametrize(
+    "values_files",
+    [("test-double-values.yaml",), ("production-values.yaml",),
+     ("test-double-values.yaml", "everything-values.yaml")],
+)  # fmt: skip
+def test_tool_workers_reach_no_private_address_on_any_port_unless_named(
+    helm: str, values_files: tuple[str, ...]
+) -> None:
+    """Not only their internet rule: the infrastructure, LLM and API-server rules of a tool
+    worker name where those are, so a model-driven fetch reaches no other private address
+    on 443, 5432, 6379 or 9092 either."""
+    docs = render(helm, *values_files)
+    found = pods(docs)
+    for worker in TOOL_WORKERS:
+        rules = egress_rules(docs, found[worker]["metadata"]["labels"])
+        leaks = private_leaks(rules, _named_peers(values_files, worker))
+        assert not leaks, f"{values_files}: {worker}: " + "\n".join(leaks)
+
+
+def test_a_tool_worker_without_named_infrastructure_is_refused(helm: str) -> None:
+    """Fail closed: no default 'any address' peer for a tool worker's infrastructure."""
+    settings = (
+        "networkPolicy.kafka.to=[]",
+        "networkPolicy.redis.to=[]",
+        "networkPolicy.postgres.to=[]",
+        "sandbox.kubernetes.apiServer.to=[]",
+    )
+    for setting in settings:
+        args = [helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION]
+        args += ["-f", str(CHART / "ci" / "test-double-values.yaml"), "--set-json", setting]
+        result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode != 0, setting
+        assert "is required" in result.stderr and "tool worker" in result.stderr, result.stderr
+    # Without tool workers the other services keep the documented broad default.
+    docs = render(helm, "test-double-values.yaml", "json:networkPolicy.kafka.to=[]",
+                  "json:networkPolicy.toolWorkers.services=[]")  # fmt: skip
+    memory = egress_rules(docs, pods(docs)["memory"]["metadata"]["labels"])
+    assert any({"namespaceSelector": {}} in (r.get("to") or []) for r in memory)
 
 
 def test_egress_ports_follow_the_connection_values(helm: str) -> None:

@@ -3,23 +3,41 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Release-qualified base name; every resource is "<fullname>-<component>". */}}
+{{/*
+Release-qualified base name; every resource is "<fullname>-<component>". Kubernetes names
+are at most 63 characters and the longest suffix the chart appends is 23
+("-credential-agent-config"), so the base name is at most 39: a longer one keeps its first
+32 characters and ends in "-" and 6 hex characters of its sha256. Truncating both the base
+and "<base>-<component>" at 63 (as before) gave gateway and gateway-projector one name for
+release names of 49 to 53 characters.
+*/}}
 {{- define "weft.fullname" -}}
+{{- $full := "" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- $full = .Values.fullnameOverride -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- $full = .Release.Name -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- $full = printf "%s-%s" .Release.Name $name -}}
 {{- end -}}
+{{- end -}}
+{{- if gt (len $full) 39 -}}
+{{- printf "%s-%s" ($full | trunc 32 | trimSuffix "-") ($full | sha256sum | trunc 6) -}}
+{{- else -}}
+{{- $full -}}
 {{- end -}}
 {{- end -}}
 
-{{/* Name of one component: (dict "root" $ "name" "gateway"). */}}
+{{/* Name of one component: (dict "root" $ "name" "gateway"). Never truncated: a name that
+does not fit fails the render instead of colliding with another. */}}
 {{- define "weft.componentName" -}}
-{{- printf "%s-%s" (include "weft.fullname" .root) .name | trunc 63 | trimSuffix "-" -}}
+{{- $n := printf "%s-%s" (include "weft.fullname" .root) .name -}}
+{{- if gt (len $n) 63 -}}
+{{- fail (printf "internal: object name %s is longer than 63 characters" $n) -}}
+{{- end -}}
+{{- $n -}}
 {{- end -}}
 
 {{- define "weft.chart" -}}
@@ -182,8 +200,14 @@ the client certificate) come from kafka.tls.existingSecret, mounted by weft.kafk
 - name: WEFT_KAFKA_PASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ required "kafka.sasl.existingSecret is required with a SASL kafka.securityProtocol (one key per principal: weft-admin, weft-gateway, ...)" $kafka.sasl.existingSecret | quote }}
+      {{- if .admin }}
+      {{- /* the super user: a Secret of its own, mounted by the topics hook only */}}
+      name: {{ required "kafka.sasl.admin.existingSecret is required with a SASL kafka.securityProtocol and the topics job (the super user's password, apart from the services')" $kafka.sasl.admin.existingSecret | quote }}
+      key: {{ $kafka.sasl.admin.key | quote }}
+      {{- else }}
+      name: {{ required "kafka.sasl.existingSecret is required with a SASL kafka.securityProtocol (one key per principal: weft-gateway, weft-engine, ...)" $kafka.sasl.existingSecret | quote }}
       key: {{ .principal | quote }}
+      {{- end }}
 {{- end }}
 {{- if and (hasSuffix "SSL" $protocol) $kafka.tls.existingSecret }}
 - name: WEFT_KAFKA_SSL_CAFILE
@@ -229,4 +253,63 @@ empty value, the service's default `local`) would start and then fail every comm
 {{- fail (printf "sandbox.backend=%q cannot run in this chart: the local (bubblewrap) backend needs user namespaces, which the pods' securityContext (non-root, no capabilities, seccomp RuntimeDefault) does not allow. Use sandbox.backend=kubernetes (one pod per session) or none (sandbox tools answer that no sandbox is configured)" $backend) -}}
 {{- end -}}
 {{- $backend -}}
+{{- end -}}
+
+{{/*
+Who scales one workload: "hpa", "keda" or "" (its Deployment's replicas). One mechanism per
+workload by construction (each is chosen by one value); the Deployment then has no
+`replicas` of its own. (dict "root" $ "name" "engine").
+*/}}
+{{- define "weft.autoscaler" -}}
+{{- $v := .root.Values -}}
+{{- $svc := index $v.services .name | default dict -}}
+{{- if $svc.enabled -}}
+{{- if eq .name "gateway" -}}
+{{- if $v.autoscaling.gateway.enabled -}}hpa{{- end -}}
+{{- else if eq .name "engine" -}}
+{{- $mechanism := $v.autoscaling.engine.mechanism -}}
+{{- if eq $mechanism "hpa" -}}hpa
+{{- else if eq $mechanism "keda" -}}keda
+{{- else if ne $mechanism "none" -}}
+{{- fail (printf "autoscaling.engine.mechanism=%q: expected none, hpa or keda" $mechanism) -}}
+{{- end -}}
+{{- else if eq .name "tool-exec" -}}
+{{- if $v.keda.toolExec.enabled -}}keda{{- end -}}
+{{- else if eq .name "sandbox" -}}
+{{- if $v.keda.sandbox.enabled -}}keda{{- end -}}
+{{- else if eq .name "knowledge-worker" -}}
+{{- if $v.keda.ingestion.enabled -}}keda{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding WEFT_REDIS_URL, and its key. */}}
+{{- define "weft.redisSecretName" -}}
+{{- .Values.redis.existingSecret | default (printf "%s-redis" (include "weft.fullname" .)) -}}
+{{- end -}}
+{{- define "weft.redisSecretKey" -}}
+{{- if .Values.redis.existingSecret -}}{{- .Values.redis.existingSecretKey -}}{{- else -}}WEFT_REDIS_URL{{- end -}}
+{{- end -}}
+
+{{/* Secrets a service pod reads that the chart does not make (stakater Reloader's list):
+(dict "root" $ "svc" $svc "name" "gateway"). */}}
+{{- define "weft.externalSecrets" -}}
+{{- $v := .root.Values -}}
+{{- $out := list -}}
+{{- if not .svc.testDouble -}}
+{{- with $v.secrets.existingSecret }}{{ $out = append $out . }}{{ end -}}
+{{- with $v.redis.existingSecret }}{{ $out = append $out . }}{{ end -}}
+{{- if hasPrefix "SASL_" ($v.kafka.securityProtocol | default "PLAINTEXT") -}}
+{{- with $v.kafka.sasl.existingSecret }}{{ $out = append $out . }}{{ end -}}
+{{- end -}}
+{{- if include "weft.kafkaTlsOn" .root -}}
+{{- $out = append $out $v.kafka.tls.existingSecret -}}
+{{- end -}}
+{{- $fullname := include "weft.fullname" .root -}}
+{{- $out = append $out ($v.credentials.publicKeys | default (printf "%s-credential-public" $fullname)) -}}
+{{- if hasKey $v.credentials.signingKeys .name -}}
+{{- $out = append $out ((index $v.credentials.signingKeys .name) | default (printf "%s-credential-%s" $fullname .name)) -}}
+{{- end -}}
+{{- end -}}
+{{- $out | uniq | join "," -}}
 {{- end -}}

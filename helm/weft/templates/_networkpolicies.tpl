@@ -26,7 +26,9 @@ networkPolicy.<kind>.ports list replaces them.
 {{- include "weft.np.hostPort" (dict "host" (urlParse $root.Values.postgres.url).host "default" "5432") -}}
 {{- else -}}5432{{- end -}}
 {{- else if eq .kind "redis" -}}
+{{- if and $root.Values.redis.url (not $root.Values.redis.existingSecret) -}}
 {{- include "weft.np.hostPort" (dict "host" (urlParse $root.Values.redis.url).host "default" "6379") -}}
+{{- else -}}6379{{- end -}}
 {{- else if eq .kind "tracing" -}}
 {{- $url := urlParse $root.Values.tracing.otlpEndpoint -}}
 {{- include "weft.np.hostPort" (dict "host" $url.host "default" (ternary "443" "80" (eq $url.scheme "https"))) -}}
@@ -73,10 +75,16 @@ networkPolicy.<kind>.ports list replaces them.
     {{- end }}
 {{- end -}}
 
-{{/* One egress rule to an external dependency: (dict "root" $ "kind" "kafka"). Its `to` is
-networkPolicy.<kind>.to, or any pod of any namespace and any address but the metadata ones. */}}
+{{/* One egress rule to an external dependency: (dict "root" $ "kind" "kafka" "component"
+"tool-exec"). Its `to` is networkPolicy.<kind>.to, or any pod of any namespace and any
+address but the metadata ones; a tool worker (networkPolicy.toolWorkers.services) gets no
+such default: it would reach every private address on that port. */}}
 {{- define "weft.np.externalEgress" -}}
 {{- $cfg := index .root.Values.networkPolicy .kind -}}
+{{- $np := .root.Values.networkPolicy -}}
+{{- if and (not $cfg.to) .component (has .component $np.toolWorkers.services) -}}
+{{- fail (printf "networkPolicy.%s.to is required: %s is a tool worker (networkPolicy.toolWorkers.services), which reaches no private address that is not named; give the NetworkPolicyPeers of your %s (a namespaceSelector/podSelector, or an ipBlock of its CIDR)" .kind .component .kind) -}}
+{{- end -}}
 - to:
     {{- if $cfg.to }}
     {{- toYaml $cfg.to | nindent 4 }}

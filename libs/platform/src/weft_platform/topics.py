@@ -8,7 +8,9 @@ Topics are never auto-created: partition counts are a deployment decision
 ``WEFT_TOPIC_PARTITIONS_TOOL_CALLS=12``), and so is their durability: every new topic gets
 ``WEFT_TOPIC_REPLICATION_FACTOR`` replicas and ``min.insync.replicas`` of
 ``WEFT_TOPIC_MIN_INSYNC_REPLICAS`` (local broker 1/1; production 3/2, so that an ``acks=all``
-write survives one broker's loss). Topics that exist already keep theirs.
+write survives one broker's loss), and their ``retention.ms`` (``WEFT_TOPIC_RETENTION_MS``,
+per topic ``WEFT_TOPIC_RETENTION_MS_<NAME>``; unset: the broker's). Topics that exist
+already keep theirs.
 
 ``ensure`` also makes the ACLs on the deployment's topics and consumer groups those of
 ``weft_platform.kafka_acls`` (missing rules created, rules the table dropped deleted),
@@ -52,18 +54,37 @@ def durability_for(env: dict[str, str]) -> tuple[int, int]:
     return replicas, in_sync
 
 
+def retention_for(topic: Topic, env: dict[str, str]) -> int | None:
+    """``retention.ms`` of a new topic: ``WEFT_TOPIC_RETENTION_MS_<NAME>``, else
+    ``WEFT_TOPIC_RETENTION_MS``, else None (the broker's default). -1 keeps records forever."""
+    raw = env.get(f"WEFT_TOPIC_RETENTION_MS_{topic.name}") or env.get("WEFT_TOPIC_RETENTION_MS")
+    if not raw:
+        return None
+    value = int(raw)
+    if value < -1:
+        raise ValueError(f"retention of {topic.name}: {value} ms (expected -1 or more)")
+    return value
+
+
 def new_topics(names: list[Topic], env: dict[str, str], prefix: str = "") -> list[NewTopic]:
-    """How the topics job creates ``names``: partitions and durability from ``env``."""
+    """How the topics job creates ``names``: partitions, durability and retention from
+    ``env``."""
     replicas, in_sync = durability_for(env)
-    return [
-        NewTopic(
-            name=prefix + t.value,
-            num_partitions=partitions_for(t, env),
-            replication_factor=replicas,
-            topic_configs={"min.insync.replicas": str(in_sync)},
+    out = []
+    for t in names:
+        configs = {"min.insync.replicas": str(in_sync)}
+        retention = retention_for(t, env)
+        if retention is not None:
+            configs["retention.ms"] = str(retention)
+        out.append(
+            NewTopic(
+                name=prefix + t.value,
+                num_partitions=partitions_for(t, env),
+                replication_factor=replicas,
+                topic_configs=configs,
+            )
         )
-        for t in names
-    ]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
