@@ -334,3 +334,24 @@ async def test_the_engine_may_read_unfinished_turns_but_not_manage_organisations
         "http://agent-config/internal/organisations", json={"name": "x"}, headers=_bearer(token)
     )
     assert org.status_code == 403, org.text
+
+
+@pytest.mark.parametrize(
+    ("size", "status"), [(2**53 + 1, 422), (2**63, 422), (-1, 422), (2**53, 204)]
+)
+async def test_document_usage_refuses_a_size_no_column_holds(
+    services: Services, keys: DevCredentials, size: int, status: int
+) -> None:
+    """knowledge reports an ingested document's size to memory (usage belongs to memory).
+    A size past 2^53 (or negative) is a 422 naming the field, never a database overflow
+    (a 500) or a wrapped-around total; 2^53 itself is stored."""
+    _, memory = services["memory"]
+    token = keys.operator.service("memory", ["memory:usage.write"])
+    resp = await memory.put(
+        f"http://memory/internal/usage/documents/doc-size-{size}",
+        json={"tenant_id": TENANT, "size_bytes": size},
+        headers=_bearer(token),
+    )
+    assert resp.status_code == status, resp.text
+    if status == 422:
+        assert "size_bytes" in resp.text
