@@ -6,11 +6,15 @@ draining process are 503 at once (ARCHITECTURE invariant 6: overload and outages
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import httpx
+import uvicorn
+from aiokafka.errors import KafkaTimeoutError
 from fastapi import FastAPI
+from weft_platform.app import DrainingServer, create_service_app
 from weft_platform.health import health_router
 from weft_platform.readiness import DependencyGrace, Readiness
 from weft_platform.runtime import ServiceRuntime
@@ -161,3 +165,41 @@ async def test_draining_answers_503_at_once_whatever_the_checks() -> None:
     resp = await _readyz(rt)
     assert resp.status_code == 503
     assert resp.json() == {"status": "draining", "checks": {}}
+
+
+# SIGTERM: draining first, shutdown after WEFT_DRAIN_DELAY_S (or at once without one).
+
+
+def _server(delay_s: float) -> tuple[DrainingServer, Readiness]:
+    readiness = Readiness(grace=DependencyGrace(grace_s=30))
+    config = uvicorn.Config(FastAPI(), log_config=None)
+    return DrainingServer(config, readiness, drain_delay_s=delay_s), readiness
+
+
+async def test_sigterm_with_a_drain_delay_drains_and_keeps_serving() -> None:
+    server, readiness = _server(delay_s=60)
+    server.handle_exit(signal.SIGTERM, None)
+    assert readiness.draining and not server.should_exit
+    assert await server.on_tick(1) is False  # the delay has not run out
+    server.handle_exit(signal.SIGTERM, None)  # a second signal: now
+    assert server.should_exit
+
+
+async def test_sigterm_without_a_drain_delay_drains_and_exits_at_once() -> None:
+    server, readiness = _server(delay_s=0)
+    server.handle_exit(signal.SIGTERM, None)
+    assert readiness.draining and server.should_exit
+
+
+async def test_a_publish_the_broker_never_acknowledged_is_503_with_retry_after() -> None:
+    # A publish that outlived publish_window_s raises aiokafka's KafkaTimeoutError.
+    rt = _FakeRuntime(clock=FakeClock(), grace_s=30)
+    app = create_service_app(cast(ServiceRuntime, rt), title="t")
+
+    @app.get("/publish")
+    async def publish() -> None:
+        raise KafkaTimeoutError()
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        resp = await c.get("/publish")
+    assert resp.status_code == 503 and resp.headers["retry-after"]
