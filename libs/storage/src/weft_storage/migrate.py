@@ -23,12 +23,13 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationInfo
+from alembic.runtime.migration import MigrationContext, MigrationInfo
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -44,7 +45,9 @@ each later one reads the heads the earlier one committed, instead of racing to c
 the same tables (or updating the same role concurrently)."""
 
 
-def report_step(*, step: MigrationInfo, **_: Any) -> None:
+def report_step(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
+) -> None:
     """Alembic's ``on_version_apply``: one line per revision this run applied (the test of
     concurrent runs counts them: none twice)."""
     verb = "applied" if step.is_upgrade else "reverted"
