@@ -203,3 +203,60 @@ async def test_a_publish_the_broker_never_acknowledged_is_503_with_retry_after()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         resp = await c.get("/publish")
     assert resp.status_code == 503 and resp.headers["retry-after"]
+
+
+# Shutdown order: consumers stop, then the service's hooks run with the producer open,
+# then the broker closes (the engine's steps finishing within their grace still publish).
+
+
+@dataclass
+class _Subscriber:
+    calls: list[str]
+
+    async def stop(self) -> None:
+        self.calls.append("subscriber_stopped")
+
+
+@dataclass
+class _Broker:
+    calls: list[str]
+    subscribers: list[_Subscriber] = field(default_factory=list)
+
+    async def start(self) -> None:
+        self.calls.append("broker_started")
+
+    async def stop(self) -> None:
+        self.calls.append("producer_closed")
+
+
+@dataclass
+class _Bus:
+    calls: list[str]
+
+    async def flush_commits(self) -> None:
+        self.calls.append("commits_flushed")
+
+
+@dataclass
+class _Redis:
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_shutdown_hooks_run_after_the_consumers_stop_and_before_the_producer_closes() -> None:
+    calls: list[str] = []
+    rt = _FakeRuntime(clock=FakeClock(), grace_s=30)
+    broker = _Broker(calls, [_Subscriber(calls), _Subscriber(calls)])
+    runtime = cast(Any, rt)
+    runtime.kafka, runtime.bus, runtime.redis = broker, _Bus(calls), _Redis()
+
+    async def hook() -> None:
+        calls.append("hook")
+
+    app = create_service_app(cast(ServiceRuntime, rt), title="t", on_shutdown=[hook])
+    async with app.router.lifespan_context(app):
+        pass
+    assert calls == [
+        "broker_started", "commits_flushed", "subscriber_stopped", "subscriber_stopped",
+        "hook", "producer_closed",
+    ]  # fmt: skip

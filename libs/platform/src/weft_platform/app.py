@@ -2,8 +2,9 @@
 
 On SIGTERM ``/readyz`` answers 503 ``draining`` at once; after ``drain_delay_s`` (0 by
 default) uvicorn stops listening, waits for the requests in flight, and runs the lifespan
-exit: the handled records' offsets are committed, then the broker stops its consumers,
-whose in-flight record is not committed and so goes back to Kafka for another replica.
+exit: the handled records' offsets are committed, the broker's consumers stop (a record
+in flight and not committed goes back to Kafka for another replica), the service's
+shutdown hooks run while the producer can still publish, and the broker closes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import uvicorn
 from aiokafka.errors import KafkaError
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from faststream.kafka import KafkaBroker
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.types import ASGIApp
@@ -68,9 +70,12 @@ def create_service_app(
         finally:
             log.info("service_stopping")
             await runtime.bus.flush_commits()  # handled records are not read again
-            await runtime.broker.stop()
+            await stop_consuming(runtime.broker)
+            # The hooks run with the producer still open: the engine's steps that finish
+            # their round within its shutdown grace publish their events.
             for hook in on_shutdown:
                 await hook()
+            await runtime.broker.stop()
             await runtime.redis.aclose()
             if runtime.database is not None:
                 await runtime.database.dispose()
@@ -92,6 +97,14 @@ def create_service_app(
     _install_dependency_error_handlers(app)
     app.add_middleware(HttpMetrics)
     return app
+
+
+async def stop_consuming(broker: KafkaBroker) -> None:
+    """Stop every subscriber of ``broker`` (each waits for the record it is handling, then
+    leaves its group) and keep its producer open; ``broker.stop()`` later closes the rest
+    (stopping a stopped subscriber again does nothing)."""
+    for subscriber in broker.subscribers:
+        await subscriber.stop()
 
 
 def _install_dependency_error_handlers(app: FastAPI) -> None:
