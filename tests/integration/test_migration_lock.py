@@ -5,6 +5,8 @@ tables (weft_storage/migrations/env.py, ``MIGRATION_LOCK``)."""
 from __future__ import annotations
 
 import asyncio
+import re
+from collections import Counter
 
 import asyncpg
 import pytest
@@ -30,5 +32,12 @@ def test_concurrent_upgrades_of_an_empty_database_all_succeed(infra: dict[str, s
         outputs = [run.communicate(timeout=180)[0].decode() for run in runs]
         failed = [out[-1500:] for run, out in zip(runs, outputs, strict=True) if run.returncode]
         assert not failed, failed
-        heads = set(ScriptDirectory.from_config(alembic_config(url)).get_heads())
-        assert asyncio.run(_versions(url)) == heads
+        script = ScriptDirectory.from_config(alembic_config(url))
+        assert asyncio.run(_versions(url)) == set(script.get_heads())
+        applied = Counter(
+            rev
+            for out in outputs
+            for rev in re.findall(r"weft_storage\.migrate: applied (\S+)", out)
+        )
+        assert set(applied) == {rev.revision for rev in script.walk_revisions()}
+        assert max(applied.values()) == 1, applied  # nothing applied twice

@@ -1,5 +1,12 @@
 """``/healthz`` (the process answers) and ``/readyz`` (its Kafka, PostgreSQL, Redis work, and
-whatever checks the service adds, e.g. the engine's "Redis came back empty")."""
+whatever checks the service adds, e.g. the engine's "Redis came back empty").
+
+``/readyz`` answers 200 ``ready``; 200 ``degraded`` while a shared dependency has been
+failing for less than ``WEFT_READINESS_GRACE_S`` (``weft_platform.readiness``: requests
+that need it answer 503 with Retry-After meanwhile); 503 ``not_ready`` past the grace, for
+a dependency never reached since start, or a failing check of the service's own; 503
+``draining`` from SIGTERM on.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from weft_platform.readiness import SHARED_DEPENDENCIES, Readiness, Verdict
 from weft_platform.runtime import ServiceRuntime
 
 Check = Callable[[], Awaitable[bool]]
@@ -52,6 +60,9 @@ def health_router(runtime: ServiceRuntime, extra: Mapping[str, Check] | None = N
 
     @router.get("/readyz")
     async def readyz() -> JSONResponse:
+        state = runtime.readiness
+        if state.draining:  # before the checks: a draining replica answers fast
+            return JSONResponse({"status": "draining", "checks": {}}, status_code=503)
         results = dict(
             zip(
                 checks,
@@ -59,11 +70,7 @@ def health_router(runtime: ServiceRuntime, extra: Mapping[str, Check] | None = N
                 strict=True,
             )
         )
-        ready = all(v == "ok" for v in results.values())
-        return JSONResponse(
-            {"status": "ready" if ready else "not_ready", "checks": results},
-            status_code=200 if ready else 503,
-        )
+        return _answer(state, results)
 
     return router
 
@@ -76,3 +83,25 @@ async def _run(check: Check, limit_s: float) -> str:
     except Exception as exc:  # readiness reports every failure as data, never raises
         return f"error: {type(exc).__name__}: {exc}"[:300]
     return "ok" if ok else "error: not reachable"
+
+
+def _verdict(state: Readiness, name: str, result: str) -> Verdict:
+    if name in SHARED_DEPENDENCIES:
+        return state.grace.judge(name, result == "ok")
+    return "ok" if result == "ok" else "down"
+
+
+def _answer(state: Readiness, results: dict[str, str]) -> JSONResponse:
+    verdicts = {name: _verdict(state, name, result) for name, result in results.items()}
+    if "down" in verdicts.values():
+        body = {"status": "not_ready", "checks": results}
+        return JSONResponse(body, status_code=503)
+    degraded = {
+        name: f"failing for {state.grace.failing_for(name):.1f} s; not ready after "
+        f"{state.grace.grace_s:g} s (WEFT_READINESS_GRACE_S)"
+        for name, verdict in verdicts.items()
+        if verdict == "degraded"
+    }
+    if degraded:
+        return JSONResponse({"status": "degraded", "checks": results, "degraded": degraded})
+    return JSONResponse({"status": "ready", "checks": results})

@@ -25,6 +25,7 @@ from weft_platform.credentials import (
     load_signer,
     load_verifier,
 )
+from weft_platform.readiness import DependencyGrace, Readiness
 from weft_platform.record_credentials import RecordCheck
 from weft_platform.redis_client import redis_client
 from weft_platform.settings import ServiceSettings
@@ -47,6 +48,8 @@ class ServiceRuntime:
     """Redis client (decoded responses off: values are bytes)."""
     verifier: CredentialVerifier
     """Verifies the credentials of internal calls and consumed records."""
+    readiness: Readiness
+    """The readiness grace of the shared dependencies and the drain flag (``/readyz``)."""
     _sessions: async_sessionmaker[AsyncSession] | None = None
 
     @property
@@ -87,6 +90,7 @@ def create_runtime(settings: ServiceSettings, *, database: bool = True) -> Servi
         database=database_engine(settings.database_url) if database else None,
         redis=redis,
         verifier=verifier,
+        readiness=Readiness(grace=DependencyGrace(grace_s=settings.readiness_grace_s)),
     )
 
 

@@ -152,6 +152,23 @@ class ServiceSettings(KafkaAccess):
         "failed is read again; pauses double from consumer_retry_backoff_s.",
     )
     readiness_timeout_s: float = Field(default=2.0, gt=0)
+    readiness_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long Kafka, PostgreSQL or Redis, once reached, may fail before "
+        "/readyz does (meanwhile it answers 200 'degraded' and requests that need the "
+        "dependency 503 with Retry-After): a blip does not take every replica out of its "
+        "Service at once. 0: /readyz fails at the first failed check.",
+    )
+    drain_delay_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=300,
+        description="After SIGTERM the process answers /readyz 503 'draining' at once and "
+        "goes on serving this long before it stops listening and shuts down (a second "
+        "signal ends the wait). 0: shut down at once (a Kubernetes preStop sleep plays "
+        "the same part before the signal).",
+    )
     instance_id: str = Field(default="", description="Replica name; defaults to host:pid.")
     topic_prefix: str = Field(
         default="",

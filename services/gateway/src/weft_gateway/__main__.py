@@ -1,5 +1,6 @@
-"""``python -m weft_gateway`` (public API, SSE and, unless ``WEFT_PROJECTOR=off``, the
-projector) or ``python -m weft_gateway projector`` (the projector alone)."""
+"""``python -m weft_gateway`` (public API, SSE, the admin API on ``WEFT_ADMIN_PORT`` when
+set and, unless ``WEFT_PROJECTOR=off``, the projector) or ``python -m weft_gateway
+projector`` (the projector alone)."""
 
 import sys
 
@@ -25,7 +26,9 @@ def main() -> None:
     # SSE responses write frames straight to uvicorn's transport (see sse_response); the
     # protocol is uvicorn's httptools one with a header-read timeout (slow_clients).
     protocol = header_deadline_protocol(settings.header_read_timeout_s)
-    run_service(ExposeServerSend(app), app.state.runtime, http=protocol)
+    # WEFT_ADMIN_PORT: a second listener of the same app, for /admin/v1 alone (admin_port).
+    admin = [settings.admin_port] if settings.admin_port is not None else []
+    run_service(ExposeServerSend(app), app.state.runtime, http=protocol, extra_ports=admin)
 
 
 if __name__ == "__main__":

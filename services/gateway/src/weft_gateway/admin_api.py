@@ -21,6 +21,7 @@ from weft_storage.gateway.models_admin import TenantStatus
 from weft_storage.tenant_data import Scope
 
 from weft_gateway.admin_auth import Operator, require_operator
+from weft_gateway.admin_port import ADMIN_PREFIX, RequireAdminPort
 from weft_gateway.audit_log import AuditFilter, AuditLog, AuditView, Outcome
 from weft_gateway.key_registry import KeyRegistry, KeyScope, KeyView, NewKey
 from weft_gateway.tenant_lifecycle import TenantLifecycle
@@ -156,9 +157,11 @@ class AdminServices:
     """Usage reports, from memory (which owns the ``usage`` table)."""
 
 
-def admin_router(svc: AdminServices) -> APIRouter:
-    """Every ``/admin/v1`` route of this module."""
-    router = APIRouter(prefix="/admin/v1", tags=["admin"])
+def admin_router(svc: AdminServices, *, port_check: RequireAdminPort | None = None) -> APIRouter:
+    """Every ``/admin/v1`` route of this module; ``port_check``: they answer only on the
+    admin port (``WEFT_ADMIN_PORT``)."""
+    guard = [Depends(port_check)] if port_check is not None else []
+    router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin"], dependencies=guard)
     _tenant_routes(router, svc)
     _lifecycle_routes(router, svc)
     _key_routes(router, svc)

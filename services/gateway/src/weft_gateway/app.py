@@ -21,6 +21,7 @@ from weft_storage.gateway.budgets import budget_override
 from weft_gateway.access_cap import AccessCap
 from weft_gateway.admin_api import AdminServices, admin_router
 from weft_gateway.admin_auth import OperatorAuth
+from weft_gateway.admin_port import AdminPortSplit, RequireAdminPort
 from weft_gateway.api import Gateway
 from weft_gateway.approvals_api import Approvals, approvals_router
 from weft_gateway.approvals_client import ApprovalsClient
@@ -243,7 +244,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             suggestions_router(suggestions, directory, auth),
             knowledge_router(knowledge, auth, kb_scope, document_wait_s=s.document_wait_s),
             skills_router(agents, auth),
-            admin_router(admin),
+            admin_router(admin, port_check=_port_check(s)),
             approvals_router(approvals, auth, max_body_bytes=s.approval_body_max_bytes),
             renewal_router(renewal),
             mcp_oauth_router(
@@ -261,7 +262,13 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
+    if s.admin_port is not None:  # outermost: a wrong port's request is refused first
+        app.add_middleware(AdminPortSplit, admin_port=s.admin_port)
     return app
+
+
+def _port_check(s: GatewaySettings) -> RequireAdminPort | None:
+    return RequireAdminPort(s.admin_port) if s.admin_port is not None else None
 
 
 def _admin_services(

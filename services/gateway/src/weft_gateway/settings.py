@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from weft_platform.budgets import TokenBudgetSettings
 
 
@@ -183,6 +183,14 @@ class GatewaySettings(TokenBudgetSettings):
         description="SHA-256 hex digests of the operator tokens of /admin/v1, "
         "comma-separated (several: rotation with an overlap); empty: no admin API (404).",
     )
+    admin_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="A second port of this process (on http_host) that alone serves "
+        "/admin/v1; the public port answers those paths 404 (weft_gateway.admin_port). "
+        "Unset: the public port serves the admin API too.",
+    )
     maintenance_interval_s: float = Field(
         default=3600.0,
         ge=0,
@@ -230,3 +238,12 @@ class GatewaySettings(TokenBudgetSettings):
         description="A connection whose request headers are not complete this long after "
         "it opened (or after the request's first byte) is closed (slowloris).",
     )
+
+    @model_validator(mode="after")
+    def _admin_port_is_its_own(self) -> Self:
+        if self.admin_port is not None and self.admin_port in (
+            self.http_port,
+            self.effective_metrics_port,
+        ):
+            raise ValueError("WEFT_ADMIN_PORT must differ from the HTTP and metrics ports")
+        return self

@@ -9,19 +9,16 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from weft_storage.base import Base
+from weft_storage.migrate import MIGRATION_LOCK, report_step
 from weft_storage.roles import apply_grants, ensure_roles
 
 target_metadata = Base.metadata
 
-MIGRATION_LOCK = 0x77656674  # "weft"
-"""The advisory lock every ``upgrade`` holds for its transaction: processes that migrate
-at once (replicas' init containers, parallel test workers) run one after the other, and
-each later one reads the heads the earlier one committed, instead of racing to create the
-same tables."""
-
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata)
+    context.configure(
+        connection=connection, target_metadata=target_metadata, on_version_apply=report_step
+    )
     with context.begin_transaction():
         if connection.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
