@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from weft_contracts import ToolContext
 from weft_contracts.mcp import (
     AUTHORIZATION_KEY,
+    MAX_MESSAGE_BYTES,
     PUBLISHED_KEY,
     McpAuthorizationRequired,
     McpCatalog,
@@ -259,9 +260,29 @@ async def test_oversized_results_are_truncated(
 ) -> None:
     outcome = await registry.execute(
         dyn(directory, "srv-http", "big_text"),
-        invocation({"chars": 10_000_000}, ["srv-http"], max_chars=2000),
+        invocation({"chars": 3_000_000}, ["srv-http"], max_chars=2000),
     )
     assert outcome.success and len(outcome.output) < 2100 and "characters omitted" in outcome.output
+
+
+@pytest.mark.parametrize("server_id", ["srv-http", "srv-sse"])
+async def test_a_message_past_the_cap_is_cut_off_and_the_server_still_serves(
+    registry: ToolRegistry, directory: FakeDirectory, server_id: str
+) -> None:
+    """A server answering more than MAX_MESSAGE_BYTES (here ~10 MB of text) is cut off
+    while it is read: the model reads why, tool-exec never held the whole answer, and
+    the next call to the same server works (a new session)."""
+    huge = await registry.execute(
+        dyn(directory, server_id, "big_text"),
+        invocation({"chars": 10_000_000}, [server_id], f"r-huge-{server_id}"),
+    )
+    assert not huge.success and huge.error, huge
+    assert f"larger than {MAX_MESSAGE_BYTES} bytes" in huge.error, huge.error
+    after = await registry.execute(
+        dyn(directory, server_id, "echo"),
+        invocation({"text": "still here"}, [server_id], f"r-huge-{server_id}"),
+    )
+    assert after.success and after.output == "still here", after
 
 
 async def test_a_slow_tool_past_its_deadline_times_out(

@@ -40,6 +40,11 @@ MAX_TOOL_DESCRIPTION_CHARS = 1024
 MAX_SCHEMA_BYTES = 16_384
 """Largest input schema (as compact JSON) a published tool may carry."""
 
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""Largest message a server may send (a JSON body, or one server-sent event): room for a
+result's four 1 MB images in base64 and its text, which the tool's output budget cuts far
+shorter anyway. A larger one is cut off while it is read, never held whole in memory."""
+
 DEFAULT_AUTH_WAIT_S = 600.0
 """SPEC H-06: how long a turn waits for a user to authorise a server (an agent's
 ``mcp_auth_wait_timeout`` at most 0 means this)."""

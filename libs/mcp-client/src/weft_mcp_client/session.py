@@ -10,6 +10,7 @@ session from working, with a reason a person can read).
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from mcp import types as mcp_types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from weft_contracts.mcp import (
+    MAX_MESSAGE_BYTES,
     MAX_TOOL_DESCRIPTION_CHARS,
     McpConnection,
     McpToolDef,
@@ -74,20 +76,52 @@ class ListedTools:
     """Tools seen beyond ``max_tools`` (a lower bound: listing stops once over)."""
 
 
-class _WatchedStream(httpx.AsyncByteStream):
-    """A response body that reports a transport failure while it is read."""
+class MessageTooLarge(httpx.ReadError):
+    """The server sent a message past :data:`MAX_MESSAGE_BYTES`; the read stopped there."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, on_broken: Callable[[], None]):
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+"""A server-sent event's end (a blank line, with any of the three line endings)."""
+
+
+class _WatchedStream(httpx.AsyncByteStream):
+    """A response body that reports a transport failure while it is read, and cuts off
+    a message longer than ``max_message_bytes``: counted from the last event boundary, so
+    a long-lived event stream (legacy SSE carries every answer on one response) is held
+    to the cap per message, and a plain JSON body as a whole."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncByteStream,
+        on_broken: Callable[[httpx.TransportError], None],
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ):
         self._inner = inner
         self._on_broken = on_broken
+        self._max = max_message_bytes
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        pending, tail = 0, b""
         try:
             async for chunk in self._inner:
+                seen = tail + chunk  # a boundary may straddle two chunks
+                start = len(tail)  # where this chunk's bytes begin in ``seen``
+                for end in _EVENT_END.finditer(seen):
+                    if end.end() <= start:
+                        continue  # it ended a message counted before
+                    self._check(pending + end.end() - start)
+                    pending, start = 0, end.end()
+                pending += len(seen) - start
+                self._check(pending)
+                tail = seen[-3:]
                 yield chunk
-        except httpx.TransportError:
-            self._on_broken()
+        except httpx.TransportError as exc:
+            self._on_broken(exc)
             raise
+
+    def _check(self, size: int) -> None:
+        if size > self._max:
+            raise MessageTooLarge(f"the server sent a message larger than {self._max} bytes")
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -98,7 +132,9 @@ class _AuthWatch:
     exception deep in a task group, without the ``WWW-Authenticate`` header) and a body
     cut off mid-read (the SDK logs it and lets the call wait for its timeout)."""
 
-    def __init__(self, factory: McpHttpClientFactory, on_broken: Callable[[], None]):
+    def __init__(
+        self, factory: McpHttpClientFactory, on_broken: Callable[[httpx.TransportError], None]
+    ):
         self._factory = factory
         self._on_broken = on_broken
         self.challenge: str | None = None
@@ -170,6 +206,8 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 def _reason(exc: BaseException) -> str:
     for leaf in _leaves(exc):
+        if isinstance(leaf, MessageTooLarge):
+            return str(leaf)
         if isinstance(leaf, httpx.HTTPStatusError):
             return f"the server answered HTTP {leaf.response.status_code}"
         if isinstance(leaf, BlockedAddress):
@@ -203,7 +241,7 @@ async def mcp_session(
     *,
     factory: McpHttpClientFactory,
     timeout_s: float,
-    on_broken: Callable[[], None] | None = None,
+    on_broken: Callable[[httpx.TransportError], None] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialised SDK session with ``conn``'s server over its transport, every
     request through ``factory`` (the pinned one) with ``timeout_s`` per request.
@@ -212,10 +250,11 @@ async def mcp_session(
     :class:`McpUnavailable` when connecting, initialising or the transport fails (also
     while the caller uses the session). A session request the server does not answer
     in ``timeout_s`` raises ``McpError`` inside the body, which the caller maps.
-    ``on_broken`` is called when a response is cut off (the server went away): the
+    ``on_broken`` is called with the cause when a response is cut off (the server went
+    away, or sent a message past :data:`MAX_MESSAGE_BYTES`: :class:`MessageTooLarge`): the
     holder of a long-lived session closes it, which fails the pending requests at once.
     """
-    watch = _AuthWatch(factory, on_broken or (lambda: None))
+    watch = _AuthWatch(factory, on_broken or (lambda _: None))
     try:
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(_streams(conn, watch, timeout_s))

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
+import httpx
 from mcp import ClientSession
 from weft_contracts.mcp import McpConnection
-from weft_mcp_client.session import McpUnavailable, mcp_session
+from weft_mcp_client.session import McpUnavailable, MessageTooLarge, mcp_session
 from weft_mcp_client.transport import McpHttpClientFactory
 
 T = TypeVar("T")
@@ -48,6 +49,8 @@ class _Held:
         self.closing = asyncio.Event()
         self.broken = asyncio.Event()
         """A response was cut off: the server went away (set with ``closing``)."""
+        self.cause: httpx.TransportError | None = None
+        """Why the response was cut off."""
         self.last_used = time.monotonic()
         self.busy = 0
         self.task: asyncio.Task[None] | None = None
@@ -72,7 +75,8 @@ class _Held:
             self.session = None
             self.ready.set()
 
-    def _break(self) -> None:
+    def _break(self, cause: httpx.TransportError) -> None:
+        self.cause = cause
         self.broken.set()
         self.closing.set()
 
@@ -90,6 +94,8 @@ class _Held:
                 call.cancel()
             await asyncio.gather(call, broken, return_exceptions=True)
         if call.cancelled():
+            if isinstance(self.cause, MessageTooLarge):  # it answered: asking again won't help
+                raise McpUnavailable(str(self.cause))
             raise anyio.ClosedResourceError("the MCP server went away during the call")
         return call.result()
 
