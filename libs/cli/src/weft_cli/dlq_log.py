@@ -16,11 +16,12 @@ from weft_contracts import Topic
 from weft_platform.kafka_acls import DLQ_REPLAY
 
 from weft_cli.dead_letters import REPLAYED_HEADER, Replay, StoredLetter, read_letter
-from weft_cli.kafka_link import REQUEST_TIMEOUT_MS, kafka_errors
+from weft_cli.kafka_link import REQUEST_TIMEOUT_MS, admin_client, kafka_errors, who
 from weft_cli.outcome import CommandFailed, ExitCode
 from weft_cli.settings import KafkaSettings
 
 READ_WAIT_S = 60.0
+_TOPIC_REFUSED = 29
 
 
 def dlq_topic(settings: KafkaSettings) -> str:
@@ -31,6 +32,7 @@ def dlq_topic(settings: KafkaSettings) -> str:
 async def read_letters(settings: KafkaSettings) -> list[StoredLetter]:
     """Every record of the DLQ topic now, oldest first per partition."""
     topic = dlq_topic(settings)
+    partitions = await _partitions(settings, topic)
     async with kafka_errors(settings, DLQ_REPLAY):
         consumer = AIOKafkaConsumer(
             **settings.client_options(),
@@ -40,18 +42,29 @@ async def read_letters(settings: KafkaSettings) -> list[StoredLetter]:
         )
         await consumer.start()
         try:
-            return await _read_to_end(consumer, topic)
+            return await _read_to_end(consumer, partitions)
         finally:
             await consumer.stop()
 
 
-async def _read_to_end(consumer: AIOKafkaConsumer, topic: str) -> list[StoredLetter]:
-    if topic not in await consumer.topics():
+async def _partitions(settings: KafkaSettings, topic: str) -> list[TopicPartition]:
+    async with admin_client(settings, DLQ_REPLAY) as admin:
+        (found,) = await admin.describe_topics([topic])
+    if found["error_code"] == _TOPIC_REFUSED:
         raise CommandFailed(
-            f"no topic {topic} (WEFT_TOPIC_PREFIX/--prefix?), or this login may not read it",
-            ExitCode.FAILED,
+            f"{who(settings)} may not read {topic}: this command runs as {DLQ_REPLAY!r} "
+            "(WEFT_KAFKA_USERNAME/WEFT_KAFKA_PASSWORD)",
+            ExitCode.AUTH,
         )
-    partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    if found["error_code"] or not found["partitions"]:
+        raise CommandFailed(f"no topic {topic} (WEFT_TOPIC_PREFIX or --prefix?)")
+    return [TopicPartition(topic, p["partition"]) for p in found["partitions"]]
+
+
+async def _read_to_end(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+) -> list[StoredLetter]:
+    topic = partitions[0].topic
     consumer.assign(partitions)
     await consumer.seek_to_beginning(*partitions)
     ends = await consumer.end_offsets(partitions)

@@ -4,6 +4,7 @@ sentence saying which principal the command expects (docs/security.md, "Kafka").
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -31,6 +32,28 @@ REFUSED = (
 REQUEST_TIMEOUT_MS = 15_000
 
 
+class _LoginFailures(logging.Handler):
+    """aiokafka reports a refused SASL login only in a log line and then raises a plain
+    "unable to bootstrap" connection error; this handler keeps that line (and keeps
+    aiokafka's own log lines off the operator's terminal) so the failure is named as a
+    login problem (exit 3), not an unreachable broker (exit 4)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Authentication" in text or "Sasl" in text:
+            self.last = text
+
+
+_LOGINS = _LoginFailures()
+_AIOKAFKA_LOG = logging.getLogger("aiokafka")
+_AIOKAFKA_LOG.addHandler(_LOGINS)
+_AIOKAFKA_LOG.propagate = False
+
+
 def who(settings: KafkaSettings) -> str:
     """The login in use, for messages (never the password)."""
     return settings.kafka_username or "anonymous (no WEFT_KAFKA_USERNAME)"
@@ -52,8 +75,12 @@ def translate(settings: KafkaSettings, principal: str, exc: KafkaError) -> Comma
         return refused(settings, principal, exc)
     if isinstance(exc, KafkaConnectionError):
         text = str(exc)
-        if "auth" in text.lower() or "sasl" in text.lower():
-            return refused(settings, principal, exc)
+        if _LOGINS.last is not None:
+            return CommandFailed(
+                f"Kafka refused the login of {who(settings)} ({_LOGINS.last[-200:]}); this "
+                f"command runs as {principal!r}: check WEFT_KAFKA_USERNAME/WEFT_KAFKA_PASSWORD",
+                ExitCode.AUTH,
+            )
         return CommandFailed(
             f"Kafka at {settings.kafka_bootstrap} not reachable as {who(settings)}: {text} "
             "(WEFT_KAFKA_BOOTSTRAP; a wrong password also ends the connection)",
@@ -65,6 +92,7 @@ def translate(settings: KafkaSettings, principal: str, exc: KafkaError) -> Comma
 @asynccontextmanager
 async def kafka_errors(settings: KafkaSettings, principal: str) -> AsyncIterator[None]:
     """Turn every Kafka error raised inside into :class:`CommandFailed`."""
+    _LOGINS.last = None
     try:
         yield
     except KafkaError as exc:

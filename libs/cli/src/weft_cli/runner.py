@@ -4,6 +4,7 @@ command's coroutine runs and its failure becomes a message on stderr and an exit
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -63,5 +64,13 @@ def run(work: Callable[[], Coroutine[Any, Any, ExitCode | None]]) -> None:
     except (KeyboardInterrupt, asyncio.CancelledError):
         err.print("[yellow]interrupted[/]")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except Exception as exc:  # a bug or an answer of a shape we did not expect
+        if os.environ.get("WEFT_CLI_DEBUG"):
+            raise
+        err.print(
+            f"[red]error:[/] unexpected {type(exc).__name__}: {escape(str(exc)[:500])} "
+            "(WEFT_CLI_DEBUG=1 shows the traceback)"
+        )
+        raise typer.Exit(int(ExitCode.FAILED)) from None
     if code:
         raise typer.Exit(int(code))
