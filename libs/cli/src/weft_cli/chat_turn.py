@@ -113,6 +113,10 @@ async def follow(
     position = request.last_event_id
     started = request.query is None  # rejoining: nothing to send
     failures = 0
+    # (position, type) of each event shown: a stream that hands an event again is not
+    # shown it twice, and only a new event counts as progress. The type is part of it
+    # because the gateway's synthetic error and complete reuse the last real position.
+    shown: set[tuple[str, str]] = set()
     while True:
         if started:
             method, url = "GET", f"/api/v1/sessions/{session_id}/stream"
@@ -132,6 +136,9 @@ async def follow(
                     if not sse.event or (sse.event == "message" and not sse.data):
                         continue
                     position = sse.id or position
+                    if sse.id and (sse.id, sse.event) in shown:
+                        continue
+                    shown.add((sse.id, sse.event))
                     envelope = json.loads(sse.data)
                     failures = 0
                     await on_event(sse.id, sse.event, envelope)
