@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from weft_cli.gateway import gateway
 from weft_cli.outcome import ExitCode
-from weft_cli.output import out, print_json, report
+from weft_cli.output import cell, out, print_json, report
 from weft_cli.runner import options, run
 
 admin = typer.Typer(help="Tenants, API keys, budgets and the audit log (operator token).",
@@ -43,7 +44,7 @@ def _one(ctx: typer.Context, as_json: bool, method: str, path: str, what: str, *
             print_json(shown)
         else:
             for name, value in (shown or {}).items():
-                out.print(f"[bold]{name}[/]: {value}")
+                out.print(f"[bold]{name}[/]: {escape(cell(value, 2000))}")
         return ExitCode.OK
 
     run(work)

@@ -139,7 +139,7 @@ async def follow(
                     if sse.id and (sse.id, sse.event) in shown:
                         continue
                     shown.add((sse.id, sse.event))
-                    envelope = json.loads(sse.data)
+                    envelope = _envelope(sse.data)
                     failures = 0
                     await on_event(sse.id, sse.event, envelope)
                     if sse.event == "complete":
@@ -162,6 +162,17 @@ async def follow(
             f"[yellow]connection lost ({reason}); resuming after {position or 'the start'}[/]"
         )
         await asyncio.sleep(min(0.25 * 2**failures, 5.0))
+
+
+def _envelope(data: str) -> dict[str, Any]:
+    """One event's JSON envelope; anything else is the gateway's fault, said so."""
+    try:
+        envelope = json.loads(data)
+    except ValueError:
+        envelope = None
+    if not isinstance(envelope, dict):
+        raise CommandFailed(f"the gateway sent an event that is not a JSON object: {data[:200]!r}")
+    return envelope
 
 
 def _chat_body(request: ChatRequest) -> dict[str, Any]:

@@ -124,16 +124,16 @@ def summary(stored: StoredLetter) -> dict[str, Any]:
         "position": stored.position,
         "dead_lettered_at": datetime.fromtimestamp(stored.timestamp_ms / 1000, UTC).isoformat(),
     }
-    letter = stored.letter
-    if letter is None:
-        unread = {"source_topic": None, "consumer_group": None, "tenant_id": None}
-        return row | unread | {"reason": stored.problem, "replayable": False,
-                               "refusal": stored.problem}  # fmt: skip
     try:
         replay_of(stored)
         refusal = None
     except NotReplayable as exc:
         refusal = str(exc)
+    letter = stored.letter
+    if letter is None:
+        unread = {"source_topic": None, "consumer_group": None, "tenant_id": None}
+        return row | unread | {"session_id": None, "reason": stored.problem,
+                               "replayable": False, "refusal": refusal}  # fmt: skip
     return row | {
         "source_topic": letter.data.source_topic,
         "consumer_group": letter.data.consumer_group,

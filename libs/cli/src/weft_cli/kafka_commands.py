@@ -15,7 +15,7 @@ from weft_cli.dead_letters import NotReplayable, Replay, StoredLetter, detail, r
 from weft_cli.dlq_log import publish, read_letters
 from weft_cli.lag_report import lag_rows, totals
 from weft_cli.outcome import CommandFailed, ExitCode
-from weft_cli.output import err, out, print_json, report
+from weft_cli.output import cell, clean, err, out, print_json, report, to_json
 from weft_cli.runner import options, run
 from weft_cli.topic_admin import REPARTITION_WARNING, add_partitions, describe, ensure, resolve
 
@@ -67,11 +67,11 @@ def dlq_show(
             return ExitCode.OK
         record = shown.pop("record", None)
         for name, value in shown.items():
-            out.print(f"[bold]{name}[/]: {escape(str(value))}")
+            out.print(f"[bold]{name}[/]: {escape(cell(value, 2000))}")
         if record is not None:
             out.print("[bold]record[/]:")
-            out.print_json(data=record) if isinstance(record, dict) else out.print(
-                escape(str(record)[:5000])
+            out.print(
+                escape(clean(to_json(record) if isinstance(record, dict) else str(record))[:20_000])
             )
         return ExitCode.OK
 
@@ -114,9 +114,9 @@ def _checked(
         try:
             replay = replay_of(stored)
         except NotReplayable as exc:
-            if not skip_refused:
-                outcomes.append({"id": stored.id, "status": "refused", "topic": None,
-                                 "envelope_id": None, "reason": str(exc)})  # fmt: skip
+            status = "skipped" if skip_refused else "refused"
+            outcomes.append({"id": stored.id, "status": status, "topic": None,
+                             "envelope_id": None, "reason": str(exc)})  # fmt: skip
             continue
         ready.append((stored, replay))
         outcomes.append({"id": stored.id, "status": "replayed", "topic": replay.topic.value,

@@ -9,12 +9,23 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 out = Console(highlight=False, soft_wrap=True)
 """stdout: results."""
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 """stderr: progress, warnings and failures."""
+
+_CONTROLS = dict.fromkeys([*range(0, 9), *range(11, 32), 127, *range(128, 160)])
+"""C0 and C1 control characters but tab and newline: what a terminal would act on."""
+
+
+def clean(text: str) -> str:
+    """``text`` without control characters. What the CLI shows comes from the model, the
+    tools and other tenants' data; rich passes an escape sequence through to the terminal
+    (which could retitle it, rewrite the screen or fake a prompt), so it is dropped."""
+    return text.translate(_CONTROLS)
 
 
 def to_json(value: Any) -> str:
@@ -44,17 +55,17 @@ def cell(value: Any, width: int = 60) -> str:
         text = to_json(value)
     else:
         text = str(value)
-    text = text.replace("\n", " ")
+    text = clean(text).replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
     """A rich table of ``rows`` (cells through :func:`cell`)."""
-    shown = Table(title=title, title_justify="left", show_lines=False)
+    shown = Table(title=escape(title), title_justify="left", show_lines=False)
     for column in columns:
         shown.add_column(column, overflow="fold")
     for row in rows:
-        shown.add_row(*(cell(v) for v in row))
+        shown.add_row(*(escape(cell(v)) for v in row))  # data, never markup
     return shown
 
 

@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from weft_cli.output import cell, to_json
+from weft_cli.output import cell, clean, to_json
 
 
 class TurnView:
@@ -47,7 +47,7 @@ class TurnView:
         """The end of the turn: the answer as Markdown, then its status line."""
         self._end_thought()
         data = (complete or {}).get("data") or {}
-        text = str(data.get("final_answer") or self.answer)
+        text = clean(str(data.get("final_answer") or self.answer))
         if self._live is not None:
             self._live.update(Markdown(text))
             self._live.stop()
@@ -62,7 +62,7 @@ class TurnView:
             self._pause_live()
             self._console.print("thinking: ", style="dim italic", end="")
             self._thinking = True
-        self._console.print(escape(delta), style="dim italic", end="")
+        self._console.print(escape(clean(delta)), style="dim italic", end="")
 
     def _end_thought(self) -> None:
         if self._thinking:
@@ -79,7 +79,7 @@ class TurnView:
             if self._live is None:
                 self._live = Live(console=self._console, auto_refresh=False)
                 self._live.start()
-            self._live.update(Markdown(self.answer), refresh=True)
+            self._live.update(Markdown(clean(self.answer)), refresh=True)
 
     def _pause_live(self) -> None:
         """Freeze the live answer before a line is printed under it."""
@@ -88,9 +88,9 @@ class TurnView:
             self._live = None
 
     def _line(self, kind: str, data: dict[str, Any]) -> str | None:
-        name = escape(str(data.get("tool_name", "")))
+        name = escape(cell(data.get("tool_name", ""), 80))
         if kind == "turn_started":
-            return f"[dim]turn started · agent {escape(str(data.get('agent_id', '')))}[/]"
+            return f"[dim]turn started · agent {escape(cell(data.get('agent_id', ''), 80))}[/]"
         if kind == "tool_call":
             return f"[cyan]→ {name}[/] {escape(cell(data.get('arguments', {}), 120))}"
         if kind == "tool_result":
@@ -105,19 +105,20 @@ class TurnView:
             return f"[dim]sources: {escape(cell(titles, 160))}[/]"
         if kind == "tool_approval_required":
             args = escape(cell(data.get("arguments", {}), 160))
-            risk = escape(str(data.get("risk", "")))
+            risk = escape(cell(data.get("risk", ""), 40))
             return f"[yellow]? approval needed[/] for {name} {args} (risk {risk}, " + (
                 f"prompt {data.get('prompt_id')})"
             )
         if kind == "tool_approval_resolved":
-            return (f"[yellow]approval {escape(str(data.get('outcome', '')))}[/] for {name} "
-                    f"by {escape(str(data.get('decided_by', '')))}")  # fmt: skip
+            outcome = escape(cell(data.get("outcome", ""), 40))
+            by = escape(cell(data.get("decided_by", ""), 80))
+            return f"[yellow]approval {outcome}[/] for {name} by {by}"
         if kind == "error":
-            code = escape(str(data.get("code", "")))
-            return f"[red]error {code}:[/] {escape(str(data.get('message', '')))}"
+            code = escape(cell(data.get("code", ""), 80))
+            return f"[red]error {code}:[/] {escape(cell(data.get('message', ''), 500))}"
         if kind == "complete":
             return None
-        return f"[dim]{escape(kind)}[/]"
+        return f"[dim]{escape(cell(kind, 80))}[/]"
 
 
 def status_line(data: dict[str, Any]) -> str:
