@@ -89,7 +89,7 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
             source=Topic.TOOL_RESULTS.value,
         ),
         "not a valid weft.tool.results.v1",
-    ),  # fmt: skip
+    ),
     "newer schema": (
         _letter(_request().replace('"schema_version":1', '"schema_version":99')),
         "not a valid",
