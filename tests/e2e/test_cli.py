@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -175,6 +176,87 @@ def test_ctrl_c_stops_the_turn_through_the_api(cli: Cli) -> None:
     assert events[-1]["data"]["data"]["status"] == "cancelled"
     answered = sum(1 for e in events if e["event"] == "final_answer")
     assert answered < 150, "the answer kept streaming after the stop"
+
+
+class CuttingProxy:
+    """A TCP proxy to the gateway that drops the first chat connection once the answer
+    has begun to stream (what a load balancer's restart or a network blip does)."""
+
+    def __init__(self, upstream: int):
+        self.upstream = upstream
+        self.port = 0
+        self.cuts = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CuttingProxy:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+
+        async def upward() -> None:
+            while data := await reader.read(65536):
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def downward() -> bool:
+            """Whether this connection was cut (a keep-alive connection carries the
+            session's creation first, then the chat's stream)."""
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+                if self.cuts == 0 and b"event: final_answer" in data:
+                    self.cuts = 1
+                    return True
+            return False
+
+        pump = asyncio.ensure_future(upward())
+        try:
+            cut = await downward()
+        finally:
+            pump.cancel()
+        for w in (writer, up_writer):
+            w.transport.abort() if cut else w.close()
+
+
+def test_a_dropped_connection_is_resumed_with_last_event_id(cli: Cli) -> None:
+    """Invariant 1 through the command line: the stream is cut mid-answer, the CLI
+    rejoins after the last event it saw, and shows every event once, in order."""
+    words = " ".join(f"d{i}" for i in range(40))
+    httpx.post(f"{cli.stack.llm_url}/_script", timeout=30, json={
+        "steps": [{"match": "CLIDROP", "content": words, "chunk_delay_ms": 40}],
+        "fallback": "demo",
+    }).raise_for_status()  # fmt: skip
+    gateway_port = int(cli.stack.gateway_url.rsplit(":", 1)[1])
+    with CuttingProxy(gateway_port) as proxy:
+        result = RUNNER.invoke(
+            app, ["chat", "CLIDROP now", "--agent", AGENT, "--json"],
+            env=cli.env(WEFT_API_URL=f"http://127.0.0.1:{proxy.port}"),
+        )  # fmt: skip
+    assert proxy.cuts == 1
+    assert result.exit_code == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "connection lost" in result.stderr and "resuming after" in result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    positions = [tuple(map(int, e["id"].split("-"))) for e in events]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    answer = "".join(e["data"]["data"]["delta"] for e in events if e["event"] == "final_answer")
+    assert answer == events[-1]["data"]["data"]["final_answer"] == words
+    assert [e["event"] for e in events].count("complete") == 1
 
 
 async def _publish_dead_letter(stack: LocalStack, tenant: str, session_id: str) -> ChatRequested:
