@@ -259,6 +259,36 @@ def test_a_dropped_connection_is_resumed_with_last_event_id(cli: Cli) -> None:
     assert [e["event"] for e in events].count("complete") == 1
 
 
+@pytest.mark.parametrize(("mode", "outcome"), [("approve", "approved"), ("deny", "denied")])
+def test_approval_prompts_are_answered_as_the_flag_says(cli: Cli, mode: str, outcome: str) -> None:
+    """SPEC H-01..H-03 from the command line: a write of a ``confirm`` agent waits for a
+    person; ``--approvals`` answers through the public API without asking."""
+    headers = {"Authorization": f"Bearer {cli.key['secret']}"}
+    with httpx.Client(base_url=cli.stack.gateway_url, headers=headers, timeout=60) as api:
+        agent = api.post("/api/v1/agents", json={
+            "name": f"cli-{mode}-{secrets.token_hex(3)}", "allowed_tools": ["write_sandbox_file"],
+            "sandbox_enabled": True, "kb_selection_mode": "none", "access_level": "confirm",
+        })  # fmt: skip
+        assert agent.status_code == 201, agent.text
+        session = api.post("/api/v1/sessions", json={"agent_id": agent.json()["id"]}).json()
+    marker = f"CLIASK{mode.upper()}"
+    write = {"path": "output/cli.txt", "content": "written after a decision"}
+    steps = [{"match": marker, "tool_calls": [{"id": "w1", "name": "write_sandbox_file",
+                                               "arguments": write}]},
+             {"match": marker, "content": "done"}]  # fmt: skip
+    httpx.post(f"{cli.stack.llm_url}/_script", json={"steps": steps}, timeout=30)
+    result = cli.run("chat", f"{marker} please", "--session", session["id"], "--approvals", mode,
+                     "--json")  # fmt: skip
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    data = {e["event"]: e["data"]["data"] for e in events}
+    assert data["tool_approval_required"]["tool_name"] == "write_sandbox_file"
+    assert data["tool_approval_resolved"]["outcome"] == outcome
+    assert data["tool_approval_resolved"]["decided_by"] == "u1"
+    assert data["tool_result"]["success"] is (mode == "approve"), data["tool_result"]
+    assert data["complete"]["status"] == "completed"
+    assert f"{outcome} prompt {data['tool_approval_required']['prompt_id']}" in result.stderr
+
+
 async def _publish_dead_letter(stack: LocalStack, tenant: str, session_id: str) -> ChatRequested:
     """A turn's ChatRequested that its consumer dead-lettered (as the bus writes it)."""
     request_id = f"req_{secrets.token_hex(8)}"
