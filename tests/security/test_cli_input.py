@@ -238,3 +238,11 @@ def test_what_the_model_says_cannot_drive_the_terminal() -> None:
     assert "pwned" in shown and "fake prompt" in shown, "the text itself stays"
     assert "\x1b]0;" not in shown and "\x1b[2J" not in shown and "\x9b" not in shown
     assert "[bold red]" in shown, "markup from data is printed, not applied"
+
+
+def test_a_wrong_kafka_password_is_a_refused_login(dlq_prefix: str) -> None:
+    env = {**principal_env(infra_env(), DLQ_REPLAY), "WEFT_KAFKA_PASSWORD": "guessed",
+           "WEFT_TOPIC_PREFIX": dlq_prefix}  # fmt: skip
+    refused = RUNNER.invoke(app, ["dlq", "ls"], env=env)
+    assert refused.exit_code == ExitCode.AUTH, refused.stderr
+    assert "refused the login" in refused.stderr and "guessed" not in refused.stderr

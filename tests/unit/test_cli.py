@@ -233,3 +233,9 @@ def test_a_superseded_answer_round_is_dropped() -> None:
     view.show("final_answer", {"data": {"round": 0, "delta": "", "superseded": True}})
     view.show("final_answer", {"data": {"round": 1, "delta": "final"}})
     assert view.answer == "final"
+
+
+def test_an_unreachable_broker_exits_4() -> None:
+    result = _invoke("lag", env={"WEFT_KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+    assert result.exit_code == ExitCode.UNREACHABLE, result.stderr
+    assert "not reachable" in result.stderr and "Traceback" not in result.stderr

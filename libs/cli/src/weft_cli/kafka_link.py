@@ -50,8 +50,6 @@ class _LoginFailures(logging.Handler):
 
 _LOGINS = _LoginFailures()
 _AIOKAFKA_LOG = logging.getLogger("aiokafka")
-_AIOKAFKA_LOG.addHandler(_LOGINS)
-_AIOKAFKA_LOG.propagate = False
 
 
 def who(settings: KafkaSettings) -> str:
@@ -93,10 +91,18 @@ def translate(settings: KafkaSettings, principal: str, exc: KafkaError) -> Comma
 async def kafka_errors(settings: KafkaSettings, principal: str) -> AsyncIterator[None]:
     """Turn every Kafka error raised inside into :class:`CommandFailed`."""
     _LOGINS.last = None
+    # only while a command talks to Kafka: a process that imports weft_cli (a test run)
+    # keeps aiokafka's logging as it was
+    propagate = _AIOKAFKA_LOG.propagate
+    _AIOKAFKA_LOG.addHandler(_LOGINS)
+    _AIOKAFKA_LOG.propagate = False
     try:
         yield
     except KafkaError as exc:
         raise translate(settings, principal, exc) from exc
+    finally:
+        _AIOKAFKA_LOG.removeHandler(_LOGINS)
+        _AIOKAFKA_LOG.propagate = propagate
 
 
 @asynccontextmanager
