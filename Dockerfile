@@ -41,6 +41,7 @@ WORKDIR /src
 #    invalidate the (slow) third-party install. Every member's pyproject.toml is needed for
 #    uv to load the workspace, even for members this SERVICE does not use.
 COPY pyproject.toml uv.lock ./
+COPY libs/cli/pyproject.toml libs/cli/pyproject.toml
 COPY libs/context/pyproject.toml libs/context/pyproject.toml
 COPY libs/contracts/pyproject.toml libs/contracts/pyproject.toml
 COPY libs/llm/pyproject.toml libs/llm/pyproject.toml

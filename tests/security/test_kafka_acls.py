@@ -26,6 +26,7 @@ from weft_contracts import Topic
 from weft_platform.kafka_acls import (
     ACCESS,
     DLQ_REPLAY,
+    SERVICE_PRINCIPALS,
     SUPER_USER,
     AclBinding,
     _CreateAcls,
@@ -41,7 +42,8 @@ from weft_testkit.stack import free_port
 
 from tests.private_broker import PrivateBroker
 
-SERVICES = [p for p in ACCESS if p != DLQ_REPLAY]
+SERVICES = list(SERVICE_PRINCIPALS.values())
+"""The services' principals (the replay identity and the operators' tools are not)."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,10 @@ from weft_gateway.notices import NOTICES_GROUP
 from weft_memory.app import CONSUMER_GROUP as MEMORY_GROUP
 from weft_platform.kafka_acls import (
     ACCESS,
+    CONSUMER_GROUPS,
     DLQ_REPLAY,
+    OPS_LAG,
+    OPS_TOPICS,
     SERVICE_PRINCIPALS,
     SESSION_NOTICES,
     bindings,
@@ -84,6 +87,23 @@ def test_the_groups_are_the_services_own() -> None:
     for principal, expected in groups.items():
         assert ACCESS[principal].groups == expected, principal
     assert set(SERVICE_PRINCIPALS) == set(SERVICES), "every stack service has a principal"
+
+
+def test_the_operators_tools_read_and_write_no_record() -> None:
+    """weft lag describes, weft topics creates and alters: neither reads a record, writes
+    one or joins a group (docs/cli.md)."""
+    for principal in (OPS_LAG, OPS_TOPICS):
+        access = ACCESS[principal]
+        assert not (access.reads or access.writes or access.groups), principal
+    assert ACCESS[OPS_LAG].describe_groups == CONSUMER_GROUPS
+    assert not (ACCESS[OPS_LAG].creates or ACCESS[OPS_LAG].alters)
+    assert ACCESS[OPS_TOPICS].alters == ACCESS[OPS_TOPICS].creates == {t.value for t in Topic}
+    assert not ACCESS[OPS_TOPICS].describe_groups
+    assert {OPS_LAG, OPS_TOPICS}.isdisjoint(SERVICE_PRINCIPALS.values())
+
+
+def test_lag_covers_every_consumer_group_of_the_table() -> None:
+    assert set().union(*(a.groups for a in ACCESS.values())) == CONSUMER_GROUPS
 
 
 def test_acls_name_the_prefixed_topics_and_groups() -> None:

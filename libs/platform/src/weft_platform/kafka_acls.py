@@ -35,6 +35,14 @@ DLQ_REPLAY = "weft-dlq-replay"
 """The principal that reads dead letters and puts them back on their topic: separate from
 every service, so that no service can read what others dead-lettered."""
 
+OPS_LAG = "weft-ops-lag"
+"""The principal of ``weft lag``: describes the deployment's topics and consumer groups
+(end offsets, committed offsets), and reads no record and writes nothing."""
+
+OPS_TOPICS = "weft-ops-topics"
+"""The principal of ``weft topics``: creates the deployment's topics, adds partitions to
+them and describes them; it reads and writes no record and touches no group."""
+
 SUPER_USER = "weft-admin"
 """The broker's super user: the topics job (creates topics and these ACLs) and tests'
 inspection clients. No service runs as it."""
@@ -45,11 +53,18 @@ _EVERY_WRITER_TOPIC = Topic.DLQ.value
 @dataclass(frozen=True, slots=True)
 class Access:
     """What one principal may do: produce to ``writes``, consume ``reads`` (with or without
-    a group), and join the consumer ``groups``."""
+    a group), and join the consumer ``groups``. The operators' tools get narrower rights
+    on top: ``describes`` (a topic's partitions and offsets, no record), ``creates`` and
+    ``alters`` (create a topic, add partitions to it) and ``describe_groups`` (a group's
+    members and committed offsets, without joining it)."""
 
     writes: frozenset[str] = field(default_factory=frozenset)
     reads: frozenset[str] = field(default_factory=frozenset)
     groups: frozenset[str] = field(default_factory=frozenset)
+    describes: frozenset[str] = field(default_factory=frozenset)
+    creates: frozenset[str] = field(default_factory=frozenset)
+    alters: frozenset[str] = field(default_factory=frozenset)
+    describe_groups: frozenset[str] = field(default_factory=frozenset)
 
 
 def _access(
@@ -58,6 +73,24 @@ def _access(
     # Every service may dead-letter what it could not handle (ARCHITECTURE, "Topics").
     return Access(frozenset([*writes, _EVERY_WRITER_TOPIC]), frozenset(reads), frozenset(groups))
 
+
+_EVERY_TOPIC = frozenset(t.value for t in Topic)
+CONSUMER_GROUPS = frozenset(
+    [
+        "weft-gateway-projector",
+        "weft-gateway-notices",
+        "weft-engine",
+        "weft-engine-results",
+        "weft-engine-control",
+        "weft-tool-exec",
+        "weft-sandbox",
+        "weft-memory",
+        "weft-suggestions",
+        DLQ_REPLAY,
+    ]
+)
+"""Every consumer group of the table (a unit test keeps the two lists equal): what
+``weft lag`` reports on."""
 
 ACCESS: dict[str, Access] = {
     "weft-gateway": _access(
@@ -107,6 +140,8 @@ ACCESS: dict[str, Access] = {
         reads=frozenset([Topic.DLQ]),
         groups=frozenset([DLQ_REPLAY]),
     ),
+    OPS_LAG: Access(describes=_EVERY_TOPIC, describe_groups=CONSUMER_GROUPS),
+    OPS_TOPICS: Access(describes=_EVERY_TOPIC, creates=_EVERY_TOPIC, alters=_EVERY_TOPIC),
 }
 """Principal -> what it may do. Every principal not listed here (and every anonymous
 client) is refused everything but the super user's."""
@@ -133,6 +168,9 @@ class _Operation(IntEnum):
     ANY = 1
     READ = 3
     WRITE = 4
+    CREATE = 5
+    ALTER = 7
+    DESCRIBE = 8
 
 
 _ANY_RESOURCE = 1
@@ -155,7 +193,8 @@ class AclBinding:
 
 def bindings(prefix: str = "") -> list[AclBinding]:
     """The ACLs of :data:`ACCESS` for the deployment whose names start with ``prefix``.
-    READ and WRITE each imply DESCRIBE, which metadata requests need."""
+    READ and WRITE each imply DESCRIBE, which metadata requests need; DESCRIBE alone (the
+    operators' tools) shows offsets and partitions but no record."""
     out: set[AclBinding] = set()
     for principal, access in ACCESS.items():
         for topic in access.writes:
@@ -164,6 +203,13 @@ def bindings(prefix: str = "") -> list[AclBinding]:
             out.add(AclBinding(principal, _Resource.TOPIC, prefix + topic, _Operation.READ))
         for group in access.groups:
             out.add(AclBinding(principal, _Resource.GROUP, prefix + group, _Operation.READ))
+        for names, kind, operation in (
+            (access.describes, _Resource.TOPIC, _Operation.DESCRIBE),
+            (access.creates, _Resource.TOPIC, _Operation.CREATE),
+            (access.alters, _Resource.TOPIC, _Operation.ALTER),
+            (access.describe_groups, _Resource.GROUP, _Operation.DESCRIBE),
+        ):
+            out.update(AclBinding(principal, kind, prefix + name, operation) for name in names)
     return sorted(out)
 
 
@@ -271,6 +317,10 @@ async def _until_enforced(
         await asyncio.sleep(0.1)
 
 
+_GRANTED = frozenset(op.value for op in _Operation if op is not _Operation.ANY)
+"""The operations the table grants (what :func:`_listed` reports)."""
+
+
 async def _listed(admin: AIOKafkaAdminClient) -> set[AclBinding]:
     """Every literal ALLOW rule on topics and groups the broker enforces."""
     request = DescribeAclsRequest(
@@ -284,7 +334,7 @@ async def _listed(admin: AIOKafkaAdminClient) -> set[AclBinding]:
         if kind not in (_Resource.TOPIC, _Resource.GROUP):
             continue
         for principal, _host, operation, permission in rules:
-            if permission == _ALLOW and operation in (_Operation.READ, _Operation.WRITE):
+            if permission == _ALLOW and operation in _GRANTED:
                 user = principal.removeprefix("User:")
                 listed.add(AclBinding(user, _Resource(kind), name, _Operation(operation)))
     return listed
@@ -297,16 +347,27 @@ async def delete_acls(admin: AIOKafkaAdminClient, prefix: str) -> None:
 
 
 def markdown_table() -> str:
-    """:data:`ACCESS` as the Markdown table of ``docs/security.md``."""
+    """:data:`ACCESS` as the Markdown table of ``docs/security.md``: R read, W write,
+    D describe only, C create, A alter (add partitions)."""
     topics = sorted({*(t.value for t in Topic), SESSION_NOTICES})
     rows = ["| principal | " + " | ".join(f"`{t}`" for t in topics) + " | consumer groups |"]
     rows.append("|---" * (len(topics) + 2) + "|")
     for principal, access in ACCESS.items():
-        cells = []
-        for topic in topics:
-            ops = [op for op, has in (("R", topic in access.reads), ("W", topic in access.writes))
-                   if has]  # fmt: skip
-            cells.append("".join(ops) or "-")
-        groups = ", ".join(f"`{g}`" for g in sorted(access.groups)) or "-"
-        rows.append(f"| `{principal}` | " + " | ".join(cells) + f" | {groups} |")
+        cells = [_topic_cell(access, topic) for topic in topics]
+        groups = ", ".join(f"`{g}`" for g in sorted(access.groups))
+        if access.describe_groups:
+            described = f"describe only: {len(access.describe_groups)} groups (every one above)"
+            groups = f"{groups}; {described}" if groups else described
+        rows.append(f"| `{principal}` | " + " | ".join(cells) + f" | {groups or '-'} |")
     return "\n".join(rows)
+
+
+def _topic_cell(access: Access, topic: str) -> str:
+    rights = (
+        ("R", topic in access.reads),
+        ("W", topic in access.writes),
+        ("D", topic in access.describes and topic not in access.reads | access.writes),
+        ("C", topic in access.creates),
+        ("A", topic in access.alters),
+    )
+    return "".join(letter for letter, has in rights if has) or "-"

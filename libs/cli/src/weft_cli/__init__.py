@@ -1,0 +1,1 @@
+"""weft: the command line of Weft operators and users (docs/cli.md)."""
