@@ -34,13 +34,15 @@ class FaqSearch:
         query: str,
         wanted: int,
         *,
+        keyword: bool,
         semantic: bool,
     ) -> list[Candidate]:
         """Entries matching ``query`` at or above the rerank threshold, best first."""
         found: dict[str, FaqRow] = {}
         cosine: dict[str, float] = {}
-        for hit in await self._faq.keyword_search(tenant_id, kb_ids, query, wanted):
-            found[hit.entry.id] = hit.entry
+        if keyword:
+            for hit in await self._faq.keyword_search(tenant_id, kb_ids, query, wanted):
+                found[hit.entry.id] = hit.entry
         if semantic and self._embedder is not None:
             for hit in await self._semantic(tenant_id, kb_ids, query, wanted):
                 found.setdefault(hit.entry.id, hit.entry)

@@ -87,21 +87,36 @@ class KnowledgeSearch:
             report.rerank_rejected = rejected
         faqs: list[Candidate] = []
         if faq_kbs and self._faq_search is not None:
-            semantic = mode is not SearchMode.KEYWORD
-            wanted = limit * CANDIDATE_FACTOR
+            keyword, semantic = self._faq_plan(mode, faq_kbs, report)
             faqs = await self._faq_search.candidates(
-                tenant_id, faq_kbs, query, wanted, semantic=semantic
-            )
+                tenant_id, sorted(faq_kbs), query, limit * CANDIDATE_FACTOR,
+                keyword=keyword, semantic=semantic,
+            )  # fmt: skip
             report.rerank_rejected = report.rerank_rejected and not faqs
         report.results = merge_faq(kept, faqs, limit, faq_score_boost)
         return report
 
     async def _faq_bases(
         self, tenant_id: str, kb_ids: list[str], document_ids: Sequence[str]
-    ) -> list[str]:
+    ) -> dict[str, tuple[int, int]]:
+        """FAQ bases in scope -> (entries, embedded entries); none under a mention."""
         if self._faq is None or document_ids:
-            return []
-        return sorted(await self._faq.faq_bases(tenant_id, kb_ids))
+            return {}
+        return await self._faq.faq_bases(tenant_id, kb_ids)
+
+    def _faq_plan(
+        self, mode: SearchMode, bases: dict[str, tuple[int, int]], report: SearchReport
+    ) -> tuple[bool, bool]:
+        """(keyword, semantic) over FAQ entries; semantic without vectors falls back."""
+        vectors = self._embedder is not None and any(e for _, e in bases.values())
+        if mode is not SearchMode.KEYWORD and not vectors:
+            reason = "no embedder configured" if self._embedder is None else "no embeddings yet"
+            report.mode_fallbacks += [
+                {"knowledge_base_id": kb, "from": mode.value, "to": "keyword", "reason": reason}
+                for kb in sorted(bases)
+            ]
+            return True, False
+        return mode is not SearchMode.SEMANTIC, mode is not SearchMode.KEYWORD
 
     async def _chunks(
         self,
