@@ -36,11 +36,11 @@ from weft_tools.builtin import ToolDependencies, builtin_registry
 from weft_tools.knowledge_client import KnowledgeClient
 
 FAQ_CSV = (
-    "question,answer,similar_questions,tag\n"
-    "How do I reset my password?,Use the reset link on the sign-in page.,"
-    "forgot my password|lost password,account\n"
-    "What are the support hours?,Support answers from 8am to 6pm CET.,,support\n"
-).encode()
+    b"question,answer,similar_questions,tag\n"
+    b"How do I reset my password?,Use the reset link on the sign-in page.,"
+    b"forgot my password|lost password,account\n"
+    b"What are the support hours?,Support answers from 8am to 6pm CET.,,support\n"
+)
 
 
 class ScriptedEmbedder:

@@ -34,13 +34,16 @@ def xlsx(rows: list[list[object]]) -> bytes:
 
 def test_csv_rows_become_entries_with_their_phrasings_and_tag() -> None:
     content = (
-        "Question,Answer,Similar Questions,Tag\n"
-        'How do I reset my password?,"Use the link on the sign-in page.",'
-        "forgot password | lost password,account\n"
-        "What are the office hours?,9 to 5,,\n"
-    ).encode()
+        b"Question,Answer,Similar Questions,Tag\n"
+        b'How do I reset my password?,"Use the link on the sign-in page.",'
+        b"forgot password | lost password,account\n"
+        b"What are the office hours?,9 to 5,,\n"
+    )
     drafts = parse_faq_file("faq.csv", content, LIMITS)
-    assert [d.question for d in drafts] == ["How do I reset my password?", "What are the office hours?"]
+    assert [d.question for d in drafts] == [
+        "How do I reset my password?",
+        "What are the office hours?",
+    ]
     assert drafts[0].similar_questions == ("forgot password", "lost password")
     assert drafts[0].tag == "account" and drafts[1].similar_questions == ()
 
@@ -73,7 +76,9 @@ def test_formulas_stay_inert_text() -> None:
     ],
 )
 def test_wrong_columns_are_named(header: str, message: str) -> None:
-    content = f"{header}\nx,y\n".encode() if header.count(",") == 1 else f"{header}\nx,y,z\n".encode()
+    content = (
+        f"{header}\nx,y\n".encode() if header.count(",") == 1 else f"{header}\nx,y,z\n".encode()
+    )
     with pytest.raises(FaqImportRefused) as refused:
         parse_faq_file("faq.csv", content, LIMITS)
     assert message in str(refused.value) and "found" in str(refused.value)
