@@ -119,15 +119,15 @@ async def test_entries_are_written_read_and_deleted_through_their_base(kit: Kit)
     kb = await _faq_kb(kit)
     mine = {"tenant_id": kit.tenant}
     base = f"/internal/knowledge-bases/{kb}/faq/entries"
-    created = await kit.http.post(base, json={**mine, "question": "Where do I park?",
-                                              "answer": "Level -2.", "similar_questions": ["parking"]})  # fmt: skip
+    park = {"question": "Where do I park?", "answer": "Level -2.", "similar_questions": ["parking"]}
+    created = await kit.http.post(base, json={**mine, **park})
     assert created.status_code == 201, created.text
     entry = created.json()
     assert entry["similar_questions"] == ["parking"] and "tenant_id" not in entry
     listed = (await kit.http.get(base, params={**mine, "size": 10})).json()
     assert listed["total"] == 3 and listed["items"][-1]["id"] == entry["id"]
-    replaced = await kit.http.put(f"{base}/{entry['id']}", json={**mine, "question": "Parking?",
-                                                                   "answer": "Level -3."})  # fmt: skip
+    moved = {"question": "Parking?", "answer": "Level -3."}
+    replaced = await kit.http.put(f"{base}/{entry['id']}", json={**mine, **moved})
     assert replaced.json()["answer"] == "Level -3." and replaced.json()["similar_questions"] == []
     assert (await kit.http.delete(f"{base}/{entry['id']}", params=mine)).status_code == 204
     assert (await kit.http.get(f"{base}/{entry['id']}", params=mine)).status_code == 404

@@ -117,7 +117,7 @@ def test_an_xlsx_bomb_is_refused_before_it_is_inflated() -> None:
 
 
 def test_other_files_and_empty_tables_are_refused() -> None:
-    with pytest.raises(FaqImportRefused, match="use a .csv or .xlsx"):
+    with pytest.raises(FaqImportRefused, match=r"use a \.csv or \.xlsx"):
         parse_faq_file("faq.pdf", b"%PDF", LIMITS)
     with pytest.raises(FaqImportRefused, match="no entries"):
         parse_faq_file("faq.csv", b"question,answer\n", LIMITS)
