@@ -41,7 +41,8 @@ async def _turn(
         json_body={"query": query, **body},
     )  # fmt: skip
     assert events[-1].event == "complete", events[-1].data
-    assert events[-1].data["data"]["status"] == "completed", events[-1].data
+    errors = [e.data["data"] for e in events if e.event == "error"]
+    assert events[-1].data["data"]["status"] == "completed", (events[-1].data["data"], errors)
     return events
 
 
@@ -94,3 +95,37 @@ async def test_a_doc_mention_limits_the_search_to_that_document(
     assert searched_documents(events) == {ids["basic"]}
     events = await _turn(api, stack, agent, "@tag:premium plan costs euros per month")
     assert searched_documents(events) == {ids["pro"]}
+
+
+async def test_intent_detection_and_expansion_through_the_scripted_model(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:
+    """SPEC C-04: the analysis call's variants are searched beside the question (in the
+    same round); a message the model calls chat skips retrieval and is answered by the
+    one generation (the closing generation's last message is the engine's own request to
+    answer from the retrieved passages: its steps match that)."""
+    kb = (await api.post("/api/v1/knowledge-bases", json={"name": "faq", "kind": "faq"})).json()
+    await api.post(
+        f"/api/v1/knowledge-bases/{kb['id']}/faq/import", files={"file": ("faq.csv", FAQ_CSV)}
+    )
+    agent = await _quick_agent(
+        api, [kb["id"]], faq_priority_enabled=False, intent_detection_enabled=True,
+        query_expansion_enabled=True,
+    )  # fmt: skip
+    await llm.post("/_script", json={"steps": [
+        {"match": "EXPAND", "content": '{"intent": "knowledge", "variants": ["lost password"]}'},
+        {"match": "retrieved passages", "content": "Follow the reset link."},
+        {"match": "HELLO", "content": '{"intent": "chat", "variants": []}'},
+        {"match": "retrieved passages", "content": "Hello! How can I help?"},
+    ]})  # fmt: skip
+
+    events = await _turn(api, stack, agent, "EXPAND how do I get back into my account")
+    calls = [e.data["data"] for e in events if e.event == "tool_call"]
+    assert len(calls) == 2 and "lost password" in str(calls[1]), calls
+    assert len([e for e in events if e.event == "tool_result"]) == 2
+    assert events[-1].data["data"]["final_answer"] == "Follow the reset link."
+
+    events = await _turn(api, stack, agent, "HELLO there")
+    assert not [e for e in events if e.event in ("tool_call", "tool_result")]
+    assert events[-1].data["data"]["final_answer"] == "Hello! How can I help?"
+    assert len(await chat_requests(llm)) == 4  # two analyses, two generations
