@@ -40,6 +40,36 @@ class SkillInfo(BaseModel):
     description: str = Field(default="", max_length=1024)
 
 
+class FaqSettings(BaseModel):
+    """SPEC C-04: how quick-answer treats FAQ entries and the question before retrieval."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    priority_enabled: bool = Field(
+        default=False,
+        description="FAQ entries found come before document passages (ranked by match "
+        "plus score_boost), and one at or above direct_answer_threshold is the answer.",
+    )
+    direct_answer_threshold: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description="The boosted match at or above which an FAQ answer is given as is, "
+        "without a generation.",
+    )
+    score_boost: float = Field(default=0.1, ge=0, le=1, description="Added to FAQ matches.")
+    intent_detection: bool = Field(
+        default=False,
+        description="Ask the model first whether the message needs the knowledge bases at "
+        "all (a greeting does not): one short call; unclear answers retrieve.",
+    )
+    query_expansion: bool = Field(
+        default=False,
+        description="Search the knowledge bases with up to two other phrasings of the "
+        "question as well (from the same short call as intent detection).",
+    )
+
+
 class AgentConfig(BaseModel):
     """Snapshot of an agent's settings that travels with ``ChatRequested``.
 
@@ -76,6 +106,16 @@ class AgentConfig(BaseModel):
         default=False,
         description="SPEC C-04: a quick-answer turn with history first rewrites the question "
         "into a standalone search query.",
+    )
+    faq: FaqSettings = Field(
+        default_factory=lambda: FaqSettings(),
+        description="SPEC C-04: quick-answer's FAQ priority, intent detection and expansion.",
+    )
+    search_document_ids: list[str] = Field(
+        default_factory=list,
+        max_length=500,
+        description="SPEC A-11: the documents this turn's @doc/@tag mentions narrowed the "
+        "search to (within knowledge_base_ids); empty: no mention, every document.",
     )
     reasoning_effort: ReasoningEffort | None = Field(
         default=None,

@@ -18,6 +18,8 @@ class DocumentInfo:
     chunk_count: int
     embedded_count: int
     error: str | None
+    tags: tuple[str, ...] = ()
+    """Labels an ``@tag`` mention narrows a search to (SPEC A-11)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,6 +28,18 @@ class ToolContext(Payload):
         description="SPEC A-09, T-11: the caller's API key is limited to these knowledge bases "
         "(None: not limited); what database_query reads when the turn names no base.",
     )
+    document_ids: list[str] = Field(
+        default_factory=list,
+        max_length=500,
+        description="SPEC A-11: the documents the turn's mentions narrowed search to; empty: "
+        "no mention.",
+    )
+    faq_score_boost: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="SPEC C-04: FAQ priority with this boost (quick-answer); None: off.",
+    )
     allowed_tools: list[str] | None = Field(
         default=None,
         description=(

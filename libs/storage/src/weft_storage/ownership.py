@@ -72,7 +72,7 @@ OWNED_TABLES: Mapping[str, tuple[str, ...]] = {
         "agent_grants",
         "agent_run_suspensions",
     ),
-    "knowledge": ("knowledge_bases", "documents", "document_files", "chunks"),
+    "knowledge": ("knowledge_bases", "documents", "document_files", "chunks", "faq_entries"),
     "sandbox": ("sandbox_checkpoints",),
     "suggestions": ("suggestion_turns", "message_suggestion_sets", "suggestion_events"),
     "tool_exec": (),

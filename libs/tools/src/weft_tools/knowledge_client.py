@@ -110,11 +110,15 @@ class KnowledgeClient:
         limit: int,
         *,
         credential: str | None,
+        document_ids: list[str] | None = None,
+        faq_score_boost: float | None = None,
     ) -> SearchReport:
         """The ``search_knowledge`` pipeline, run by knowledge over ``kb_ids`` (all the
-        tenant's KBs when empty)."""
+        tenant's KBs when empty), only ``document_ids`` when given (SPEC A-11), FAQ
+        entries first when ``faq_score_boost`` is given (SPEC C-04)."""
         body = {"tenant_id": tenant_id, "knowledge_base_ids": kb_ids, "query": query,
-                "mode": mode.value, "limit": limit}  # fmt: skip
+                "mode": mode.value, "limit": limit, "document_ids": document_ids or [],
+                "faq_score_boost": faq_score_boost}  # fmt: skip
         resp = await self._send("POST", "/internal/search", credential, json=body)
         if resp is None:
             raise NoIndexInScope("no knowledge base in scope has indexed content")

@@ -47,15 +47,22 @@ class SearchKnowledgeTool:
                 args.mode,
                 args.limit,
                 credential=self._knowledge.credential_for(call),
+                document_ids=call.context.document_ids,
+                faq_score_boost=call.context.faq_score_boost,
             )
         except (OutOfScope, NoIndexInScope, KnowledgeUnavailable) as exc:
             return ToolOutcome(success=False, error=f"search_knowledge: {exc}")
         payload, references = await self._format(call, query, report)
+        data: dict[str, Any] = {"references": references}
+        pairs = zip(references, report.results, strict=True)  # one reference per result
+        faq = [m for r, hit in pairs if (m := _faq_match(r["alias"], hit))]
+        if faq:
+            data["faq"] = faq
         return ToolOutcome(
             success=True,
             output=_within_budget(payload, call.context.max_output_chars * 4 // 5),
             display_type="search_results",
-            data={"references": references},
+            data=data,
         )
 
     async def _format(
@@ -70,7 +77,10 @@ class SearchKnowledgeTool:
             if doc not in documents:
                 kb = await self._scope.handle(call, "knowledge_base", hit.knowledge_base_id)
                 documents[doc] = {"title": hit.title, "knowledge_base": kb}
-            results.append({"id": alias, "document": doc, "content": hit.content})
+            result = {"id": alias, "document": doc, "content": hit.content}
+            if hit.kind == "faq":
+                result["type"] = "faq"
+            results.append(result)
             references.append(_reference(alias, hit))
         payload: dict[str, Any] = {
             "query": query,
@@ -113,6 +123,19 @@ def _within_budget(payload: dict[str, Any], budget: int) -> str:
         payload["omitted"] = omitted_marker(dropped)
         text = dumps(payload)
     return text
+
+
+def _faq_match(alias: str, hit: Candidate) -> dict[str, Any] | None:
+    """What quick-answer's direct answer reads of an FAQ result (SPEC C-04): the engine
+    compares ``match_score`` (plus the agent's boost) with its threshold."""
+    if hit.kind != "faq" or hit.match_score is None:
+        return None
+    return {
+        "alias": alias,
+        "question": hit.title,
+        "answer": hit.answer,
+        "match_score": hit.match_score,
+    }
 
 
 def _reference(alias: str, hit: Candidate) -> dict[str, Any]:

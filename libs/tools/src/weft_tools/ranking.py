@@ -72,6 +72,13 @@ class Candidate:
     position: int = 0
     score: float = 0.0
     rerank_score: float | None = None
+    kind: str = "chunk"
+    """'chunk' (of a document) or 'faq' (an FAQ entry: ``chunk_id`` and ``document_id``
+    are the entry's id, ``title`` its question, ``answer`` its answer)."""
+    answer: str = ""
+    match_score: float | None = None
+    """An FAQ entry's match with the query in [0, 1] (the best of its phrasings' rerank
+    score and its question's cosine), what quick-answer's direct-answer threshold reads."""
 
 
 class NoIndexInScope(LookupError):

@@ -98,6 +98,23 @@ class AgentDefinition(BaseModel):
         "search query from the conversation before retrieval (SPEC C-04). Smart-reasoning "
         "agents ignore it (the model writes its own search queries).",
     )
+    faq_priority_enabled: bool = Field(
+        default=False,
+        description="Quick-answer (SPEC C-04): FAQ entries first; one whose match plus "
+        "faq_score_boost reaches faq_direct_answer_threshold answers without a generation.",
+    )
+    faq_direct_answer_threshold: float = Field(default=0.9, ge=0, le=1)
+    faq_score_boost: float = Field(default=0.1, ge=0, le=1)
+    intent_detection_enabled: bool = Field(
+        default=False,
+        description="Quick-answer (SPEC C-04): a short model call first decides whether the "
+        "message needs the knowledge bases (a greeting does not).",
+    )
+    query_expansion_enabled: bool = Field(
+        default=False,
+        description="Quick-answer (SPEC C-04): the same call offers up to two other "
+        "phrasings, searched beside the question.",
+    )
     question_suggestions: QuestionSuggestions | None = Field(
         default=None,
         description="Starters and follow-ups (SPEC Q-01/Q-02); unset: the SPEC's defaults.",

@@ -15,6 +15,7 @@ from weft_contracts import (
     ReasoningEffort,
     SkillInfo,
 )
+from weft_contracts.agent import FaqSettings
 from weft_contracts.mcp import DEFAULT_AUTH_WAIT_S, McpServerRef
 from weft_storage.agent_config.skills import SkillStore
 from weft_tool_catalog.sandbox_specs import SKILL_INSTALLER_AGENT
@@ -120,6 +121,20 @@ class TurnOverrides:
     web_allowed: bool = True
 
 
+def faq_settings(agent: AgentDefinition) -> FaqSettings:
+    """SPEC C-04's FAQ priority, intent detection and expansion: quick-answer's pipeline
+    only (a smart-reasoning model reads every result itself)."""
+    if agent.mode != AgentMode.QUICK_ANSWER:
+        return FaqSettings()
+    return FaqSettings(
+        priority_enabled=agent.faq_priority_enabled,
+        direct_answer_threshold=agent.faq_direct_answer_threshold,
+        score_boost=agent.faq_score_boost,
+        intent_detection=agent.intent_detection_enabled,
+        query_expansion=agent.query_expansion_enabled,
+    )
+
+
 def runtime_config(
     agent_id: str,
     agent: AgentDefinition,
@@ -169,6 +184,7 @@ def runtime_config(
         memory_enabled=bool(full.memory_enabled),
         web_search_max_results=full.web_search_max_results or 5,
         query_rewrite=full.mode == AgentMode.QUICK_ANSWER and full.query_rewrite_enabled,
+        faq=faq_settings(full),
         reasoning_effort=effort,
         synthesis_reasoning_effort=synthesis_reasoning_effort(effort, levels),
         image_upload_enabled=full.image_upload_enabled,

@@ -175,6 +175,7 @@ def dispatch_messages(
 ) -> tuple[list[PendingCall], list[ToolCallRequested]]:
     """Give the calls absolute deadlines from now and build their Kafka messages."""
     now = time.time()
+    faq = state.agent.faq
     context = ToolContext(
         user_id=state.user_id,
         agent_id=state.agent.agent_id,
@@ -186,6 +187,8 @@ def dispatch_messages(
         mcp_server_ids=[server.id for server in state.agent.mcp_servers],
         mcp_auth_wait_s=state.agent.mcp_auth_wait_s if state.agent.mcp_servers else None,
         allowed_skills=[skill.name for skill in state.agent.skills],
+        document_ids=state.agent.search_document_ids,
+        faq_score_boost=faq.score_boost if faq.priority_enabled else None,
     )
     updated: list[PendingCall] = []
     messages: list[ToolCallRequested] = []

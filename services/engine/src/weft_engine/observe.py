@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
-from weft_contracts import AgentStep, StepToolCall
+from collections.abc import Iterable
+
+import structlog
+from pydantic import ValidationError
+from weft_contracts import AgentStep, StepToolCall, ToolCallCompletedData
 from weft_llm import AssistantMessage, ToolMessage
 
-from weft_engine.state import TurnState
+from weft_engine.state import FaqMatch, TurnState
 from weft_engine.turn_tools import publish
 
 ERROR_HINT = "[Analyze the error above and try a different approach.]"
 """Ends every tool error the model reads (SPEC E-16, E-19)."""
+
+log = structlog.get_logger(__name__)
+
+
+def faq_matches(results: Iterable[ToolCallCompletedData]) -> list[FaqMatch]:
+    """The FAQ entries ``search_knowledge`` results carry (``data["faq"]``); a malformed
+    one is left out and logged (the turn goes on: it only loses a direct answer)."""
+    found: list[FaqMatch] = []
+    for result in results:
+        if result.tool_name != "search_knowledge" or not result.success:
+            continue
+        for raw in result.data.get("faq") or []:
+            try:
+                found.append(FaqMatch.model_validate(raw))
+            except ValidationError:
+                log.warning("faq_match_malformed", call_id=result.call_id)
+    return found
 
 
 def observe(state: TurnState) -> TurnState:
@@ -54,6 +75,7 @@ def observe(state: TurnState) -> TurnState:
             "round": state.round + 1,
             # SPEC T-19: tools described this round are offered from the next one.
             "mcp_tools": publish(state.agent, state.mcp_tools, state.results.values()),
+            "faq_matches": [*state.faq_matches, *faq_matches(state.results.values())],
             "pending": [],
             "results": {},
             "groups": [],

@@ -1,5 +1,13 @@
-"""Quick-answer mode (SPEC A-01, C-04): rewrite -> one retrieval round -> one generation
-without tools; no ReAct loop. (FAQ priority is not built yet.)
+"""Quick-answer mode (SPEC A-01, C-04): intent -> rewrite -> one retrieval round -> a
+direct FAQ answer or one generation without tools; no ReAct loop.
+
+Intent and expansion (``query_analysis.py``, when the agent's FAQ settings ask): a message
+that needs no knowledge skips retrieval; other phrasings of the question are searched
+beside it, in the same round.
+
+FAQ priority: the knowledge search puts FAQ entries first (their match plus the agent's
+boost); once the round is observed, the best FAQ entry whose boosted match reaches the
+agent's direct-answer threshold is the answer, as stored, without a generation.
 
 Rewrite: in a conversation, "and for the premium plan?" retrieves nothing useful on its
 own. Before its one retrieval, a quick-answer turn with history asks the agent's model to
@@ -30,8 +38,17 @@ from weft_tool_catalog.specs import WEB_SEARCH_MAX_COUNT
 
 from weft_engine.act import ToolRound
 from weft_engine.metering import TurnMeter
-from weft_engine.outcomes import AwaitTools, Continue, Dispatch, Ended, QuickAnswered
+from weft_engine.outcomes import (
+    Answer,
+    Answered,
+    AwaitTools,
+    Continue,
+    Dispatch,
+    Ended,
+    QuickAnswered,
+)
 from weft_engine.overflow import current_query, current_turn_start, message_text
+from weft_engine.query_analysis import NEUTRAL, QueryAnalysis, analyse_query
 from weft_engine.state import TurnState
 from weft_engine.tracing import TurnTracer
 from weft_engine.vision import discard
@@ -46,19 +63,36 @@ def retrieval_tools(agent: AgentConfig) -> list[str]:
     return [tool for tool in RETRIEVAL_TOOLS if tool in agent.allowed_tools]
 
 
-def retrieval_calls(agent: AgentConfig, query: str) -> list[ToolCallRequest]:
-    """The pipeline's calls for ``query``, in a fixed order (none without a retrieval tool)."""
-    arguments = {
-        "search_knowledge": {"query": query},
-        "web_search": {
-            "query": query,
-            "count": min(agent.web_search_max_results, WEB_SEARCH_MAX_COUNT),
-        },
-    }
+def retrieval_calls(
+    agent: AgentConfig, query: str, variants: list[str] | None = None
+) -> list[ToolCallRequest]:
+    """The pipeline's calls for ``query``, in a fixed order (none without a retrieval
+    tool); the knowledge base is searched with each of ``variants`` too (expansion)."""
+    web = {"query": query, "count": min(agent.web_search_max_results, WEB_SEARCH_MAX_COUNT)}
+    arguments: list[tuple[str, dict[str, object]]] = []
+    for name in retrieval_tools(agent):
+        if name == "search_knowledge":
+            arguments += [(name, {"query": q}) for q in [query, *(variants or [])]]
+        else:
+            arguments.append((name, web))
     return [
-        ToolCallRequest(id=f"call_qa_{n}", name=name, arguments=json.dumps(arguments[name]))
-        for n, name in enumerate(retrieval_tools(agent))
+        ToolCallRequest(id=f"call_qa_{n}", name=name, arguments=json.dumps(args))
+        for n, (name, args) in enumerate(arguments)
     ]
+
+
+def direct_answer(state: TurnState) -> str | None:
+    """The answer of the best FAQ entry found whose match plus the agent's boost reaches
+    its direct-answer threshold; None: no FAQ priority, or no entry good enough."""
+    faq = state.agent.faq
+    if not faq.priority_enabled:
+        return None
+    best: tuple[float, str] | None = None
+    for match in state.faq_matches:
+        score = min(1.0, match.match_score + faq.score_boost)
+        if score >= faq.direct_answer_threshold and (best is None or score > best[0]):
+            best = (score, match.answer)
+    return best[1] if best else None
 
 
 REWRITE_PROMPT = (
@@ -147,19 +181,39 @@ class QuickAnswer:
         self._tracer = tracer
 
     async def step(self, state: TurnState) -> Continue | AwaitTools | Ended:
-        """The retrieval round on the turn's first step (when the agent retrieves), else
-        the end that generates the answer."""
-        if state.round > 0 or not retrieval_tools(state.agent):
+        """The retrieval round on the turn's first step (when the agent retrieves and the
+        message needs it), then a direct FAQ answer or the end that generates one."""
+        if state.round > 0:
+            faq_answer = direct_answer(state)
+            if faq_answer is not None:
+                log.info("faq_direct_answer", request_id=state.request_id)
+                return Ended(Answered(state, Answer(text=faq_answer), ""))
+            return Ended(QuickAnswered(state))
+        if not retrieval_tools(state.agent):
             return Ended(QuickAnswered(state))
         query = current_query(state)
+        state, analysis = await self._analyse(state, query)
+        if analysis.intent == "chat" and state.agent.faq.intent_detection:
+            return Ended(QuickAnswered(state))  # SPEC C-04: nothing to retrieve
         if state.agent.query_rewrite:
             query, rewrite = await rewrite_query(self._model, state, query)
             if rewrite is not None:
                 state = await self._meter.add(state, rewrite.usage)
             state = self._tracer.add_usage(state, rewrite.usage if rewrite else None)
-        calls = retrieval_calls(state.agent, query)
+        variants = analysis.variants if state.agent.faq.query_expansion else []
+        calls = retrieval_calls(state.agent, query, variants)
         state = self._tracer.begin_round(state)
         response = LLMResponse(
             content="", reasoning="", tool_calls=calls, finish_reason="tool_calls"
         )
         return await self._tools.start(state, response, Dispatch(calls))
+
+    async def _analyse(self, state: TurnState, query: str) -> tuple[TurnState, QueryAnalysis]:
+        """Intent and expansion when the agent asks for either (one metered call)."""
+        faq = state.agent.faq
+        if not (faq.intent_detection or faq.query_expansion):
+            return state, NEUTRAL
+        analysis, response = await analyse_query(self._model, state, query)
+        if response is not None:
+            state = await self._meter.add(state, response.usage)
+        return self._tracer.add_usage(state, response.usage if response else None), analysis

@@ -116,6 +116,18 @@ class UsageMark(BaseModel):
     same system prompt."""
 
 
+class FaqMatch(BaseModel):
+    """An FAQ entry a search of this turn found (SPEC C-04): what quick-answer's direct
+    answer compares with the agent's threshold once the retrieval round is observed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    alias: str
+    question: str
+    answer: str
+    match_score: float = Field(ge=0, le=1)
+
+
 StoredMessages = Annotated[
     list[ChatMessage], PlainSerializer(lambda messages: messages, return_type=list[dict[str, Any]])
 ]
@@ -189,6 +201,10 @@ class TurnState(BaseModel):
         default=0.0,
         description="When the turn started waiting on a person (0: it does not): the wait "
         "is given back to ``deadline_at`` when the last prompt is answered (SPEC H-03).",
+    )
+    faq_matches: list[FaqMatch] = Field(
+        default_factory=list,
+        description="SPEC C-04: FAQ entries the turn's searches found (quick-answer reads them).",
     )
     trace: TurnTrace | None = Field(default=None, description="Only when tracing is on.")
     usage: UsageMark | None = Field(

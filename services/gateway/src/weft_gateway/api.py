@@ -43,6 +43,7 @@ from weft_gateway.fanout import End, Follow, Outcome, Sink, StreamFanout
 from weft_gateway.images import check_images, require_image_upload
 from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
+from weft_gateway.mentions import MAX_MENTIONS, Mention, MentionResolver, inline_mentions
 from weft_gateway.pending_prompts import missing_from_stream, pending_prompts, prompt_frames
 from weft_gateway.question_origin import QuestionOrigins, SuggestionPick
 from weft_gateway.session_cache import SessionDirectory
@@ -95,6 +96,13 @@ class ChatBody(BaseModel):
         description="The user's language (BCP 47, e.g. fr-CA): follow-up suggestions are "
         "made in it. Without it, the request's Accept-Language; without that, the "
         "deployment's default.",
+    )
+    mentions: list[Mention] = Field(
+        default_factory=list,
+        max_length=MAX_MENTIONS,
+        description="SPEC A-11: documents (@doc) and tags (@tag) the search of this turn is "
+        "narrowed to, as a client's @ menu sends them; @doc:<id> and @tag:<tag> in the "
+        "query count too.",
     )
 
 
@@ -160,6 +168,8 @@ class Gateway:
     """Caps each turn's access level at the tenant's maximum (SPEC H-01)."""
     prompts: ApprovalsClient | None = None
     """Memory's prompts: a stream that lost a pending prompt shows it again (H-02)."""
+    mentions: MentionResolver | None = None
+    """Narrows a turn's search to its @doc/@tag mentions (SPEC A-11)."""
 
     def turn_deadline(self) -> datetime:
         """When a turn requested now must have ended (SPEC E-20)."""
@@ -217,6 +227,9 @@ class Gateway:
             summary_model_id=body.summary_model_id,
         )
         require_image_upload(agent, images)
+        mentioned = [*body.mentions, *inline_mentions(body.query)]
+        if mentioned and self.mentions is not None:
+            agent = await self.mentions.narrow(who.tenant_id, agent, mentioned)
         if self.access_cap is not None:
             agent = await self.access_cap.apply(who.tenant_id, agent)
         locale = body.locale or preferred_locale(accept_language)
@@ -241,6 +254,7 @@ class Gateway:
                 double_texting=body.double_texting,
                 images=images,
                 question_origin=origin,
+                mentions=[f"{m.type}:{m.value}" for m in mentioned],
                 locale=locale,
                 deadline=deadline,
                 budget=budget,

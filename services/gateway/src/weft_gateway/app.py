@@ -40,6 +40,7 @@ from weft_gateway.knowledge_scope import KnowledgeScope
 from weft_gateway.limits import TenantLimits
 from weft_gateway.mcp_oauth import McpCallback, mcp_oauth_router
 from weft_gateway.mcp_servers_api import mcp_servers_router
+from weft_gateway.mentions import MentionResolver
 from weft_gateway.notices import register_notice_projector
 from weft_gateway.projector import StreamProjector, log_rebuild
 from weft_gateway.question_origin import QuestionOrigins
@@ -208,6 +209,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         origins=QuestionOrigins(suggestions, knowledge),
         access_cap=AccessCap(runtime.sessions, cache_s=s.access_cap_cache_s),
         prompts=prompts,
+        mentions=MentionResolver(knowledge),
     )
     approvals = Approvals(
         memory=prompts, bus=runtime.bus, signer=signer, turn_ttl_s=s.turn_deadline_s,

@@ -6,7 +6,8 @@ The knowledge service owns knowledge bases and documents: each route checks its 
 here (sizes, types, the key's reach) and proxies to knowledge's internal routes with the
 caller's credential, as agents are proxied to agent-config."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 import httpx
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Response, UploadFile
@@ -33,6 +34,15 @@ class KnowledgeBaseCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
+    kind: Literal["documents", "faq"] = Field(
+        default="documents",
+        description="documents: files and texts cut into chunks; faq: question and answer "
+        "entries (docs/knowledge.md).",
+    )
+
+
+Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
+"""A document tag (what an ``@tag:`` mention selects)."""
 
 
 class DocumentCreate(BaseModel):
@@ -41,6 +51,28 @@ class DocumentCreate(BaseModel):
     title: str = Field(min_length=1, max_length=500)
     content: str = Field(min_length=1, max_length=5_000_000)
     file_name: str = Field(default="", max_length=500)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+
+
+class DocumentTags(BaseModel):
+    """Body of ``PUT /knowledge-bases/{id}/documents/{doc_id}/tags``."""
+
+    tags: list[Tag] = Field(max_length=32)
+
+
+class FaqEntry(BaseModel):
+    """Body of the FAQ entry routes (SPEC C-04)."""
+
+    question: str = Field(min_length=1, max_length=1_000)
+    answer: str = Field(min_length=1, max_length=20_000)
+    similar_questions: list[Annotated[str, Field(min_length=1, max_length=1_000)]] = Field(
+        default_factory=list, max_length=20, description="Other phrasings of the question."
+    )
+    tag: str = Field(default="", max_length=64)
+
+
+FAQ_IMPORT_MAX_BYTES = 10 * 1024 * 1024
+FAQ_SUFFIXES = (".csv", ".xlsx")
 
 
 def knowledge_router(
@@ -111,6 +143,7 @@ def knowledge_router(
         kb_id: str,
         file: UploadFile = File(description="txt, md, csv, xlsx or pdf"),
         title: str = Form(default="", max_length=500),
+        tags: str = Form(default="", max_length=2_000, description="Comma-separated tags."),
     ) -> dict[str, Any]:
         """Queue a file; knowledge's ingestion workers parse, chunk and embed it
         asynchronously."""
@@ -121,7 +154,8 @@ def knowledge_router(
         if not content:
             raise HTTPException(422, "the file is empty")
         params = {"tenant_id": who.tenant_id, "user_id": who.user_id, "file_name": name,
-                  "title": title, "content_type": file.content_type or ""}  # fmt: skip
+                  "title": title, "content_type": file.content_type or "",
+                  "tag": [t.strip() for t in tags.split(",") if t.strip()]}  # fmt: skip
         queued: dict[str, Any] = await knowledge.call(
             "POST", f"/internal/knowledge-bases/{kb_id}/files", params=params, content=content,
             headers={"Content-Type": "application/octet-stream"},
@@ -138,6 +172,85 @@ def knowledge_router(
         listed: dict[str, Any] = await knowledge.call("GET", "/internal/documents", params=params)
         return listed
 
+    @router.put("/knowledge-bases/{kb_id}/documents/{doc_id}/tags")
+    async def put_tags(who: Who, kb_id: str, doc_id: str, body: DocumentTags) -> dict[str, Any]:
+        """Replace a document's tags (an ``@tag:`` mention searches the documents that
+        carry it)."""
+        sent = {"tenant_id": who.tenant_id, **body.model_dump()}
+        tagged: dict[str, Any] = await knowledge.call(
+            "PUT", f"/internal/documents/{_q(doc_id)}/tags", json=sent
+        )
+        return tagged
+
+    faq = "/knowledge-bases/{kb_id}/faq"
+
+    def faq_path(kb_id: str, entry_id: str | None = None) -> str:
+        path = f"/internal/knowledge-bases/{_q(kb_id)}/faq/entries"
+        return path if entry_id is None else f"{path}/{_q(entry_id)}"
+
+    @router.post(f"{faq}/entries", status_code=201)
+    async def create_faq_entry(who: Who, kb_id: str, body: FaqEntry) -> dict[str, Any]:
+        """Add one question and its answer to an FAQ base (409 for a document base)."""
+        sent = {"tenant_id": who.tenant_id, **body.model_dump()}
+        created: dict[str, Any] = await knowledge.call("POST", faq_path(kb_id), json=sent)
+        return created
+
+    @router.get(f"{faq}/entries")
+    async def list_faq_entries(
+        who: Who,
+        kb_id: str,
+        page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+        page_size: Annotated[int, Query(ge=1, le=100)] = 20,
+    ) -> dict[str, Any]:
+        """The base's entries, oldest first: ``{"total", "items"}``."""
+        params = {"tenant_id": who.tenant_id, "page": page, "size": page_size}
+        listed: dict[str, Any] = await knowledge.call("GET", faq_path(kb_id), params=params)
+        return listed
+
+    @router.get(f"{faq}/entries/{{entry_id}}")
+    async def get_faq_entry(who: Who, kb_id: str, entry_id: str) -> dict[str, Any]:
+        params = {"tenant_id": who.tenant_id}
+        found: dict[str, Any] = await knowledge.call(
+            "GET", faq_path(kb_id, entry_id), params=params
+        )
+        return found
+
+    @router.put(f"{faq}/entries/{{entry_id}}")
+    async def replace_faq_entry(
+        who: Who, kb_id: str, entry_id: str, body: FaqEntry
+    ) -> dict[str, Any]:
+        sent = {"tenant_id": who.tenant_id, **body.model_dump()}
+        replaced: dict[str, Any] = await knowledge.call("PUT", faq_path(kb_id, entry_id), json=sent)
+        return replaced
+
+    @router.delete(f"{faq}/entries/{{entry_id}}", status_code=204)
+    async def delete_faq_entry(who: Who, kb_id: str, entry_id: str) -> Response:
+        params = {"tenant_id": who.tenant_id}
+        await knowledge.call("DELETE", faq_path(kb_id, entry_id), params=params)
+        return Response(status_code=204)
+
+    @router.post(f"{faq}/import", status_code=201)
+    async def import_faq(
+        who: Who, kb_id: str, file: UploadFile = File(description="csv or xlsx")
+    ) -> dict[str, Any]:
+        """Every row of a CSV or XLSX file (columns ``question``, ``answer``, optional
+        ``similar_questions`` and ``tag``) as an entry, or none: 413 past a size, row or
+        decompression bound, 422 naming the column or row at fault."""
+        name = file.filename or "upload"
+        if not name.lower().endswith(FAQ_SUFFIXES):
+            raise HTTPException(415, f"unsupported file type {name!r}; use {FAQ_SUFFIXES}")
+        content = await file.read(FAQ_IMPORT_MAX_BYTES + 1)
+        if len(content) > FAQ_IMPORT_MAX_BYTES:
+            raise HTTPException(413, f"the file is over {FAQ_IMPORT_MAX_BYTES // 2**20} MB")
+        if not content:
+            raise HTTPException(422, "the file is empty")
+        imported: dict[str, Any] = await knowledge.call(
+            "POST", f"/internal/knowledge-bases/{_q(kb_id)}/faq/import",
+            params={"tenant_id": who.tenant_id, "file_name": name}, content=content,
+            headers={"Content-Type": "application/octet-stream"}, timeout=FAQ_IMPORT_TIMEOUT,
+        )  # fmt: skip
+        return imported
+
     @router.get("/knowledge-bases/{kb_id}/documents/{doc_id}")
     async def get_document(who: Who, kb_id: str, doc_id: str) -> dict[str, Any]:
         """One document's status (pending, processing, ready, failed) and progress."""
@@ -147,6 +260,14 @@ def knowledge_router(
         return info
 
     return seal(router, guard)
+
+
+FAQ_IMPORT_TIMEOUT = httpx.Timeout(120.0)
+"""An import embeds its questions before it answers."""
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
 
 
 def knowledge_timeout(wait_s: float) -> httpx.Timeout:

@@ -24,6 +24,9 @@ from weft_gateway.auth import Principal
 
 GUARDED_PATH_PARAMS = frozenset({"kb_id", "doc_id"})
 """The path parameters the guard checks; ``seal`` refuses any other one."""
+WITHIN_KB_PATH_PARAMS = frozenset({"entry_id"})
+"""Ids of rows that knowledge looks up inside the guarded ``{kb_id}`` (tenant and base in
+its query, a row of another base is its 404): allowed only on a path that names a base."""
 
 
 class KnowledgeBases(Protocol):
@@ -120,7 +123,9 @@ def seal(router: APIRouter, guard: Callable[..., Awaitable[None]]) -> APIRouter:
             continue
         if not any(dep.call is guard for dep in route.dependant.dependencies):
             raise RuntimeError(f"route {route.path} is not behind the knowledge scope guard")
-        unknown = set(route.param_convertors) - GUARDED_PATH_PARAMS
+        named = set(route.param_convertors)
+        within = WITHIN_KB_PATH_PARAMS if "kb_id" in named else frozenset()
+        unknown = named - GUARDED_PATH_PARAMS - within
         if unknown:
             raise RuntimeError(
                 f"route {route.path} names {sorted(unknown)}, which the knowledge scope "

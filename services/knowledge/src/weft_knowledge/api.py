@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
@@ -23,11 +23,15 @@ from weft_contracts import KnowledgeTitle
 from weft_contracts.knowledge import DocumentInfo
 from weft_platform.internal_auth import SystemRoute, caller_knowledge_bases, narrowest
 from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.faq import FAQ_KIND, FaqStore
 from weft_storage.knowledge.ingest import IngestionQueue, new_document_id
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog.specs import SearchMode
+from weft_tools.embeddings import Embedder
+from weft_tools.ingestion_limits import IngestionLimits
 from weft_tools.ranking import NoIndexInScope
 
+from weft_knowledge.faq_api import faq_router
 from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import DocumentUsage
@@ -68,6 +72,27 @@ class KnowledgeBaseCreate(BaseModel):
     tenant_id: str = Field(min_length=1, max_length=128)
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
+    kind: Literal["documents", "faq"] = "documents"
+
+
+Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
+"""A document tag: one word of letters, digits, ``_``, ``.``, ``:`` or ``-``."""
+
+
+class DocumentTags(BaseModel):
+    """Body of ``PUT /internal/documents/{doc_id}/tags``."""
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    tags: list[Tag] = Field(max_length=32)
+
+
+class SearchTargetsRequest(BaseModel):
+    """Body of ``POST /internal/search-targets`` (SPEC A-11: a request's mentions)."""
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    knowledge_base_ids: list[str] = Field(default_factory=list, max_length=100)
+    document_ids: list[str] = Field(default_factory=list, max_length=50)
+    tags: list[Tag] = Field(default_factory=list, max_length=20)
 
 
 class TextDocument(BaseModel):
@@ -78,6 +103,7 @@ class TextDocument(BaseModel):
     title: str = Field(min_length=1, max_length=500)
     content: str = Field(min_length=1, max_length=5_000_000)
     file_name: str = Field(default="", max_length=500)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
 
 
 class ChunkLookup(BaseModel):
@@ -96,6 +122,12 @@ class SearchRequest(BaseModel):
     query: str = Field(min_length=1, max_length=10_000)
     mode: SearchMode = SearchMode.HYBRID
     limit: int = Field(default=5, ge=1, le=50)
+    document_ids: list[str] = Field(
+        default_factory=list, max_length=500, description="SPEC A-11: a mention's targets."
+    )
+    faq_score_boost: float | None = Field(
+        default=None, ge=0, le=1, description="SPEC C-04: FAQ priority with this boost."
+    )
 
 
 class BasesLookup(BaseModel):
@@ -129,6 +161,9 @@ def knowledge_router(
     directory: KnowledgeDirectory,
     *,
     document_wait_s: float,
+    faq: FaqStore | None = None,
+    embedder: Embedder | None = None,
+    limits: IngestionLimits | None = None,
 ) -> APIRouter:
     """The internal routes."""
     router = APIRouter(tags=["knowledge"])
@@ -139,6 +174,13 @@ def knowledge_router(
             raise HTTPException(404, f"knowledge base {kb_id!r} not found")
         if not await store.knowledge_base_exists(tenant_id, kb_id):
             raise HTTPException(404, f"knowledge base {kb_id!r} not found")
+
+    async def require_documents_kb(request: Request, tenant_id: str, kb_id: str) -> None:
+        await require_kb(request, tenant_id, kb_id)
+        if await store.knowledge_base_kind(tenant_id, kb_id) == FAQ_KIND:
+            raise HTTPException(
+                409, f"knowledge base {kb_id!r} is an FAQ base: add entries, not documents"
+            )
 
     async def meter(tenant_id: str, user_id: str, doc_id: str, size: int) -> None:
         # Before the document exists: a document is never queued unmetered; the route is
@@ -152,8 +194,10 @@ def knowledge_router(
     async def create_kb(request: Request, body: KnowledgeBaseCreate) -> dict[str, str]:
         if caller_knowledge_bases(request) is not None:
             raise HTTPException(403, "a KB-restricted credential cannot create knowledge bases")
-        kb_id = await store.create_knowledge_base(body.tenant_id, body.name, body.description)
-        return {"id": kb_id, "name": body.name}
+        kb_id = await store.create_knowledge_base(
+            body.tenant_id, body.name, body.description, kind=body.kind
+        )
+        return {"id": kb_id, "name": body.name, "kind": body.kind}
 
     @router.get("/internal/knowledge-bases")
     async def list_kbs(request: Request, tenant_id: str) -> list[dict[str, str]]:
@@ -174,7 +218,7 @@ def knowledge_router(
     @router.get("/internal/knowledge-bases/{kb_id}")
     async def get_kb(request: Request, tenant_id: str, kb_id: str) -> dict[str, str]:
         await require_kb(request, tenant_id, kb_id)
-        return {"id": kb_id}
+        return {"id": kb_id, "kind": await store.knowledge_base_kind(tenant_id, kb_id) or ""}
 
     @router.post("/internal/knowledge-bases/{kb_id}/documents")
     async def add_text(
@@ -185,14 +229,14 @@ def knowledge_router(
     ) -> dict[str, Any]:
         """Queue a text (the same fair queue as files) and wait up to ``wait_s`` (at
         most the service's ``document_wait_s``) for it: the document as it is then."""
-        await require_kb(request, body.tenant_id, kb_id)
+        await require_documents_kb(request, body.tenant_id, kb_id)
         name = body.file_name
         content = body.content.encode()
         doc_id = new_document_id()
         await meter(body.tenant_id, body.user_id, doc_id, len(content))
         await queue.enqueue_file(
             body.tenant_id, kb_id, title=body.title, file_name=name, content=content,
-            content_type="text/markdown", doc_id=doc_id,
+            content_type="text/markdown", doc_id=doc_id, tags=body.tags,
             parse_as=name if name.lower().endswith(TEXT_SUFFIXES) else "document.md",
         )  # fmt: skip
         info = await _ingested(reader, body.tenant_id, kb_id, doc_id, min(wait_s, document_wait_s))
@@ -209,9 +253,10 @@ def knowledge_router(
         user_id: str = "",
         title: Annotated[str, Query(max_length=500)] = "",
         content_type: Annotated[str, Query(max_length=100)] = "",
+        tag: Annotated[list[Tag] | None, Query(max_length=32)] = None,
     ) -> dict[str, Any]:
         """Queue a file (the request body, as is); workers parse, chunk and embed it."""
-        await require_kb(request, tenant_id, kb_id)
+        await require_documents_kb(request, tenant_id, kb_id)
         content = await request.body()
         if not content:
             raise HTTPException(422, "the file is empty")
@@ -219,7 +264,7 @@ def knowledge_router(
         await meter(tenant_id, user_id, doc_id, len(content))
         await queue.enqueue_file(
             tenant_id, kb_id, title=title or file_name, file_name=file_name, content=content,
-            content_type=content_type, doc_id=doc_id,
+            content_type=content_type, doc_id=doc_id, tags=tag or [],
         )  # fmt: skip
         return {"id": doc_id, "knowledge_base_id": kb_id, "status": "pending"}
 
@@ -301,7 +346,10 @@ def knowledge_router(
         try:
             if kbs is None:
                 raise NoIndexInScope("no knowledge base in scope has indexed content")
-            report = await search.search(body.tenant_id, kbs, body.query, body.mode, body.limit)
+            report = await search.search(
+                body.tenant_id, kbs, body.query, body.mode, body.limit,
+                document_ids=body.document_ids, faq_score_boost=body.faq_score_boost,
+            )  # fmt: skip
         except NoIndexInScope as exc:
             raise HTTPException(409, str(exc)) from None
         return {
@@ -310,6 +358,37 @@ def knowledge_router(
             "mode_fallbacks": report.mode_fallbacks,
             "rerank_rejected": report.rerank_rejected,
         }
+
+    @router.put("/internal/documents/{doc_id}/tags")
+    async def put_tags(request: Request, doc_id: str, body: DocumentTags) -> dict[str, Any]:
+        """Replace a document's tags (what an ``@tag`` mention selects)."""
+        kbs = as_filter(scope_of(request, None))
+        tags = sorted(set(body.tags))
+        if kbs is None or not await store.set_document_tags(body.tenant_id, kbs, doc_id, tags):
+            raise HTTPException(404, f"document {doc_id!r} not found")
+        return {"id": doc_id, "tags": tags}
+
+    @router.post("/internal/search-targets")
+    async def search_targets(request: Request, body: SearchTargetsRequest) -> dict[str, Any]:
+        """SPEC A-11: the documents a request's ``@doc`` and ``@tag`` mentions select
+        among the KBs in scope; 404 naming a mentioned document that is not in scope, 422
+        naming a tag no document in scope carries."""
+        kbs = as_filter(scope_of(request, body.knowledge_base_ids))
+        found = [] if kbs is None else await store.search_targets(
+            body.tenant_id, kbs, body.document_ids, body.tags
+        )  # fmt: skip
+        docs = {doc for _, doc in found}
+        missing = [d for d in body.document_ids if d not in docs]
+        if missing:
+            raise HTTPException(404, f"mentioned document(s) not found: {missing}")
+        if body.tags and not found:
+            raise HTTPException(422, f"no document in scope is tagged {body.tags}")
+        return {"targets": [{"knowledge_base_id": kb, "document_id": d} for kb, d in found]}
+
+    if faq is not None:
+        router.include_router(
+            faq_router(store, faq, embedder, limits or IngestionLimits(), require_kb)
+        )
 
     @router.get(TITLES_ROUTE)
     async def titles(

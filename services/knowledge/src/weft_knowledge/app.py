@@ -14,6 +14,7 @@ from weft_platform.body_limit import BodyLimit
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.runtime import create_runtime
 from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.faq import FaqStore
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
@@ -66,7 +67,9 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         )
     store = KnowledgeStore(runtime.sessions)
     reader = DocumentReader(runtime.sessions)
-    search = KnowledgeSearch(store, reader, embedder=embedder_of(s), reranker=reranker)
+    faq = FaqStore(runtime.sessions)
+    embedder = embedder_of(s)
+    search = KnowledgeSearch(store, reader, embedder=embedder, reranker=reranker, faq=faq)
     router = knowledge_router(
         store,
         reader,
@@ -75,6 +78,9 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         usage,
         KnowledgeDirectory(runtime.sessions),
         document_wait_s=s.document_wait_s,
+        faq=faq,
+        embedder=embedder,
+        limits=s.ingestion_limits(),
     )
     app = create_service_app(
         runtime,

@@ -36,6 +36,7 @@ def _info(d: Document) -> DocumentInfo:
         chunk_count=d.chunk_count,
         embedded_count=d.embedded_count,
         error=d.error,
+        tags=tuple(d.tags or ()),
     )
 
 
@@ -176,6 +177,18 @@ class DocumentReader:
             embedded, newest, documents = (await s.execute(stmt)).one()
         stamp = newest.isoformat() if newest is not None else ""
         return int(embedded or 0), f"{stamp}/{documents}"
+
+    async def document_embeddings(
+        self, tenant_id: str, kb_ids: list[str], doc_ids: list[str]
+    ) -> tuple[list[str], list[list[float]]]:
+        """Ids and vectors of the embedded chunks of ``doc_ids`` in scope (a mention's
+        targets: a few documents, ranked without the per-KB matrix)."""
+        stmt = self._scoped(select(Chunk.id, Chunk.embedding), Chunk, tenant_id, kb_ids).where(
+            Chunk.document_id.in_(doc_ids), Chunk.embedding.is_not(None)
+        )
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        return [r[0] for r in rows], [list(r[1] or []) for r in rows]
 
     async def embeddings(self, tenant_id: str, kb_id: str) -> tuple[list[str], list[list[float]]]:
         """Ids and vectors of a knowledge base's embedded chunks."""

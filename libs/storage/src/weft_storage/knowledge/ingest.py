@@ -81,11 +81,13 @@ class IngestionQueue:
         content_type: str = "",
         parse_as: str = "",
         doc_id: str | None = None,
+        tags: list[str] | None = None,
     ) -> str:
-        """Store the file as a ``pending`` document; return its id (``doc_id``, or a new
-        one: see :func:`new_document_id`). ``parse_as`` is the name its parser goes by when
-        ``file_name`` (kept as the document's) does not tell its type, as for a text posted
-        as JSON. Metering the document is the caller's (usage is memory's table)."""
+        """Store the file as a ``pending`` document with its ``tags``; return its id
+        (``doc_id``, or a new one: see :func:`new_document_id`). ``parse_as`` is the name
+        its parser goes by when ``file_name`` (kept as the document's) does not tell its
+        type, as for a text posted as JSON. Metering the document is the caller's (usage
+        is memory's table)."""
         doc_id = doc_id or new_document_id()
         async with self._sessions.begin() as s:
             s.add(
@@ -98,6 +100,7 @@ class IngestionQueue:
                     status="pending",
                     content_type=content_type,
                     size_bytes=len(content),
+                    tags=list(tags or []),
                 )
             )
             await s.flush()

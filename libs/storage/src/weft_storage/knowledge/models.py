@@ -31,6 +31,8 @@ class KnowledgeBase(Base):
     name: Mapped[str] = mapped_column(String(200))
     description: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Migration 0024_faq: what the base holds ('documents' or 'faq').
+    kind: Mapped[str] = mapped_column(String(16), default="documents", server_default="documents")
 
 
 class Document(Base):
@@ -53,6 +55,8 @@ class Document(Base):
     embedded_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Migration 0024_faq: labels an @tag mention narrows a search to (SPEC A-11).
+    tags: Mapped[list[str]] = mapped_column(ARRAY(String(64)), default=list, server_default="{}")
 
 
 class Chunk(Base):
@@ -74,3 +78,33 @@ class Chunk(Base):
     )
     # Migration 0002: the chunk's embedding for semantic search (SPEC T-07).
     embedding: Mapped[list[float] | None] = mapped_column(ARRAY(REAL), nullable=True)
+
+
+FAQ_TSV = (
+    "setweight(to_tsvector('english', question), 'A') || "
+    "setweight(to_tsvector('english', similar_text), 'A') || "
+    "setweight(to_tsvector('english', answer), 'B')"
+)
+
+
+class FaqEntry(Base):
+    """A question and its answer in an FAQ knowledge base (migration 0024_faq)."""
+
+    __tablename__ = "faq_entries"
+    __table_args__ = (
+        Index("ix_faq_entries_tenant_tsv", "tenant_id", "tsv", postgresql_using="gin"),
+    )
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(128), index=True)
+    knowledge_base_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("knowledge_bases.id", ondelete="CASCADE"), index=True
+    )
+    question: Mapped[str] = mapped_column(Text)
+    similar_text: Mapped[str] = mapped_column(Text, default="", server_default="")
+    """Other phrasings of the question, one per line."""
+    answer: Mapped[str] = mapped_column(Text)
+    tag: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    embedding: Mapped[list[float] | None] = mapped_column(ARRAY(REAL), nullable=True)
+    tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed(FAQ_TSV, persisted=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 
 from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
+MAX_TARGETS = 500
+"""Most documents a turn's mentions narrow a search to."""
 KEYWORD_CANDIDATES = 1000
 """Index matches ranked at most per keyword pass (bounds the cost of common words)."""
 
@@ -81,11 +83,17 @@ class KnowledgeStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self._sessions = sessions
 
-    async def create_knowledge_base(self, tenant_id: str, name: str, description: str = "") -> str:
-        """Create a knowledge base and return its id."""
+    async def create_knowledge_base(
+        self, tenant_id: str, name: str, description: str = "", *, kind: str = "documents"
+    ) -> str:
+        """Create a knowledge base of ``kind`` ('documents' or 'faq') and return its id."""
         kb_id = f"kb_{ULID()}"
         async with self._sessions.begin() as s:
-            s.add(KnowledgeBase(id=kb_id, tenant_id=tenant_id, name=name, description=description))
+            s.add(
+                KnowledgeBase(
+                    id=kb_id, tenant_id=tenant_id, name=name, description=description, kind=kind
+                )
+            )
         return kb_id
 
     async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, str]]:
@@ -97,7 +105,51 @@ class KnowledgeStore:
         )
         async with self._sessions() as s:
             rows = (await s.scalars(stmt)).all()
-        return [{"id": r.id, "name": r.name, "description": r.description} for r in rows]
+        return [
+            {"id": r.id, "name": r.name, "description": r.description, "kind": r.kind} for r in rows
+        ]
+
+    async def knowledge_base_kind(self, tenant_id: str, kb_id: str) -> str | None:
+        """What ``kb_id`` of this tenant holds ('documents' or 'faq'); None: no such KB."""
+        async with self._sessions() as s:
+            kind: str | None = await s.scalar(
+                select(KnowledgeBase.kind).where(
+                    KnowledgeBase.id == kb_id, KnowledgeBase.tenant_id == tenant_id
+                )
+            )
+        return kind
+
+    async def set_document_tags(
+        self, tenant_id: str, kb_ids: list[str], doc_id: str, tags: list[str]
+    ) -> bool:
+        """Replace the tags of a document in scope (``kb_ids`` empty: any of the tenant's);
+        False when there is none."""
+        stmt = update(Document).where(Document.tenant_id == tenant_id, Document.id == doc_id)
+        if kb_ids:
+            stmt = stmt.where(Document.knowledge_base_id.in_(kb_ids))
+        async with self._sessions.begin() as s:
+            result = await s.execute(stmt.values(tags=tags))
+        return bool(getattr(result, "rowcount", 0))
+
+    async def search_targets(
+        self, tenant_id: str, kb_ids: list[str], doc_ids: list[str], tags: list[str]
+    ) -> list[tuple[str, str]]:
+        """(knowledge base, document) of the documents in scope that are named in
+        ``doc_ids`` or carry one of ``tags`` (SPEC A-11's @doc and @tag mentions)."""
+        if not doc_ids and not tags:
+            return []
+        named = Document.id.in_(doc_ids) if doc_ids else None
+        tagged = Document.tags.overlap(tags) if tags else None
+        matches = [m for m in (named, tagged) if m is not None]
+        stmt = select(Document.knowledge_base_id, Document.id).where(
+            Document.tenant_id == tenant_id,
+            matches[0] if len(matches) == 1 else matches[0] | matches[1],
+        )
+        if kb_ids:
+            stmt = stmt.where(Document.knowledge_base_id.in_(kb_ids))
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt.order_by(Document.id).limit(MAX_TARGETS))).all()
+        return [(r[0], r[1]) for r in rows]
 
     async def knowledge_base_exists(self, tenant_id: str, kb_id: str) -> bool:
         """Whether ``kb_id`` exists for this tenant."""
@@ -148,7 +200,13 @@ class KnowledgeStore:
         return doc_id, len(pieces)
 
     async def keyword_search(
-        self, tenant_id: str, kb_ids: list[str], query: str, limit: int = 5
+        self,
+        tenant_id: str,
+        kb_ids: list[str],
+        query: str,
+        limit: int = 5,
+        *,
+        document_ids: Sequence[str] = (),
     ) -> list[ChunkHit]:
         """Best chunks for ``query`` in the tenant's ``kb_ids`` (all its KBs when empty).
 
@@ -156,16 +214,22 @@ class KnowledgeStore:
         index: first the chunks holding every word (``websearch_to_tsquery``: quoted
         phrases, ``or`` and ``-word`` work as a search box does); when fewer than
         ``limit`` do, chunks holding any word fill the rest, ranked after them.
+        ``document_ids`` (a mention's targets), when given, bounds the search to them.
         """
         words = keyword_tsquery(query)
         if not words:
             return []
         precise = func.websearch_to_tsquery("english", query)
-        hits = await self._ranked(ranked_matches(tenant_id, kb_ids, precise, limit))
+        docs = document_ids
+        hits = await self._ranked(
+            ranked_matches(tenant_id, kb_ids, precise, limit, document_ids=docs)
+        )
         if len(hits) < limit and " | " in words:
             broad = func.to_tsquery("english", words)
             found = [h.chunk_id for h in hits]
-            stmt = ranked_matches(tenant_id, kb_ids, broad, limit - len(hits), exclude=found)
+            stmt = ranked_matches(
+                tenant_id, kb_ids, broad, limit - len(hits), exclude=found, document_ids=docs
+            )
             hits += await self._ranked(stmt)
         return hits
 
@@ -193,6 +257,7 @@ def ranked_matches(
     limit: int,
     *,
     exclude: Sequence[str] = (),
+    document_ids: Sequence[str] = (),
 ) -> Select[Any]:
     """One keyword pass: rank at most KEYWORD_CANDIDATES index matches of ``tsq``, keep
     the top ``limit`` (public so that the benchmark can EXPLAIN the real statement)."""
@@ -205,6 +270,8 @@ def ranked_matches(
         matched = matched.where(Chunk.knowledge_base_id.in_(kb_ids))
     if exclude:
         matched = matched.where(Chunk.id.not_in(exclude))
+    if document_ids:
+        matched = matched.where(Chunk.document_id.in_(document_ids))
     # The LIMIT bounds the ranking work: a word shared by most chunks no longer makes
     # PostgreSQL rank the whole knowledge base.
     top = matched.limit(KEYWORD_CANDIDATES).subquery()
