@@ -81,11 +81,19 @@ class KnowledgeStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self._sessions = sessions
 
-    async def create_knowledge_base(self, tenant_id: str, name: str, description: str = "") -> str:
-        """Create a knowledge base and return its id."""
+    async def create_knowledge_base(
+        self, tenant_id: str, name: str, description: str = "", *, graph_enabled: bool = False
+    ) -> str:
+        """Create a knowledge base and return its id (``graph_enabled``: its documents'
+        entities and relations are extracted at ingestion, SPEC T-10)."""
         kb_id = f"kb_{ULID()}"
         async with self._sessions.begin() as s:
-            s.add(KnowledgeBase(id=kb_id, tenant_id=tenant_id, name=name, description=description))
+            s.add(
+                KnowledgeBase(
+                    id=kb_id, tenant_id=tenant_id, name=name, description=description,
+                    graph_enabled=graph_enabled,
+                )
+            )  # fmt: skip
         return kb_id
 
     async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, str]]:
