@@ -26,9 +26,14 @@ ANSWER = [
         "knowledge_base_id": "kb_A",
         "entities": [{"name": "Acme Corp", "entity_type": "organisation", "description": ""}],
         "relations": [
-            {"source": "Jane Roe", "relation": "founded", "target": "Acme Corp",
-             "description": "in 1990", **_hit("chk_SECRET1", "Jane Roe founded Acme Corp.")},
-        ],  # fmt: skip
+            {
+                "source": "Jane Roe",
+                "relation": "founded",
+                "target": "Acme Corp",
+                "description": "in 1990",
+                **_hit("chk_SECRET1", "Jane Roe founded Acme Corp."),
+            },
+        ],
         "path": [],
         "text_hits": [_hit("chk_SECRET2", "Acme makes anvils. " * 40)],
     },
@@ -50,9 +55,7 @@ def _setup(answer: list[dict[str, Any]]) -> tuple[ToolRegistry, list[dict[str, A
 
 
 def _call(args: dict[str, Any], *, kbs: list[str], limit: int = 24000) -> ToolInvocation:
-    context = ToolContext(
-        user_id="u", agent_id="a", knowledge_base_ids=kbs, max_output_chars=limit
-    )
+    context = ToolContext(user_id="u", agent_id="a", knowledge_base_ids=kbs, max_output_chars=limit)
     return ToolInvocation(
         tenant_id="t", session_id="s", request_id="r", arguments=args, context=context
     )

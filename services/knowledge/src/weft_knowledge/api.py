@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import structlog
 from fastapi import APIRouter, HTTPException, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from weft_contracts import KnowledgeTitle
 from weft_contracts.knowledge import DocumentInfo
 from weft_platform.internal_auth import SystemRoute, caller_knowledge_bases, narrowest
@@ -107,6 +107,8 @@ class SearchRequest(BaseModel):
 
 class GraphQuery(BaseModel):
     """Body of ``POST /internal/graph/query`` (``query_knowledge_graph``, SPEC T-10)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     tenant_id: str = Field(min_length=1, max_length=128)
     knowledge_base_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(

@@ -84,7 +84,7 @@ def parse_answer(chunk_id: str, content: str) -> ChunkGraph:
         text = text.strip("`").removeprefix("json").strip()
     try:
         answer = _Answer.model_validate(json.loads(text))
-    except (ValueError, ValidationError) as exc:
+    except (ValueError, ValidationError, RecursionError) as exc:  # deep nesting: recursion
         reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else "not JSON"
         raise MalformedExtraction(f"the model's answer is not the graph JSON ({reason})") from None
     return ChunkGraph(
