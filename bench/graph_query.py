@@ -32,10 +32,7 @@ from weft_storage.knowledge.models_graph import GraphEntity, GraphMention, Graph
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_testkit import infra_env
 
-WORDS = (
-    "amber basalt cobalt dune ember fjord garnet harbor indigo juniper kestrel lumen meridian "
-    "nimbus onyx prairie quartz raven sierra tundra umber vesper willow xenon yarrow zephyr"
-).split()
+WORDS = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo", "juniper", "kestrel", "lumen", "meridian", "nimbus", "onyx", "prairie", "quartz", "raven", "sierra", "tundra", "umber", "vesper", "willow", "xenon", "yarrow", "zephyr"]
 
 
 def _name(i: int) -> str:
