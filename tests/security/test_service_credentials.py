@@ -39,6 +39,7 @@ SYSTEM: dict[str, tuple[str, str]] = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
     "/internal/usage": ("memory", "memory:usage.read"),
     "/internal/usage/documents/{document_id}": ("memory", "memory:usage.write"),
+    "/internal/usage/model-calls/{source_id}": ("memory", "memory:usage.write"),
     "/internal/knowledge-bases/lookup": ("knowledge", "knowledge:bases.read"),
     "/internal/document-titles": ("knowledge", "knowledge:titles.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
