@@ -39,7 +39,7 @@ async def _graph_doc(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, s
 
 
 async def _run(
-    sessions: async_sessionmaker[AsyncSession], replies: list[LLMResponse | Exception]
+    sessions: async_sessionmaker[AsyncSession], replies: list[LLMResponse | BaseException]
 ) -> None:
     extractor = GraphExtractor(
         GraphStore(sessions), queued(replies), None,
@@ -54,7 +54,7 @@ async def test_broken_answers_are_retried_then_fail_with_the_reason(
 ) -> None:
     tenant, kb, doc = await _graph_doc(sessions)
     too_many = {"entities": [{"name": f"e{i}"} for i in range(51)], "relations": []}
-    cases: list[tuple[list[LLMResponse | Exception], str, str | None]] = [
+    cases: list[tuple[list[LLMResponse | BaseException], str, str | None]] = [
         ([answer("not json at all"), answer(json.dumps({"entities": [{"name": "Acme"}]}))],
          "ready", None),
         ([answer("x" * 70_000), answer('{"entities": "nope"}')], "failed", "valid list"),

@@ -21,7 +21,7 @@ def _hit(chunk: str, content: str) -> dict[str, Any]:
             "title": "Acme <history>", "content": content}  # fmt: skip
 
 
-ANSWER = [
+ANSWER: list[dict[str, Any]] = [
     {
         "knowledge_base_id": "kb_A",
         "entities": [{"name": "Acme Corp", "entity_type": "organisation", "description": ""}],
