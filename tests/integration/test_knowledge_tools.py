@@ -29,6 +29,7 @@ from weft_knowledge.usage import DocumentUsage
 from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_scripted_llm.embeddings import embed_text
 from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog import ToolInvocation, ToolRegistry
@@ -115,7 +116,7 @@ class Kit:
             knowledge_router(
                 self.store, self.reader, self.queue, search,
                 DocumentUsage("http://memory.invalid", lambda: ""),  # no upload here
-                KnowledgeDirectory(sessions), document_wait_s=0,
+                KnowledgeDirectory(sessions), GraphStore(sessions), document_wait_s=0,
             )
         )  # fmt: skip
         knowledge = KnowledgeClient("http://knowledge", transport=httpx.ASGITransport(api))

@@ -48,6 +48,7 @@ from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import DocumentUsage
 from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
@@ -493,7 +494,7 @@ def knowledge_service(
     service.include_router(
         service_router(
             store, reader, queue, KnowledgeSearch(store, reader), usage,
-            KnowledgeDirectory(sessions), document_wait_s=10,
+            KnowledgeDirectory(sessions), GraphStore(sessions), document_wait_s=10,
         )
     )  # fmt: skip
     transport = httpx.ASGITransport(app=service)

@@ -7,9 +7,11 @@ service credential on a tenant route).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -39,6 +41,7 @@ SYSTEM: dict[str, tuple[str, str]] = {
     "/internal/turns/unfinished": ("memory", "memory:turns.read"),
     "/internal/usage": ("memory", "memory:usage.read"),
     "/internal/usage/documents/{document_id}": ("memory", "memory:usage.write"),
+    "/internal/usage/model-calls/{source_id}": ("memory", "memory:usage.write"),
     "/internal/knowledge-bases/lookup": ("knowledge", "knowledge:bases.read"),
     "/internal/document-titles": ("knowledge", "knowledge:titles.read"),
     "/internal/organisations": ("agent-config", "agent-config:organisations"),
@@ -355,3 +358,51 @@ async def test_document_usage_refuses_a_size_no_column_holds(
     assert resp.status_code == status, resp.text
     if status == 422:
         assert "size_bytes" in resp.text
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"input_tokens": 2**53 + 1}, "input_tokens"),
+        ({"output_tokens": -1}, "output_tokens"),
+        ({"llm_calls": 2**31}, "llm_calls"),
+        ({"source": "turn"}, "source"),  # a turn's row is the engine's, never overwritten
+        ({"tenant_id": ""}, "tenant_id"),
+        ({"extra": 1}, None),
+    ],
+)
+async def test_model_call_usage_refuses_what_no_row_should_hold(
+    services: Services, keys: DevCredentials, change: dict[str, object], field: str | None
+) -> None:
+    """knowledge meters graph extraction's model calls in memory's usage: counts past a
+    column, negative ones, or a source other than ingestion's are a 422 naming the field;
+    a valid report is stored, and repeating it stores it once (the totals replace)."""
+    _, memory = services["memory"]
+    token = keys.operator.service("memory", ["memory:usage.write"])
+    tenant = f"t-usage-{secrets.token_hex(4)}"
+    body = {"tenant_id": tenant, "source": "graph", "input_tokens": 10, "output_tokens": 2,
+            "llm_calls": 1}  # fmt: skip
+    path = f"http://memory/internal/usage/model-calls/doc-{secrets.token_hex(4)}:1"
+    for _ in range(2):
+        ok = await memory.put(path, json=body, headers=_bearer(token))
+        assert ok.status_code == 204, ok.text
+    now = datetime.now(UTC)
+    period = {"tenant_id": tenant, "from": (now - timedelta(days=1)).isoformat(),
+              "to": (now + timedelta(days=1)).isoformat()}  # fmt: skip
+    reader = keys.operator.service("memory", ["memory:usage.read"])
+    report = await memory.get(
+        "http://memory/internal/usage", params=period, headers=_bearer(reader)
+    )
+    assert report.status_code == 200, report.text
+    (totals,) = report.json()["totals"]
+    assert (totals["input_tokens"], totals["llm_calls"]) == (10, 1)  # counted once
+    resp = await memory.put(path, json={**body, **change}, headers=_bearer(token))
+    if field is None:
+        assert resp.status_code == 204  # unknown fields are ignored, as on every route
+        return
+    assert resp.status_code == 422 and field in resp.text, resp.text
+    too_long = await memory.put(
+        "http://memory/internal/usage/model-calls/" + "x" * 129, json=body,
+        headers=_bearer(token),
+    )  # fmt: skip
+    assert too_long.status_code == 422

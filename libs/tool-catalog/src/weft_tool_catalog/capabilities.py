@@ -49,3 +49,5 @@ DOCUMENT_READER = ToolRequirement(
     any_of=frozenset({KBCapability.VECTOR, KBCapability.KEYWORD, KBCapability.WIKI}),
     auxiliary=True,
 )
+GRAPH_QUERY = ToolRequirement(all_of=frozenset({KBCapability.GRAPH}), consumes_files=True)
+"""``query_knowledge_graph``: a knowledge graph in scope (SPEC T-10)."""

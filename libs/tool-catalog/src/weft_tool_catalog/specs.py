@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError
 from weft_contracts import RiskClass
 
 from weft_tool_catalog.arguments import ToolArguments
-from weft_tool_catalog.capabilities import DOCUMENT_READER, RETRIEVAL
+from weft_tool_catalog.capabilities import DOCUMENT_READER, GRAPH_QUERY, RETRIEVAL
 from weft_tool_catalog.registry import ToolSpec
 from weft_tool_catalog.sandbox_specs import SANDBOX_SPECS
 
@@ -48,6 +48,23 @@ class SearchKnowledgeArguments(ToolArguments):
     mode: SearchMode = SearchMode.HYBRID
     limit: Annotated[int, Field(ge=1, le=30)] = 10
     knowledge_base_ids: Annotated[list[str] | None, Field(max_length=10)] = None
+
+
+class QueryKnowledgeGraphArguments(ToolArguments):
+    """``query_knowledge_graph`` (SPEC T-10)."""
+
+    knowledge_base_ids: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=64)]],
+        Field(min_length=1, max_length=10, description="Knowledge bases (bN) to query."),
+    ]
+    query: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=1000,
+            description="An entity's name, or a question naming one or two entities.",
+        ),
+    ]
 
 
 class ReadDocumentArguments(ToolArguments):
@@ -223,6 +240,17 @@ SEARCH_KNOWLEDGE = ToolSpec(
     requirement=RETRIEVAL,
 )
 
+QUERY_KNOWLEDGE_GRAPH = ToolSpec(
+    name="query_knowledge_graph",
+    description=(
+        "Query the knowledge graphs of knowledge bases (bN): entities whose name the query "
+        "holds, their relations with the passages (cN) that state them, then passages "
+        "matching the query's words. Use it for how entities relate; cite passages as [c1]."
+    ),
+    arguments=QueryKnowledgeGraphArguments,
+    requirement=GRAPH_QUERY,
+)
+
 READ_DOCUMENT = ToolSpec(
     name="read_document",
     description=(
@@ -355,6 +383,7 @@ BUILTIN_SPECS: tuple[ToolSpec, ...] = (
     SEARCH_KNOWLEDGE,
     READ_DOCUMENT,
     LIST_DOCUMENTS,
+    QUERY_KNOWLEDGE_GRAPH,
     THINKING,
     TODO_WRITE,
     DATABASE_QUERY,

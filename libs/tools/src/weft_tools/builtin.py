@@ -21,6 +21,7 @@ from weft_tools.database_query import DatabaseQueryTool, QueryLimits
 from weft_tools.document_parsing import is_table
 from weft_tools.document_tools import ListDocumentsTool, ReadDocumentTool
 from weft_tools.duckdb_workspace import DuckDBWorkspace
+from weft_tools.graph_tools import QueryKnowledgeGraphTool
 from weft_tools.knowledge_client import KnowledgeClient
 from weft_tools.knowledge_scope import KnowledgeScope
 from weft_tools.knowledge_tools import SearchKnowledgeTool
@@ -72,6 +73,7 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     registry.register(SearchKnowledgeTool(deps.knowledge, scope))
     registry.register(ReadDocumentTool(deps.knowledge, scope))
     registry.register(ListDocumentsTool(deps.knowledge, scope))
+    registry.register(QueryKnowledgeGraphTool(deps.knowledge, scope))
     registry.register(ThinkingTool())
     registry.register(TodoWriteTool())
     # Every table of the schema is a name no CTE may take (SPEC T-11).

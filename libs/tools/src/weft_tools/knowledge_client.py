@@ -192,6 +192,17 @@ class KnowledgeClient:
             return None
         return unquote(resp.headers.get(FILE_NAME_HEADER, "")), resp.content
 
+    async def graph_query(
+        self, tenant_id: str, kb_ids: list[str], query: str, *, credential: str | None
+    ) -> list[dict[str, Any]]:
+        """``query_knowledge_graph``: one answer per KB (its hits, or its ``error``)."""
+        body = {"tenant_id": tenant_id, "knowledge_base_ids": kb_ids, "query": query}
+        resp = await self._send("POST", "/internal/graph/query", credential, json=body)
+        if resp is None:
+            raise KnowledgeUnavailable("the knowledge service has no graph query route")
+        results: list[dict[str, Any]] = resp.json()["results"]
+        return results
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         if self._http is not None:

@@ -1,11 +1,10 @@
 """Knowledge bases of a turn or an agent: their names for the ``{{knowledge_bases}}``
-placeholder, and the backend guard of SPEC A-07 (KBs incompatible with the tools' capability
-requirements are refused with a reason naming the KB and the missing capability).
+placeholder, the backend guard of SPEC A-07 (KBs incompatible with the tools' capability
+requirements are refused with a reason naming the KB and the missing capability) and the
+run-time safety net of A-08 (a tool whose capability no KB in scope offers is dropped).
 
-Every Weft knowledge base today is a document KB whose chunks are both embedded and
-keyword-indexed at ingestion, so each offers ``vector`` and ``keyword``; wiki, graph and
-FAQ knowledge bases do not exist yet. The knowledge service says what each KB offers
-(``weft_knowledge.titles.capabilities_of``, the one place that will read a KB's type);
+The knowledge service says what each KB offers (``weft_knowledge.capabilities.
+kb_capabilities``, the one derivation: vector, keyword, wiki, graph, faq);
 :func:`capabilities_of` reads its answer.
 """
 
@@ -22,6 +21,7 @@ from weft_tool_catalog.catalog import tool_catalog
 from weft_agent_config.knowledge_client import KnowledgeService
 
 DOCUMENT_KB = frozenset({KBCapability.VECTOR, KBCapability.KEYWORD})
+"""What a document KB with embedded chunks offers (tests and the editor's examples)."""
 
 REFERENCE_REQUIREMENTS: dict[str, ToolRequirement] = {
     "wiki_search": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
@@ -33,7 +33,6 @@ REFERENCE_REQUIREMENTS: dict[str, ToolRequirement] = {
     "wiki_delete_page": ToolRequirement(any_of=frozenset({KBCapability.WIKI})),
     "wiki_list_issues": ToolRequirement(any_of=frozenset({KBCapability.WIKI}), auxiliary=True),
     "wiki_update_issue": ToolRequirement(any_of=frozenset({KBCapability.WIKI}), auxiliary=True),
-    "query_knowledge_graph": ToolRequirement(all_of=frozenset({KBCapability.GRAPH})),
 }
 """Requirements of reference tools ``allowed_tools`` accepts that the registry does not
 run yet (the registry's own specs win for every tool it has)."""
@@ -107,6 +106,18 @@ def check_compatible(tools: Sequence[str], kbs: Sequence[ScopedKnowledgeBase]) -
             f"{' or '.join(needed)} required by {', '.join(lacking)}; "
             f"it offers {', '.join(offered)}"
         )
+
+
+def capable_tools(tools: Sequence[str], kbs: Sequence[ScopedKnowledgeBase]) -> list[str]:
+    """SPEC A-08 step 4, the safety net: ``tools`` without those whose capability no KB
+    of the scope offers (no graph in scope: no ``query_knowledge_graph``), the others
+    kept in order. A scope without any KB (a tenant with none yet) drops nothing: the
+    KB tools then tell the model that nothing is indexed."""
+    if not kbs:
+        return list(tools)
+    offered: frozenset[KBCapability] = frozenset().union(*(kb.capabilities for kb in kbs))
+    needs = tool_requirements(tools)
+    return [t for t in tools if t not in needs or needs[t].satisfied_by(offered)]
 
 
 class KnowledgeDirectory:

@@ -31,7 +31,8 @@ from weft_agent_config.definition import (
 from weft_agent_config.knowledge_guard import (
     KnowledgeDirectory,
     UnknownKnowledgeBase,
-    check_compatible,
+    capable_tools,
+    tool_requirements,
 )
 from weft_agent_config.mcp.store import McpStore
 from weft_agent_config.model_capabilities import ModelCapabilities
@@ -43,6 +44,9 @@ KNOWLEDGE_BASES_PLACEHOLDER = re.compile(r"\{\{\s*knowledge_bases\s*\}\}")
 """The placeholder whose value needs the KBs' names (the engine's syntax)."""
 MAX_NAMED_KNOWLEDGE_BASES = 50
 """A tenant-wide scope names at most this many KBs in the prompt."""
+MAX_SCOPE_KNOWLEDGE_BASES = 500
+"""A tenant-wide scope's capabilities are those of its first this many KBs (the lookup's
+own bound)."""
 SKILL_INSTALLER = SKILL_INSTALLER_AGENT
 """In skill-install mode the prompt lists no skills (the reference's rule)."""
 MAX_LISTED_SKILLS = 100
@@ -278,7 +282,13 @@ class AgentResolver:
             )  # fmt: skip
         except (ValidationError, UnknownTool) as exc:
             raise InvalidAgent(f"agent {agent_id!r} has an invalid configuration: {exc}") from exc
-        kbs = await self._knowledge_bases(owner or tenant_id, config)
+        kbs, tools = await self._knowledge_bases(owner or tenant_id, config)
+        if tools != config.allowed_tools:
+            always_ask = [t for t in config.approval.always_ask if t in tools]
+            config = config.model_copy(
+                update={"allowed_tools": tools,
+                        "approval": config.approval.model_copy(update={"always_ask": always_ask})}
+            )  # fmt: skip
         skills = await self.usable_skills(owner or tenant_id, agent_id, agent, config)
         return config.model_copy(
             update={
@@ -332,20 +342,23 @@ class AgentResolver:
 
     async def _knowledge_bases(
         self, tenant_id: str, config: AgentConfig
-    ) -> list[KnowledgeBaseInfo]:
-        """Guard the scope (SPEC A-07) and name it when the prompt asks for the names."""
+    ) -> tuple[list[KnowledgeBaseInfo], list[str]]:
+        """The KBs' names when the prompt asks for them, and the turn's tools after the
+        capability safety net (SPEC A-08 step 4): a tool whose capability no KB in scope
+        offers is dropped, the turn goes on with the others."""
         wants_names = bool(KNOWLEDGE_BASES_PLACEHOLDER.search(config.system_prompt))
-        if self._knowledge is None or not (config.knowledge_base_ids or wants_names):
-            return []
+        needs_kbs = bool(tool_requirements(config.allowed_tools))
+        if self._knowledge is None or not (config.knowledge_base_ids or wants_names or needs_kbs):
+            return [], config.allowed_tools
+        # An empty scope is every KB of the tenant: what they offer together decides.
+        limit = MAX_NAMED_KNOWLEDGE_BASES if not needs_kbs else MAX_SCOPE_KNOWLEDGE_BASES
         try:
-            kbs = await self._knowledge.scoped(
-                tenant_id, config.knowledge_base_ids, limit=MAX_NAMED_KNOWLEDGE_BASES
-            )
+            kbs = await self._knowledge.scoped(tenant_id, config.knowledge_base_ids, limit=limit)
         except UnknownKnowledgeBase as exc:
             raise InvalidRequest(str(exc)) from None
-        if config.knowledge_base_ids:
-            check_compatible(config.allowed_tools, kbs)
-        return [kb.info for kb in kbs[:MAX_NAMED_KNOWLEDGE_BASES]] if wants_names else []
+        tools = capable_tools(config.allowed_tools, kbs)
+        names = [kb.info for kb in kbs[:MAX_NAMED_KNOWLEDGE_BASES]] if wants_names else []
+        return names, tools
 
 
 def _check_shared_request(requested: list[str] | None, key_kbs: list[str] | None) -> None:

@@ -17,7 +17,14 @@ from weft_tool_catalog.catalog import (
 from weft_tool_catalog.sandbox_specs import INSTALLER_TOOLS, SCRIPT_TOOLS
 
 KNOWLEDGE_TOOLS: frozenset[str] = frozenset(
-    {"search_knowledge", "read_document", "list_documents", "data_schema", "data_analysis"}
+    {
+        "search_knowledge",
+        "read_document",
+        "list_documents",
+        "data_schema",
+        "data_analysis",
+        "query_knowledge_graph",
+    }
 )
 """Tools that only make sense with a knowledge-base scope (dropped for pure agents, A-08)."""
 

@@ -45,11 +45,14 @@ SKILLS_INTRO = (
     'scripts with shell_exec skill_name="<name>" (the skill\'s folder is $WEFT_SKILL_DIR, '
     "read-only). Available skills:"
 )
-KNOWLEDGE_TOOLS = frozenset({"search_knowledge", "read_document", "list_documents"})
+KNOWLEDGE_TOOLS = frozenset(
+    {"search_knowledge", "read_document", "list_documents", "query_knowledge_graph"}
+)
 DISPLAY_HINTS = {
     "search_knowledge": "Searching the knowledge base",
     "read_document": "Reading a document",
     "list_documents": "Listing documents",
+    "query_knowledge_graph": "Querying the knowledge graph",
     "search_conversations": "Searching earlier conversations",
     "search_memory": "Recalling memories",
     "web_search": "Searching the web",

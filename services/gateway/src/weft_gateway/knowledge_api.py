@@ -39,6 +39,11 @@ class KnowledgeBaseCreate(BaseModel):
         description="documents: files and texts cut into chunks; faq: question and answer "
         "entries (docs/knowledge.md).",
     )
+    graph_enabled: bool = Field(
+        default=False,
+        description="Extract entities and relations of its documents at ingestion, for "
+        "query_knowledge_graph (SPEC T-10).",
+    )
 
 
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
@@ -89,20 +94,30 @@ def knowledge_router(
     Who = Annotated[Principal, Depends(auth)]
 
     @router.post("/knowledge-bases", status_code=201)
-    async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, str]:
+    async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, Any]:
         refuse_restricted_create(who)
         body_out = {"tenant_id": who.tenant_id, **body.model_dump()}
-        created: dict[str, str] = await knowledge.call(
+        created: dict[str, Any] = await knowledge.call(
             "POST", "/internal/knowledge-bases", json=body_out
         )
         return created
 
     @router.get("/knowledge-bases")
-    async def list_kbs(who: Who) -> list[dict[str, str]]:
+    async def list_kbs(who: Who) -> list[dict[str, Any]]:
+        """The KBs the key reaches, with their switches and capabilities (SPEC A-07)."""
         found = await knowledge.call(
             "GET", "/internal/knowledge-bases", params={"tenant_id": who.tenant_id}
         )
         return visible_to(who, found)
+
+    @router.get("/knowledge-bases/{kb_id}")
+    async def get_kb(who: Who, kb_id: str) -> dict[str, Any]:
+        """One KB: switches, capabilities and, with a graph, its extraction progress."""
+        found: dict[str, Any] = await knowledge.call(
+            "GET", f"/internal/knowledge-bases/{quote(kb_id, safe='')}",
+            params={"tenant_id": who.tenant_id},
+        )  # fmt: skip
+        return found
 
     @router.post(
         "/knowledge-bases/{kb_id}/documents",

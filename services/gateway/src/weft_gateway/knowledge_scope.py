@@ -15,7 +15,7 @@ not know. A route added to that router is therefore checked without asking for i
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.routing import APIRoute
@@ -46,7 +46,7 @@ def key_reaches(who: Principal, kb_id: str) -> bool:
     return who.knowledge_base_ids is None or kb_id in who.knowledge_base_ids
 
 
-def visible_to(who: Principal, knowledge_bases: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+def visible_to(who: Principal, knowledge_bases: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The knowledge bases of a tenant listing that the caller's key may see."""
     return [kb for kb in knowledge_bases if key_reaches(who, kb["id"])]
 

@@ -17,13 +17,15 @@ from dataclasses import asdict
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
+import structlog
 from fastapi import APIRouter, HTTPException, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from weft_contracts import KnowledgeTitle
 from weft_contracts.knowledge import DocumentInfo
 from weft_platform.internal_auth import SystemRoute, caller_knowledge_bases, narrowest
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FAQ_KIND, FaqStore
+from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import IngestionQueue, new_document_id
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog.specs import SearchMode
@@ -35,6 +37,8 @@ from weft_knowledge.faq_api import faq_router
 from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import DocumentUsage
+
+log = structlog.get_logger(__name__)
 
 DONE = ("ready", "failed")
 TEXT_SUFFIXES = (".txt", ".md")
@@ -50,6 +54,7 @@ RETRIEVAL_ROUTES = (
     "/internal/documents/{doc_id}",
     "/internal/documents/{doc_id}/chunks",
     "/internal/documents/{doc_id}/file",
+    "/internal/graph/query",
 )
 """The knowledge tools' reads. A shared agent's tools read its owner's knowledge bases
 (SPEC E-26) with tool-exec's service credential (``knowledge:retrieve``), the turn's
@@ -73,6 +78,8 @@ class KnowledgeBaseCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
     kind: Literal["documents", "faq"] = "documents"
+    graph_enabled: bool = False
+    """Extract entities and relations of its documents at ingestion (SPEC T-10)."""
 
 
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
@@ -130,6 +137,18 @@ class SearchRequest(BaseModel):
     )
 
 
+class GraphQuery(BaseModel):
+    """Body of ``POST /internal/graph/query`` (``query_knowledge_graph``, SPEC T-10)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    knowledge_base_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        min_length=1, max_length=10
+    )
+    query: str = Field(min_length=1, max_length=2000)
+
+
 class BasesLookup(BaseModel):
     """Body of ``POST /internal/knowledge-bases/lookup``."""
 
@@ -159,6 +178,7 @@ def knowledge_router(
     search: KnowledgeSearch,
     usage: DocumentUsage,
     directory: KnowledgeDirectory,
+    graph: GraphStore,
     *,
     document_wait_s: float,
     faq: FaqStore | None = None,
@@ -191,18 +211,21 @@ def knowledge_router(
             raise HTTPException(503, "memory unavailable (usage); retry", {"Retry-After": "2"})
 
     @router.post("/internal/knowledge-bases", status_code=201)
-    async def create_kb(request: Request, body: KnowledgeBaseCreate) -> dict[str, str]:
+    async def create_kb(request: Request, body: KnowledgeBaseCreate) -> dict[str, Any]:
         if caller_knowledge_bases(request) is not None:
             raise HTTPException(403, "a KB-restricted credential cannot create knowledge bases")
         kb_id = await store.create_knowledge_base(
-            body.tenant_id, body.name, body.description, kind=body.kind
-        )
-        return {"id": kb_id, "name": body.name, "kind": body.kind}
+            body.tenant_id, body.name, body.description, kind=body.kind,
+            graph_enabled=body.graph_enabled,
+        )  # fmt: skip
+        return {"id": kb_id, "name": body.name, "kind": body.kind,
+                "graph_enabled": body.graph_enabled}  # fmt: skip
 
     @router.get("/internal/knowledge-bases")
-    async def list_kbs(request: Request, tenant_id: str) -> list[dict[str, str]]:
+    async def list_kbs(request: Request, tenant_id: str) -> list[dict[str, Any]]:
+        """The tenant's KBs in reach, with their switches and capabilities."""
         reach = scope_of(request, None)
-        found = await store.list_knowledge_bases(tenant_id)
+        found = await directory.listed(tenant_id)
         return [kb for kb in found if reach is None or kb["id"] in reach]
 
     @router.post(LOOKUP_ROUTE)
@@ -216,9 +239,13 @@ def knowledge_router(
         return found
 
     @router.get("/internal/knowledge-bases/{kb_id}")
-    async def get_kb(request: Request, tenant_id: str, kb_id: str) -> dict[str, str]:
+    async def get_kb(request: Request, tenant_id: str, kb_id: str) -> dict[str, Any]:
+        """One KB in reach with its switches, capabilities and graph progress."""
         await require_kb(request, tenant_id, kb_id)
-        return {"id": kb_id, "kind": await store.knowledge_base_kind(tenant_id, kb_id) or ""}
+        (view,) = await directory.scoped(tenant_id, [kb_id])
+        if view["graph_enabled"]:
+            view["graph"] = await graph.progress(tenant_id, kb_id)
+        return view
 
     @router.post("/internal/knowledge-bases/{kb_id}/documents")
     async def add_text(
@@ -390,6 +417,20 @@ def knowledge_router(
             faq_router(store, faq, embedder, limits or IngestionLimits(), require_kb)
         )
 
+    @router.post("/internal/graph/query")
+    async def graph_query(request: Request, body: GraphQuery) -> dict[str, Any]:
+        """``query_knowledge_graph``: each named KB queried at once; a KB out of reach,
+        without a graph or whose query failed answers with its ``error``."""
+        reach = scope_of(request, None)
+        named = list(dict.fromkeys(body.knowledge_base_ids))
+        enabled = await graph.graph_enabled(body.tenant_id, named)
+        answers = await asyncio.gather(
+            *(_graph_answer(graph, store, body.tenant_id, kb, body.query,
+                            reachable=(reach is None or kb in reach) and kb in enabled,
+                            has_graph=enabled.get(kb, False)) for kb in named)
+        )  # fmt: skip
+        return {"results": answers}
+
     @router.get(TITLES_ROUTE)
     async def titles(
         tenant_id: str,
@@ -400,6 +441,39 @@ def knowledge_router(
         return await directory.titles(tenant_id, kb_id or [], limit)
 
     return router
+
+
+GRAPH_TEXT_HITS = 5
+"""Keyword hits of the KB's chunks given after the graph's relations."""
+GRAPH_QUERY_TIMEOUT_S = 10.0
+
+
+async def _graph_answer(
+    graph: GraphStore, store: KnowledgeStore, tenant_id: str, kb_id: str, query: str, *,
+    reachable: bool, has_graph: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """One KB's part of a graph query (an error never fails the others)."""
+    if not reachable:
+        return {"knowledge_base_id": kb_id, "error": "knowledge base not found"}
+    if not has_graph:
+        return {"knowledge_base_id": kb_id, "error": "this knowledge base has no knowledge graph"}
+    try:
+        async with asyncio.timeout(GRAPH_QUERY_TIMEOUT_S):
+            hits = await graph.query(tenant_id, kb_id, query)
+            text = await store.keyword_search(tenant_id, [kb_id], query, GRAPH_TEXT_HITS)
+    except TimeoutError:
+        return {"knowledge_base_id": kb_id, "error": "the graph query timed out"}
+    except Exception:
+        log.exception("graph_query_failed", knowledge_base_id=kb_id)
+        return {"knowledge_base_id": kb_id, "error": "the graph query failed"}
+    cited = {r.chunk_id for r in [*hits.relations, *hits.path]}
+    return {
+        "knowledge_base_id": kb_id,
+        "entities": [asdict(e) for e in hits.entities],
+        "relations": [asdict(r) for r in hits.relations],
+        "path": [asdict(r) for r in hits.path],
+        "text_hits": [asdict(h) for h in text if h.chunk_id not in cited],
+    }
 
 
 async def _ingested(

@@ -2,19 +2,22 @@
 over knowledge bases, documents, chunks and search) and the ingestion worker
 (``python -m weft_knowledge worker``: drains the ingestion queue, reports its depth).
 
-knowledge owns ``knowledge_bases``, ``documents``, ``document_files`` and ``chunks``
-(``weft_storage.ownership``); the gateway, tool-exec and agent-config ask it over HTTP.
+knowledge owns ``knowledge_bases``, ``documents``, ``document_files``, ``chunks`` and the
+graph tables (``weft_storage.ownership``); the gateway, tool-exec and agent-config ask it over HTTP.
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
+from weft_llm import MeteredModel, OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
 from weft_platform.internal_auth import InternalAuth
+from weft_platform.metrics import LLM_METER
 from weft_platform.runtime import create_runtime
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
+from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.listen import ChannelWakeups
@@ -23,12 +26,13 @@ from weft_tools.embeddings import Embedder, OpenAIEmbedder
 from weft_tools.ranking import HttpRerankModel
 
 from weft_knowledge.api import SYSTEM_ROUTES, knowledge_router
+from weft_knowledge.graph_extraction import ExtractionSettings, GraphExtractor
 from weft_knowledge.ingestion import DocumentIngestor
 from weft_knowledge.ingestion_loop import IngestionLoop
 from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.settings import KnowledgeSettings
 from weft_knowledge.titles import KnowledgeDirectory
-from weft_knowledge.usage import USAGE_WRITE_SCOPE, DocumentUsage
+from weft_knowledge.usage import USAGE_WRITE_SCOPE, DocumentUsage, ModelUsage
 
 AUDIENCE = "knowledge"
 ISSUER = "knowledge"
@@ -76,7 +80,8 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         IngestionQueue(runtime.sessions, stale_after_s=s.ingestion_stale_after_s),
         search,
         usage,
-        KnowledgeDirectory(runtime.sessions),
+        KnowledgeDirectory(runtime.sessions, embeds=bool(s.embedding_model)),
+        GraphStore(runtime.sessions),
         document_wait_s=s.document_wait_s,
         faq=faq,
         embedder=embedder,
@@ -111,15 +116,37 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         limits=s.ingestion_limits(),
         tenant_max_inflight=s.ingestion_tenant_max_inflight,
     )
+    signer = runtime.signer(ISSUER)
+    usage = ModelUsage(
+        s.memory_url,
+        lambda: signer.service("memory", [USAGE_WRITE_SCOPE]),
+        timeout_s=s.memory_timeout_s,
+    )
+    chat = OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key)
+    graph = GraphExtractor(
+        GraphStore(runtime.sessions, stale_after_s=s.ingestion_stale_after_s),
+        MeteredModel(chat, LLM_METER),
+        usage,
+        ExtractionSettings(
+            model=s.graph_model or s.llm_model,
+            max_attempts=s.graph_max_attempts,
+            retry_backoff_s=s.graph_retry_backoff_s,
+            max_chunks=s.graph_max_chunks,
+        ),
+    )
     loop = IngestionLoop(
         ingestor,
         s.ingestion_poll_s,
+        graph=graph,
         concurrency=s.ingestion_concurrency,
         wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
         depth=queue.depth if s.effective_metrics_port else None,
     )
     app = create_service_app(
-        runtime, title="weft knowledge worker", on_startup=[loop.start], on_shutdown=[loop.stop]
+        runtime,
+        title="weft knowledge worker",
+        on_startup=[loop.start],
+        on_shutdown=[loop.stop, usage.aclose],
     )
     app.state.ingestion = loop
     return app

@@ -11,6 +11,7 @@ from weft_platform.metrics import INGESTION_QUEUE_DEPTH
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.listen import ChannelWakeups
 
+from weft_knowledge.graph_extraction import GraphExtractor
 from weft_knowledge.ingestion import DocumentIngestor
 
 log = structlog.get_logger(__name__)
@@ -36,10 +37,12 @@ class IngestionLoop:
         wakeups: ChannelWakeups | None = None,
         depth: Callable[[], Awaitable[dict[str, int]]] | None = None,
         depth_every_s: float = DEPTH_EVERY_S,
+        graph: GraphExtractor | None = None,
     ):
         """``depth``: the queue's documents by state, counted every ``depth_every_s``
         into ``weft_ingestion_queue_depth`` (one query, whatever the scrape rate)."""
         self._depth = depth
+        self._graph = graph
         self._depth_every_s = depth_every_s
         self._ingestor = ingestor
         self._poll_s = poll_s
@@ -82,7 +85,10 @@ class IngestionLoop:
     async def _run(self) -> None:
         while True:
             try:
-                busy = await self._ingestor.ingest_next()
+                # Documents first (searchable sooner), then graph extraction (SPEC T-10).
+                busy = await self._ingestor.ingest_next() or (
+                    self._graph is not None and await self._graph.extract_next()
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:  # database unavailable: retry after the poll interval

@@ -4,12 +4,12 @@ workers read the same class (``python -m weft_knowledge`` and ``... worker``).""
 from __future__ import annotations
 
 from pydantic import AliasChoices, Field
-from weft_platform.settings import ServiceSettings
+from weft_platform.settings import ModelClientSettings
 from weft_tools.ingestion_limits import IngestionLimits
 
 
-class KnowledgeSettings(ServiceSettings):
-    """knowledge settings."""
+class KnowledgeSettings(ModelClientSettings):
+    """knowledge settings (the model client's: graph extraction at ingestion)."""
 
     service_name: str = "knowledge"
     http_port: int = 8088
@@ -72,6 +72,17 @@ class KnowledgeSettings(ServiceSettings):
     ingestion_max_chunks: int = Field(default=20_000, ge=1, description="Chunks of one document.")
     ingestion_tenant_max_chunks: int = Field(
         default=2_000_000, ge=1, description="Chunks of all of one tenant's documents."
+    )
+
+    graph_model: str = Field(
+        default="", description="Model of graph extraction (SPEC T-10); empty: WEFT_LLM_MODEL."
+    )
+    graph_max_attempts: int = Field(default=3, ge=1, le=20, description="Tries per document.")
+    graph_retry_backoff_s: float = Field(
+        default=5.0, ge=0, description="Wait before try n+1 of an extraction: this times n."
+    )
+    graph_max_chunks: int = Field(
+        default=500, ge=1, description="A document with more chunks is not graph-extracted."
     )
 
     def ingestion_limits(self) -> IngestionLimits:

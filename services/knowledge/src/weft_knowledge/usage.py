@@ -56,3 +56,41 @@ class DocumentUsage:
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
+
+
+class ModelUsage:
+    """Sends the model calls knowledge makes at ingestion (graph extraction) to memory's
+    usage, with knowledge's own service credential; idempotent on ``source_id``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        credential: Callable[[], str],
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self._credential = credential
+        self._http = service_client(base_url, timeout_s, transport=transport)
+
+    async def record(
+        self, *, tenant_id: str, source: str, source_id: str, input_tokens: int,
+        output_tokens: int, llm_calls: int,
+    ) -> bool:  # fmt: skip
+        """Meter one batch of calls; False (logged) when memory did not take it."""
+        body = {"tenant_id": tenant_id, "source": source, "input_tokens": input_tokens,
+                "output_tokens": output_tokens, "llm_calls": llm_calls}  # fmt: skip
+        path = f"/internal/usage/model-calls/{quote(source_id, safe='')}"
+        try:
+            resp = await self._http.put(path, json=body, headers=bearer(self._credential()))
+        except httpx.HTTPError as exc:
+            log.warning("model_usage_unsent", source_id=source_id, error=repr(exc))
+            return False
+        if resp.status_code >= 300:
+            log.warning("model_usage_refused", source_id=source_id, status=resp.status_code)
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()

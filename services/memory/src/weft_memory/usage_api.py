@@ -11,20 +11,22 @@ their scope (``memory:usage.read``: the gateway's admin API or an operator;
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts.usage import UsageGroup, UsageTotals
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.memory.usage import record_document, usage_totals
+from weft_storage.memory.usage import record_document, record_model_calls, usage_totals
 
 USAGE_ROUTE = "/internal/usage"
 USAGE_SCOPE = SystemRoute("memory:usage.read", frozenset({"gateway", "operator"}))
 MAX_PERIOD = timedelta(days=366)
 DOCUMENT_USAGE_ROUTE = "/internal/usage/documents/{document_id}"
 DOCUMENT_USAGE_SCOPE = SystemRoute("memory:usage.write", frozenset({"knowledge", "operator"}))
+MODEL_USAGE_ROUTE = "/internal/usage/model-calls/{source_id}"
+"""Model calls a service makes outside turns (knowledge's graph extraction), same scope."""
 
 
 class DocumentUsage(BaseModel):
@@ -33,6 +35,16 @@ class DocumentUsage(BaseModel):
     tenant_id: str = Field(min_length=1, max_length=128)
     user_id: str = Field(default="", max_length=128)
     size_bytes: int = Field(ge=0, le=2**53)
+
+
+class ModelCallUsage(BaseModel):
+    """Body of ``PUT /internal/usage/model-calls/{source_id}``: whose calls, what they cost."""
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    source: Literal["graph", "wiki"]
+    input_tokens: int = Field(ge=0, le=2**53)
+    output_tokens: int = Field(ge=0, le=2**53)
+    llm_calls: int = Field(ge=0, le=2**31 - 1)
 
 
 class UsageReport(BaseModel):
@@ -71,6 +83,20 @@ def usage_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
             await record_document(
                 s, tenant_id=body.tenant_id, document_id=document_id, user_id=body.user_id,
                 size_bytes=body.size_bytes,
+            )  # fmt: skip
+        return Response(status_code=204)
+
+    @router.put(MODEL_USAGE_ROUTE, status_code=204)
+    async def model_usage(
+        source_id: Annotated[str, Path(min_length=1, max_length=128)], body: ModelCallUsage
+    ) -> Response:
+        """Meter model calls made at ingestion. Idempotent on (tenant, source, source_id):
+        a repeat stores the same totals."""
+        async with sessions.begin() as s:
+            await record_model_calls(
+                s, tenant_id=body.tenant_id, source=body.source, source_id=source_id,
+                input_tokens=body.input_tokens, output_tokens=body.output_tokens,
+                llm_calls=body.llm_calls,
             )  # fmt: skip
         return Response(status_code=204)
 

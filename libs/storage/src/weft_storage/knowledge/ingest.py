@@ -19,13 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, func, literal, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 from ulid import ULID
 
-from weft_storage.knowledge.models import Chunk, Document
+from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
 from weft_storage.knowledge.models_files import DocumentFile
+from weft_storage.knowledge.models_graph import GraphExtraction
 
 INGESTION_CHANNEL = "weft_ingestion"
 """The ``NOTIFY`` channel of queued documents; its payload is empty (a wake-up, no data)."""
@@ -210,6 +212,8 @@ class IngestionQueue:
         async with self._sessions.begin() as s:
             status = "failed" if error else "ready"
             await self._progress(s, document_id, status=status, error=error)
+            if not error:
+                await queue_graph_extraction(s, document_id)
             await _notify(s)
 
     @staticmethod
@@ -219,6 +223,27 @@ class IngestionQueue:
             .where(Document.id == document_id)
             .values(updated_at=func.now(), **values)
         )
+
+
+async def queue_graph_extraction(s: AsyncSession, document_id: str) -> None:
+    """Queue the document's graph extraction when its KB has a graph (SPEC T-10), in the
+    transaction that makes it ready: a document of a graph KB is never left unqueued. A
+    re-ingested document is extracted again from scratch."""
+    kb = select(
+        Document.id, Document.tenant_id, Document.knowledge_base_id, literal("pending"),
+        literal(0),
+    ).join(KnowledgeBase, KnowledgeBase.id == Document.knowledge_base_id).where(
+        Document.id == document_id, KnowledgeBase.graph_enabled.is_(True)
+    )  # fmt: skip
+    columns = ["document_id", "tenant_id", "knowledge_base_id", "status", "attempts"]
+    stmt = pg_insert(GraphExtraction).from_select(columns, kb)
+    await s.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["document_id"],
+            set_={"status": "pending", "attempts": 0, "error": None, "not_before": func.now(),
+                  "updated_at": func.now()},
+        )
+    )  # fmt: skip
 
 
 async def _notify(s: AsyncSession) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Computed,
     DateTime,
     ForeignKey,
@@ -33,6 +34,8 @@ class KnowledgeBase(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # Migration 0024_faq: what the base holds ('documents' or 'faq').
     kind: Mapped[str] = mapped_column(String(16), default="documents", server_default="documents")
+    # Migration 0024_graph: entities and relations are extracted at ingestion (SPEC T-10).
+    graph_enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
 
 
 class Document(Base):

@@ -84,16 +84,25 @@ class KnowledgeStore:
         self._sessions = sessions
 
     async def create_knowledge_base(
-        self, tenant_id: str, name: str, description: str = "", *, kind: str = "documents"
+        self,
+        tenant_id: str,
+        name: str,
+        description: str = "",
+        *,
+        kind: str = "documents",
+        graph_enabled: bool = False,
     ) -> str:
-        """Create a knowledge base of ``kind`` ('documents' or 'faq') and return its id."""
+        """Create a knowledge base of ``kind`` ('documents' or 'faq') and return its id
+        (``graph_enabled``: its documents' entities and relations are extracted at
+        ingestion, SPEC T-10)."""
         kb_id = f"kb_{ULID()}"
         async with self._sessions.begin() as s:
             s.add(
                 KnowledgeBase(
-                    id=kb_id, tenant_id=tenant_id, name=name, description=description, kind=kind
+                    id=kb_id, tenant_id=tenant_id, name=name, description=description,
+                    kind=kind, graph_enabled=graph_enabled,
                 )
-            )
+            )  # fmt: skip
         return kb_id
 
     async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, str]]:

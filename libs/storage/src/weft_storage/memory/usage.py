@@ -74,6 +74,21 @@ async def record_document(
     await s.execute(stmt.on_conflict_do_nothing())
 
 
+async def record_model_calls(
+    s: AsyncSession, *, tenant_id: str, source: str, source_id: str, input_tokens: int,
+    output_tokens: int, llm_calls: int,
+) -> None:  # fmt: skip
+    """Meter model calls made outside a turn (``source``: ``graph`` extraction at
+    ingestion); the totals replace, never add, so a repeated report stores them once."""
+    values = {"input_tokens": input_tokens, "output_tokens": output_tokens, "llm_calls": llm_calls}
+    stmt = insert(UsageRecord).values(
+        tenant_id=tenant_id, source=source, source_id=source_id, **values
+    )
+    await s.execute(
+        stmt.on_conflict_do_update(index_elements=["tenant_id", "source", "source_id"], set_=values)
+    )
+
+
 async def usage_totals(
     sessions: async_sessionmaker[AsyncSession],
     tenant_id: str,
