@@ -28,6 +28,7 @@ from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_scripted_llm.embeddings import embed_text
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
+from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_tool_catalog import ToolInvocation, ToolRegistry
@@ -68,7 +69,8 @@ class Kit:
             knowledge_router(
                 self.store, self.reader, IngestionQueue(sessions), search,
                 DocumentUsage("http://memory.invalid", lambda: ""),
-                KnowledgeDirectory(sessions), document_wait_s=0, faq=self.faq,
+                KnowledgeDirectory(sessions), GraphStore(sessions), document_wait_s=0,
+                faq=self.faq,
                 embedder=embedder,
             )
         )  # fmt: skip
