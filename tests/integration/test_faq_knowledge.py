@@ -149,7 +149,9 @@ async def test_faq_and_document_bases_refuse_each_others_content(kit: Kit) -> No
                                 json={**mine, "question": "q", "answer": "a"})  # fmt: skip
     assert entry.status_code == 409 and "'documents' base" in entry.json()["detail"]
     shown = await kit.http.get(f"/internal/knowledge-bases/{faq}", params=mine)
-    assert shown.json() == {"id": faq, "kind": "faq"}
+    view = shown.json()
+    assert view["id"] == faq and view["kind"] == "faq", view
+    assert "faq" in view["capabilities"], view
 
 
 @pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
