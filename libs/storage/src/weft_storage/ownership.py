@@ -72,7 +72,10 @@ OWNED_TABLES: Mapping[str, tuple[str, ...]] = {
         "agent_grants",
         "agent_run_suspensions",
     ),
-    "knowledge": ("knowledge_bases", "documents", "document_files", "chunks"),
+    "knowledge": (
+        "knowledge_bases", "documents", "document_files", "chunks",
+        "wiki_pages", "wiki_page_revisions", "wiki_links", "wiki_issues", "wiki_generations",
+    ),  # fmt: skip
     "sandbox": ("sandbox_checkpoints",),
     "suggestions": ("suggestion_turns", "message_suggestion_sets", "suggestion_events"),
     "tool_exec": (),

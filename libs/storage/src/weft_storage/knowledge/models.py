@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Computed,
     DateTime,
     ForeignKey,
@@ -31,6 +32,8 @@ class KnowledgeBase(Base):
     name: Mapped[str] = mapped_column(String(200))
     description: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Migration 0024_wiki: pages generated from its documents at ingestion (SPEC T-18).
+    wiki_enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
 
 
 class Document(Base):

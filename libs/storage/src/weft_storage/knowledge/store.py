@@ -81,14 +81,24 @@ class KnowledgeStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self._sessions = sessions
 
-    async def create_knowledge_base(self, tenant_id: str, name: str, description: str = "") -> str:
+    async def create_knowledge_base(
+        self, tenant_id: str, name: str, description: str = "", *, wiki_enabled: bool = False
+    ) -> str:
         """Create a knowledge base and return its id."""
         kb_id = f"kb_{ULID()}"
         async with self._sessions.begin() as s:
-            s.add(KnowledgeBase(id=kb_id, tenant_id=tenant_id, name=name, description=description))
+            s.add(
+                KnowledgeBase(
+                    id=kb_id,
+                    tenant_id=tenant_id,
+                    name=name,
+                    description=description,
+                    wiki_enabled=wiki_enabled,
+                )
+            )
         return kb_id
 
-    async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, str]]:
+    async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's knowledge bases, oldest first."""
         stmt = (
             select(KnowledgeBase)
@@ -97,7 +107,15 @@ class KnowledgeStore:
         )
         async with self._sessions() as s:
             rows = (await s.scalars(stmt)).all()
-        return [{"id": r.id, "name": r.name, "description": r.description} for r in rows]
+        return [
+            {
+                "id": r.id,
+                "name": r.name,
+                "description": r.description,
+                "wiki_enabled": r.wiki_enabled,
+            }
+            for r in rows
+        ]
 
     async def knowledge_base_exists(self, tenant_id: str, kb_id: str) -> bool:
         """Whether ``kb_id`` exists for this tenant."""
