@@ -68,6 +68,8 @@ class KnowledgeBaseCreate(BaseModel):
     tenant_id: str = Field(min_length=1, max_length=128)
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
+    wiki_enabled: bool = False
+    """Pages generated from its documents and the wiki tools (SPEC T-18)."""
 
 
 class TextDocument(BaseModel):
@@ -149,14 +151,16 @@ def knowledge_router(
             raise HTTPException(503, "memory unavailable (usage); retry", {"Retry-After": "2"})
 
     @router.post("/internal/knowledge-bases", status_code=201)
-    async def create_kb(request: Request, body: KnowledgeBaseCreate) -> dict[str, str]:
+    async def create_kb(request: Request, body: KnowledgeBaseCreate) -> dict[str, Any]:
         if caller_knowledge_bases(request) is not None:
             raise HTTPException(403, "a KB-restricted credential cannot create knowledge bases")
-        kb_id = await store.create_knowledge_base(body.tenant_id, body.name, body.description)
-        return {"id": kb_id, "name": body.name}
+        kb_id = await store.create_knowledge_base(
+            body.tenant_id, body.name, body.description, wiki_enabled=body.wiki_enabled
+        )
+        return {"id": kb_id, "name": body.name, "wiki_enabled": body.wiki_enabled}
 
     @router.get("/internal/knowledge-bases")
-    async def list_kbs(request: Request, tenant_id: str) -> list[dict[str, str]]:
+    async def list_kbs(request: Request, tenant_id: str) -> list[dict[str, Any]]:
         reach = scope_of(request, None)
         found = await store.list_knowledge_bases(tenant_id)
         return [kb for kb in found if reach is None or kb["id"] in reach]

@@ -9,6 +9,7 @@ knowledge owns ``knowledge_bases``, ``documents``, ``document_files`` and ``chun
 from __future__ import annotations
 
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
 from weft_platform.internal_auth import InternalAuth
@@ -16,6 +17,8 @@ from weft_platform.runtime import create_runtime
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
+from weft_storage.knowledge.wiki import WikiPages
+from weft_storage.knowledge.wiki_issues import WikiGenerations, WikiIssues
 from weft_storage.listen import ChannelWakeups
 from weft_storage.owner_purge import owner_purge_router
 from weft_tools.embeddings import Embedder, OpenAIEmbedder
@@ -28,6 +31,7 @@ from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.settings import KnowledgeSettings
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import USAGE_WRITE_SCOPE, DocumentUsage
+from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES, wiki_router
 
 AUDIENCE = "knowledge"
 ISSUER = "knowledge"
@@ -46,6 +50,13 @@ def embedder_of(settings: KnowledgeSettings) -> Embedder | None:
         model=settings.embedding_model,
         dimensions=settings.embedding_dimensions,
     )
+
+
+def wiki_stores(
+    sessions: async_sessionmaker[AsyncSession],
+) -> tuple[WikiPages, WikiIssues, WikiGenerations]:
+    """The wiki's pages, issues and generation queue (SPEC T-18)."""
+    return WikiPages(sessions), WikiIssues(sessions), WikiGenerations(sessions)
 
 
 def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
@@ -79,8 +90,8 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
     app = create_service_app(
         runtime,
         title="weft knowledge",
-        routers=[router],
-        internal=InternalAuth(runtime.verifier, AUDIENCE, SYSTEM_ROUTES),
+        routers=[router, wiki_router(store, reader, *wiki_stores(runtime.sessions))],
+        internal=InternalAuth(runtime.verifier, AUDIENCE, {**SYSTEM_ROUTES, **WIKI_SYSTEM_ROUTES}),
         on_shutdown=[usage.aclose],
     )
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)

@@ -22,9 +22,10 @@ DOCUMENT_KB = ("keyword", "vector")
 """Capabilities (``weft_tool_catalog.capabilities.KBCapability`` values) of a document KB."""
 
 
-def capabilities_of(_row: KnowledgeBase) -> list[str]:
-    """What a knowledge base offers (every KB is a document KB today, see module doc)."""
-    return list(DOCUMENT_KB)
+def capabilities_of(row: KnowledgeBase) -> list[str]:
+    """What a knowledge base offers (every KB is a document KB today, see module doc);
+    ``wiki`` when its wiki is enabled (until the one derivation of issue 39 replaces this)."""
+    return [*DOCUMENT_KB, "wiki"] if row.wiki_enabled else list(DOCUMENT_KB)
 
 
 class KnowledgeDirectory:

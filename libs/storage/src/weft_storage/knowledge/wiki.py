@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, delete, func, or_, select, text, update
+from sqlalchemy import ColumnElement, and_, case, delete, func, or_, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
@@ -350,6 +350,8 @@ class WikiPages:
         new: str,
         source_refs: list[dict[str, str]],
         author: str,
+        *,
+        max_chars: int = 100_000,
     ) -> PageChange:
         """Replace the one occurrence of ``old`` in the page's content (none or several:
         :class:`WikiConflict`); ``source_refs`` are added to the page's."""
@@ -363,7 +365,10 @@ class WikiPages:
                 raise WikiConflict(
                     f"old_text {where} in {slug!r}; give an exact passage that occurs once"
                 )
-            page.content = page.content.replace(old, new, 1)
+            content = page.content.replace(old, new, 1)
+            if len(content) > max_chars:
+                raise WikiConflict(f"the page would exceed {max_chars:,} characters")
+            page.content = content
             if source_refs:
                 _set_sources(page, [*page.source_refs, *source_refs])
             await _commit_revision(s, page, "text_replaced", author)
@@ -479,7 +484,7 @@ async def _find(
     s: AsyncSession, tenant_id: str, kb_ids: Sequence[str], slug: str, *, lock: bool = False
 ) -> WikiPage | None:
     p = WikiPage
-    stmt: Select[tuple[WikiPage]] = select(p).where(
+    stmt = select(p).where(
         _scoped(p.knowledge_base_id, p.tenant_id, tenant_id, kb_ids), p.slug == slug
     )
     if lock:
