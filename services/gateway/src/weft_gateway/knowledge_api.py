@@ -33,6 +33,9 @@ class KnowledgeBaseCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
+    wiki_enabled: bool = Field(
+        default=False, description="Generate wiki pages from its documents (SPEC T-18)."
+    )
 
 
 class DocumentCreate(BaseModel):
@@ -57,10 +60,10 @@ def knowledge_router(
     Who = Annotated[Principal, Depends(auth)]
 
     @router.post("/knowledge-bases", status_code=201)
-    async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, str]:
+    async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, Any]:
         refuse_restricted_create(who)
         body_out = {"tenant_id": who.tenant_id, **body.model_dump()}
-        created: dict[str, str] = await knowledge.call(
+        created: dict[str, Any] = await knowledge.call(
             "POST", "/internal/knowledge-bases", json=body_out
         )
         return created

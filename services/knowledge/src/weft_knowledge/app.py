@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
 from weft_platform.internal_auth import InternalAuth
-from weft_platform.runtime import create_runtime
+from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
@@ -32,6 +32,12 @@ from weft_knowledge.settings import KnowledgeSettings
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import USAGE_WRITE_SCOPE, DocumentUsage
 from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES, wiki_router
+from weft_knowledge.wiki_generation import (
+    GenerationUsage,
+    OpenAIPageWriter,
+    WikiGenerationLoop,
+    WikiGenerator,
+)
 
 AUDIENCE = "knowledge"
 ISSUER = "knowledge"
@@ -101,6 +107,33 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
     return app
 
 
+def wiki_generation(
+    runtime: ServiceRuntime, s: KnowledgeSettings
+) -> tuple[WikiGenerationLoop, GenerationUsage]:
+    """The worker's wiki generation task and its usage sender (SPEC T-18)."""
+    signer = runtime.signer(ISSUER)
+    usage = GenerationUsage(
+        s.memory_url,
+        lambda: signer.service("memory", [USAGE_WRITE_SCOPE]),
+        timeout_s=s.memory_timeout_s,
+    )
+    model = None
+    if s.wiki_model:
+        model = OpenAIPageWriter(
+            base_url=s.wiki_llm_base_url, api_key=s.wiki_llm_api_key, model=s.wiki_model
+        )
+    generator = WikiGenerator(
+        WikiGenerations(runtime.sessions),
+        WikiPages(runtime.sessions),
+        DocumentReader(runtime.sessions),
+        model,
+        usage,
+        max_input_chars=s.wiki_max_input_chars,
+        retry_base_s=s.wiki_retry_base_s,
+    )
+    return WikiGenerationLoop(generator, s.ingestion_poll_s), usage
+
+
 def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
     """An ingestion worker: ``ingestion_concurrency`` tasks claiming documents fairly
     across tenants (``IngestionQueue.claim``), woken by the queue's ``NOTIFY``; health
@@ -123,8 +156,12 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
         depth=queue.depth if s.effective_metrics_port else None,
     )
+    wiki, usage = wiki_generation(runtime, s)
     app = create_service_app(
-        runtime, title="weft knowledge worker", on_startup=[loop.start], on_shutdown=[loop.stop]
+        runtime,
+        title="weft knowledge worker",
+        on_startup=[loop.start, wiki.start],
+        on_shutdown=[loop.stop, wiki.stop, usage.aclose],
     )
     app.state.ingestion = loop
     return app

@@ -74,6 +74,27 @@ class KnowledgeSettings(ServiceSettings):
         default=2_000_000, ge=1, description="Chunks of all of one tenant's documents."
     )
 
+    wiki_llm_base_url: str = Field(
+        default="http://127.0.0.1:8090/v1",
+        validation_alias=AliasChoices("WEFT_WIKI_LLM_BASE_URL", "OPENAI_BASE_URL"),
+        description="The model that writes wiki pages at ingestion (OpenAI-compatible).",
+    )
+    wiki_llm_api_key: str = Field(
+        default="scripted-llm-test-double",
+        validation_alias=AliasChoices("WEFT_WIKI_LLM_API_KEY", "OPENAI_API_KEY"),
+    )
+    wiki_model: str = Field(
+        default="",
+        validation_alias=AliasChoices("WEFT_WIKI_MODEL", "WEFT_LLM_MODEL"),
+        description="Empty: wiki generation fails visibly on the KB (no model).",
+    )
+    wiki_max_input_chars: int = Field(
+        default=24_000, ge=1000, description="Text of one document the model reads."
+    )
+    wiki_retry_base_s: float = Field(
+        default=5.0, gt=0, description="Pause before a failed generation's 2nd attempt (x2 each)."
+    )
+
     def ingestion_limits(self) -> IngestionLimits:
         """The per-document and per-tenant bounds of ingestion."""
         return IngestionLimits(

@@ -41,6 +41,7 @@ from weft_memory.turns_api import turns_router
 from weft_memory.usage_api import (
     DOCUMENT_USAGE_ROUTE,
     DOCUMENT_USAGE_SCOPE,
+    GENERATION_USAGE_ROUTE,
     USAGE_ROUTE,
     USAGE_SCOPE,
     usage_router,
@@ -126,6 +127,7 @@ SYSTEM_ROUTES = {
     ),
     USAGE_ROUTE: USAGE_SCOPE,
     DOCUMENT_USAGE_ROUTE: DOCUMENT_USAGE_SCOPE,
+    GENERATION_USAGE_ROUTE: DOCUMENT_USAGE_SCOPE,
     SUSPENSION_ROUTE: SUSPENSION_READ,
 }
 """Routes across tenants: the engine's turn auditor (and operators) with a service

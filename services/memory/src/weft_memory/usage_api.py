@@ -11,20 +11,22 @@ their scope (``memory:usage.read``: the gateway's admin API or an operator;
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_contracts.usage import UsageGroup, UsageTotals
 from weft_platform.internal_auth import SystemRoute
-from weft_storage.memory.usage import record_document, usage_totals
+from weft_storage.memory.usage import record_document, record_generation, usage_totals
 
 USAGE_ROUTE = "/internal/usage"
 USAGE_SCOPE = SystemRoute("memory:usage.read", frozenset({"gateway", "operator"}))
 MAX_PERIOD = timedelta(days=366)
 DOCUMENT_USAGE_ROUTE = "/internal/usage/documents/{document_id}"
 DOCUMENT_USAGE_SCOPE = SystemRoute("memory:usage.write", frozenset({"knowledge", "operator"}))
+GENERATION_USAGE_ROUTE = "/internal/usage/generations/{generation_id}"
+"""knowledge's model calls at ingestion (wiki pages), with the document route's scope."""
 
 
 class DocumentUsage(BaseModel):
@@ -33,6 +35,17 @@ class DocumentUsage(BaseModel):
     tenant_id: str = Field(min_length=1, max_length=128)
     user_id: str = Field(default="", max_length=128)
     size_bytes: int = Field(ge=0, le=2**53)
+
+
+class GenerationUsage(BaseModel):
+    """Body of ``PUT /internal/usage/generations/{generation_id}``: a knowledge generation's
+    model calls (``kind``: what it generated)."""
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    kind: Literal["wiki"]
+    input_tokens: int = Field(ge=0, le=2**53)
+    output_tokens: int = Field(ge=0, le=2**53)
+    llm_calls: int = Field(ge=0, le=1_000_000)
 
 
 class UsageReport(BaseModel):
@@ -71,6 +84,20 @@ def usage_router(sessions: async_sessionmaker[AsyncSession]) -> APIRouter:
             await record_document(
                 s, tenant_id=body.tenant_id, document_id=document_id, user_id=body.user_id,
                 size_bytes=body.size_bytes,
+            )  # fmt: skip
+        return Response(status_code=204)
+
+    @router.put(GENERATION_USAGE_ROUTE, status_code=204)
+    async def generation_usage(
+        generation_id: Annotated[str, Path(min_length=1, max_length=128)], body: GenerationUsage
+    ) -> Response:
+        """Meter one generation's model calls; idempotent on the generation (a retried
+        send stores the same totals once)."""
+        async with sessions.begin() as s:
+            await record_generation(
+                s, tenant_id=body.tenant_id, kind=body.kind, generation_id=generation_id,
+                input_tokens=body.input_tokens, output_tokens=body.output_tokens,
+                llm_calls=body.llm_calls,
             )  # fmt: skip
         return Response(status_code=204)
 

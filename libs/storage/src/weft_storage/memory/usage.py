@@ -74,6 +74,27 @@ async def record_document(
     await s.execute(stmt.on_conflict_do_nothing())
 
 
+async def record_generation(
+    s: AsyncSession,
+    *,
+    tenant_id: str,
+    kind: str,
+    generation_id: str,
+    input_tokens: int,
+    output_tokens: int,
+    llm_calls: int,
+) -> None:
+    """Meter the model calls of one knowledge generation (a document's wiki pages): the
+    row's source is ``kind``; its totals replace the row's, as a turn's do."""
+    values = {"input_tokens": input_tokens, "output_tokens": output_tokens, "llm_calls": llm_calls}
+    stmt = insert(UsageRecord).values(
+        tenant_id=tenant_id, source=kind, source_id=generation_id, **values
+    )
+    await s.execute(
+        stmt.on_conflict_do_update(index_elements=["tenant_id", "source", "source_id"], set_=values)
+    )
+
+
 async def usage_totals(
     sessions: async_sessionmaker[AsyncSession],
     tenant_id: str,

@@ -38,9 +38,12 @@ def upgrade() -> None:
         sa.Column("id", sa.String(64), primary_key=True),
         sa.Column("tenant_id", sa.String(128), nullable=False, index=True),
         sa.Column(
-            "knowledge_base_id", sa.String(64),
-            sa.ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False, index=True,
-        ),  # fmt: skip
+            "knowledge_base_id",
+            sa.String(64),
+            sa.ForeignKey("knowledge_bases.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
         sa.Column("slug", sa.String(200), nullable=False),
         sa.Column("title", sa.String(300), nullable=False),
         sa.Column("summary", sa.Text, nullable=False, server_default=""),
@@ -58,9 +61,12 @@ def upgrade() -> None:
         sa.UniqueConstraint("knowledge_base_id", "slug", name="uq_wiki_pages_kb_slug"),
     )
     op.create_index(
-        "ix_wiki_pages_search_trgm", "wiki_pages", ["search_text"],
-        postgresql_using="gin", postgresql_ops={"search_text": "gin_trgm_ops"},
-    )  # fmt: skip
+        "ix_wiki_pages_search_trgm",
+        "wiki_pages",
+        ["search_text"],
+        postgresql_using="gin",
+        postgresql_ops={"search_text": "gin_trgm_ops"},
+    )
     op.create_index(
         "ix_wiki_pages_sources", "wiki_pages", ["source_document_ids"], postgresql_using="gin"
     )
@@ -70,9 +76,12 @@ def upgrade() -> None:
         sa.Column("tenant_id", sa.String(128), nullable=False, index=True),
         sa.Column("knowledge_base_id", sa.String(64), nullable=False, index=True),
         sa.Column(
-            "page_id", sa.String(64), sa.ForeignKey("wiki_pages.id", ondelete="CASCADE"),
-            nullable=False, index=True,
-        ),  # fmt: skip
+            "page_id",
+            sa.String(64),
+            sa.ForeignKey("wiki_pages.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
         sa.Column("revision", sa.Integer, nullable=False),
         sa.Column("slug", sa.String(200), nullable=False),
         sa.Column("title", sa.String(300), nullable=False),
@@ -86,9 +95,11 @@ def upgrade() -> None:
     op.create_table(
         "wiki_links",
         sa.Column(
-            "from_page_id", sa.String(64), sa.ForeignKey("wiki_pages.id", ondelete="CASCADE"),
+            "from_page_id",
+            sa.String(64),
+            sa.ForeignKey("wiki_pages.id", ondelete="CASCADE"),
             primary_key=True,
-        ),  # fmt: skip
+        ),
         sa.Column("to_slug", sa.String(200), primary_key=True),
         sa.Column("tenant_id", sa.String(128), nullable=False, index=True),
         sa.Column("knowledge_base_id", sa.String(64), nullable=False),
@@ -99,16 +110,20 @@ def upgrade() -> None:
         sa.Column("id", sa.String(64), primary_key=True),
         sa.Column("tenant_id", sa.String(128), nullable=False, index=True),
         sa.Column(
-            "knowledge_base_id", sa.String(64),
-            sa.ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False,
-        ),  # fmt: skip
+            "knowledge_base_id",
+            sa.String(64),
+            sa.ForeignKey("knowledge_bases.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("slug", sa.String(200), nullable=False),
         sa.Column("issue_type", sa.String(40), nullable=False),
         sa.Column("description", sa.Text, nullable=False),
         sa.Column(
-            "suspected_knowledge_ids", pg.ARRAY(sa.String(64)), nullable=False,
+            "suspected_knowledge_ids",
+            pg.ARRAY(sa.String(64)),
+            nullable=False,
             server_default="{}",
-        ),  # fmt: skip
+        ),
         sa.Column("status", sa.String(16), nullable=False, server_default="pending"),
         sa.Column("reported_by", sa.String(64), nullable=False, server_default=""),
         _now(),
@@ -120,9 +135,11 @@ def upgrade() -> None:
     op.create_table(
         "wiki_generations",
         sa.Column(
-            "document_id", sa.String(64), sa.ForeignKey("documents.id", ondelete="CASCADE"),
+            "document_id",
+            sa.String(64),
+            sa.ForeignKey("documents.id", ondelete="CASCADE"),
             primary_key=True,
-        ),  # fmt: skip
+        ),
         sa.Column("tenant_id", sa.String(128), nullable=False, index=True),
         sa.Column("knowledge_base_id", sa.String(64), nullable=False, index=True),
         sa.Column("status", sa.String(16), nullable=False, server_default="pending"),
@@ -132,14 +149,16 @@ def upgrade() -> None:
         sa.Column("next_attempt_at", _TS, server_default=sa.func.now(), nullable=False),
         sa.Column("updated_at", _TS, server_default=sa.func.now(), nullable=False),
     )
-    op.create_index(
-        "ix_wiki_generations_status", "wiki_generations", ["status", "next_attempt_at"]
-    )
+    op.create_index("ix_wiki_generations_status", "wiki_generations", ["status", "next_attempt_at"])
 
 
 def downgrade() -> None:
     for table in (
-        "wiki_generations", "wiki_issues", "wiki_links", "wiki_page_revisions", "wiki_pages"
-    ):  # fmt: skip
+        "wiki_generations",
+        "wiki_issues",
+        "wiki_links",
+        "wiki_page_revisions",
+        "wiki_pages",
+    ):
         op.drop_table(table)
     op.drop_column("knowledge_bases", "wiki_enabled")
