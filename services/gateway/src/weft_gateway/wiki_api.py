@@ -6,8 +6,6 @@ key's list is 404, A-09) and proxied to knowledge's internal wiki routes with th
 caller's credential. A slug may hold ``/``, so it goes in the query, not the path.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
