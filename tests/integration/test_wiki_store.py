@@ -113,3 +113,27 @@ async def test_writes_need_a_wiki_kb_and_exact_text(engine: AsyncEngine) -> None
     assert done is not None and done.status == "resolved"
     assert await issues.get(tenant, [plain], issue.id) is None
     assert await issues.get(f"t-{secrets.token_hex(4)}", [], issue.id) is None
+
+
+async def test_deleting_a_document_flags_the_pages_citing_it(engine: AsyncEngine) -> None:
+    """SPEC T-18: a page loses a deleted source and gets an out_of_date issue naming it,
+    in the transaction that deletes the document; another tenant cannot delete it."""
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    store, pages, issues = KnowledgeStore(sessions), WikiPages(sessions), WikiIssues(sessions)
+    tenant = f"t-{secrets.token_hex(4)}"
+    kb = await wiki_kb(store, tenant)
+    doc, _ = await store.add_document(tenant, kb, "Mission notes", "Stardust returned dust.")
+    keep, _ = await store.add_document(tenant, kb, "Other notes", "Skyvault builds probes.")
+    refs = [{"document_id": doc}, {"document_id": keep}]
+    await pages.write(tenant, kb, draft("stardust", "Dust.", source_refs=refs), "ingestion")
+    await pages.write(tenant, kb, draft("other", "Probes.", source_refs=refs[1:]), "ingestion")
+
+    assert await pages.forget_document(f"t-{secrets.token_hex(4)}", doc) is None
+    assert await pages.forget_document(tenant, doc) == ["stardust"]
+    (page,) = await pages.read(tenant, [kb], ["stardust"])
+    assert page.source_refs == [{"document_id": keep}] and page.revision == 2
+    (issue,) = await issues.for_page(tenant, [kb], "stardust", "pending")
+    assert issue.issue_type == "out_of_date" and issue.suspected_knowledge_ids == [doc]
+    assert "Mission notes" in issue.description
+    assert await issues.for_page(tenant, [kb], "other", None) == []
+    assert await pages.forget_document(tenant, doc) is None  # gone

@@ -104,8 +104,8 @@ async def test_another_tenant_reads_and_changes_nothing(
         f"/internal/wiki/issues/{victim.issue_id}", params=mine, headers=headers
     )
     assert issue.status_code == 404
-    patch = await knowledge.patch(
-        f"/internal/wiki/issues/{victim.issue_id}", json={**mine, "status": "ignored"},
+    patch = await knowledge.post(
+        f"/internal/wiki/issues/{victim.issue_id}/status", json={**mine, "status": "ignored"},
         headers=headers,
     )  # fmt: skip
     assert patch.status_code == 404
@@ -117,6 +117,12 @@ async def test_another_tenant_reads_and_changes_nothing(
             params={**mine, "slug": "vault"}, headers=headers,
         )  # fmt: skip
         assert resp.status_code == 404, (tail, resp.text)
+
+    removal = await knowledge.delete(
+        f"/internal/knowledge-bases/{victim.secret_kb}/documents/doc_none", params=mine,
+        headers=headers,
+    )  # fmt: skip
+    assert removal.status_code == 404
 
     theirs = {"tenant_id": victim.tenant, "query": "vault"}
     named = await knowledge.post("/internal/wiki/search", json=theirs, headers=headers)
@@ -199,6 +205,11 @@ async def test_the_shared_agent_credential_reads_but_never_writes(
         "/internal/wiki/pages/delete", json={**own, "slug": "vault"}, headers=retrieve
     )
     assert deleted.status_code == 401
+    status = await knowledge.post(
+        f"/internal/wiki/issues/{victim.issue_id}/status",
+        json={"tenant_id": victim.tenant, "status": "ignored"}, headers=retrieve,
+    )  # fmt: skip
+    assert status.status_code == 401  # the issue's read path opens no write
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote
 
 from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, ToolSpec, dumps
 from weft_tool_catalog.wiki_specs import (
@@ -384,7 +385,9 @@ class WikiUpdateIssueTool(WikiIssueTool):
             "knowledge_base_ids": await self.kbs(call),
             "status": args.status,
         }
-        issue = await self._wiki.call(call, "PATCH", f"/internal/wiki/issues/{real}", json=body)
+        issue = await self._wiki.call(
+            call, "POST", f"/internal/wiki/issues/{quote(real, safe='')}/status", json=body
+        )
         return self.answer({"updated": await self.shown(call, issue)})
 
 

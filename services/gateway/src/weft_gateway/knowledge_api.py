@@ -149,6 +149,15 @@ def knowledge_router(
             raise document_not_found(doc_id)
         return info
 
+    @router.delete("/knowledge-bases/{kb_id}/documents/{doc_id}")
+    async def delete_document(who: Who, kb_id: str, doc_id: str) -> dict[str, Any]:
+        """Delete a document; wiki pages citing it are flagged ``out_of_date``."""
+        path = f"/internal/knowledge-bases/{kb_id}/documents/{doc_id}"
+        deleted: dict[str, Any] = await knowledge.call(
+            "DELETE", path, params={"tenant_id": who.tenant_id}
+        )
+        return deleted
+
     return seal(router, guard)
 
 

@@ -130,7 +130,7 @@ class FlagBody(SlugBody):
 
 
 class IssueUpdate(Scoped):
-    """``PATCH /internal/wiki/issues/{issue_id}``."""
+    """``POST /internal/wiki/issues/{issue_id}/status``."""
 
     status: IssueStatus
 
@@ -306,7 +306,8 @@ def wiki_router(
             raise HTTPException(404, f"issue {issue_id!r} not found")
         return asdict(found)
 
-    @router.patch("/internal/wiki/issues/{issue_id}")
+    # A path of its own: the issue's read path is a system route (matched by path alone).
+    @router.post("/internal/wiki/issues/{issue_id}/status")
     async def update_issue(request: Request, issue_id: str, body: IssueUpdate) -> dict[str, Any]:
         """Set an issue's status."""
         kbs = reach(request, body.knowledge_base_ids)
@@ -314,6 +315,22 @@ def wiki_router(
         if changed is None:
             raise HTTPException(404, f"issue {issue_id!r} not found")
         return asdict(changed)
+
+    # Not ``DELETE /internal/documents/{doc_id}``: system routes are matched by path
+    # alone, and that path is a read that tool-exec's service credential opens.
+    @router.delete("/internal/knowledge-bases/{kb_id}/documents/{doc_id}")
+    async def delete_document(
+        request: Request, tenant_id: str, kb_id: str, doc_id: str
+    ) -> dict[str, Any]:
+        """Delete a document of ``kb_id`` in reach (its chunks and file with it); the
+        wiki pages citing it lose it as a source and are flagged ``out_of_date``."""
+        kbs = reach(request, [kb_id])
+        if kb_id not in kbs or await reader.document(tenant_id, [kb_id], doc_id) is None:
+            raise HTTPException(404, f"document {doc_id!r} not found")
+        flagged = await pages.forget_document(tenant_id, doc_id)
+        if flagged is None:
+            raise HTTPException(404, f"document {doc_id!r} not found")
+        return {"id": doc_id, "deleted": True, "wiki_pages_flagged": flagged}
 
     async def require_kb(request: Request, tenant_id: str, kb_id: str) -> None:
         if kb_id not in reach(request, [kb_id]) or not await store.knowledge_base_exists(

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 
-from weft_storage.knowledge.models import KnowledgeBase
+from weft_storage.knowledge.models import Document, KnowledgeBase
 from weft_storage.knowledge.models_wiki import WikiIssue, WikiLink, WikiPage, WikiPageRevision
 from weft_storage.knowledge.wiki_text import linked_slugs, relink, search_text
 
@@ -427,6 +427,49 @@ class WikiPages:
         return PageChange(
             id=page.id, knowledge_base_id=kb, slug=slug, revision=revision, relinked=relinked
         )
+
+    async def forget_document(self, tenant_id: str, document_id: str) -> list[str] | None:
+        """Delete the tenant's document; the pages citing it lose it from their sources
+        (a revision each) and get an ``out_of_date`` issue naming it, in one transaction.
+        The slugs flagged, or None when the tenant has no such document."""
+        async with self._sessions.begin() as s:
+            doc = await s.scalar(
+                select(Document)
+                .where(Document.id == document_id, Document.tenant_id == tenant_id)
+                .with_for_update()
+            )
+            if doc is None:
+                return None
+            pages = (
+                await s.scalars(
+                    select(WikiPage)
+                    .where(
+                        WikiPage.tenant_id == tenant_id,
+                        WikiPage.source_document_ids.contains([document_id]),
+                    )
+                    .with_for_update()
+                )
+            ).all()
+            for page in pages:
+                _set_sources(
+                    page, [r for r in page.source_refs if r.get("document_id") != document_id]
+                )
+                await _commit_revision(s, page, "source_removed", "ingestion")
+                s.add(
+                    WikiIssue(
+                        id=f"wi_{ULID()}",
+                        tenant_id=tenant_id,
+                        knowledge_base_id=page.knowledge_base_id,
+                        slug=page.slug,
+                        issue_type="out_of_date",
+                        description=f"Source document {doc.title[:200]!r} was deleted; "
+                        "check what the page still rests on.",
+                        suspected_knowledge_ids=[document_id],
+                        reported_by="ingestion",
+                    )
+                )
+            await s.delete(doc)
+        return sorted(p.slug for p in pages)
 
     async def citing(self, tenant_id: str, document_id: str) -> list[tuple[str, str, str]]:
         """(page id, KB, slug) of the pages citing ``document_id``."""
