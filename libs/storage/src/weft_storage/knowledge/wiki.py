@@ -30,6 +30,8 @@ from weft_storage.knowledge.wiki_text import linked_slugs, relink, search_text
 
 SEARCH_TIMEOUT_MS = 3000
 """Longest a ``wiki_search`` statement may run."""
+SEARCH_CANDIDATES = 500
+"""Matches ranked at most per knowledge base searched (see :meth:`WikiPages.search`)."""
 INDEX_SLUG = "index"
 """``wiki_read_page`` of this slug (when no page has it) is the table of contents."""
 INDEX_PER_TYPE = 20
@@ -141,7 +143,8 @@ class WikiPages:
         self, tenant_id: str, kb_ids: Sequence[str], pattern: str, *, regex: bool, limit: int
     ) -> list[PageHit]:
         """At most ``limit`` pages per knowledge base matching ``pattern``: title or slug
-        matches first, then aliases, summary, content; newest first within each."""
+        matches first, then aliases, summary, content; by slug within each. Of a pattern
+        most pages match, the first :data:`SEARCH_CANDIDATES` matches per KB are ranked."""
         p = WikiPage
         if regex:
             hit: Any = lambda col: col.op("~*")(pattern)  # noqa: E731
@@ -165,6 +168,9 @@ class WikiPages:
             )
             .where(_scoped(p.knowledge_base_id, p.tenant_id, tenant_id, kb_ids))
             .where(hit(p.search_text))
+            # Bounds the ranking work of a pattern most pages match (a common word): at
+            # most this many matches per KB in reach are ranked.
+            .limit(SEARCH_CANDIDATES * max(1, len(kb_ids)))
             .subquery()
         )
         numbered = select(
@@ -181,6 +187,9 @@ class WikiPages:
         try:
             async with self._sessions.begin() as s:
                 await s.execute(text(f"SET LOCAL statement_timeout = {SEARCH_TIMEOUT_MS}"))
+                # A generic plan of a prepared ``~* $1`` cannot use the trigram index (it
+                # needs the pattern's trigrams): plan each search for its pattern.
+                await s.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
                 rows = (await s.execute(stmt)).all()
         except DBAPIError as exc:
             raise _pattern_error(exc) from None
