@@ -16,7 +16,6 @@ from weft_agent_config.definition import (
 )
 from weft_agent_config.resolver import (
     AgentResolver,
-    AgentUnavailable,
     KnowledgeScopeDenied,
     TurnOverrides,
     knowledge_scope,
@@ -306,6 +305,6 @@ async def test_builtins_whose_tools_do_not_exist_are_unavailable() -> None:
     assert missing_tools(["wiki_search", "wiki_list_issues", "write_file"]) == ["write_file"]
     resolver = AgentResolver(cast(AgentStore, None), builtins, "weft-scripted")
     found = await resolver.find("t", "builtin-wiki-researcher")
-    assert "wiki_search" in found.definition.allowed_tools
+    assert "wiki_search" in (found.definition.allowed_tools or [])
     found = await resolver.find("t", "builtin-data-analyst")
     assert found.definition.allowed_tools == ["data_schema", "data_analysis"]
