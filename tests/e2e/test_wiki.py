@@ -160,3 +160,31 @@ async def test_a_wiki_fixer_renames_a_page_and_its_inbound_links_follow(
     tools = {t["function"]["name"] for t in (await chat_requests(llm))[-1]["tools"]}
     assert "wiki_read_issue" in tools and "wiki_list_issues" not in tools  # the old name maps
     assert {"wiki_write_page", "wiki_rename_page", "wiki_delete_page"} <= tools
+
+
+async def test_the_hybrid_rag_wiki_preset_searches_pages_and_passages(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:
+    """The hybrid-rag-wiki preset prefills an agent that a wiki KB (documents + wiki)
+    serves: one round searches the wiki and the chunks at once, both answer."""
+    await llm.post("/_script", json=_script(
+        "WIKIHYB",
+        {"tool_calls": [
+            {"name": "wiki_search", "arguments": {"query": "C++", "regex": False}},
+            {"name": "search_knowledge", "arguments": {"query": "comet dust", "mode": "keyword"}},
+        ]},
+        {"content": "Stardust returned comet dust [c1]."},
+    ))  # fmt: skip
+    kb_id = await _wiki_kb(api, llm, "WIKIHYB")
+    created = await api.post("/api/v1/agents", json={
+        "name": "hybrid", "agent_type": "hybrid-rag-wiki", "kb_selection_mode": "selected",
+        "knowledge_base_ids": [kb_id],
+    })  # fmt: skip
+    assert created.status_code == 201, created.text
+    assert {"wiki_search", "search_knowledge"} <= set(created.json()["allowed_tools"])
+    events = await _turn(api, stack, created.json()["id"], kb_id, "WIKIHYB: what came back?")
+    results = {e.data["data"]["tool_name"]: e.data["data"] for e in events
+               if e.event == "tool_result"}  # fmt: skip
+    assert results["wiki_search"]["success"] and results["search_knowledge"]["success"], results
+    assert json.loads(results["wiki_search"]["output"])["mode"] == "literal"
+    assert "comet dust" in results["search_knowledge"]["output"]
