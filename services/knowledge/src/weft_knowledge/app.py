@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
+from weft_platform.budgets import TokenBudgets
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge.documents import DocumentReader
@@ -35,6 +36,7 @@ from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES, wiki_router
 from weft_knowledge.wiki_generation import (
     GenerationUsage,
     OpenAIPageWriter,
+    TenantBudget,
     WikiGenerationLoop,
     WikiGenerator,
 )
@@ -130,6 +132,7 @@ def wiki_generation(
         usage,
         max_input_chars=s.wiki_max_input_chars,
         retry_base_s=s.wiki_retry_base_s,
+        budget=TenantBudget(TokenBudgets(runtime.redis), s.budget_defaults()),
     )
     return WikiGenerationLoop(generator, s.ingestion_poll_s), usage
 

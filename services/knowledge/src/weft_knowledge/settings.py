@@ -4,11 +4,11 @@ workers read the same class (``python -m weft_knowledge`` and ``... worker``).""
 from __future__ import annotations
 
 from pydantic import AliasChoices, Field
-from weft_platform.settings import ServiceSettings
+from weft_platform.budgets import TokenBudgetSettings
 from weft_tools.ingestion_limits import IngestionLimits
 
 
-class KnowledgeSettings(ServiceSettings):
+class KnowledgeSettings(TokenBudgetSettings):
     """knowledge settings."""
 
     service_name: str = "knowledge"

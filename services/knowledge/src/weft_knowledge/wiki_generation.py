@@ -19,6 +19,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 from urllib.parse import quote
 
@@ -26,6 +27,7 @@ import httpx
 import structlog
 from openai import AsyncOpenAI
 from pydantic import BaseModel, Field, ValidationError
+from weft_platform.budgets import BudgetLimits, TokenBudgets
 from weft_platform.internal_auth import bearer
 from weft_platform.tasks import cancel_and_wait
 from weft_platform.tracing import service_client
@@ -148,6 +150,33 @@ class GenerationUsage:
         await self._http.aclose()
 
 
+class TenantBudget:
+    """The tenants' token budgets (the engine's Redis counters, SPEC docs/budgets.md):
+    generation spends from them and waits while its tenant is over. The limits are the
+    deployment's defaults (``WEFT_TOKEN_BUDGET_PER_*``); a tenant's own row is the
+    gateway's table, which knowledge does not read."""
+
+    def __init__(self, budgets: TokenBudgets, limits: BudgetLimits):
+        self._budgets = budgets
+        self._limits = limits
+
+    async def over(self, tenant_id: str) -> tuple[str, datetime] | None:
+        """(why, until when) when the tenant is at or over a budget, else None."""
+        exceeded = await self._budgets.exceeded(tenant_id, self._limits)
+        if exceeded is None:
+            return None
+        until = datetime.fromtimestamp(exceeded.resets_at, UTC)
+        reason = (
+            f"paused: the tenant used {exceeded.used} of its {exceeded.limit} "
+            f"{exceeded.budget.replace('_', ' ')}; resumes at {until.isoformat()}"
+        )
+        return reason, until
+
+    async def spend(self, tenant_id: str, completion: Completion) -> None:
+        """Count a completion's tokens in the tenant's windows."""
+        await self._budgets.spend(tenant_id, completion.input_tokens + completion.output_tokens)
+
+
 class WikiGenerationFailed(Exception):
     """The model's answer could not be used; ``str()`` is the reason shown on the KB."""
 
@@ -165,6 +194,7 @@ class WikiGenerator:
         *,
         max_input_chars: int = 24_000,
         retry_base_s: float = 5.0,
+        budget: TenantBudget | None = None,
     ):
         self._generations = generations
         self._pages = pages
@@ -173,12 +203,18 @@ class WikiGenerator:
         self._usage = usage
         self._max_input = max_input_chars
         self._retry_base_s = retry_base_s
+        self._budget = budget
 
     async def generate_next(self) -> bool:
         """Generate one queued document's pages; False when none is due."""
         job = await self._generations.claim()
         if job is None:
             return False
+        if self._budget is not None and (over := await self._budget.over(job.tenant_id)):
+            reason, until = over
+            await self._generations.pause(job, reason, until=until)
+            log.info("wiki_generation_paused", document_id=job.document_id, reason=reason)
+            return True
         try:
             written = await self._generate(job)
         except asyncio.CancelledError:
@@ -206,6 +242,8 @@ class WikiGenerator:
         completion = await self._model.complete(SYSTEM_PROMPT, user)
         if self._usage is not None:
             await self._usage.record(job, completion)
+        if self._budget is not None:
+            await self._budget.spend(job.tenant_id, completion)
         drafts = parse_pages(completion.text, job.document_id)
         for draft in drafts:
             await self._write(job, draft)

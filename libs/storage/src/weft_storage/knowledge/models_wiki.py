@@ -131,7 +131,7 @@ class WikiGeneration(Base):
     tenant_id: Mapped[str] = mapped_column(String(128), index=True)
     knowledge_base_id: Mapped[str] = mapped_column(String(64), index=True)
     status: Mapped[str] = mapped_column(String(16), default="pending")
-    """pending, generating, done, failed"""
+    """pending, paused (its tenant over budget), generating, done, failed"""
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     pages: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

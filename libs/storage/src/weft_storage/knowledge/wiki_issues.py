@@ -180,7 +180,7 @@ class WikiGenerations:
         now = datetime.now(UTC)
         g = WikiGeneration
         waiting = or_(
-            (g.status == "pending") & (g.next_attempt_at <= now),
+            g.status.in_(("pending", "paused")) & (g.next_attempt_at <= now),
             (g.status == "generating") & (g.updated_at < now - self._stale),
         )
         stmt = (
@@ -219,6 +219,17 @@ class WikiGenerations:
         await self._set(job.document_id, status="failed", error=error)
         return False
 
+    async def pause(self, job: GenerationJob, reason: str, *, until: datetime) -> None:
+        """Put the job back, ``paused`` with ``reason`` until ``until`` (its tenant is over
+        its token budget); the attempt does not count."""
+        await self._set(
+            job.document_id,
+            status="paused",
+            error=reason,
+            next_attempt_at=until,
+            attempts=job.attempts - 1,
+        )
+
     async def progress(self, tenant_id: str, kb_id: str) -> dict[str, Any]:
         """The KB's wiki: documents by generation status, its pages, the last error."""
         g = WikiGeneration
@@ -243,7 +254,7 @@ class WikiGenerations:
                 .order_by(g.updated_at.desc())
                 .limit(1)
             )
-        states = ("pending", "generating", "done", "failed")
+        states = ("pending", "paused", "generating", "done", "failed")
         return {
             "documents": {state: int(counts.get(state, 0)) for state in states},
             "pages": int(pages or 0),
