@@ -56,8 +56,8 @@ async def _queued(sessions: Any, tenant: str) -> tuple[str, str]:
 
 
 async def _run_until(generator: WikiGenerator, sessions: Any, doc: str, states: set[str]) -> str:
-    """Drive the generator until our document reaches one of ``states`` (other tenants'
-    leftover jobs in the shared database may be claimed on the way)."""
+    """Drive the generator (limited to the test's tenant: a stack's worker sharing the
+    database generates its own tenant's only) until our document reaches ``states``."""
     from sqlalchemy import select
     from weft_storage.knowledge.models_wiki import WikiGeneration
 
@@ -88,8 +88,9 @@ async def test_failed_attempts_are_retried_metered_and_then_written(
     model = FlakyModel(failures=1)
     generations, pages = WikiGenerations(sessions), WikiPages(sessions)
     generator = WikiGenerator(
-        generations, pages, DocumentReader(sessions), model, usage, retry_base_s=0.0
-    )
+        generations, pages, DocumentReader(sessions), model, usage, retry_base_s=0.0,
+        tenants=[tenant],
+    )  # fmt: skip
     assert await _run_until(generator, sessions, doc, {"pending", "done"}) == "pending"
     progress = await generations.progress(tenant, kb)
     assert progress["documents"]["pending"] == 1 and "model unreachable" in progress["last_error"]
@@ -121,7 +122,7 @@ async def test_a_tenant_over_budget_is_paused_then_generated(
         generations = WikiGenerations(sessions)
         over = WikiGenerator(
             generations, WikiPages(sessions), DocumentReader(sessions), FlakyModel(0), None,
-            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=1000)),
+            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=1000)), tenants=[tenant],
         )  # fmt: skip
         assert await _run_until(over, sessions, doc, {"paused", "done"}) == "paused"
         progress = await generations.progress(tenant, kb)
@@ -139,7 +140,7 @@ async def test_a_tenant_over_budget_is_paused_then_generated(
             )
         under = WikiGenerator(
             generations, WikiPages(sessions), DocumentReader(sessions), FlakyModel(0), None,
-            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=5000)),
+            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=5000)), tenants=[tenant],
         )  # fmt: skip
         assert await _run_until(under, sessions, doc, {"done"}) == "done"
         assert (await budgets.used(tenant))["tokens_per_day"] == 1200  # 1000 + 200 spent

@@ -133,6 +133,7 @@ def wiki_generation(
         max_input_chars=s.wiki_max_input_chars,
         retry_base_s=s.wiki_retry_base_s,
         budget=TenantBudget(TokenBudgets(runtime.redis), s.budget_defaults()),
+        tenants=[t.strip() for t in s.wiki_tenants.split(",") if t.strip()],
     )
     return WikiGenerationLoop(generator, s.ingestion_poll_s), usage
 

@@ -91,6 +91,11 @@ class KnowledgeSettings(TokenBudgetSettings):
     wiki_max_input_chars: int = Field(
         default=24_000, ge=1000, description="Text of one document the model reads."
     )
+    wiki_tenants: str = Field(
+        default="",
+        description="Comma-separated tenants whose wiki pages this worker generates "
+        "(workers dedicated to some tenants); empty: every tenant's.",
+    )
     wiki_retry_base_s: float = Field(
         default=5.0, gt=0, description="Pause before a failed generation's 2nd attempt (x2 each)."
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -195,7 +195,9 @@ class WikiGenerator:
         max_input_chars: int = 24_000,
         retry_base_s: float = 5.0,
         budget: TenantBudget | None = None,
+        tenants: Sequence[str] = (),
     ):
+        """``tenants``: generate only these tenants' documents (empty: every tenant's)."""
         self._generations = generations
         self._pages = pages
         self._reader = reader
@@ -204,10 +206,11 @@ class WikiGenerator:
         self._max_input = max_input_chars
         self._retry_base_s = retry_base_s
         self._budget = budget
+        self._tenants = tuple(tenants)
 
     async def generate_next(self) -> bool:
         """Generate one queued document's pages; False when none is due."""
-        job = await self._generations.claim()
+        job = await self._generations.claim(self._tenants)
         if job is None:
             return False
         if self._budget is not None and (over := await self._budget.over(job.tenant_id)):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select, true, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
@@ -175,8 +175,9 @@ class WikiGenerations:
         self._sessions = sessions
         self._stale = timedelta(seconds=stale_after_s)
 
-    async def claim(self) -> GenerationJob | None:
-        """A pending document whose retry time has come (or an abandoned claim)."""
+    async def claim(self, tenants: Sequence[str] = ()) -> GenerationJob | None:
+        """A pending document whose retry time has come (or an abandoned claim); of
+        ``tenants`` only, when given (workers dedicated to some tenants)."""
         now = datetime.now(UTC)
         g = WikiGeneration
         waiting = or_(
@@ -187,6 +188,7 @@ class WikiGenerations:
             select(g, Document.title)
             .join(Document, Document.id == g.document_id)
             .where(waiting, Document.status == "ready")
+            .where(g.tenant_id.in_(list(tenants)) if tenants else true())
             .order_by(g.next_attempt_at)
             .limit(1)
             .with_for_update(of=g, skip_locked=True)
