@@ -17,6 +17,7 @@ from weft_knowledge.wiki_generation import WikiGenerationFailed, parse_pages
 from weft_storage.knowledge.wiki_text import InvalidSlug, linked_slugs, normalize_slug, relink
 from weft_tool_catalog.specs import risk_of
 from weft_tool_catalog.wiki_specs import WIKI_SPECS, WIKI_WRITE_TOOLS
+from weft_tools.wiki_tools import without_ids
 
 
 def test_slugs_are_normalised_or_refused() -> None:
@@ -97,3 +98,13 @@ async def test_write_tools_stay_only_with_a_writable_wiki() -> None:
 
 def replace_level(approval: Any, level: str) -> Any:
     return approval.model_copy(update={"access_level": level})
+
+
+def test_refusals_reach_the_model_without_stored_ids() -> None:
+    """SPEC E-22: knowledge names the source or issue it did not find by its stored id;
+    the tool error the model reads does not."""
+    text = (
+        "source chunk 'chk_01M97X0RME2QMB534M6RZDNYT0' not found in kb_01M97X0RME2QMB534M6RZDNYT0"
+    )
+    assert without_ids(text) == "source chunk '(that id)' not found in (that id)"
+    assert without_ids("no wiki page 'stardust'") == "no wiki page 'stardust'"

@@ -56,7 +56,7 @@ class WikiTool:
         try:
             return await self._run(call)
         except (WikiRefused, OutOfScope, KnowledgeUnavailable) as exc:
-            return ToolOutcome(success=False, error=f"{self.spec.name}: {exc}")
+            return ToolOutcome(success=False, error=f"{self.spec.name}: {without_ids(str(exc))}")
 
     async def _run(self, call: ToolInvocation) -> ToolOutcome:
         raise NotImplementedError
@@ -389,6 +389,15 @@ class WikiUpdateIssueTool(WikiIssueTool):
             call, "POST", f"/internal/wiki/issues/{quote(real, safe='')}/status", json=body
         )
         return self.answer({"updated": await self.shown(call, issue)})
+
+
+STORED_ID = re.compile(r"\b(?:kb|doc|chk|wp|wi)_[0-9A-Z]{26}\b")
+"""A stored id in a refusal of knowledge (a source or issue it did not find)."""
+
+
+def without_ids(text: str) -> str:
+    """``text`` with stored ids left out: the model reads only handles (SPEC E-22)."""
+    return STORED_ID.sub("(that id)", text)
 
 
 _POSIX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
