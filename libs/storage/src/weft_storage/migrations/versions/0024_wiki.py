@@ -2,13 +2,13 @@
 issues, the queue of documents whose pages the ingestion workers generate, and the
 knowledge base's ``wiki_enabled`` flag.
 
-An independent branch (it depends only on the knowledge tables of 0002): expand only,
+An independent branch (it depends only on 0001, where the knowledge tables are made): expand only,
 every new column has a server default, so the last release keeps working on it.
 ``pg_trgm`` (a trusted contrib extension, as ``btree_gin`` of 0005) indexes the pages'
 text for ``wiki_search``'s regex and literal matches.
 
 Revision ID: 0024_wiki
-Revises: 0002
+Revises: 0001
 """
 
 import sqlalchemy as sa
@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
 revision = "0024_wiki"
-down_revision = "0002"
+down_revision = "0001"
 branch_labels = None
 depends_on = None
 
