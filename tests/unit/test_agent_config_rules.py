@@ -16,7 +16,6 @@ from weft_agent_config.definition import (
 )
 from weft_agent_config.resolver import (
     AgentResolver,
-    AgentUnavailable,
     KnowledgeScopeDenied,
     TurnOverrides,
     knowledge_scope,
@@ -297,17 +296,15 @@ def test_create_normalizes_and_refuses_hidden() -> None:  # SPEC A-04, A-06
 
 
 async def test_builtins_whose_tools_do_not_exist_are_unavailable() -> None:
-    """SPEC A-03: the wiki built-ins need tools no worker runs yet; they are not listed,
-    carry the reason, and resolving them is refused instead of starting a turn that cannot
-    use its tools. The skill installer's tools run (S-04)."""
+    """SPEC A-03: a built-in whose tools no worker runs would be unavailable; every
+    built-in's tools run now (the wiki tools since issue 39, the skill installer's: S-04),
+    while a reference tool the catalog lacks is still reported missing."""
     builtins = BuiltinAgents.load()
-    assert set(builtins.unavailable) == {"builtin-wiki-researcher", "builtin-wiki-fixer"}
-    assert "wiki_search" in builtins.unavailable["builtin-wiki-researcher"]
-    assert "read_document" not in builtins.unavailable["builtin-wiki-researcher"]
-    assert not set(builtins.unavailable) & set(builtins.listed())
+    assert builtins.unavailable == {}
     assert missing_tools(["search_knowledge", "web_search", "knowledge_search"]) == []
+    assert missing_tools(["wiki_search", "wiki_list_issues", "write_file"]) == ["write_file"]
     resolver = AgentResolver(cast(AgentStore, None), builtins, "weft-scripted")
-    with pytest.raises(AgentUnavailable, match="wiki_read_page"):
-        await resolver.find("t", "builtin-wiki-researcher")
+    found = await resolver.find("t", "builtin-wiki-researcher")
+    assert "wiki_search" in (found.definition.allowed_tools or [])
     found = await resolver.find("t", "builtin-data-analyst")
     assert found.definition.allowed_tools == ["data_schema", "data_analysis"]

@@ -31,3 +31,22 @@ def test_turn_replays_user_tool_round_and_answer() -> None:
     assert messages[2]["content"] == KB_RESULT_REDACTION  # SPEC T-20
     assert messages[3]["content"] == "Error: bad"
     assert messages[-1] == {"role": "assistant", "content": "answer [c1]"}
+
+
+def test_wiki_reads_are_redacted_and_kept_whole_when_retained() -> None:
+    """SPEC T-20 for the wiki: wiki_search and wiki_read_page results become the redaction
+    line (the wiki may have changed); a retaining agent (the wiki-fixer) keeps them whole,
+    since the slugs it found are what it edits next. Wiki writes are never redacted."""
+    page = '{"pages": [{"page": "w1", "slug": "stardust-probe", "content": "comet dust"}]}'
+    found = '{"count": 1, "results": [{"slug": "stardust-probe", "page": "w1"}]}'
+    steps = [{"round": 0, "thought": "", "tool_calls": [
+        {"call_id": "a", "tool_name": "wiki_search", "success": True, "output": found},
+        {"call_id": "b", "tool_name": "wiki_read_page", "success": True, "output": page},
+        {"call_id": "c", "tool_name": "wiki_rename_page", "success": True,
+         "output": '{"slug": "stardust"}'},
+    ]}]  # fmt: skip
+    user, answer = _msg("user", "q"), _msg("assistant", "a", steps)
+    redacted = [m["content"] for m in replay_turn(user, answer) if m["role"] == "tool"]
+    assert redacted == [KB_RESULT_REDACTION, KB_RESULT_REDACTION, '{"slug": "stardust"}']
+    kept = [m["content"] for m in replay_turn(user, answer, retain_retrieval=True)]
+    assert found in kept and page in kept

@@ -25,6 +25,7 @@ LEGACY_TOOL_NAMES: dict[str, str] = {
     "list_knowledge_chunks": "read_document",
     "get_document_info": "read_document",
     "wiki_read_source_doc": "read_document",
+    "wiki_list_issues": "wiki_read_issue",
 }
 """Old names accepted in ``allowed_tools`` and mapped to their successors (SPEC A-06)."""
 

@@ -21,6 +21,7 @@ from weft_tool_catalog.arguments import ToolArguments
 from weft_tool_catalog.capabilities import DOCUMENT_READER, GRAPH_QUERY, RETRIEVAL
 from weft_tool_catalog.registry import ToolSpec
 from weft_tool_catalog.sandbox_specs import SANDBOX_SPECS
+from weft_tool_catalog.wiki_specs import WIKI_SPECS
 
 
 class SearchMode(StrEnum):
@@ -393,6 +394,7 @@ BUILTIN_SPECS: tuple[ToolSpec, ...] = (
     WEB_SEARCH,
     *MEMORY_SPECS,
     *MCP_SPECS,
+    *WIKI_SPECS,
 )
 """Specs of every built-in tool tool-exec runs (what the engine sends the model)."""
 

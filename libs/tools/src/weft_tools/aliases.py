@@ -1,6 +1,7 @@
 """Short handles the model sees instead of stored ids (SPEC T-07 short ids, E-22).
 
-``c12`` names a chunk, ``d3`` a document, ``b1`` a knowledge base. Handles are stable for a
+``c12`` names a chunk, ``d3`` a document, ``b1`` a knowledge base, ``w2`` a wiki page,
+``i1`` a wiki issue. Handles are stable for a
 session and shared by every worker (Redis), so ``read_document`` can resolve a ``c12``
 that ``search_knowledge`` gave out on another worker, and the model never sees a real id.
 """
@@ -11,7 +12,7 @@ from typing import Protocol
 
 from redis.asyncio import Redis
 
-KINDS = {"chunk": "c", "document": "d", "knowledge_base": "b"}
+KINDS = {"chunk": "c", "document": "d", "knowledge_base": "b", "wiki_page": "w", "wiki_issue": "i"}
 
 # KEYS[1] = the session's hash; ARGV = real id, kind, handle prefix, TTL in seconds.
 _ALLOCATE = """
@@ -34,6 +35,11 @@ class AliasBook(Protocol):
 
     async def resolve(self, tenant_id: str, session_id: str, handle: str) -> str | None:
         """The id behind ``handle``, or None."""
+        ...
+
+    async def known(self, tenant_id: str, session_id: str, real_id: str) -> str | None:
+        """The handle ``real_id`` already has in the session, or None (none given out:
+        the model has not seen it; nothing is allocated)."""
         ...
 
 
@@ -62,6 +68,11 @@ class RedisAliasBook:
         raw = await self._redis.hget(self._key(tenant_id, session_id), f"alias:{handle}")
         return raw.decode() if isinstance(raw, bytes) else raw
 
+    async def known(self, tenant_id: str, session_id: str, real_id: str) -> str | None:
+        """The handle of ``real_id``, or None (nothing allocated)."""
+        raw = await self._redis.hget(self._key(tenant_id, session_id), f"id:{real_id}")
+        return raw.decode() if isinstance(raw, bytes) else raw
+
 
 class MemoryAliasBook:
     """In-process aliases (unit tests)."""
@@ -85,3 +96,7 @@ class MemoryAliasBook:
     async def resolve(self, tenant_id: str, session_id: str, handle: str) -> str | None:
         """The id, or None."""
         return self._aliases.get((tenant_id, session_id, handle))
+
+    async def known(self, tenant_id: str, session_id: str, real_id: str) -> str | None:
+        """The handle of ``real_id``, or None."""
+        return self._ids.get((tenant_id, session_id, real_id))

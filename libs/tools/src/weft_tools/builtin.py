@@ -33,6 +33,7 @@ from weft_tools.memory_tools import MemoryServiceClient, memory_tools
 from weft_tools.planning_tools import ThinkingTool, TodoWriteTool
 from weft_tools.web_fetch import WebFetchTool
 from weft_tools.web_search import SearchProvider, WebSearchTool
+from weft_tools.wiki_tools import wiki_tools
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +75,8 @@ def builtin_registry(deps: ToolDependencies) -> ToolRegistry:
     registry.register(ReadDocumentTool(deps.knowledge, scope))
     registry.register(ListDocumentsTool(deps.knowledge, scope))
     registry.register(QueryKnowledgeGraphTool(deps.knowledge, scope))
+    for wiki_tool in wiki_tools(deps.knowledge, scope):
+        registry.register(wiki_tool)
     registry.register(ThinkingTool())
     registry.register(TodoWriteTool())
     # Every table of the schema is a name no CTE may take (SPEC T-11).

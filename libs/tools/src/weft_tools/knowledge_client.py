@@ -101,6 +101,19 @@ class KnowledgeClient:
             raise KnowledgeUnavailable(f"the knowledge service answered HTTP {resp.status_code}")
         return resp
 
+    async def request(
+        self, method: str, path: str, credential: str | None, **kwargs: Any
+    ) -> httpx.Response:
+        """Any route's raw response (the wiki tools read its status and detail); a
+        transport failure raises :class:`KnowledgeUnavailable`."""
+        headers = {"Authorization": f"Bearer {credential}"} if credential else {}
+        try:
+            return await self._client().request(method, path, headers=headers, **kwargs)
+        except httpx.HTTPError as exc:
+            raise KnowledgeUnavailable(
+                f"the knowledge service is unavailable ({type(exc).__name__}); try again"
+            ) from None
+
     async def search(
         self,
         tenant_id: str,

@@ -18,7 +18,9 @@ from weft_contracts import (
 from weft_contracts.agent import FaqSettings
 from weft_contracts.mcp import DEFAULT_AUTH_WAIT_S, McpServerRef
 from weft_storage.agent_config.skills import SkillStore
+from weft_tool_catalog.capabilities import KBCapability
 from weft_tool_catalog.sandbox_specs import SKILL_INSTALLER_AGENT
+from weft_tool_catalog.wiki_specs import WIKI_WRITE_TOOLS
 
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import (
@@ -38,7 +40,7 @@ from weft_agent_config.mcp.store import McpStore
 from weft_agent_config.model_capabilities import ModelCapabilities
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
-from weft_agent_config.tool_policy import UnknownTool, runtime_tools
+from weft_agent_config.tool_policy import UnknownTool, runtime_tools, without_wiki_writes
 
 KNOWLEDGE_BASES_PLACEHOLDER = re.compile(r"\{\{\s*knowledge_bases\s*\}\}")
 """The placeholder whose value needs the KBs' names (the engine's syntax)."""
@@ -282,6 +284,8 @@ class AgentResolver:
             )  # fmt: skip
         except (ValidationError, UnknownTool) as exc:
             raise InvalidAgent(f"agent {agent_id!r} has an invalid configuration: {exc}") from exc
+        if not await self._wiki_writable(owner or tenant_id, config, shared=owner is not None):
+            config = without_wiki_writes(config)
         kbs, tools = await self._knowledge_bases(owner or tenant_id, config)
         if tools != config.allowed_tools:
             always_ask = [t for t in config.approval.always_ask if t in tools]
@@ -339,6 +343,21 @@ class AgentResolver:
             rows = [found[sid] for sid in dict.fromkeys(agent.mcp_services) if sid in found]
             rows = [r for r in rows if r.tenant_id == tenant_id and r.enabled]
         return [McpServerRef(id=r.id, name=r.name, description=r.description[:500]) for r in rows]
+
+    async def _wiki_writable(self, tenant_id: str, config: AgentConfig, *, shared: bool) -> bool:
+        """SPEC A-08 step 1: a shared or read-only agent, or one with no wiki KB in its
+        scope, keeps no wiki write tool (the reference's writable-wiki rule)."""
+        if not WIKI_WRITE_TOOLS & set(config.allowed_tools):
+            return True
+        if shared or config.approval.access_level == "read_only":
+            return False
+        if self._knowledge is None:
+            return True  # knowledge refuses a write to a KB without a wiki anyway
+        try:
+            kbs = await self._knowledge.scoped(tenant_id, config.knowledge_base_ids)
+        except UnknownKnowledgeBase as exc:
+            raise InvalidRequest(str(exc)) from None
+        return any(KBCapability.WIKI in kb.capabilities for kb in kbs)
 
     async def _knowledge_bases(
         self, tenant_id: str, config: AgentConfig

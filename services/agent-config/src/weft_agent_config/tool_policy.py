@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
+from weft_contracts import AgentConfig
 from weft_tool_catalog.catalog import (
     DEFAULT_ALLOWED_TOOLS,
     LEGACY_TOOL_NAMES,
@@ -15,6 +16,7 @@ from weft_tool_catalog.catalog import (
     tool_catalog,
 )
 from weft_tool_catalog.sandbox_specs import INSTALLER_TOOLS, SCRIPT_TOOLS
+from weft_tool_catalog.wiki_specs import WIKI_WRITE_TOOLS
 
 KNOWLEDGE_TOOLS: frozenset[str] = frozenset(
     {
@@ -101,6 +103,16 @@ def runtime_tools(
     if memory:
         tools.append("search_memory")
     return _dedupe(tools)
+
+
+def without_wiki_writes(config: AgentConfig) -> AgentConfig:
+    """``config`` without the wiki write tools (SPEC A-08 step 1: a read-only or shared
+    agent, or no writable wiki in scope)."""
+    tools = [t for t in config.allowed_tools if t not in WIKI_WRITE_TOOLS]
+    approval = config.approval.model_copy(
+        update={"always_ask": [t for t in config.approval.always_ask if t in tools]}
+    )
+    return config.model_copy(update={"allowed_tools": tools, "approval": approval})
 
 
 def catalog_json() -> list[dict[str, Any]]:

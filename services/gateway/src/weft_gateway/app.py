@@ -57,6 +57,7 @@ from weft_gateway.tenant_purge import DataPurger
 from weft_gateway.tenant_registry import TenantRegistry
 from weft_gateway.turn_renewal import TurnRenewal, renewal_router
 from weft_gateway.usage_client import USAGE_SCOPE, UsageReader
+from weft_gateway.wiki_api import wiki_router
 
 PROJECTOR_GROUP = "weft-gateway-projector"
 
@@ -245,6 +246,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             mcp_servers_router(agents, auth),
             suggestions_router(suggestions, directory, auth),
             knowledge_router(knowledge, auth, kb_scope, document_wait_s=s.document_wait_s),
+            wiki_router(knowledge, auth, kb_scope),
             skills_router(agents, auth),
             admin_router(admin, port_check=_port_check(s)),
             approvals_router(approvals, auth, max_body_bytes=s.approval_body_max_bytes),

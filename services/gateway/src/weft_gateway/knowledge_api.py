@@ -44,6 +44,9 @@ class KnowledgeBaseCreate(BaseModel):
         description="Extract entities and relations of its documents at ingestion, for "
         "query_knowledge_graph (SPEC T-10).",
     )
+    wiki_enabled: bool = Field(
+        default=False, description="Generate wiki pages from its documents (SPEC T-18)."
+    )
 
 
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
@@ -273,6 +276,15 @@ def knowledge_router(
         if info is None:
             raise document_not_found(doc_id)
         return info
+
+    @router.delete("/knowledge-bases/{kb_id}/documents/{doc_id}")
+    async def delete_document(who: Who, kb_id: str, doc_id: str) -> dict[str, Any]:
+        """Delete a document; wiki pages citing it are flagged ``out_of_date``."""
+        path = f"/internal/knowledge-bases/{kb_id}/documents/{doc_id}"
+        deleted: dict[str, Any] = await knowledge.call(
+            "DELETE", path, params={"tenant_id": who.tenant_id}
+        )
+        return deleted
 
     return seal(router, guard)
 

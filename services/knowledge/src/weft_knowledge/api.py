@@ -80,6 +80,8 @@ class KnowledgeBaseCreate(BaseModel):
     kind: Literal["documents", "faq"] = "documents"
     graph_enabled: bool = False
     """Extract entities and relations of its documents at ingestion (SPEC T-10)."""
+    wiki_enabled: bool = False
+    """Pages generated from its documents and the wiki tools (SPEC T-18)."""
 
 
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
@@ -216,10 +218,11 @@ def knowledge_router(
             raise HTTPException(403, "a KB-restricted credential cannot create knowledge bases")
         kb_id = await store.create_knowledge_base(
             body.tenant_id, body.name, body.description, kind=body.kind,
-            graph_enabled=body.graph_enabled,
+            graph_enabled=body.graph_enabled, wiki_enabled=body.wiki_enabled,
         )  # fmt: skip
         return {"id": kb_id, "name": body.name, "kind": body.kind,
-                "graph_enabled": body.graph_enabled}  # fmt: skip
+                "graph_enabled": body.graph_enabled,
+                "wiki_enabled": body.wiki_enabled}  # fmt: skip
 
     @router.get("/internal/knowledge-bases")
     async def list_kbs(request: Request, tenant_id: str) -> list[dict[str, Any]]:

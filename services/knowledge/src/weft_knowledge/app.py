@@ -9,17 +9,21 @@ graph tables (``weft_storage.ownership``); the gateway, tool-exec and agent-conf
 from __future__ import annotations
 
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_llm import MeteredModel, OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
+from weft_platform.budgets import TokenBudgets
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.metrics import LLM_METER
-from weft_platform.runtime import create_runtime
+from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
 from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
+from weft_storage.knowledge.wiki import WikiPages
+from weft_storage.knowledge.wiki_issues import WikiGenerations, WikiIssues
 from weft_storage.listen import ChannelWakeups
 from weft_storage.owner_purge import owner_purge_router
 from weft_tools.embeddings import Embedder, OpenAIEmbedder
@@ -33,6 +37,14 @@ from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.settings import KnowledgeSettings
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import USAGE_WRITE_SCOPE, DocumentUsage, ModelUsage
+from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES, wiki_router
+from weft_knowledge.wiki_generation import (
+    GenerationUsage,
+    OpenAIPageWriter,
+    TenantBudget,
+    WikiGenerationLoop,
+    WikiGenerator,
+)
 
 AUDIENCE = "knowledge"
 ISSUER = "knowledge"
@@ -51,6 +63,13 @@ def embedder_of(settings: KnowledgeSettings) -> Embedder | None:
         model=settings.embedding_model,
         dimensions=settings.embedding_dimensions,
     )
+
+
+def wiki_stores(
+    sessions: async_sessionmaker[AsyncSession],
+) -> tuple[WikiPages, WikiIssues, WikiGenerations]:
+    """The wiki's pages, issues and generation queue (SPEC T-18)."""
+    return WikiPages(sessions), WikiIssues(sessions), WikiGenerations(sessions)
 
 
 def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
@@ -90,8 +109,8 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
     app = create_service_app(
         runtime,
         title="weft knowledge",
-        routers=[router],
-        internal=InternalAuth(runtime.verifier, AUDIENCE, SYSTEM_ROUTES),
+        routers=[router, wiki_router(store, reader, *wiki_stores(runtime.sessions))],
+        internal=InternalAuth(runtime.verifier, AUDIENCE, {**SYSTEM_ROUTES, **WIKI_SYSTEM_ROUTES}),
         on_shutdown=[usage.aclose],
     )
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
@@ -99,6 +118,27 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
     # own tables' rows; nothing else may.
     app.include_router(owner_purge_router(AUDIENCE, runtime.sessions, runtime.verifier))
     return app
+
+
+def wiki_generation(
+    runtime: ServiceRuntime, s: KnowledgeSettings, usage: ModelUsage
+) -> WikiGenerationLoop:
+    """The worker's wiki generation task (SPEC T-18), metering through ``usage``."""
+    model = OpenAIPageWriter(
+        base_url=s.openai_base_url, api_key=s.openai_api_key, model=s.wiki_model or s.llm_model
+    )
+    generator = WikiGenerator(
+        WikiGenerations(runtime.sessions),
+        WikiPages(runtime.sessions),
+        DocumentReader(runtime.sessions),
+        model,
+        GenerationUsage(usage),
+        max_input_chars=s.wiki_max_input_chars,
+        retry_base_s=s.wiki_retry_base_s,
+        budget=TenantBudget(TokenBudgets(runtime.redis), s.budget_defaults()),
+        tenants=[t.strip() for t in s.wiki_tenants.split(",") if t.strip()],
+    )
+    return WikiGenerationLoop(generator, s.ingestion_poll_s)
 
 
 def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
@@ -142,11 +182,12 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
         depth=queue.depth if s.effective_metrics_port else None,
     )
+    wiki = wiki_generation(runtime, s, usage)
     app = create_service_app(
         runtime,
         title="weft knowledge worker",
-        on_startup=[loop.start],
-        on_shutdown=[loop.stop, usage.aclose],
+        on_startup=[loop.start, wiki.start],
+        on_shutdown=[loop.stop, wiki.stop, usage.aclose],
     )
     app.state.ingestion = loop
     return app

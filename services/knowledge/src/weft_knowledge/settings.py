@@ -4,12 +4,14 @@ workers read the same class (``python -m weft_knowledge`` and ``... worker``).""
 from __future__ import annotations
 
 from pydantic import AliasChoices, Field
+from weft_platform.budgets import TokenBudgetSettings
 from weft_platform.settings import ModelClientSettings
 from weft_tools.ingestion_limits import IngestionLimits
 
 
-class KnowledgeSettings(ModelClientSettings):
-    """knowledge settings (the model client's: graph extraction at ingestion)."""
+class KnowledgeSettings(ModelClientSettings, TokenBudgetSettings):
+    """knowledge settings (the model client's: graph extraction and wiki pages at
+    ingestion; the token budgets wiki generation spends from)."""
 
     service_name: str = "knowledge"
     http_port: int = 8088
@@ -83,6 +85,20 @@ class KnowledgeSettings(ModelClientSettings):
     )
     graph_max_chunks: int = Field(
         default=500, ge=1, description="A document with more chunks is not graph-extracted."
+    )
+    wiki_model: str = Field(
+        default="", description="Model of wiki pages (SPEC T-18); empty: WEFT_LLM_MODEL."
+    )
+    wiki_max_input_chars: int = Field(
+        default=24_000, ge=1000, description="Text of one document the model reads."
+    )
+    wiki_tenants: str = Field(
+        default="",
+        description="Comma-separated tenants whose wiki pages this worker generates "
+        "(workers dedicated to some tenants); empty: every tenant's.",
+    )
+    wiki_retry_base_s: float = Field(
+        default=5.0, gt=0, description="Pause before a failed generation's 2nd attempt (x2 each)."
     )
 
     def ingestion_limits(self) -> IngestionLimits:

@@ -45,8 +45,7 @@ class KnowledgeDirectory:
     def _view(self, row: KnowledgeBase, has_chunks: bool, has_embeddings: bool) -> dict[str, Any]:
         facts = KBFacts(
             kind=row.kind,
-            # The wiki branch adds this column (getattr until it lands).
-            wiki_enabled=bool(getattr(row, "wiki_enabled", False)),
+            wiki_enabled=row.wiki_enabled,
             graph_enabled=row.graph_enabled,
             has_chunks=has_chunks,
             has_embeddings=has_embeddings,
@@ -57,6 +56,7 @@ class KnowledgeDirectory:
             "name": row.name,
             "description": row.description or "",
             "kind": row.kind,
+            "wiki_enabled": row.wiki_enabled,
             "graph_enabled": row.graph_enabled,
             "capabilities": kb_capabilities(facts),
         }

@@ -125,7 +125,8 @@ def compact_retrieval(tool_name: str, output: str) -> str:
         return output
     results = data.get("results")
     count = data.get("count", len(results) if isinstance(results, list) else 0)
-    if tool_name in {"search_knowledge", "knowledge_search", "wiki_search"}:
+    # wiki_search stays whole: a retaining agent (the wiki-fixer) edits the slugs it found.
+    if tool_name in {"search_knowledge", "knowledge_search"}:
         return f"Knowledge search returned {count} result(s) (details omitted from history)"
     if tool_name in {"read_document", "list_documents", "list_knowledge_chunks"}:
         total = data.get("total", count)

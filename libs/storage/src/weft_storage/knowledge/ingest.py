@@ -28,6 +28,7 @@ from ulid import ULID
 from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
 from weft_storage.knowledge.models_files import DocumentFile
 from weft_storage.knowledge.models_graph import GraphExtraction
+from weft_storage.knowledge.wiki_issues import queue_generation
 
 INGESTION_CHANNEL = "weft_ingestion"
 """The ``NOTIFY`` channel of queued documents; its payload is empty (a wake-up, no data)."""
@@ -214,6 +215,8 @@ class IngestionQueue:
             await self._progress(s, document_id, status=status, error=error)
             if not error:
                 await queue_graph_extraction(s, document_id)
+            if not error:  # a wiki KB's document gets its pages written (SPEC T-18)
+                await queue_generation(s, document_id)
             await _notify(s)
 
     @staticmethod

@@ -36,6 +36,8 @@ class KnowledgeBase(Base):
     kind: Mapped[str] = mapped_column(String(16), default="documents", server_default="documents")
     # Migration 0024_graph: entities and relations are extracted at ingestion (SPEC T-10).
     graph_enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # Migration 0024_wiki: pages generated from its documents at ingestion (SPEC T-18).
+    wiki_enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
 
 
 class Document(Base):

@@ -91,21 +91,22 @@ class KnowledgeStore:
         *,
         kind: str = "documents",
         graph_enabled: bool = False,
+        wiki_enabled: bool = False,
     ) -> str:
         """Create a knowledge base of ``kind`` ('documents' or 'faq') and return its id
         (``graph_enabled``: its documents' entities and relations are extracted at
-        ingestion, SPEC T-10)."""
+        ingestion, SPEC T-10; ``wiki_enabled``: pages are generated from them, SPEC T-18)."""
         kb_id = f"kb_{ULID()}"
         async with self._sessions.begin() as s:
             s.add(
                 KnowledgeBase(
                     id=kb_id, tenant_id=tenant_id, name=name, description=description,
-                    kind=kind, graph_enabled=graph_enabled,
+                    kind=kind, graph_enabled=graph_enabled, wiki_enabled=wiki_enabled,
                 )
             )  # fmt: skip
         return kb_id
 
-    async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, str]]:
+    async def list_knowledge_bases(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's knowledge bases, oldest first."""
         stmt = (
             select(KnowledgeBase)
@@ -115,7 +116,14 @@ class KnowledgeStore:
         async with self._sessions() as s:
             rows = (await s.scalars(stmt)).all()
         return [
-            {"id": r.id, "name": r.name, "description": r.description, "kind": r.kind} for r in rows
+            {
+                "id": r.id,
+                "name": r.name,
+                "description": r.description,
+                "kind": r.kind,
+                "wiki_enabled": r.wiki_enabled,
+            }
+            for r in rows
         ]
 
     async def knowledge_base_kind(self, tenant_id: str, kb_id: str) -> str | None:
