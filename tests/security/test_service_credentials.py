@@ -19,6 +19,7 @@ import pytest
 from fastapi import FastAPI
 from weft_agent_config.app import create_app as agent_config_app
 from weft_knowledge.api import RETRIEVAL_ROUTES
+from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES
 from weft_knowledge.app import create_app as knowledge_app
 from weft_memory.app import create_app as memory_app
 from weft_platform.credentials import CredentialSigner, load_signer
@@ -71,6 +72,7 @@ gateway's own service credential alone, scope ``<service>:tenant-data``."""
 BOTH: dict[str, tuple[str, str]] = {
     "/internal/turns/{request_id}/suspension": ("memory", "memory:suspensions.read"),
     **dict.fromkeys(RETRIEVAL_ROUTES, ("knowledge", "knowledge:retrieve")),
+    **dict.fromkeys(WIKI_SYSTEM_ROUTES, ("knowledge", "knowledge:retrieve")),
 }
 """Tenant routes a service credential with this scope opens too (``also_requests``): there
 a service credential without the scope is a 403, not a 401. PUT shares the path: a
