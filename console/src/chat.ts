@@ -26,6 +26,8 @@ export interface ChatHost {
   /** The session to chat in, created (with the picked agent) when none is open. */
   ensureSession(title: string): Promise<string>;
   sessionsChanged(): void;
+  /** The agent picked for the next message. */
+  agentId(): string;
 }
 
 export class ChatPane {
@@ -38,6 +40,7 @@ export class ChatPane {
   #stop = h("button", { type: "button", hidden: true }, "Stop");
   #live: TurnView | undefined;
   #abort: AbortController | undefined;
+  #notices: AbortController | undefined;
 
   constructor(private readonly host: ChatHost) {
     const form = h("form", { class: "composer", onsubmit: (e: Event) => { e.preventDefault(); void this.#submit(); } },
@@ -62,6 +65,7 @@ export class ChatPane {
   /** Show `sessionId` (undefined: a new, empty conversation). */
   async open(sessionId: string | undefined): Promise<void> {
     this.#abort?.abort();
+    this.#notices?.abort();
     this.#live = undefined;
     this.#setRunning(false);
     this.sessionId = sessionId;
@@ -72,45 +76,58 @@ export class ChatPane {
       "GET", `/sessions/${encodeURIComponent(sessionId)}/messages?limit=200`);
     const snapshot = readSnapshot(sessionId);
     const liveRequest = snapshot?.events.find((e) => e.type === "turn_started")?.envelope.request_id;
-    for (const [requestId, pair] of groupTurns(messages)) {
-      if (requestId === liveRequest) continue;
-      this.#log.append(TurnView.fromMessages(this.#hooks(sessionId), pair.user, pair.assistant).el);
-    }
-    const done = new Set(messages.filter((m) => m.role === "assistant" && m.status !== "running")
+    // memory keeps a running turn's assistant row at status "running": that turn is shown
+    // from its event stream, not from the stored rows.
+    const running = new Set(messages.filter((m) => m.role === "assistant" && m.status === "running")
       .map((m) => m.request_id));
+    const stored = [...groupTurns(messages)].filter(([rid]) => rid !== liveRequest);
+    const render = (skip: Set<string>) => {
+      for (const [requestId, pair] of stored) {
+        if (skip.has(requestId)) continue;
+        this.#log.append(TurnView.fromMessages(this.#hooks(sessionId), pair.user, pair.assistant).el);
+      }
+    };
     if (snapshot) {
+      render(new Set());
       const view = this.#newLive(sessionId);
       for (const event of snapshot.events) view.apply(event);
       view.renderAnswer();
       if (!view.ended) void this.#follow(view, "GET", `/sessions/${encodeURIComponent(sessionId)}/stream`);
       return;
     }
-    void this.#rejoin(sessionId, done);
+    render(running);
+    if (running.size > 0) {
+      const rejoined = await this.#rejoin(sessionId, running);
+      if (!rejoined) render(new Set([...stored.map(([rid]) => rid)].filter((rid) => !running.has(rid))));
+    }
     if (messages.length === 0) void this.#loadStarters(sessionId);
   }
 
-  /** A turn still running (begun in another tab, or before a reload with no snapshot):
-   * follow it from its first event, unless it is one of the stored turns. */
-  async #rejoin(sessionId: string, done: Set<string>): Promise<void> {
+  /** A turn still running (begun in another tab, or before a reload that kept no events):
+   * follow it from its first event. False when its stream is gone. */
+  async #rejoin(sessionId: string, running: Set<string>): Promise<boolean> {
     const abort = new AbortController();
+    this.#abort = abort;
     let view: TurnView | undefined;
     try {
       await this.host.api.stream("GET", `/sessions/${encodeURIComponent(sessionId)}/stream`,
         { signal: abort.signal }, (event) => {
           if (!view) {
-            if (event.type !== "turn_started" || done.has(event.envelope.request_id ?? "")) {
+            if (event.type !== "turn_started" || !running.has(event.envelope.request_id ?? "")) {
               abort.abort();
               return;
             }
             view = this.#newLive(sessionId);
-            this.#abort = abort;
           }
           this.#onEvent(view, event);
         });
-    } catch (err) {
-      if (abort.signal.aborted || (err instanceof ApiError && err.status === 404)) return;
+    } catch {
+      if (!view) return false;
     }
-    if (view && !view.ended) void this.#follow(view, "GET", `/sessions/${encodeURIComponent(sessionId)}/stream`);
+    if (!view) return false;
+    if (!view.ended) void this.#follow(view, "GET", `/sessions/${encodeURIComponent(sessionId)}/stream`);
+    else this.#setRunning(false);
+    return true;
   }
 
   async #loadStarters(sessionId: string): Promise<void> {
@@ -155,9 +172,12 @@ export class ChatPane {
     }
     this.#input.value = "";
     this.#starters.replaceChildren();
+    this.#notices?.abort();
     this.sessionId = sessionId;
     const view = this.#newLive(sessionId);
     const body: Data = { query: question };
+    const agent = this.host.agentId();
+    if (agent) body["agent_id"] = agent;
     if (suggestion) body["suggestion"] = suggestion;
     await this.#follow(view, "POST", `/agent-chat/${encodeURIComponent(sessionId)}`, body);
     this.host.sessionsChanged();
@@ -204,22 +224,25 @@ export class ChatPane {
     if (!view.ended) writeSnapshot({ sessionId: this.sessionId ?? "", events: view.events });
   }
 
+  /** Follow-ups come as a `suggestions_ready` notice on the session's stream after the
+   * turn's `complete` (docs/api.md, "Without polling"): keep reading after it until the
+   * notice for this answer arrives, another turn starts, or the person moves on. */
   async #followUps(view: TurnView): Promise<void> {
     const sessionId = this.sessionId;
-    const id = view.assistantMessageId;
-    if (!sessionId || !id) return;
-    for (let i = 0; i < 10; i++) {
-      try {
-        const set = await this.host.api.request<Data>("GET",
-          `/sessions/${encodeURIComponent(sessionId)}/suggestions?assistant_message_id=${encodeURIComponent(id)}`);
-        const state = String(set["state"] ?? "");
-        if (state === "ready") { view.showFollowUps((set["questions"] as Data[] | undefined) ?? []); return; }
-        if (state !== "pending" && state !== "generating") return;
-      } catch {
-        return;
-      }
-      await new Promise((r) => setTimeout(r, 500 + i * 300));
-      if (this.sessionId !== sessionId) return;
+    if (!sessionId || !view.assistantMessageId) return;
+    const abort = new AbortController();
+    this.#notices?.abort();
+    this.#notices = abort;
+    try {
+      await this.host.api.stream("GET", `/sessions/${encodeURIComponent(sessionId)}/stream`,
+        { lastEventId: view.lastId, signal: abort.signal }, (event) => {
+          if (event.type === "turn_started") { abort.abort(); return; }
+          view.apply(event);
+          if (event.type === "suggestions_ready"
+              && event.envelope.data["assistant_message_id"] === view.assistantMessageId) abort.abort();
+        });
+    } catch {
+      // aborted, or the stream ended: follow-ups are optional
     }
   }
 

@@ -71,6 +71,7 @@ async function mount(api: Api): Promise<void> {
       return created.id;
     },
     sessionsChanged: () => void sidebar.refresh(),
+    agentId: () => sidebar.agent.value,
   });
   const open = (sessionId: string | undefined) => {
     files.sessionId = sessionId;
@@ -94,11 +95,14 @@ async function mount(api: Api): Promise<void> {
     h("div", { class: "spacer" }),
     h("button", { type: "button", onclick: () => { void knowledge.refresh(); kbDialog.showModal(); } }, "Knowledge"),
     h("button", { type: "button", onclick: () => { sessionStorage.clear(); location.reload(); } }, "Sign out"));
+  // The agents first: the page shows nothing a person could send with before the picker
+  // holds them (a message sent before would have no agent).
+  await sidebar.loadAgents();
   app.replaceChildren(header,
     h("div", { class: "layout" }, sidebar.el,
       h("main", { class: "main" }, chat.el, files.el)),
     h("p", { id: "status", role: "status", "aria-live": "polite" }), passage, kbDialog);
-  await Promise.all([sidebar.loadAgents(), sidebar.refresh()]);
+  await sidebar.refresh();
   const resume = lastSessionHint();
   if (resume) {
     sidebar.select(resume);

@@ -1,12 +1,26 @@
-// The model's Markdown, rendered to a DOM fragment that cannot run anything: marked parses,
-// DOMPurify sanitises (no script, no event handler, no javascript: URL, no style), and every
-// image is replaced by its alt text, so neither a remote image nor a broken one is loaded
-// (the page's CSP would refuse it anyway: img-src 'self' data: blob:).
+// The model's Markdown, rendered to a DOM fragment that cannot run anything, in three layers:
+// raw HTML in the model's text is never HTML (marked's html tokens are shown as escaped text,
+// so an onerror or style attribute never even reaches a parser, and the page's CSP has nothing
+// to refuse); DOMPurify sanitises what Markdown itself makes (no javascript: URL, no event
+// handler, no style); every image is replaced by its alt text, so neither a remote image nor
+// a broken one is loaded. The page's CSP (no inline script, img-src 'self' data: blob:) is
+// the last layer.
 
 import DOMPurify from "dompurify";
 import { Marked } from "marked";
 
-const marked = new Marked({ gfm: true, breaks: false, async: false });
+const marked = new Marked({
+  gfm: true,
+  breaks: false,
+  async: false,
+  renderer: {
+    html: ({ text }) => escapeHtml(text),
+  },
+});
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
 
 const purifier = DOMPurify();
 purifier.addHook("uponSanitizeElement", (node, data) => {

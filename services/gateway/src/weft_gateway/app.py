@@ -28,6 +28,7 @@ from weft_gateway.approvals_client import ApprovalsClient
 from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.budget_gate import BudgetGate
+from weft_gateway.console_assets import mount_console
 from weft_gateway.clients import AgentConfigClient, ServiceClient, SessionsClient
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
@@ -261,6 +262,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)
+    mount_console(app, s.console_dir)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     if s.admin_port is not None:  # outermost: a wrong port's request is refused first
         app.add_middleware(AdminPortSplit, admin_port=s.admin_port)

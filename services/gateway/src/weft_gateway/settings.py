@@ -39,6 +39,11 @@ class GatewaySettings(TokenBudgetSettings):
         description="How long POST .../documents waits for its text to be ingested (201 "
         "ready) before it answers 202 pending.",
     )
+    console_dir: str = Field(
+        default="",
+        description="The web console's built assets (console/dist), served at / with a strict "
+        "Content-Security-Policy; empty: no console (docs/console.md).",
+    )
     dev_api_key: str = Field(default="", description="Registered at start for dev_tenant if set.")
     dev_tenant: str = "demo"
     dev_user: str = "dev"
