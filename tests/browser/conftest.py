@@ -95,7 +95,7 @@ class ConsolePage:
 
     async def ask(self, question: str) -> None:
         await self.page.get_by_label("Message").fill(question)
-        await self.page.get_by_role("button", name="Send").click()
+        await self.page.get_by_role("button", name="Send", exact=True).click()
 
     def last_turn(self) -> Locator:
         return self.page.locator("article.turn").last
