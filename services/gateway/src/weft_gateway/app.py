@@ -28,8 +28,8 @@ from weft_gateway.approvals_client import ApprovalsClient
 from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.budget_gate import BudgetGate
-from weft_gateway.console_assets import mount_console
 from weft_gateway.clients import AgentConfigClient, ServiceClient, SessionsClient
+from weft_gateway.console_assets import mount_console
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
 from weft_gateway.files_api import SandboxFilesClient, files_router

@@ -79,7 +79,9 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
         limit: int = Query(default=20, ge=1, le=100),
         offset: int = Query(default=0, ge=0, le=100_000),
         q: str | None = Query(
-            default=None, min_length=1, max_length=200,
+            default=None,
+            min_length=1,
+            max_length=200,
             description="Search: only sessions whose title or a message contains this "
             "text (case-insensitive, literal: % and _ are not wildcards).",
         ),

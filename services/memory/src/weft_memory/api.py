@@ -157,7 +157,9 @@ def session_router(sessions: async_sessionmaker[AsyncSession], workspaces: Works
         limit: int = Query(default=20, ge=1, le=100),
         offset: int = Query(default=0, ge=0),
         q: str | None = Query(
-            default=None, min_length=1, max_length=SEARCH_MAX_CHARS,
+            default=None,
+            min_length=1,
+            max_length=SEARCH_MAX_CHARS,
             description="Only sessions whose title or a message contains this text "
             "(case-insensitive; every character literal, % and _ included).",
         ),
