@@ -139,3 +139,30 @@ async def test_a_refused_key_is_said_plainly(open_console: OpenConsole) -> None:
     await cp.page.get_by_label("API key").fill(cp.key)
     await cp.page.get_by_role("button", name="Sign in").click()
     await expect(cp.page.get_by_role("alert")).to_have_text("That key was refused.")
+
+
+async def test_a_dropped_connection_resumes_after_the_last_event(
+    open_console: OpenConsole, llm_script: LoadScript
+) -> None:
+    await llm_script([{"match": "drop", "content": SLOW[:40], "chunk_delay_ms": 120}])
+    cp = await open_console()
+    # While offline, the reconnect attempts fail; those are the errors this test provokes.
+    cp.allowed = ["ERR_INTERNET_DISCONNECTED", "ERR_NETWORK_CHANGED"]
+    resumed: list[str] = []
+    cp.page.on(
+        "request",
+        lambda r: (
+            resumed.append(r.headers.get("last-event-id", ""))
+            if r.url.endswith("/stream")
+            else None
+        ),
+    )
+    await cp.ask("Survive a drop")
+    answer = cp.last_turn().locator(".answer")
+    await expect(answer).to_contain_text("w03", timeout=60_000)
+    await cp.page.context.set_offline(True)
+    await cp.page.wait_for_timeout(1500)
+    await cp.page.context.set_offline(False)
+    assert await cp.wait_turn_end() == "completed"
+    assert (await answer.inner_text()).split() == [w.strip() for w in SLOW[:40]]
+    assert resumed and all(resumed[:1]), f"no resume with Last-Event-ID: {resumed}"
