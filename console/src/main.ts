@@ -5,12 +5,13 @@ import { Api, ApiError } from "./api";
 import { ChatPane, lastSessionHint } from "./chat";
 import { announce, h } from "./dom";
 import { FilesPanel, KnowledgePanel } from "./knowledge";
+import { beginSignIn, finishSignIn, loadSignInConfig, type OidcConfig } from "./oidc";
 import { Sidebar } from "./sidebar";
 
 type Data = Record<string, unknown>;
 const app = document.getElementById("app") as HTMLElement;
 
-function signIn(error = ""): void {
+function signIn(oidc: OidcConfig | null, error = ""): void {
   const key = h("input", { type: "password", id: "api-key", autocomplete: "off", required: true, spellcheck: "false" });
   const message = h("p", { class: "error", role: "alert" }, error);
   const form = h("form", { class: "signin", "aria-labelledby": "signin-title",
@@ -18,7 +19,11 @@ function signIn(error = ""): void {
     h("h1", { id: "signin-title" }, "Weft console"),
     h("p", {}, "Sign in with an API key. It is kept in this page's memory only: a reload asks for it again."),
     h("label", { for: "api-key" }, "API key"), key,
-    h("button", { type: "submit", class: "primary" }, "Sign in"), message);
+    h("button", { type: "submit", class: "primary" }, "Sign in"),
+    oidc && h("button", { type: "button", class: "oidc",
+      onclick: () => void beginSignIn(oidc).catch((err: Error) => { message.textContent = err.message; }) },
+      `Sign in with ${oidc.label}`),
+    message);
   app.replaceChildren(h("main", { class: "signin-page" }, form));
   key.focus();
 }
@@ -110,4 +115,17 @@ async function mount(api: Api): Promise<void> {
   }
 }
 
-signIn();
+async function boot(): Promise<void> {
+  const oidc = await loadSignInConfig();
+  let token: string | null = null;
+  try {
+    token = await finishSignIn(oidc);
+  } catch (err) {
+    signIn(oidc, `Sign-in failed: ${(err as Error).message}`);
+    return;
+  }
+  signIn(oidc);
+  if (token) await start(token, app.querySelector(".signin .error") as HTMLElement);
+}
+
+void boot();

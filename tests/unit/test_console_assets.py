@@ -6,11 +6,12 @@ folder is 404."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from weft_gateway.console_assets import CONTENT_SECURITY_POLICY, mount_console
+from weft_gateway.console_assets import CONTENT_SECURITY_POLICY, OidcSignIn, mount_console
 
 
 def _built(tmp_path: Path) -> Path:
@@ -68,3 +69,27 @@ def test_unbuilt_or_unset_console_is_skipped(tmp_path: Path) -> None:
     assert TestClient(app).get("/").status_code == 404
     app, mounted = _app("")
     assert not mounted
+
+
+def test_sign_in_config_and_the_providers_origin(tmp_path: Path) -> None:
+    oidc = OidcSignIn(
+        issuer="https://login.example.com/",
+        client_id="weft-console",
+        authorize_url="https://login.example.com/authorize",
+        token_url="https://tokens.example.com:8443/oauth/token",
+        scope="openid",
+        label="Example",
+    )
+    app = FastAPI()
+    assert mount_console(app, str(_built(tmp_path)), oidc)
+    client = TestClient(app)
+    config = client.get("/console/config.json")
+    assert config.json() == {"oidc": asdict(oidc)}
+    for path in ("/", "/assets/app.js", "/console/config.json"):
+        policy = client.get(path).headers["content-security-policy"]
+        assert "connect-src 'self' https://tokens.example.com:8443;" in policy, path
+    # without a provider: API keys only, and the page connects to itself alone
+    app, _ = _app(str(_built(tmp_path / "again")))
+    plain = TestClient(app)
+    assert plain.get("/console/config.json").json() == {"oidc": None}
+    assert "connect-src 'self';" in plain.get("/").headers["content-security-policy"]
