@@ -27,7 +27,8 @@ TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: help bootstrap infra-up infra-down infra-status up down status logs proto lint \
-	typecheck test-unit test-integration test-timings test-chaos test-chaos-full test-full test demo bench
+	typecheck test-unit test-integration test-timings test-chaos test-chaos-full test-full test demo bench \
+	console test-browser-full
 
 help: ## List the targets
 	@echo "Weft make targets (variables: TOOL_WORKERS=$(TOOL_WORKERS), WEFT_HOME=$(WEFT_HOME)):"
@@ -47,6 +48,7 @@ infra-status: ## Show whether Kafka, PostgreSQL and Redis are up
 
 up: ## bootstrap + infra-up + start all services and wait for /readyz (TOOL_WORKERS=N, PROJECTOR=separate)
 	@$(LOCAL)/bootstrap.sh
+	@$(LOCAL)/ensure-console.sh
 	@$(LOCAL)/infra.sh up
 	@$(LOCAL)/services.sh up
 
@@ -76,9 +78,10 @@ test-unit: ## Unit tests (no infrastructure needed; installs helm first if missi
 	@$(LOCAL)/ensure-helm.sh
 	@$(VENV)/pytest tests/unit -q -n 2 $(call BASETEMP,unit)
 
-test-integration: ## Integration, e2e and security tests on the real infra, TEST_WORKERS in parallel (runs infra-up first)
+test-integration: ## Integration, e2e, security and (reduced) browser tests on the real infra, TEST_WORKERS in parallel (runs infra-up first)
 	@$(LOCAL)/infra.sh up
-	@$(VENV)/pytest tests/integration tests/e2e tests/security -q $(XDIST) --durations=15 $(call BASETEMP,integration)
+	@$(LOCAL)/ensure-console.sh --browser
+	@$(VENV)/pytest tests/integration tests/e2e tests/security tests/browser -q $(XDIST) --durations=15 $(call BASETEMP,integration)
 
 test-timings: ## Measure each test group's seconds into tests/timings.json (the order groups start in)
 	@$(LOCAL)/infra.sh up
@@ -93,15 +96,25 @@ test-chaos-full: ## Fault suite, full (40 sessions x 3 turns, every fault; 5-15 
 	@$(LOCAL)/infra.sh up
 	@WEFT_CHAOS_SESSIONS=40 WEFT_CHAOS_TURNS=3 WEFT_CHAOS_FAULTS=all WEFT_CHAOS_PROMPT_SESSIONS=20 $(VENV)/pytest tests/chaos -q $(call BASETEMP,chaos)
 
-test-full: ## make test, then the full fault suite (test-chaos-full)
+test-full: ## make test, then the full fault suite (test-chaos-full) and the full browser run
 	@$(MAKE) test
 	@$(MAKE) test-chaos-full
+	@$(MAKE) test-browser-full
+
+console: ## Build the web console (console/ -> console/dist; npm ci + vite) and install chromium for its tests
+	@$(LOCAL)/ensure-console.sh --browser
+
+test-browser-full: ## Every browser test of the console (tests/browser; reduced set in test-integration)
+	@$(LOCAL)/infra.sh up
+	@$(LOCAL)/ensure-console.sh --browser
+	@WEFT_BROWSER_FULL=1 $(VENV)/pytest tests/browser -q $(call BASETEMP,browser)
 
 test: ## What CI runs: bootstrap, lint, typecheck, test-unit, infra-up, then test-integration and test-chaos side by side; prints each step's time (deploy/local/test-steps.sh)
 	@MAKE="$(MAKE)" $(LOCAL)/test-steps.sh
 
-demo: ## bootstrap + up + run the gateway demo (weft_gateway.demo)
+demo: ## bootstrap + up + run the gateway demo (weft_gateway.demo); prints the web console's URL
 	@$(LOCAL)/bootstrap.sh
+	@$(LOCAL)/ensure-console.sh
 	@$(LOCAL)/infra.sh up
 	@$(LOCAL)/services.sh up
 	@$(PY) -m weft_gateway.demo

@@ -76,6 +76,8 @@ def stack(infra: dict[str, str]) -> Iterator[LocalStack]:
         **SANDBOX_SHARES_ENV,
         "WEFT_SANDBOX_TENANT_BYTES": str(SANDBOX_TENANT_BYTES),
         **stack_tracing_env(),
+        # The web console, when built (deploy/local/ensure-console.sh): tests/browser drive it.
+        "WEFT_CONSOLE_DIR": str(REPO / "console" / "dist"),
     }
     with LocalStack(StackConfig(log_dir=stack_log_dir("e2e"), extra_env=env)) as running:
         yield running

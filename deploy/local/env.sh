@@ -45,6 +45,9 @@ export WEFT_TOPIC_PARTITIONS="${WEFT_TOPIC_PARTITIONS:-6}"
 export WEFT_SCRIPTED_LLM_PORT="${WEFT_SCRIPTED_LLM_PORT:-8090}"
 export WEFT_SCRIPTED_LLM_POLICY="${WEFT_SCRIPTED_LLM_POLICY:-demo}"
 export WEFT_GATEWAY_PORT="${WEFT_GATEWAY_PORT:-8080}"
+# The web console's built assets (deploy/local/ensure-console.sh builds them from console/),
+# served by the gateway at / (docs/console.md).
+export WEFT_CONSOLE_DIR="${WEFT_CONSOLE_DIR:-$WEFT_REPO/console/dist}"
 export WEFT_AGENT_CONFIG_PORT="${WEFT_AGENT_CONFIG_PORT:-8081}"
 export WEFT_ENGINE_PORT="${WEFT_ENGINE_PORT:-8082}"
 # First tool-exec process; process i (0-based) of TOOL_WORKERS listens on this + 100*i.

@@ -4,7 +4,7 @@
 # any step did. The budget (docs/operations.md, "Test suite time") is a guide, not a test:
 # a run over it says so and still passes when every step passed.
 #
-# Steps: bootstrap, lint, typecheck, test-unit, infra-up, then test-integration and
+# Steps: bootstrap, lint, typecheck, test-unit, console, infra-up, then test-integration and
 # test-chaos. The last two run at the same time: the fault suite has its own Kafka broker
 # and Redis server (tests/chaos/conftest.py) and mostly waits on its faults, so it fits in
 # the CPU the integration workers leave idle. Their output is kept apart and printed whole.
@@ -63,6 +63,7 @@ step bootstrap deploy/local/bootstrap.sh || { echo "[weft] make test FAILED: boo
 step lint "$MAKE" lint
 step typecheck "$MAKE" typecheck
 step test-unit "$MAKE" test-unit
+step console "$MAKE" console  # the web console's build and chromium, for tests/browser
 if step infra-up "$MAKE" infra-up; then
     background test-chaos "$MAKE" test-chaos
     step test-integration "$MAKE" test-integration

@@ -29,6 +29,7 @@ from weft_gateway.audit_log import AuditLog
 from weft_gateway.auth import ApiKeyAuth
 from weft_gateway.budget_gate import BudgetGate
 from weft_gateway.clients import AgentConfigClient, ServiceClient, SessionsClient
+from weft_gateway.console_assets import console_sign_in, mount_console
 from weft_gateway.end_users import EndUserAuth
 from weft_gateway.fanout import StreamFanout
 from weft_gateway.files_api import SandboxFilesClient, files_router
@@ -265,6 +266,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         ],
     )  # fmt: skip
     app.state.operator_auth = OperatorAuth.from_setting(s.admin_token_sha256)
+    mount_console(app, s.console_dir, console_sign_in(s))
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     if s.admin_port is not None:  # outermost: a wrong port's request is refused first
         app.add_middleware(AdminPortSplit, admin_port=s.admin_port)

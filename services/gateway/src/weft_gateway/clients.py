@@ -120,8 +120,14 @@ class SessionsClient(ServiceClient):
             retry=timeout_s is None,
         )
 
-    async def list_sessions(self, tenant_id: str, user_id: str, limit: int, offset: int) -> Any:
+    async def list_sessions(
+        self, tenant_id: str, user_id: str, limit: int, offset: int, q: str | None = None
+    ) -> Any:
+        """The user's sessions, newest first; with ``q`` only those whose title or a
+        message contains it (memory's search, literal and case-insensitive)."""
         params = _caller(tenant_id, user_id) | {"limit": limit, "offset": offset}
+        if q is not None:
+            params["q"] = q
         return await self.call("GET", "/internal/sessions", params=params)
 
     async def update_session(

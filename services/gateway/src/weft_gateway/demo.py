@@ -163,7 +163,8 @@ def _summary(p: TurnPrinter, base_url: str, api_key: str, session_id: str, kb_id
         f"\n[bold]turn {p.status or 'did not complete'}[/bold]  first event {first}, "
         f"first answer token {answer}, complete {total * 1000:.0f} ms"
     )
-    console.print(f"\nAPI docs: {base_url}/docs   OpenAPI: {base_url}/openapi.json")
+    console.print(f"\nWeb console: {base_url}/  (sign in with the API key {api_key})", markup=False)
+    console.print(f"API docs: {base_url}/docs   OpenAPI: {base_url}/openapi.json")
     console.print("Ask your own question (streams Server-Sent Events):")
     body = json.dumps(
         {"query": "What does the Enterprise plan guarantee?", "knowledge_base_ids": [kb_id]}

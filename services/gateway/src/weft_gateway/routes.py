@@ -78,8 +78,15 @@ def _session_routes(router: APIRouter, gw: Gateway, auth: ApiKeyAuth) -> None:
         who: Who,
         limit: int = Query(default=20, ge=1, le=100),
         offset: int = Query(default=0, ge=0, le=100_000),
+        q: str | None = Query(
+            default=None,
+            min_length=1,
+            max_length=200,
+            description="Search: only sessions whose title or a message contains this "
+            "text (case-insensitive, literal: % and _ are not wildcards).",
+        ),
     ) -> Any:
-        return await gw.memory.list_sessions(who.tenant_id, who.user_id, limit, offset)
+        return await gw.memory.list_sessions(who.tenant_id, who.user_id, limit, offset, q)
 
     @router.get("/sessions/{session_id}", tags=["sessions"])
     async def get_session(who: Who, session_id: Id) -> Any:

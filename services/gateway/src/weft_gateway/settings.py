@@ -39,6 +39,24 @@ class GatewaySettings(TokenBudgetSettings):
         description="How long POST .../documents waits for its text to be ingested (201 "
         "ready) before it answers 202 pending.",
     )
+    console_dir: str = Field(
+        default="",
+        description="The web console's built assets (console/dist), served at / with a strict "
+        "Content-Security-Policy; empty: no console (docs/console.md).",
+    )
+    console_oidc_issuer: str = Field(
+        default="",
+        description="The console's identity-provider sign-in (OIDC authorization code + "
+        "PKCE, in the browser): the provider's issuer, which a tenant's identity_provider "
+        "names; empty: API-key sign-in only (docs/console.md).",
+    )
+    console_oidc_client_id: str = Field(default="", description="The console's public client.")
+    console_oidc_authorize_url: str = Field(default="", description="The authorization endpoint.")
+    console_oidc_token_url: str = Field(
+        default="", description="The token endpoint (called by the browser: CORS on the provider)."
+    )
+    console_oidc_scope: str = Field(default="openid", description="Scopes asked for.")
+    console_oidc_label: str = Field(default="your organisation", description="Shown on the button.")
     dev_api_key: str = Field(default="", description="Registered at start for dev_tenant if set.")
     dev_tenant: str = "demo"
     dev_user: str = "dev"

@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
-from sqlalchemy import ColumnElement, delete, select, tuple_, update
+from sqlalchemy import ColumnElement, delete, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 from weft_platform.internal_auth import caller_user
@@ -111,6 +111,28 @@ async def _live(s: AsyncSession, session_id: str, *scope: ColumnElement[bool]) -
     return row
 
 
+SEARCH_MAX_CHARS = 200
+"""Longest session search text: a search is a substring scan of the user's messages, so an
+unbounded pattern is refused (422) rather than run."""
+
+
+def session_matches(tenant_id: str, text: str) -> ColumnElement[bool]:
+    """The session's title or one of its messages contains ``text``, case-insensitively.
+    ``autoescape`` makes ``%``, ``_`` and the escape character literal, so a query never
+    acts as a pattern; the message must be the same tenant's (messages carry their own
+    ``tenant_id``), and the session's own scope (tenant, user) is the caller's filter."""
+    in_messages = (
+        select(Message.id)
+        .where(
+            Message.session_id == ChatSession.id,
+            Message.tenant_id == tenant_id,
+            Message.content.icontains(text, autoescape=True),
+        )
+        .exists()
+    )
+    return or_(ChatSession.title.icontains(text, autoescape=True), in_messages)
+
+
 UserQuery = Query(min_length=1, description="The caller; another user's session is 404.")
 
 
@@ -134,6 +156,13 @@ def session_router(sessions: async_sessionmaker[AsyncSession], workspaces: Works
         user_id: str | None = Query(default=None, min_length=1),
         limit: int = Query(default=20, ge=1, le=100),
         offset: int = Query(default=0, ge=0),
+        q: str | None = Query(
+            default=None,
+            min_length=1,
+            max_length=SEARCH_MAX_CHARS,
+            description="Only sessions whose title or a message contains this text "
+            "(case-insensitive; every character literal, % and _ included).",
+        ),
     ) -> list[ChatSession]:
         stmt = select(ChatSession).where(
             ChatSession.tenant_id == tenant_id, ChatSession.deleted_at.is_(None)
@@ -141,6 +170,8 @@ def session_router(sessions: async_sessionmaker[AsyncSession], workspaces: Works
         user_id = user_id or caller_user(request)
         if user_id is not None:
             stmt = stmt.where(ChatSession.user_id == user_id)
+        if q is not None:
+            stmt = stmt.where(session_matches(tenant_id, q))
         stmt = stmt.order_by(ChatSession.updated_at.desc(), ChatSession.id.desc())
         async with sessions() as s:
             return list((await s.scalars(stmt.limit(limit).offset(offset))).all())
