@@ -19,8 +19,8 @@ import pytest
 from fastapi import FastAPI
 from weft_agent_config.app import create_app as agent_config_app
 from weft_knowledge.api import RETRIEVAL_ROUTES
-from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES
 from weft_knowledge.app import create_app as knowledge_app
+from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES
 from weft_memory.app import create_app as memory_app
 from weft_platform.credentials import CredentialSigner, load_signer
 from weft_suggestions.app import create_app as suggestions_app
