@@ -61,6 +61,10 @@ def split_gateway(database_url: str, workdir: Path, **extra: str) -> Iterator[Sp
         "WEFT_ADMIN_TOKEN_SHA256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(),
         "WEFT_MAINTENANCE_INTERVAL_S": "0",
         "WEFT_LOG_FORMAT": "json",
+        # A development key of its own: a gateway started without one revokes every
+        # development key of the database, the shared stacks' included (key_registry).
+        "WEFT_DEV_API_KEY": f"dev-{secrets.token_hex(16)}",
+        "WEFT_DEV_TENANT": f"adminport-{secrets.token_hex(4)}",
         **extra,
     }
     log = workdir / "gateway.log"

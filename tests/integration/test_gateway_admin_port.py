@@ -14,6 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from weft_gateway.auth import hash_key
+from weft_gateway.key_registry import DEV_KEY_NAME, KeyRegistry
+from weft_storage.gateway.keys import ApiKey
 
 from tests.admin_port_gateway import SplitGateway, split_gateway
 
@@ -68,3 +73,29 @@ async def test_sigterm_turns_readiness_to_draining_while_requests_are_served(
         assert (await http.get(f"{gateway.public_url}/healthz")).status_code == 200
     gateway.process.send_signal(signal.SIGTERM)  # the second signal: stop now
     gateway.process.wait(timeout=60)
+
+
+async def test_a_test_gateway_leaves_the_other_stacks_development_keys_alone(
+    migrated: str, tmp_path: Path
+) -> None:
+    """Every stack of a test run shares one database. A gateway started without a
+    development key revokes every development key there (a production start keeps none),
+    which took the shared stacks' keys away mid-run (96 failures, every request a 401):
+    the split gateway starts with a key of its own."""
+
+    engine = create_async_engine(migrated)
+    try:
+        registry = KeyRegistry(async_sessionmaker(engine))
+        other = f"dev-{secrets.token_hex(16)}"  # another stack's development key
+        await registry.apply_dev_key(f"t-{secrets.token_hex(4)}", "dev", other)
+        with split_gateway(migrated, tmp_path):
+            pass
+        async with engine.connect() as conn:
+            revoked = await conn.scalar(
+                select(ApiKey.revoked_at).where(
+                    ApiKey.name == DEV_KEY_NAME, ApiKey.key_hash == hash_key(other)
+                )
+            )
+        assert revoked is None
+    finally:
+        await engine.dispose()
