@@ -69,9 +69,9 @@ PROCESS_SETTINGS: dict[str, type[BaseSettings]] = {
     "knowledge": KnowledgeSettings,
     "knowledge-worker": KnowledgeSettings,
 }
-# What a process's settings name but it never calls: knowledge's ingestion workers meter
-# nothing (knowledge meters a document in memory before it queues it).
-NOT_CALLED: dict[str, set[str]] = {"knowledge-worker": {"memory"}}
+# What a process's settings name but it never calls (none today: knowledge's ingestion
+# workers meter graph extraction's and wiki generation's model calls in memory).
+NOT_CALLED: dict[str, set[str]] = {}
 # weft_tools' implementations run in tool-exec (weft_tools.builtin); the URLs they read
 # from the environment are tool-exec's calls.
 TOOLS_PROCESS = "tool-exec"
@@ -154,9 +154,10 @@ def test_caller_table_from_code() -> None:
     """The table the policies are checked against, pinned so a new client shows up here
     (and in the chart's `uses`) rather than as a denied call in production."""
     callers = callers_from_code()
-    # memory: sandbox and suggestions ask whose a session is; knowledge meters documents
+    # memory: sandbox and suggestions ask whose a session is; knowledge meters documents,
+    # its workers graph extraction's and wiki generation's model calls
     assert callers["memory"] == {"gateway", "engine", "tool-exec", "sandbox", "suggestions",
-                                 "knowledge"}  # fmt: skip
+                                 "knowledge", "knowledge-worker"}  # fmt: skip
     # agent-config: MCP (T-19) for tool-exec, skill packages for the sandbox
     assert callers["agent-config"] == {"gateway", "suggestions", "tool-exec", "sandbox"}
     assert callers["suggestions"] == {"gateway"}

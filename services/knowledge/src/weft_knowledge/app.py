@@ -172,6 +172,7 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
             max_attempts=s.graph_max_attempts,
             retry_backoff_s=s.graph_retry_backoff_s,
             max_chunks=s.graph_max_chunks,
+            tenants=tuple(t.strip() for t in s.graph_tenants.split(",") if t.strip()),
         ),
     )
     loop = IngestionLoop(

@@ -107,6 +107,8 @@ class ExtractionSettings:
     max_chunks: int = 500
     """A document with more chunks is not extracted (``failed`` with the reason)."""
     stall_timeout_s: float = 60.0
+    tenants: tuple[str, ...] = ()
+    """Only these tenants' documents (workers dedicated to some tenants); empty: all."""
 
 
 class _Ignore:
@@ -131,7 +133,7 @@ class GraphExtractor:
 
     async def extract_next(self) -> bool:
         """Run one due extraction; False when none is waiting."""
-        job = await self._store.claim()
+        job = await self._store.claim(self._settings.tenants)
         if job is None:
             return False
         tokens = _Tokens()

@@ -86,6 +86,11 @@ class KnowledgeSettings(ModelClientSettings, TokenBudgetSettings):
     graph_max_chunks: int = Field(
         default=500, ge=1, description="A document with more chunks is not graph-extracted."
     )
+    graph_tenants: str = Field(
+        default="",
+        description="Comma-separated tenants whose documents this worker extracts graphs "
+        "of (workers dedicated to some tenants); empty: every tenant's.",
+    )
     wiki_model: str = Field(
         default="", description="Model of wiki pages (SPEC T-18); empty: WEFT_LLM_MODEL."
     )

@@ -16,7 +16,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import ColumnElement, Row, Select, and_, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    and_,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
@@ -163,8 +175,9 @@ class GraphStore:
 
     # -- the extraction queue ---------------------------------------------------------
 
-    async def claim(self) -> ExtractionJob | None:
-        """Take a pending extraction that is due (or one whose worker died), or None."""
+    async def claim(self, tenants: Sequence[str] = ()) -> ExtractionJob | None:
+        """Take a pending extraction that is due (or one whose worker died), or None; of
+        ``tenants`` only, when given (workers dedicated to some tenants)."""
         now = datetime.now(UTC)
         due = or_(
             and_(GraphExtraction.status == "pending", GraphExtraction.not_before <= now),
@@ -175,7 +188,7 @@ class GraphStore:
         )
         stmt = (
             select(GraphExtraction)
-            .where(due)
+            .where(due, GraphExtraction.tenant_id.in_(list(tenants)) if tenants else true())
             .order_by(GraphExtraction.not_before)
             .limit(1)
             .with_for_update(skip_locked=True)
