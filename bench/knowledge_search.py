@@ -178,15 +178,23 @@ class _InProcess:
     def __init__(self, sessions: Any):
         from weft_knowledge.search import KnowledgeSearch
         from weft_storage.knowledge.documents import DocumentReader
+        from weft_storage.knowledge.faq import FaqStore
 
-        self._search = KnowledgeSearch(KnowledgeStore(sessions), DocumentReader(sessions))
+        # Built as knowledge's app builds it (FAQ bases looked up too), so that the hop
+        # is the only difference between the two arms.
+        self._search = KnowledgeSearch(
+            KnowledgeStore(sessions), DocumentReader(sessions), faq=FaqStore(sessions)
+        )
 
     def credential_for(self, call: ToolInvocation) -> str | None:
         return call.credential
 
     async def search(self, tenant: str, kbs: list[str], query: str, mode: Any, limit: int,
-                     *, credential: str | None) -> Any:  # fmt: skip
-        return await self._search.search(tenant, kbs, query, mode, limit)
+                     *, credential: str | None, document_ids: list[str] | None = None,
+                     faq_score_boost: float | None = None) -> Any:  # fmt: skip
+        return await self._search.search(tenant, kbs, query, mode, limit,
+                                         document_ids=document_ids or (),
+                                         faq_score_boost=faq_score_boost)  # fmt: skip
 
 
 def start_service(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
