@@ -125,8 +125,9 @@ def wiki_generation(
 ) -> WikiGenerationLoop:
     """The worker's wiki generation task (SPEC T-18), metering through ``usage``."""
     model = OpenAIPageWriter(
-        base_url=s.openai_base_url, api_key=s.openai_api_key, model=s.wiki_model or s.llm_model
-    )
+        base_url=s.openai_base_url, api_key=s.openai_api_key, model=s.wiki_model or s.llm_model,
+        meter=LLM_METER,
+    )  # fmt: skip
     generator = WikiGenerator(
         WikiGenerations(runtime.sessions),
         WikiPages(runtime.sessions),
