@@ -164,8 +164,9 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         timeout_s=s.memory_timeout_s,
     )
     chat = OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key)
+    graph_store = GraphStore(runtime.sessions, stale_after_s=s.ingestion_stale_after_s)
     graph = GraphExtractor(
-        GraphStore(runtime.sessions, stale_after_s=s.ingestion_stale_after_s),
+        graph_store,
         MeteredModel(chat, LLM_METER),
         usage,
         ExtractionSettings(
@@ -183,6 +184,7 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         concurrency=s.ingestion_concurrency,
         wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
         depth=queue.depth if s.effective_metrics_port else None,
+        job_depths={"wiki": WikiGenerations(runtime.sessions).depth, "graph": graph_store.depth},
     )
     wiki = wiki_generation(runtime, s, usage)
     app = create_service_app(
