@@ -77,7 +77,8 @@ def _log_lines(trace_id: str) -> list[dict[str, Any]]:
     lines = []
     for log in stack_log_dir("e2e").glob("*.log"):
         for text in log.read_text(errors="replace").splitlines():
-            if trace_id in text and text.startswith("{"):
+            # A line the process is still writing (the file's last) is read next time.
+            if trace_id in text and text.startswith("{") and text.endswith("}"):
                 lines.append(json.loads(text))
     return lines
 
