@@ -45,6 +45,7 @@ import engine_bench as eb
 import httpx
 from benchlib import machine, save, summary
 from weft_testkit import LocalStack, StackConfig
+from weft_testkit.stack import SERVICES, WORKERS
 
 
 def _infra_pid(pattern: str) -> list[int]:
@@ -53,7 +54,7 @@ def _infra_pid(pattern: str) -> list[int]:
 
 
 def _pids(stack: LocalStack) -> dict[str, list[int]]:
-    pids = {name: stack.pids(name) for name in eb.SERVICES}
+    pids = {name: stack.pids(name) for name in (*WEFT, "scripted_llm")}
     pids["kafka"] = _infra_pid("kafka.Kafka")
     pids["redis"] = _infra_pid("redis-server")
     return pids
@@ -100,8 +101,11 @@ async def run(seconds: float, idle_s: float, tool_workers: int) -> dict[str, Any
     }
 
 
-WEFT = ("engine", "gateway", "memory", "tool_exec", "suggestions")
-"""The Weft processes whose CPU the A/B compares (not the LLM double, Kafka or Redis)."""
+WEFT = (*SERVICES, *WORKERS)
+"""The Weft processes whose CPU the A/B compares and whose metrics it scrapes: every
+service of the stack and its workers (agent-config and knowledge answer each turn's agent
+resolution; the ingestion worker counts its queues whatever the load), not the LLM
+double, Kafka or Redis."""
 
 OFF = {"WEFT_METRICS_PORT": "0", "WEFT_TRACING_EXPORTER": "none"}
 """Metrics and tracing off."""

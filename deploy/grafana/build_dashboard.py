@@ -122,8 +122,12 @@ ROWS: dict[str, tuple[Graph, ...]] = {
                Query(p95("weft_sse_send_latency_seconds", "job"), "p95 send latency (s)"))),
     ),
     "Capacity and limits": (
-        Graph("Ingestion queue", "Knowledge ingestion jobs by state.", "short",
-              (Query("max by (state) (weft_ingestion_queue_depth)", "{{state}}"),)),
+        Graph("Ingestion queue",
+              "Knowledge documents waiting for ingestion by state, and the wiki generation "
+              "and graph extraction jobs after it by queue and state.", "short",
+              (Query("max by (state) (weft_ingestion_queue_depth)", "documents {{state}}"),
+               Query("max by (queue, state) (weft_knowledge_job_queue_depth)",
+                     "{{queue}} {{state}}"))),
         Graph("Sandbox workspaces", "Open session workspaces and their bytes, all replicas.",
               "short",
               (Query("sum(weft_sandbox_workspaces_open)", "open"),

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 from weft_testkit import LocalStack, chat_requests, read_turn
 
+from tests.e2e.test_metrics import model_calls
+
 GRAPH_JSON = {
     "entities": [
         {"name": "Quillmoor Anvils", "type": "organisation", "description": "Anvil maker."},
@@ -75,7 +77,10 @@ async def _turn(api: httpx.AsyncClient, stack: LocalStack, agent: str, query: st
 async def test_a_graph_query_returns_relations_with_their_source_passages(
     api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
 ) -> None:  # SPEC T-10, E-22
+    calls_before = await model_calls(stack, "knowledge_worker")
     kb = await _graph_kb(api, llm)
+    # The extraction's model call is in the worker's weft_llm_* metrics (observability).
+    assert await model_calls(stack, "knowledge_worker") >= calls_before + 1
     extraction = (await chat_requests(llm))[-1]
     assert "knowledge graph" in extraction["messages"][0]["content"]
     question = {"knowledge_base_ids": ["b1"], "query": "Who founded Quillmoor Anvils?"}

@@ -1,4 +1,5 @@
-"""Every process serves Prometheus metrics on its own port, and they move when a turn runs.
+"""Every process (the eight services and knowledge's ingestion worker) serves Prometheus
+metrics on its own port, and they move when a turn runs.
 
 One turn with one tool call (search_knowledge) and one record of garbage (one dead
 letter) through the shared stack; the counters are read before and after, since other
@@ -16,14 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from weft_contracts import Topic
 from weft_testkit import LocalStack, infra_env, read_turn
 from weft_testkit.kafka import client_options
-from weft_testkit.stack import SERVICES
+from weft_testkit.stack import SERVICES, WORKERS
 
 AGENT = "builtin-smart-reasoning"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-async def _scrape(client: httpx.AsyncClient, url: str) -> Samples:
+async def scrape(client: httpx.AsyncClient, url: str) -> Samples:
     """Every sample of one process's metrics, parsed by prometheus_client's own parser
     (a malformed exposition raises here)."""
     resp = await client.get(url)
@@ -36,22 +37,41 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> Samples:
     return samples
 
 
-def _sum(samples: Samples, name: str, **labels: str) -> float:
+def total(samples: Samples, name: str, **labels: str) -> float:
     """The sum of ``name``'s samples whose labels include ``labels``."""
     wanted = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
 
 
 async def _scrape_all(client: httpx.AsyncClient, stack: LocalStack) -> dict[str, Samples]:
-    return {name: await _scrape(client, stack.metrics_url(name)) for name in SERVICES}
+    """Every process of the stack: the services and their workers (the ingestion worker)."""
+    return {name: await scrape(client, stack.metrics_url(name)) for name in (*SERVICES, *WORKERS)}
+
+
+async def model_calls(stack: LocalStack, process: str, model: str = "weft-scripted") -> float:
+    """Answered model requests one process counted (``weft_llm_request_duration_seconds``):
+    the wiki and graph tests read the ingestion worker's before and after its model calls."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        samples = await scrape(client, stack.metrics_url(process))
+    return total(samples, "weft_llm_request_duration_seconds_count", model=model)
 
 
 async def test_every_service_serves_metrics_on_its_own_port(stack: LocalStack) -> None:
     async with httpx.AsyncClient(timeout=10) as client:
         scraped = await _scrape_all(client, stack)
+        assert set(scraped) == {*SERVICES, "knowledge_worker"}
         for name, samples in scraped.items():
-            assert _sum(samples, "process_cpu_seconds_total") > 0, name
-            assert _sum(samples, "process_resident_memory_bytes") > 0, name
+            assert total(samples, "process_cpu_seconds_total") > 0, name
+            assert total(samples, "process_resident_memory_bytes") > 0, name
+        # The ingestion worker reports its queue by state (what KEDA scales it on); the
+        # count runs at its start, then every 15 s.
+        depth = {dict(ls)["state"] for n, ls in scraped["knowledge_worker"]
+                 if n == "weft_ingestion_queue_depth"}  # fmt: skip
+        assert depth == {"pending", "processing"}, depth
+        jobs = {(dict(ls)["queue"], dict(ls)["state"]) for n, ls in scraped["knowledge_worker"]
+                if n == "weft_knowledge_job_queue_depth"}  # fmt: skip
+        assert jobs == {("wiki", "pending"), ("wiki", "paused"), ("wiki", "generating"),
+                        ("graph", "pending"), ("graph", "processing")}, jobs  # fmt: skip
         # Never on an API port: the gateway's public port has no /metrics.
         public = await client.get(f"{stack.gateway_url}/metrics")
         assert public.status_code == 404
@@ -82,7 +102,7 @@ async def test_counters_move_when_a_turn_runs(
     was_engine, was_tools, was_gateway = before["engine"], before["tool_exec"], before["gateway"]
 
     def moved(now: Samples, was: Samples, name: str, **labels: str) -> float:
-        return _sum(now, name, **labels) - _sum(was, name, **labels)
+        return total(now, name, **labels) - total(was, name, **labels)
 
     assert moved(engine, was_engine, "weft_turns_started_total", mode="agent") >= 1
     ended = moved(
@@ -132,6 +152,6 @@ async def _wait_for(
     async with asyncio.timeout(30):
         while True:
             after = await _scrape_all(client, stack)
-            if all(_sum(after[s], n) > _sum(before[s], n) for s, n in counted):
+            if all(total(after[s], n) > total(before[s], n) for s, n in counted):
                 return after
             await asyncio.sleep(0.2)

@@ -1,5 +1,7 @@
 """One turn with a tool call is one trace: a single span tree from the gateway's HTTP request
-through Kafka to the engine, tool-exec and memory.
+through Kafka to the engine, tool-exec and memory (and agent-config and knowledge, which the
+gateway and tool-exec call); and every log line of that turn names its trace, its tenant and
+its request (docs/tracing.md, "Request logs").
 
 The shared stack writes every process's spans to one file and samples no new trace
 (``stack_tracing_env``); this test sends a ``traceparent`` with the sampled flag, so its
@@ -14,9 +16,10 @@ import secrets
 from typing import Any
 
 import httpx
+from weft_contracts import Topic
 from weft_testkit import LocalStack, read_turn
 
-from tests.stack_fixtures import stack_spans_file
+from tests.stack_fixtures import stack_log_dir, stack_spans_file
 
 AGENT = "builtin-smart-reasoning"
 
@@ -69,6 +72,29 @@ async def _wait_for_tree(trace_id: str, root_parent: str) -> list[dict[str, Any]
     return spans
 
 
+def _log_lines(trace_id: str) -> list[dict[str, Any]]:
+    """Every JSON log line of the stack's processes that names ``trace_id``."""
+    lines = []
+    for log in stack_log_dir("e2e").glob("*.log"):
+        for text in log.read_text(errors="replace").splitlines():
+            # A line the process is still writing (the file's last) is read next time.
+            if trace_id in text and text.startswith("{") and text.endswith("}"):
+                lines.append(json.loads(text))
+    return lines
+
+
+async def _turn_logs(trace_id: str) -> list[dict[str, Any]]:
+    """The turn's log lines once the gateway's access line is among them (written as the
+    response ends, which may be after the client read the last event)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    lines = _log_lines(trace_id)
+    while not any(x.get("event") == "http_request" for x in lines) and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        lines = _log_lines(trace_id)
+    return lines
+
+
 async def test_one_turn_with_a_tool_call_is_one_span_tree(
     api: httpx.AsyncClient, stack: LocalStack, knowledge_base: str
 ) -> None:
@@ -110,3 +136,28 @@ async def test_one_turn_with_a_tool_call_is_one_span_tree(
     memory = [s for s in spans if _service(s) == "weft-memory"]
     assert memory, summary
     assert all(ancestors(s)[-1] == roots[0]["name"] for s in memory), summary
+    # The services the gateway and the tool worker call join the same tree: agent-config
+    # resolving the agent under the gateway's request, knowledge's search under the tool
+    # call (the worker's consumer span, beside its tool.execute span).
+    resolve = [s for s in spans if _service(s) == "weft-agent-config"]
+    assert resolve and all(ancestors(s)[-1] == roots[0]["name"] for s in resolve), summary
+    search = [s for s in spans if s["name"] == "POST /internal/search"]
+    assert [_service(s) for s in search] == ["weft-knowledge"], summary
+    assert ancestors(search[0])[:2] == [
+        f"{Topic.TOOL_CALLS.value} process",
+        "agent.tool.search_knowledge",
+    ], summary
+
+    # Logs: every line of the turn carries its trace id, tenant and request id; the
+    # gateway's access line names the route template, never the session id in the path.
+    lines = await _turn_logs(trace_id)
+    access = [x for x in lines if x.get("event") == "http_request"]
+    assert len(access) == 1 and access[0]["service"] == "gateway", lines
+    assert access[0]["route"] == "/api/v1/agent-chat/{session_id}", access
+    assert access[0]["status"] == 200 and access[0]["method"] == "POST", access
+    assert session_id not in json.dumps(access), access
+    assert {x["service"] for x in lines} >= {"gateway", "engine"}, lines
+    for line in lines:
+        assert line["trace_id"] == trace_id, line
+        assert line.get("tenant_id") == stack.tenant, line
+        assert line.get("request_id") == access[0]["request_id"], line

@@ -15,6 +15,8 @@ import asyncpg
 import httpx
 from weft_testkit import LocalStack, chat_requests, read_turn
 
+from tests.e2e.test_metrics import model_calls
+
 GENERATED = {
     "pages": [
         {
@@ -87,7 +89,10 @@ async def test_a_document_becomes_pages_a_wiki_researcher_reads_and_cites(
         {"tool_calls": [{"name": "wiki_read_page", "arguments": {"slugs": ["stardust-probe"]}}]},
         {"content": "The Stardust probe returned comet dust in 2006 [w1]."},
     ))  # fmt: skip
+    calls_before = await model_calls(stack, "knowledge_worker")
     kb_id = await _wiki_kb(api, llm, "WIKIQ")
+    # The generation's model call is in the worker's weft_llm_* metrics (observability).
+    assert await model_calls(stack, "knowledge_worker") >= calls_before + 1
     page = (await api.get(f"/api/v1/knowledge-bases/{kb_id}/wiki/page",
                           params={"slug": "stardust-probe"})).json()  # fmt: skip
     assert page["title"] == "Stardust probe" and len(page["source_refs"]) == 1

@@ -11,10 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from weft_knowledge.graph_extraction import ExtractionSettings, GraphExtractor
 from weft_knowledge.ingestion import DocumentIngestor
+from weft_knowledge.ingestion_loop import IngestionLoop
 from weft_knowledge.usage import ModelUsage
 from weft_llm import Usage
 from weft_storage.knowledge.graph import GraphStore, name_probe, normalize_name
@@ -201,3 +203,35 @@ async def test_queries_stay_in_their_tenant_and_knowledge_base(
     assert (await graph.progress(other, kb))["entities"] == 0
     sql = await graph.query(tenant, kb, "%' OR 1=1 --  acme_corp\\ ")
     assert sql.entities == []
+
+
+def _graph_gauge(state: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "weft_knowledge_job_queue_depth", {"queue": "graph", "state": state}
+    )
+    assert value is not None, state
+    return value
+
+
+async def test_the_worker_reports_the_extraction_queue_by_state(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """weft_knowledge_job_queue_depth (docs/observability.md): an ingested document of a
+    graph KB waits as a pending extraction until a worker has extracted it."""
+    store = KnowledgeStore(sessions)
+    tenant = f"t-{secrets.token_hex(4)}"
+    kb = await store.create_knowledge_base(tenant, "graph", graph_enabled=True)
+    graph = GraphStore(sessions)
+    loop = IngestionLoop(
+        DocumentIngestor(IngestionQueue(sessions), None), 1.0,
+        depth=IngestionQueue(sessions).depth, job_depths={"graph": graph.depth},
+    )  # fmt: skip
+    await loop.count_once()
+    waiting = _graph_gauge("pending")
+    await _ingest(sessions, tenant, kb, "Jane Roe founded Acme Corp in Springfield.")
+    await loop.count_once()
+    assert _graph_gauge("pending") == waiting + 1
+    assert _graph_gauge("processing") == 0  # no worker holds one in this database
+    await _drain(_extractor(sessions, [answer(json.dumps(ACME))] * 4))
+    await loop.count_once()
+    assert _graph_gauge("pending") < waiting + 1

@@ -130,6 +130,9 @@ async def test_a_tenant_over_budget_is_paused_then_generated(
         assert await _run_until(over, sessions, doc, {"paused", "done"}) == "paused"
         progress = await generations.progress(tenant, kb)
         assert progress["documents"]["paused"] == 1 and progress["pages"] == 0
+        # The worker's queue-depth metric counts it (every tenant's: at least ours).
+        depth = await generations.depth()
+        assert set(depth) == {"pending", "paused", "generating"} and depth["paused"] >= 1
         assert "tokens per day" in progress["last_error"] and "resumes at" in progress["last_error"]
 
         from sqlalchemy import update

@@ -262,3 +262,24 @@ def test_chart_drops_the_pod_monitor_without_service_less_components() -> None:
     )
     (pods,) = [d for d in docs if d["kind"] == "PodMonitor"]
     assert pods["spec"]["selector"]["matchExpressions"][0]["values"] == ["knowledge-worker"]
+
+
+def test_the_target_down_alert_names_every_component_with_a_metrics_port() -> None:
+    """A component added to the chart (knowledge, its ingestion workers) is paged for when
+    Prometheus cannot scrape it: the alert's job list is the chart's scraped components."""
+    docs = _render("metrics.serviceMonitor.enabled=true")
+    scraped = {
+        d["metadata"]["labels"]["app.kubernetes.io/component"]
+        for d in docs
+        if d["kind"] == "Deployment"
+        and any(
+            p["name"] == "metrics"
+            for c in d["spec"]["template"]["spec"]["containers"]
+            for p in c.get("ports", [])
+        )
+    }
+    assert {"gateway-projector", "knowledge", "knowledge-worker"} <= scraped, scraped
+    (rule,) = [r for r in alert_rules() if r["alert"] == "WeftMetricsTargetDown"]
+    jobs = re.fullmatch(r'up\{job=~"([a-z|-]+)"\} == 0', rule["expr"].strip())
+    assert jobs is not None, rule["expr"]
+    assert set(jobs.group(1).split("|")) == scraped

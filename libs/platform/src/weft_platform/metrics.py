@@ -150,6 +150,13 @@ INGESTION_QUEUE_DEPTH = Gauge(
     "Knowledge ingestion jobs by state (a count cached at most every 15 s).",
     ["state"],
 )
+KNOWLEDGE_JOB_QUEUE_DEPTH = Gauge(
+    "weft_knowledge_job_queue_depth",
+    "Jobs the ingestion workers run after a document is ingested, not finished yet, by "
+    "queue (wiki: page generation; graph: extraction) and state (a count cached at most "
+    "every 15 s).",
+    ["queue", "state"],
+)
 SANDBOX_WORKSPACES_OPEN = Gauge(
     "weft_sandbox_workspaces_open", "Session workspaces this sandbox replica holds."
 )

@@ -125,8 +125,9 @@ def wiki_generation(
 ) -> WikiGenerationLoop:
     """The worker's wiki generation task (SPEC T-18), metering through ``usage``."""
     model = OpenAIPageWriter(
-        base_url=s.openai_base_url, api_key=s.openai_api_key, model=s.wiki_model or s.llm_model
-    )
+        base_url=s.openai_base_url, api_key=s.openai_api_key, model=s.wiki_model or s.llm_model,
+        meter=LLM_METER,
+    )  # fmt: skip
     generator = WikiGenerator(
         WikiGenerations(runtime.sessions),
         WikiPages(runtime.sessions),
@@ -163,8 +164,9 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         timeout_s=s.memory_timeout_s,
     )
     chat = OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key)
+    graph_store = GraphStore(runtime.sessions, stale_after_s=s.ingestion_stale_after_s)
     graph = GraphExtractor(
-        GraphStore(runtime.sessions, stale_after_s=s.ingestion_stale_after_s),
+        graph_store,
         MeteredModel(chat, LLM_METER),
         usage,
         ExtractionSettings(
@@ -182,6 +184,7 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         concurrency=s.ingestion_concurrency,
         wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
         depth=queue.depth if s.effective_metrics_port else None,
+        job_depths={"wiki": WikiGenerations(runtime.sessions).depth, "graph": graph_store.depth},
     )
     wiki = wiki_generation(runtime, s, usage)
     app = create_service_app(

@@ -4,10 +4,10 @@ ingestion worker process, ``python -m weft_knowledge worker``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
-from weft_platform.metrics import INGESTION_QUEUE_DEPTH
+from weft_platform.metrics import INGESTION_QUEUE_DEPTH, KNOWLEDGE_JOB_QUEUE_DEPTH
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.listen import ChannelWakeups
 
@@ -36,12 +36,16 @@ class IngestionLoop:
         concurrency: int = 1,
         wakeups: ChannelWakeups | None = None,
         depth: Callable[[], Awaitable[dict[str, int]]] | None = None,
+        job_depths: Mapping[str, Callable[[], Awaitable[dict[str, int]]]] | None = None,
         depth_every_s: float = DEPTH_EVERY_S,
         graph: GraphExtractor | None = None,
     ):
         """``depth``: the queue's documents by state, counted every ``depth_every_s``
-        into ``weft_ingestion_queue_depth`` (one query, whatever the scrape rate)."""
+        into ``weft_ingestion_queue_depth`` (one query, whatever the scrape rate);
+        ``job_depths``: the later jobs' queues (``wiki``, ``graph``) by state, counted with
+        it into ``weft_knowledge_job_queue_depth``."""
         self._depth = depth
+        self._job_depths = dict(job_depths or {})
         self._graph = graph
         self._depth_every_s = depth_every_s
         self._ingestor = ingestor
@@ -71,6 +75,9 @@ class IngestionLoop:
             return
         for state, n in (await self._depth()).items():
             INGESTION_QUEUE_DEPTH.labels(state=state).set(n)
+        for queue, count in self._job_depths.items():
+            for state, n in (await count()).items():
+                KNOWLEDGE_JOB_QUEUE_DEPTH.labels(queue=queue, state=state).set(n)
 
     async def _count(self) -> None:
         while True:

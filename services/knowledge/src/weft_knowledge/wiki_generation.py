@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+import openai
 import structlog
 from openai import AsyncOpenAI
 from pydantic import BaseModel, Field, ValidationError
+from weft_llm import LLMMeter, Usage, llm_error_reason
+from weft_llm.openai_model import status_error
 from weft_platform.budgets import BudgetLimits, TokenBudgets
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.knowledge.documents import DocumentReader
@@ -85,27 +89,62 @@ class PageWriterModel(Protocol):
 
 
 class OpenAIPageWriter:
-    """:class:`PageWriterModel` over an OpenAI-compatible endpoint (``openai`` package)."""
+    """:class:`PageWriterModel` over an OpenAI-compatible endpoint (``openai`` package).
+    ``meter``: where each call's duration, tokens or failure go (the worker passes
+    ``weft_platform.metrics.LLM_METER``: the ``weft_llm_*`` metrics, by model)."""
 
-    def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float = 120.0):
-        self._client = AsyncOpenAI(
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout_s: float = 120.0,
+        meter: LLMMeter | None = None,
+        client: AsyncOpenAI | None = None,
+    ):
+        """``client``: the OpenAI client to use instead of one built from the settings."""
+        self._client = client or AsyncOpenAI(
             base_url=base_url, api_key=api_key, max_retries=1, timeout=timeout_s
         )
         self._model = model
+        self._meter = meter
 
     async def complete(self, system: str, user: str) -> Completion:
         """One non-streamed completion."""
-        reply = await self._client.chat.completions.create(
-            model=self._model,
-            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-            temperature=0.2,
-        )
+        started = time.perf_counter()
+        try:
+            reply = await self._client.chat.completions.create(
+                model=self._model,
+                messages=[
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": user},
+                ],
+                temperature=0.2,
+            )
+        except openai.APIStatusError as exc:
+            self._failed(llm_error_reason(status_error(exc.status_code, exc.message, exc.code)))
+            raise
+        except openai.APIConnectionError:  # APITimeoutError included
+            self._failed("transient")
+            raise
         usage = reply.usage
-        return Completion(
+        completion = Completion(
             text=reply.choices[0].message.content or "",
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
         )
+        if self._meter is not None:
+            self._meter.answered(
+                self._model, time.perf_counter() - started, None,
+                Usage(prompt_tokens=completion.input_tokens,
+                      completion_tokens=completion.output_tokens) if usage else None,
+            )  # fmt: skip
+        return completion
+
+    def _failed(self, reason: str) -> None:
+        if self._meter is not None:
+            self._meter.failed(self._model, reason)
 
 
 class GenerationUsage:

@@ -50,6 +50,8 @@ LONG_TOKEN = 4
 MAX_CANDIDATES = 200
 """Exact-name candidates one query tries (word n-grams of the query)."""
 MAX_PREFIXES = 8
+EXTRACTION_QUEUED_STATES = ("pending", "processing")
+"""States of a graph extraction job not finished yet."""
 _WORD = re.compile(r"\w+")
 
 
@@ -312,6 +314,18 @@ class GraphStore:
                 .where(GraphExtraction.document_id == job.document_id)
                 .values(**values)
             )
+
+    async def depth(self) -> dict[str, int]:
+        """Extraction jobs not finished, by state (:data:`EXTRACTION_QUEUED_STATES`), over
+        every tenant: what the worker's queue-depth metric reports."""
+        query = (
+            select(GraphExtraction.status, func.count())
+            .where(GraphExtraction.status.in_(EXTRACTION_QUEUED_STATES))
+            .group_by(GraphExtraction.status)
+        )
+        async with self._sessions() as s:
+            found = {str(k): int(n) for k, n in (await s.execute(query)).all()}
+        return {state: found.get(state, 0) for state in EXTRACTION_QUEUED_STATES}
 
     async def progress(self, tenant_id: str, kb_id: str) -> dict[str, int]:
         """The KB's extractions by status, its (mentioned) entities and its relations."""

@@ -150,6 +150,10 @@ class GenerationJob:
     attempts: int
 
 
+GENERATION_QUEUED_STATES = ("pending", "paused", "generating")
+"""States of a wiki generation job not finished yet (``paused``: its tenant is over budget)."""
+
+
 async def queue_generation(s: AsyncSession, document_id: str) -> None:
     """In the caller's transaction (a document turning ready): queue its wiki pages when
     its knowledge base has a wiki; a document ingested again is generated again."""
@@ -231,6 +235,19 @@ class WikiGenerations:
             next_attempt_at=until,
             attempts=job.attempts - 1,
         )
+
+    async def depth(self) -> dict[str, int]:
+        """Generation jobs not finished, by state (:data:`GENERATION_QUEUED_STATES`), over
+        every tenant: what the worker's queue-depth metric reports."""
+        g = WikiGeneration
+        query = (
+            select(g.status, func.count())
+            .where(g.status.in_(GENERATION_QUEUED_STATES))
+            .group_by(g.status)
+        )
+        async with self._sessions() as s:
+            found = {str(k): int(n) for k, n in (await s.execute(query)).all()}
+        return {state: found.get(state, 0) for state in GENERATION_QUEUED_STATES}
 
     async def progress(self, tenant_id: str, kb_id: str) -> dict[str, Any]:
         """The KB's wiki: documents by generation status, its pages, the last error."""
