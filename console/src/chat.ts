@@ -13,6 +13,8 @@ type Data = Record<string, unknown>;
 const LIVE_KEY = "weft:live-turn";
 const RECONNECT_MS = 1000;
 const MAX_RECONNECTS = 30;
+const STARTERS_RETRY_MS = 1500;
+const STARTERS_TRIES = 20;
 
 interface LiveSnapshot {
   sessionId: string;
@@ -23,9 +25,11 @@ export interface ChatHost {
   api: Api;
   openPassage(ref: Data): void;
   download(path: string, name: string): void;
-  /** The session to chat in, created (with the picked agent) when none is open. */
-  ensureSession(title: string): Promise<string>;
+  /** A new session of the picked agent, titled `title` (untitled when empty). */
+  createSession(title: string): Promise<string>;
   sessionsChanged(): void;
+  /** A `deliverable` arrived: a file under /workspace/output was written. */
+  filesChanged(): void;
   /** The agent picked for the next message. */
   agentId(): string;
 }
@@ -41,6 +45,11 @@ export class ChatPane {
   #live: TurnView | undefined;
   #abort: AbortController | undefined;
   #notices: AbortController | undefined;
+  /** The open session has no message and no title yet: the first question names it. */
+  #untitled = false;
+  /** Session changes (a new conversation, an agent picked) run one after another, and a
+   * question waits for them: it must go to the session they end with. */
+  #changes: Promise<void> = Promise.resolve();
 
   constructor(private readonly host: ChatHost) {
     const form = h("form", { class: "composer", onsubmit: (e: Event) => { e.preventDefault(); void this.#submit(); } },
@@ -59,18 +68,28 @@ export class ChatPane {
       openPassage: (ref) => this.host.openPassage(ref),
       ask: (q, suggestion) => void this.ask(q, suggestion),
       download: (path, name) => this.host.download(path, name),
+      filesChanged: () => this.host.filesChanged(),
     };
   }
 
-  /** Show `sessionId` (undefined: a new, empty conversation). */
-  async open(sessionId: string | undefined): Promise<void> {
+  /** Show `sessionId` (undefined: no conversation until the first question). */
+  open(sessionId: string | undefined): Promise<void> {
+    return this.#serial(() => this.#open(sessionId));
+  }
+
+  #clear(sessionId: string | undefined): void {
     this.#abort?.abort();
     this.#notices?.abort();
     this.#live = undefined;
     this.#setRunning(false);
     this.sessionId = sessionId;
+    this.#untitled = false;
     this.#log.replaceChildren();
     this.#starters.replaceChildren();
+  }
+
+  async #open(sessionId: string | undefined): Promise<void> {
+    this.#clear(sessionId);
     if (!sessionId) return;
     const messages = await this.host.api.request<Message[]>(
       "GET", `/sessions/${encodeURIComponent(sessionId)}/messages?limit=200`);
@@ -97,10 +116,69 @@ export class ChatPane {
     }
     render(running);
     if (running.size > 0) {
-      const rejoined = await this.#rejoin(sessionId, running);
-      if (!rejoined) render(new Set([...stored.map(([rid]) => rid)].filter((rid) => !running.has(rid))));
+      // Not awaited: following a running turn lasts as long as the turn.
+      void this.#rejoin(sessionId, running).then((rejoined) => {
+        if (!rejoined && this.sessionId === sessionId) {
+          render(new Set([...stored.map(([rid]) => rid)].filter((rid) => !running.has(rid))));
+        }
+      });
     }
-    if (messages.length === 0) void this.#loadStarters(sessionId);
+    if (messages.length === 0) {
+      const session = await this.host.api.request<{ title?: string }>("GET", `/sessions/${encodeURIComponent(sessionId)}`);
+      this.#untitled = this.sessionId === sessionId && !session.title;
+      void this.#loadStarters(sessionId);
+    }
+  }
+
+  /** A new conversation: a session of the picked agent made now, so its starters can be
+   * shown before the first question (they are served per session). The open session is
+   * kept when it is still empty. */
+  startNew(): Promise<void> {
+    // The page empties at once: what is sent from now on goes to the new conversation.
+    if (!this.#isEmpty()) this.#clear(undefined);
+    return this.#serial(() => this.#startNew());
+  }
+
+  #serial(change: () => Promise<void>): Promise<void> {
+    const next = this.#changes.then(change);
+    this.#changes = next.catch(() => undefined);
+    return next;
+  }
+
+  async #startNew(): Promise<void> {
+    if (this.#isEmpty()) {
+      void this.#loadStarters(this.sessionId ?? "");
+      return;
+    }
+    const sessionId = await this.host.createSession("");
+    await this.#open(sessionId);
+  }
+
+  /** Another agent was picked: an empty open conversation (or none) takes it at once and
+   * shows its starters; a conversation under way keeps its history and uses the new agent
+   * from the next message on. */
+  agentChanged(agentId: string): Promise<void> {
+    return this.#serial(() => this.#agentChanged(agentId));
+  }
+
+  async #agentChanged(agentId: string): Promise<void> {
+    if (!this.sessionId) {
+      await this.#startNew();
+      return;
+    }
+    if (!this.#isEmpty()) return;
+    const sessionId = this.sessionId;
+    this.#starters.replaceChildren();
+    await this.host.api.request("PATCH", `/sessions/${encodeURIComponent(sessionId)}`, { agent_id: agentId });
+    void this.#loadStarters(sessionId);
+  }
+
+  #isEmpty(): boolean {
+    return this.sessionId !== undefined && this.#log.childElementCount === 0 && !this.#live;
+  }
+
+  focusComposer(): void {
+    this.#input.focus();
   }
 
   /** A turn still running (begun in another tab, or before a reload that kept no events):
@@ -132,12 +210,21 @@ export class ChatPane {
 
   async #loadStarters(sessionId: string): Promise<void> {
     try {
-      const set = await this.host.api.request<Data>("GET", `/sessions/${encodeURIComponent(sessionId)}/starters`);
-      if (this.sessionId !== sessionId || set["state"] !== "ready") return;
-      const questions = (set["questions"] as Data[] | undefined) ?? [];
-      this.#starters.replaceChildren(...questions.map((q) =>
-        h("button", { type: "button", class: "chip", onclick: () => void this.ask(String(q["text"] ?? ""),
-          { placement: "starter", question_id: q["id"] }) }, String(q["text"] ?? ""))));
+      for (let tries = 0; tries < STARTERS_TRIES; tries++) {
+        const set = await this.host.api.request<Data>("GET", `/sessions/${encodeURIComponent(sessionId)}/starters`);
+        if (this.sessionId !== sessionId || !this.#isEmpty()) return;
+        // "generating": another replica is making the set; it is ready within seconds.
+        if (set["state"] === "generating") {
+          await new Promise((r) => setTimeout(r, STARTERS_RETRY_MS));
+          continue;
+        }
+        if (set["state"] !== "ready") return;
+        const questions = (set["questions"] as Data[] | undefined) ?? [];
+        this.#starters.replaceChildren(...questions.map((q) =>
+          h("button", { type: "button", class: "chip", onclick: () => void this.ask(String(q["text"] ?? ""),
+            { placement: "starter", question_id: q["id"] }) }, String(q["text"] ?? ""))));
+        return;
+      }
     } catch {
       // starters are optional: a session without them simply shows none
     }
@@ -163,13 +250,25 @@ export class ChatPane {
 
   async ask(question: string, suggestion?: Data): Promise<void> {
     if (!question || (this.#live && !this.#live.ended)) return;
+    await this.#changes;
+    if (this.#live && !this.#live.ended) return;
     let sessionId: string;
+    const title = question.slice(0, 80);
     try {
-      sessionId = await this.host.ensureSession(question.slice(0, 80));
+      if (this.sessionId === undefined) {
+        sessionId = await this.host.createSession(title);
+      } else {
+        sessionId = this.sessionId;
+        if (this.#untitled) {
+          await this.host.api.request("PATCH", `/sessions/${encodeURIComponent(sessionId)}`, { title });
+          this.host.sessionsChanged();
+        }
+      }
     } catch (err) {
       announce(`Could not open a session: ${(err as Error).message}`, "error");
       return;
     }
+    this.#untitled = false;
     this.#input.value = "";
     this.#starters.replaceChildren();
     this.#notices?.abort();

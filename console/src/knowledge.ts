@@ -86,14 +86,16 @@ export class KnowledgePanel {
 }
 
 export class FilesPanel {
-  readonly el: HTMLElement;
-  #list = h("ul", { class: "files" });
+  readonly el: HTMLDetailsElement;
+  #list = h("ul", { class: "files", "aria-label": "Files of this conversation" });
   #input = h("input", { type: "file", id: "session-file" });
-  sessionId: string | undefined;
+  #sessionId: string | undefined;
 
   constructor(
     private readonly api: Api,
     private readonly download: (path: string, name: string) => void,
+    /** The open session, or a new one (attaching a file to no conversation starts one). */
+    private readonly ensureSession: () => Promise<string>,
   ) {
     this.#input.addEventListener("change", () => void this.#upload());
     this.el = h("details", { class: "panel files-panel" },
@@ -101,29 +103,58 @@ export class FilesPanel {
       h("label", { for: "session-file" }, "Attach a file to this conversation"), this.#input,
       h("button", { type: "button", onclick: () => void this.refresh() }, "Refresh"),
       this.#list);
+    // Listed when shown, and again whenever the conversation or its files change while shown.
+    this.el.addEventListener("toggle", () => { if (this.el.open) void this.refresh(); });
+  }
+
+  get sessionId(): string | undefined {
+    return this.#sessionId;
+  }
+
+  set sessionId(id: string | undefined) {
+    if (id === this.#sessionId) return;
+    this.#sessionId = id;
+    this.changed();
+  }
+
+  /** The session's files changed (a deliverable, another conversation): list them again if shown. */
+  changed(): void {
+    if (this.el.open) void this.refresh();
+    else this.#list.replaceChildren();
   }
 
   async refresh(): Promise<void> {
-    if (!this.sessionId) { this.#list.replaceChildren(h("li", {}, "No conversation open.")); return; }
-    const sid = encodeURIComponent(this.sessionId);
-    const [output, input] = await Promise.all([
-      this.api.request<Data>("GET", `/sessions/${sid}/files?dir=output`),
-      this.api.request<Data>("GET", `/sessions/${sid}/files?dir=input`),
-    ]);
+    const sessionId = this.#sessionId;
+    if (!sessionId) { this.#list.replaceChildren(h("li", {}, "No conversation open.")); return; }
+    const sid = encodeURIComponent(sessionId);
+    let output: Data;
+    let input: Data;
+    try {
+      [output, input] = await Promise.all([
+        this.api.request<Data>("GET", `/sessions/${sid}/files?dir=output`),
+        this.api.request<Data>("GET", `/sessions/${sid}/files?dir=input`),
+      ]);
+    } catch (err) {
+      announce(`Could not list the files: ${(err as Error).message}`, "error");
+      return;
+    }
+    if (sessionId !== this.#sessionId) return;
     const files = [...((input["files"] as Data[]) ?? []), ...((output["files"] as Data[]) ?? [])];
     this.#list.replaceChildren(...(files.length ? files.map((f) =>
-      h("li", {}, h("button", { type: "button", class: "link",
+      h("li", { "data-path": String(f["path"]) }, h("button", { type: "button", class: "link",
         onclick: () => this.download(`/sessions/${sid}/files/${String(f["path"])}`, String(f["name"])) },
-        String(f["path"])), ` (${Number(f["size"] ?? 0)} bytes)`)) : [h("li", {}, "No files yet.")]));
+        `Download ${String(f["path"])}`), ` (${Number(f["size"] ?? 0)} bytes)`)) : [h("li", {}, "No files yet.")]));
   }
 
   async #upload(): Promise<void> {
     const file = this.#input.files?.[0];
-    if (!file || !this.sessionId) return;
+    if (!file) return;
     const form = new FormData();
     form.append("file", file, file.name);
     try {
-      await this.api.request("POST", `/sessions/${encodeURIComponent(this.sessionId)}/files`, form);
+      const sessionId = await this.ensureSession();
+      this.sessionId = sessionId;
+      await this.api.request("POST", `/sessions/${encodeURIComponent(sessionId)}/files`, form);
       announce(`Attached ${file.name}`);
       await this.refresh();
     } catch (err) {

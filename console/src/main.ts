@@ -63,39 +63,49 @@ async function mount(api: Api): Promise<void> {
   };
 
   let sidebar: Sidebar;
-  const files = new FilesPanel(api, download);
-  const chat = new ChatPane({
-    api, openPassage, download,
-    async ensureSession(title) {
-      if (chat.sessionId) return chat.sessionId;
-      const created = await api.request<{ id: string }>("POST", "/sessions",
-        { title, agent_id: sidebar.agent.value || undefined });
-      sidebar.select(created.id);
-      files.sessionId = created.id;
-      void sidebar.refresh().then(() => sidebar.select(created.id));
-      return created.id;
-    },
+  let chat: ChatPane;
+  const createSession = async (title: string): Promise<string> => {
+    const created = await api.request<{ id: string }>("POST", "/sessions",
+      { title: title || undefined, agent_id: sidebar.agent.value || undefined });
+    sidebar.select(created.id);
+    files.sessionId = created.id;
+    void sidebar.refresh().then(() => sidebar.select(created.id));
+    return created.id;
+  };
+  const files = new FilesPanel(api, download, async () => chat.sessionId ?? await chat.startNew().then(() => chat.sessionId ?? ""));
+  chat = new ChatPane({
+    api, openPassage, download, createSession,
     sessionsChanged: () => void sidebar.refresh(),
+    filesChanged: () => files.changed(),
     agentId: () => sidebar.agent.value,
   });
+  const fail = (err: Error) => announce(`Could not open it: ${err.message}`, "error");
   const open = (sessionId: string | undefined) => {
-    files.sessionId = sessionId;
-    void chat.open(sessionId).catch((err: Error) => announce(`Could not open it: ${err.message}`, "error"));
-    if (sessionId) {
-      const agent = sidebar.agent;
-      void api.request<{ agent_id: string | null }>("GET", `/sessions/${encodeURIComponent(sessionId)}`)
-        .then((s) => { if (s.agent_id) agent.value = s.agent_id; }, () => undefined);
-    }
     document.body.classList.remove("menu-open");
+    menu.setAttribute("aria-expanded", "false");
+    if (!sessionId) {
+      void chat.startNew().then(() => { files.sessionId = chat.sessionId; }, fail);
+      return;
+    }
+    files.sessionId = sessionId;
+    void chat.open(sessionId).catch(fail);
+    const agent = sidebar.agent;
+    void api.request<{ agent_id: string | null }>("GET", `/sessions/${encodeURIComponent(sessionId)}`)
+      .then((s) => { if (s.agent_id) agent.value = s.agent_id; }, () => undefined);
   };
+  const menu = h("button", { type: "button", class: "menu", "aria-label": "Show conversations",
+    "aria-expanded": "false", "aria-controls": "sidebar",
+    onclick: () => menu.setAttribute("aria-expanded", String(document.body.classList.toggle("menu-open"))) }, "☰");
   sidebar = new Sidebar(api, open);
+  sidebar.agent.addEventListener("change", () => {
+    void chat.agentChanged(sidebar.agent.value).then(() => { files.sessionId = chat.sessionId; }, fail);
+  });
   const knowledge = new KnowledgePanel(api);
   const kbDialog = h("dialog", { class: "kb-dialog", "aria-label": "Knowledge bases" },
     knowledge.el, h("form", { method: "dialog" }, h("button", { type: "submit" }, "Close")));
 
   const header = h("header", { class: "top" },
-    h("button", { type: "button", class: "menu", "aria-label": "Show conversations",
-      onclick: () => document.body.classList.toggle("menu-open") }, "☰"),
+    menu,
     h("h1", {}, "Weft console"),
     h("div", { class: "spacer" }),
     h("button", { type: "button", onclick: () => { void knowledge.refresh(); kbDialog.showModal(); } }, "Knowledge"),
@@ -113,6 +123,7 @@ async function mount(api: Api): Promise<void> {
     sidebar.select(resume);
     open(resume);
   }
+  chat.focusComposer();
 }
 
 async function boot(): Promise<void> {

@@ -21,7 +21,7 @@ export class Sidebar {
       window.clearTimeout(this.#timer);
       this.#timer = window.setTimeout(() => void this.refresh(), SEARCH_DELAY_MS);
     });
-    this.el = h("nav", { class: "sidebar", "aria-label": "Conversations and agents" },
+    this.el = h("nav", { class: "sidebar", id: "sidebar", "aria-label": "Conversations and agents" },
       h("button", { type: "button", class: "primary new", onclick: () => { this.select(undefined); onOpen(undefined); } }, "New conversation"),
       h("label", { for: "agent-picker" }, "Agent"), this.agent,
       h("label", { for: "session-search" }, "Search"), this.#search,

@@ -5,7 +5,7 @@
 // duplicates text.
 
 import type { Api, Envelope, Message, StreamEvent } from "./api";
-import { h, pretty } from "./dom";
+import { announce, h, pretty } from "./dom";
 import { linkCitations, renderMarkdown } from "./markdown";
 
 type Data = Record<string, unknown>;
@@ -16,6 +16,7 @@ export interface TurnHooks {
   openPassage(ref: Data): void;
   ask(question: string, suggestion?: Data): void;
   download(path: string, name: string): void;
+  filesChanged(): void;
 }
 
 interface ToolRow {
@@ -239,6 +240,7 @@ export class TurnView {
           `Download ${path}`),
         ` (${Number(d["size"] ?? 0)} bytes)`),
     );
+    this.hooks.filesChanged();
   }
 
   #promptCard(d: Data): void {
@@ -252,7 +254,9 @@ export class TurnView {
       h("option", { value: "call" }, "this call only"),
       h("option", { value: "session" }, "for this session"),
       h("option", { value: "agent" }, "for this agent"));
-    const outcome = h("p", { class: "prompt-outcome", role: "status" });
+    // An "always ask" tool is asked about every time: nothing to remember.
+    if (d["always_ask"]) remember.disabled = true;
+    const outcome = h("p", { class: "prompt-outcome", role: "status", tabindex: -1 });
     const decide = async (decision: "approve" | "deny") => {
       const body: Data = { decision, remember: decision === "deny" ? "call" : remember.value };
       if (reason.value) body["reason"] = reason.value;
@@ -265,10 +269,15 @@ export class TurnView {
         }
       }
       try {
-        await this.hooks.api.request("POST", `/agent/prompts/${encodeURIComponent(id)}`, body);
-        outcome.textContent = decision === "approve" ? "Approved, waiting for the tool" : "Denied";
+        const sent = await this.hooks.api.request<Data>("POST", `/agent/prompts/${encodeURIComponent(id)}`, body);
+        // The stream's tool_approval_resolved may have come first: it has the last word.
+        if (card.dataset["state"] === "resolved") return;
+        const said = decision === "approve" ? "Approved, waiting for the tool" : "Denied";
+        // An "always ask" tool is never remembered: say so rather than let the person expect it.
+        outcome.textContent = sent?.["remember_ignored"] ? `${said} (not remembered: this tool always asks)` : said;
         card.dataset["state"] = "decided";
       } catch (err) {
+        if (card.dataset["state"] === "resolved") return;
         outcome.textContent = `Could not send the decision: ${(err as Error).message}`;
       }
     };
@@ -282,25 +291,41 @@ export class TurnView {
       outcome);
     this.#promptCards.set(id, card);
     this.#prompts.append(card);
+    const row = this.#tools.get(String(d["call_id"] ?? ""));
+    if (row) row.status.textContent = "waiting for your approval";
+    announce(`The agent asks to run ${String(d["tool_name"] ?? "a tool")}: approve or deny it in the conversation`);
   }
 
   #resolvePrompt(d: Data): void {
     const card = this.#promptCards.get(String(d["prompt_id"] ?? ""));
     if (!card) return;
+    const row = this.#tools.get(String(d["call_id"] ?? ""));
+    if (row && !row.li.dataset["state"]) {
+      row.status.textContent = d["outcome"] === "approved" ? "running" : String(d["outcome"] ?? "");
+    }
     card.dataset["state"] = "resolved";
+    const hadFocus = card.contains(document.activeElement);
     for (const control of card.querySelectorAll("button, textarea, input, select")) {
       (control as HTMLButtonElement).disabled = true;
     }
     const out = card.querySelector(".prompt-outcome");
-    if (out) out.textContent = `Resolved: ${String(d["outcome"] ?? "")}`;
+    const how = [d["edited"] ? "with your edits" : "", d["remember"] && d["remember"] !== "call" ? `remembered for this ${String(d["remember"])}` : ""]
+      .filter(Boolean).join(", ");
+    if (out) out.textContent = `Resolved: ${String(d["outcome"] ?? "")}${how ? ` (${how})` : ""}`;
+    // A keyboard user who just decided keeps a place in the page (a disabled button drops focus).
+    if (hadFocus) (out as HTMLElement | null)?.focus();
   }
 
   #complete(d: Data): void {
     this.ended = true;
     const status = String(d["status"] ?? "completed");
-    // The answer is the complete event's when the deltas were lost or never sent.
-    if (!this.answerText() && d["final_answer"]) {
-      this.#rounds.set(0, { text: String(d["final_answer"]), dropped: false });
+    // The complete event's answer is the one stored: it wins when the deltas were lost,
+    // never sent, or are not it (a stop after tool results streams a closing answer, and
+    // the cut round's text is in no stored message; the engine sends no marker for it).
+    const final = typeof d["final_answer"] === "string" ? d["final_answer"] : "";
+    if (final && final !== this.answerText()) {
+      this.#rounds.clear();
+      this.#rounds.set(0, { text: final, dropped: false });
     }
     this.renderAnswer();
     this.el.dataset["status"] = status;

@@ -116,12 +116,18 @@ async def test_knowledge_upload_reaches_ready(open_console: OpenConsole) -> None
 async def test_session_search_in_the_list(
     open_console: OpenConsole, llm_script: LoadScript
 ) -> None:
-    await llm_script([{"content": "Noted."}, {"content": "Noted again."}])
+    # matched steps: "New conversation" asks for the default agent's starters, which the
+    # scripted model may be asked to write
+    await llm_script([
+        {"match": "Remember the", "content": "Noted."},
+        {"match": "Something else", "content": "Noted again."},
+    ])  # fmt: skip
     cp = await open_console()
     word = f"kiwi{secrets.token_hex(3)}"
     await cp.ask(f"Remember the {word} 100% please")
     assert await cp.wait_turn_end() == "completed"
     await cp.page.get_by_role("button", name="New conversation").click()
+    await expect(cp.page.locator("article.turn")).to_have_count(0)
     await cp.ask("Something else entirely")
     assert await cp.wait_turn_end() == "completed"
     sessions = cp.page.locator("button.session")
