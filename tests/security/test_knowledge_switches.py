@@ -20,10 +20,11 @@ from weft_testkit import LocalStack
 from tests.stack_fixtures import ApiKeys
 
 
-def _bearer(stack: LocalStack, tenant: str) -> dict[str, str]:
+def _bearer(stack: LocalStack, tenant: str, kbs: list[str] | None = None) -> dict[str, str]:
     token = stack.credentials.gateway.request(
-        tenant_id=tenant, user_id="u-x", audience=["knowledge"], ttl_s=300
-    )
+        tenant_id=tenant, user_id="u-x", audience=["knowledge"], ttl_s=300,
+        knowledge_base_ids=kbs,
+    )  # fmt: skip
     return {"Authorization": f"Bearer {token}"}
 
 
@@ -68,6 +69,11 @@ async def test_switches_of_another_tenant_or_a_restricted_key_stay_as_they_were(
             path, json={"tenant_id": other, "wiki_enabled": True}, headers=_bearer(stack, other)
         )
         assert own_tenant.status_code == 404, own_tenant.text
+        restricted_credential = await knowledge.patch(
+            path, json={"tenant_id": stack.tenant, "wiki_enabled": True},
+            headers=_bearer(stack, stack.tenant, [kb_id]),
+        )  # fmt: skip
+        assert restricted_credential.status_code == 403, restricted_credential.text
         negative = await knowledge.patch(
             path, json={"tenant_id": stack.tenant, "wiki_enabled": True,
                         "budget_tokens_per_day": -1}, headers=_bearer(stack, stack.tenant),
