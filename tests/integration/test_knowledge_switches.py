@@ -5,16 +5,18 @@ longer claimed, and switched on again it resumes where it was."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from weft_storage.knowledge.documents import DocumentOrigin, DocumentReader
 from weft_storage.knowledge.graph import GraphStore
-from weft_storage.knowledge.models import Document
+from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.models import Document, KnowledgeBase
 from weft_storage.knowledge.models_wiki import WikiGeneration
 from weft_storage.knowledge.store import KnowledgeStore
-from weft_storage.knowledge.switches import KnowledgeSwitches
+from weft_storage.knowledge.switches import KnowledgeSwitches, _backfill
 from weft_storage.knowledge.wiki_issues import WikiGenerations
 
 
@@ -71,3 +73,34 @@ async def test_another_tenants_kb_is_not_switched(engine: AsyncEngine) -> None:
         "documents": dict.fromkeys(("pending", "paused", "generating", "done", "failed"), 0),
         "pages": 0, "last_error": None,
     }  # fmt: skip
+
+
+async def test_a_document_turning_ready_during_the_switch_is_queued_once(
+    engine: AsyncEngine,
+) -> None:
+    """The switch's backfill runs before the document is ready, the document's own
+    queueing while the switch is not committed yet: the shared KB row lock makes the
+    latter wait for the switch and see the wiki on, so the document is not missed."""
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    tenant = f"t-{secrets.token_hex(4)}"
+    kb = await KnowledgeStore(sessions).create_knowledge_base(tenant, "race")
+    doc = await IngestionQueue(sessions).enqueue_file(
+        tenant, kb, title="late", file_name="late.md", content=b"# late"
+    )
+    async with sessions.begin() as s:
+        await s.execute(update(Document).where(Document.id == doc).values(status="processing"))
+
+    async with sessions.begin() as switch:  # what KnowledgeSwitches.change does, held open
+        await switch.execute(select(KnowledgeBase).where(KnowledgeBase.id == kb).with_for_update())
+        await switch.execute(
+            update(KnowledgeBase).where(KnowledgeBase.id == kb).values(wiki_enabled=True)
+        )
+        assert await _backfill(switch, WikiGeneration, tenant, kb) == 0  # not ready yet
+        finishing = asyncio.create_task(IngestionQueue(sessions).finish(doc))
+        await asyncio.sleep(0.5)  # the document's transaction reaches the KB row
+    await asyncio.wait_for(finishing, 30)
+    async with sessions() as s:
+        queued = list(await s.scalars(
+            select(WikiGeneration.document_id).where(WikiGeneration.knowledge_base_id == kb)
+        ))  # fmt: skip
+    assert queued == [doc]

@@ -220,8 +220,9 @@ class IngestionQueue:
             status = "failed" if error else "ready"
             await self._progress(s, document_id, status=status, error=error)
             if not error:
+                await _share_knowledge_base(s, document_id)
                 await queue_graph_extraction(s, document_id)
-            if not error:  # a wiki KB's document gets its pages written (SPEC T-18)
+                # A wiki KB's document gets its pages written (SPEC T-18).
                 await queue_generation(s, document_id)
             await notify_workers(s)
 
@@ -232,6 +233,21 @@ class IngestionQueue:
             .where(Document.id == document_id)
             .values(updated_at=func.now(), **values)
         )
+
+
+async def _share_knowledge_base(s: AsyncSession, document_id: str) -> None:
+    """Lock the document's KB row for share before its work is queued: a switch of its
+    wiki or graph (``KnowledgeSwitches``, which locks it for update) is waited for, and the
+    queueing's next statements see the switch's outcome (READ COMMITTED takes a snapshot
+    per statement). Otherwise a document turning ready while its KB is switched on could
+    be queued by neither: the switch's backfill sees it not ready, its own queueing sees
+    the switch off."""
+    await s.execute(
+        select(KnowledgeBase.id)
+        .join(Document, Document.knowledge_base_id == KnowledgeBase.id)
+        .where(Document.id == document_id)
+        .with_for_update(read=True, of=KnowledgeBase)
+    )
 
 
 async def queue_graph_extraction(s: AsyncSession, document_id: str) -> None:
