@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from weft_storage.knowledge.documents import DocumentOrigin, DocumentReader
 from weft_storage.knowledge.graph import GraphStore
@@ -97,10 +97,27 @@ async def test_a_document_turning_ready_during_the_switch_is_queued_once(
         )
         assert await _backfill(switch, WikiGeneration, tenant, kb) == 0  # not ready yet
         finishing = asyncio.create_task(IngestionQueue(sessions).finish(doc))
-        await asyncio.sleep(0.5)  # the document's transaction reaches the KB row
+        await _waiting_or_done(sessions, finishing)
     await asyncio.wait_for(finishing, 30)
     async with sessions() as s:
         queued = list(await s.scalars(
             select(WikiGeneration.document_id).where(WikiGeneration.knowledge_base_id == kb)
         ))  # fmt: skip
     assert queued == [doc]
+
+
+async def _waiting_or_done(
+    sessions: async_sessionmaker[AsyncSession], task: asyncio.Task[None]
+) -> None:
+    """Until ``task`` waits for a row lock (it reached the KB row) or is done (it took
+    none): polled, never a fixed sleep."""
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    async with asyncio.timeout(30):
+        while not task.done():
+            async with sessions() as s:
+                if await s.scalar(waiting):
+                    return
+            await asyncio.sleep(0.02)
