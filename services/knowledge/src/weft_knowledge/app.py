@@ -133,7 +133,9 @@ def wiki_generation(
         WikiGenerations(runtime.sessions),
         WikiPages(runtime.sessions),
         DocumentReader(runtime.sessions),
-        ChatPageWriter(chat, s.wiki_model or s.llm_model),
+        ChatPageWriter(
+            chat, s.wiki_model or s.llm_model, max_completion_tokens=s.wiki_max_completion_tokens
+        ),
         GenerationUsage(usage),
         max_input_chars=s.wiki_max_input_chars,
         retry_base_s=s.wiki_retry_base_s,

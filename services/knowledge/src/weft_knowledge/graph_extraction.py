@@ -24,7 +24,7 @@ from datetime import datetime
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from weft_contracts import KnowledgeProgressState
-from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest
+from weft_llm import ChatModel, LLMCallError
 from weft_storage.knowledge.graph import (
     MAX_DESCRIPTION,
     MAX_NAME,
@@ -35,6 +35,7 @@ from weft_storage.knowledge.graph import (
     GraphStore,
 )
 
+from weft_knowledge.model_call import ask
 from weft_knowledge.progress_notices import ProgressNotices, StageCounts
 from weft_knowledge.tenant_budget import TenantBudget
 from weft_knowledge.usage import ModelUsage
@@ -116,14 +117,6 @@ class ExtractionSettings:
     stall_timeout_s: float = 60.0
     tenants: tuple[str, ...] = ()
     """Only these tenants' documents (workers dedicated to some tenants); empty: all."""
-
-
-class _Ignore:
-    async def on_reasoning(self, delta: str) -> None:
-        """Not needed."""
-
-    async def on_content(self, delta: str) -> None:
-        """Not needed: the response carries the whole content."""
 
 
 class GraphExtractor:
@@ -211,16 +204,12 @@ class GraphExtractor:
         return found
 
     async def _ask(self, passage: str, tokens: _Tokens) -> str:
-        messages: list[ChatMessage] = [
-            {"role": "system", "content": EXTRACTION_PROMPT},
-            {"role": "user", "content": passage},
-        ]
-        request = LLMRequest(
-            model=self._settings.model, messages=messages, temperature=0.0,
-            max_completion_tokens=2048, stall_timeout_s=self._settings.stall_timeout_s,
-        )  # fmt: skip
         tokens.calls += 1
-        response = await self._model.stream(request, _Ignore())
+        response = await ask(
+            self._model, model=self._settings.model, system=EXTRACTION_PROMPT, user=passage,
+            temperature=0.0, max_completion_tokens=2048,
+            stall_timeout_s=self._settings.stall_timeout_s,
+        )  # fmt: skip
         if response.usage is not None:
             tokens.input += response.usage.prompt_tokens
             tokens.output += response.usage.completion_tokens

@@ -92,6 +92,13 @@ class KnowledgeSettings(ModelClientSettings, TokenBudgetSettings):
     wiki_max_input_chars: int = Field(
         default=24_000, ge=1000, description="Text of one document the model reads."
     )
+    wiki_max_completion_tokens: int = Field(
+        default=8192,
+        ge=256,
+        le=200_000,
+        description="Longest answer (the pages of one document) asked of the model; within "
+        "what the model accepts.",
+    )
     worker_tenants: str = Field(
         default="",
         validation_alias=AliasChoices(

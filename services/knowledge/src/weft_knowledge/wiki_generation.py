@@ -28,13 +28,14 @@ from typing import Protocol
 import structlog
 from pydantic import BaseModel, Field, ValidationError
 from weft_contracts import KnowledgeProgressState
-from weft_llm import ChatMessage, ChatModel, LLMRequest
+from weft_llm import ChatModel
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.wiki import PageDraft, WikiPages
 from weft_storage.knowledge.wiki_issues import GenerationJob, WikiGenerations
 from weft_storage.knowledge.wiki_text import InvalidSlug, normalize_slug
 
+from weft_knowledge.model_call import ask
 from weft_knowledge.progress_notices import ProgressNotices, StageCounts
 from weft_knowledge.tenant_budget import TenantBudget
 from weft_knowledge.usage import ModelUsage
@@ -45,7 +46,6 @@ PROMPT_MARKER = "WIKI PAGES FOR DOCUMENT"
 """Opens every generation request (a scripted model in tests matches on it)."""
 MAX_PAGES_PER_DOCUMENT = 12
 MAX_PAGE_CHARS = 100_000
-MAX_COMPLETION_TOKENS = 8192
 SYSTEM_PROMPT = (
     "You maintain a wiki built from an organisation's documents. From the document "
     "given, write the wiki pages it supports: one page per important entity or concept, "
@@ -90,35 +90,26 @@ class PageWriterModel(Protocol):
         ...
 
 
-class _Ignore:
-    async def on_reasoning(self, delta: str) -> None:
-        """Not needed."""
-
-    async def on_content(self, delta: str) -> None:
-        """Not needed: the response carries the whole content."""
-
-
 class ChatPageWriter:
     """:class:`PageWriterModel` over a ``weft_llm`` chat model (in the worker, the
     OpenAI-compatible client wrapped in ``MeteredModel``, so wiki calls count in the LLM
     metrics like graph extraction's and the engine's)."""
 
-    def __init__(self, chat: ChatModel, model: str, *, stall_timeout_s: float = 120.0):
+    def __init__(
+        self, chat: ChatModel, model: str, *, max_completion_tokens: int = 8192,
+        stall_timeout_s: float = 120.0,
+    ):  # fmt: skip
         self._chat = chat
         self._model = model
+        self._max_tokens = max_completion_tokens
         self._stall_timeout_s = stall_timeout_s
 
     async def complete(self, system: str, user: str) -> Completion:
         """One completion (streamed, as every ``weft_llm`` call is)."""
-        messages: list[ChatMessage] = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-        ]
-        request = LLMRequest(
-            model=self._model, messages=messages, temperature=0.2,
-            max_completion_tokens=MAX_COMPLETION_TOKENS, stall_timeout_s=self._stall_timeout_s,
+        response = await ask(
+            self._chat, model=self._model, system=system, user=user, temperature=0.2,
+            max_completion_tokens=self._max_tokens, stall_timeout_s=self._stall_timeout_s,
         )  # fmt: skip
-        response = await self._chat.stream(request, _Ignore())
         usage = response.usage
         return Completion(
             text=response.content,
