@@ -49,7 +49,8 @@ async def _graph_kb(api: httpx.AsyncClient, llm: httpx.AsyncClient) -> str:
             break
         await asyncio.sleep(0.1)
     assert view["graph"] == {
-        "documents_pending": 0, "documents_processing": 0, "documents_ready": 1,
+        "documents_pending": 0, "documents_paused": 0, "documents_processing": 0,
+        "documents_ready": 1,
         "documents_failed": 0, "entities": 2, "relations": 1,
     }, view  # fmt: skip
     assert view["capabilities"] == ["graph", "keyword", "vector"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+from httpx_sse import aconnect_sse
 from weft_testkit import LocalStack, chat_requests, read_turn
 
 from tests.e2e.test_metrics import model_calls
@@ -193,3 +194,55 @@ async def test_the_hybrid_rag_wiki_preset_searches_pages_and_passages(
     assert results["wiki_search"]["success"] and results["search_knowledge"]["success"], results
     assert json.loads(results["wiki_search"]["output"])["mode"] == "literal"
     assert "comet dust" in results["search_knowledge"]["output"]
+
+
+async def test_a_wiki_switched_on_later_backfills_and_announces_to_the_uploads_session(
+    api: httpx.AsyncClient, llm: httpx.AsyncClient
+) -> None:
+    """A KB made without a wiki holds a document uploaded with a session; switching its
+    wiki on (PATCH) queues that document, the worker writes its pages, and the session's
+    stream gets the ``knowledge_progress`` notice through the gateway's notices group."""
+    await llm.post("/_script", json=_script("WIKILATE"))
+    session = await api.post("/api/v1/sessions", json={})
+    assert session.status_code == 201, session.text
+    session_id = session.json()["id"]
+    kb_id = (await api.post("/api/v1/knowledge-bases", json={"name": "late"})).json()["id"]
+    added = await api.post(f"/api/v1/knowledge-bases/{kb_id}/documents", json={
+        "title": "WIKILATE mission notes", "content": "Stardust returned comet dust.",
+        "session_id": session_id,
+    })  # fmt: skip
+    assert added.status_code == 201, added.text
+
+    switched = await api.patch(f"/api/v1/knowledge-bases/{kb_id}", json={"wiki_enabled": True})
+    assert switched.status_code == 200, switched.text
+    view = switched.json()
+    assert view["wiki_enabled"] and view["backfilled"] == {"wiki": 1, "graph": 0}
+    assert "wiki" in view["capabilities"]
+
+    notice = await _first_notice(api, session_id, "knowledge_progress")
+    data = notice["data"]
+    assert (data["stage"], data["state"], data["knowledge_base_id"]) == ("wiki", "done", kb_id)
+    assert data["document_id"] == added.json()["id"] and data["totals"] == {"pages": 2}
+    assert "credential" not in notice
+    status = await _wiki_ready(api, kb_id)
+    assert status["documents"]["done"] == 1 and status["pages"] == 2
+
+
+async def _first_notice(
+    api: httpx.AsyncClient, session_id: str, kind: str, timeout_s: float = 60
+) -> dict[str, Any]:
+    """The session stream's first event of type ``kind`` (the stream is 404 until the
+    projector writes its first entry: a session without a turn has none before)."""
+    url = f"/api/v1/sessions/{session_id}/stream"
+    headers = {"Last-Event-ID": "0-0"}
+    async with asyncio.timeout(timeout_s):
+        while True:
+            async with aconnect_sse(api, "GET", url, headers=headers, timeout=timeout_s) as sse:
+                if sse.response.status_code == 404:
+                    await asyncio.sleep(0.3)
+                    continue
+                assert sse.response.status_code == 200, await sse.response.aread()
+                async for event in sse.aiter_sse():
+                    if event.event == kind:
+                        found: dict[str, Any] = json.loads(event.data)
+                        return found

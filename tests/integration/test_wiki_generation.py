@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from weft_knowledge.tenant_budget import TenantBudget
 from weft_knowledge.usage import ModelUsage
 from weft_knowledge.wiki_generation import (
     Completion,
     GenerationUsage,
-    TenantBudget,
     WikiGenerator,
 )
 from weft_platform.budgets import BudgetLimits, TokenBudgets
@@ -120,12 +120,13 @@ async def test_a_tenant_over_budget_is_paused_then_generated(
     kb, doc = await _queued(sessions, tenant)
     redis = Redis.from_url(infra["WEFT_REDIS_URL"])
     try:
-        budgets = TokenBudgets(redis)
+        budgets, reader = TokenBudgets(redis), DocumentReader(sessions)
         await budgets.spend(tenant, 1000)
         generations = WikiGenerations(sessions)
         over = WikiGenerator(
             generations, WikiPages(sessions), DocumentReader(sessions), FlakyModel(0), None,
-            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=1000)), tenants=[tenant],
+            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=1000), reader),
+            tenants=[tenant],
         )  # fmt: skip
         assert await _run_until(over, sessions, doc, {"paused", "done"}) == "paused"
         progress = await generations.progress(tenant, kb)
@@ -146,7 +147,8 @@ async def test_a_tenant_over_budget_is_paused_then_generated(
             )
         under = WikiGenerator(
             generations, WikiPages(sessions), DocumentReader(sessions), FlakyModel(0), None,
-            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=5000)), tenants=[tenant],
+            budget=TenantBudget(budgets, BudgetLimits(tokens_per_day=5000), reader),
+            tenants=[tenant],
         )  # fmt: skip
         assert await _run_until(under, sessions, doc, {"done"}) == "done"
         assert (await budgets.used(tenant))["tokens_per_day"] == 1200  # 1000 + 200 spent

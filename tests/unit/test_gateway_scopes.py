@@ -57,6 +57,9 @@ class FakeKnowledge:
         if request.method == "POST" and path == "/internal/knowledge-bases":
             self.writes.append(f"create {json.loads(request.content)['name']}")
             return httpx.Response(201, json={"id": "kb_new", "name": "n"})
+        if request.method == "PATCH":
+            self.writes.append(f"switch {path.rsplit('/', 1)[1]}")
+            return httpx.Response(200, json={"id": path.rsplit("/", 1)[1]})
         if request.method == "GET" and path == "/internal/knowledge-bases":
             return httpx.Response(200, json=[{"id": kb, "name": kb} for kb in (KB_A, KB_B)])
         if request.method == "POST" and path.endswith("/documents"):
@@ -234,3 +237,16 @@ def test_seal_refuses_a_route_that_escapes_the_guard(fake: FakeKnowledge) -> Non
     fine = APIRouter(dependencies=[Depends(guard)])
     fine.add_api_route("/knowledge-bases/{kb_id}/tags", handler)
     assert seal(fine, guard) is fine
+
+
+# SPEC A-09, T-18: the switches spend the whole tenant's model budget
+async def test_a_restricted_key_switches_nothing_even_in_its_own_kb(
+    client: httpx.AsyncClient, fake: FakeKnowledge, caller: Caller
+) -> None:
+    resp = await client.patch(f"/api/v1/knowledge-bases/{KB_A}", json={"wiki_enabled": True})
+    assert resp.status_code == 403, resp.text
+    assert fake.writes == []  # refused at the gateway, before knowledge is asked
+    caller.who = UNRESTRICTED
+    resp = await client.patch(f"/api/v1/knowledge-bases/{KB_B}", json={"graph_enabled": True})
+    assert resp.status_code == 200, resp.text
+    assert fake.writes == [f"switch {KB_B}"]

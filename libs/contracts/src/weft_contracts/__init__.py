@@ -93,6 +93,10 @@ from weft_contracts.mcp import (
     dynamic_tool_name,
 )
 from weft_contracts.notices import (
+    KnowledgeProgress,
+    KnowledgeProgressData,
+    KnowledgeProgressState,
+    KnowledgeStage,
     SessionNotice,
     SuggestedQuestion,
     SuggestionPlacement,
@@ -165,6 +169,10 @@ __all__ = [
     "ImagesDescribedData",
     "ImagesDescribedEvent",
     "KnowledgeBaseInfo",
+    "KnowledgeProgress",
+    "KnowledgeProgressData",
+    "KnowledgeProgressState",
+    "KnowledgeStage",
     "KnowledgeTitle",
     "Locale",
     "McpAuthorizationRequired",

@@ -26,7 +26,7 @@ _DESCRIPTIONS: dict[Topic, str] = {
     Topic.SANDBOX_CALLS: "Sandbox tool calls (engine -> sandbox). Key: session id.",
     Topic.TOOL_RESULTS: "Tool results (tool-exec, sandbox -> engine). Key: session id.",
     Topic.SESSION_NOTICES: "Session events that are not a turn's (suggestions ready, "
-    "approval escalations). Key: session id.",
+    "approval escalations, knowledge progress). Key: session id.",
     Topic.DLQ: "Records a consumer could not decode or process, with the reason.",
 }
 

@@ -8,6 +8,7 @@ stays 0: only ``agent.events`` carry a per-turn sequence.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -55,5 +56,46 @@ class SuggestionsReady(Envelope):
     data: SuggestionsReadyData
 
 
-SessionNotice = Annotated[SuggestionsReady | ApprovalEscalated, Field(discriminator="type")]
+KnowledgeStage = Literal["wiki", "graph"]
+"""Work done on a document after its ingestion: wiki pages (SPEC T-18) or its knowledge
+graph (SPEC T-10)."""
+
+KnowledgeProgressState = Literal["done", "retrying", "paused", "failed"]
+"""How one attempt ended: ``done``; ``retrying`` (failed, tried again later); ``paused``
+(the tenant is over a token budget, resumes at ``resumes_at``); ``failed`` for good."""
+
+
+class KnowledgeProgressData(Payload):
+    """One document's wiki or graph work moved on, with where its knowledge base stands,
+    so a client following the session that uploaded it shows progress without polling
+    the KB (``GET /api/v1/knowledge-bases/{id}`` and ``.../wiki`` say the same)."""
+
+    knowledge_base_id: str = Field(min_length=1, max_length=64)
+    document_id: str = Field(min_length=1, max_length=64)
+    stage: KnowledgeStage
+    state: KnowledgeProgressState
+    reason: str = Field(default="", max_length=1000, description="Why retrying, paused or failed.")
+    resumes_at: datetime | None = Field(default=None, description="When a paused one resumes.")
+    documents: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        max_length=8,
+        description="The KB's documents by status of this stage (pending, done, failed...).",
+    )
+    totals: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        max_length=8,
+        description="What the KB holds of this stage: pages; or entities and relations.",
+    )
+
+
+class KnowledgeProgress(Envelope):
+    """A document's wiki generation or graph extraction attempt ended (knowledge)."""
+
+    type: Literal["knowledge_progress"] = "knowledge_progress"
+    data: KnowledgeProgressData
+
+
+SessionNotice = Annotated[
+    SuggestionsReady | ApprovalEscalated | KnowledgeProgress, Field(discriminator="type")
+]
 """Any message of ``weft.session.notices.v1``."""

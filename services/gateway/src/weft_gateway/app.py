@@ -57,6 +57,7 @@ from weft_gateway.tenant_owners import tenant_data_owners
 from weft_gateway.tenant_purge import DataPurger
 from weft_gateway.tenant_registry import TenantRegistry
 from weft_gateway.turn_renewal import TurnRenewal, renewal_router
+from weft_gateway.upload_origin import UploadOrigins
 from weft_gateway.usage_client import USAGE_SCOPE, UsageReader
 from weft_gateway.wiki_api import wiki_router
 
@@ -194,6 +195,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         lambda: signer.service("memory", [USAGE_SCOPE]),
     )
     admin = _admin_services(s, runtime.sessions, redis, tenants, signer, usage)
+    budgets = budget_policy(runtime, s)
     gateway = Gateway(
         settings=s,
         bus=runtime.bus,
@@ -206,7 +208,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         limits=limits,
         knowledge=kb_scope,
         signer=signer,
-        budget=BudgetGate(TokenBudgets(redis), budget_policy(runtime, s)),
+        budget=BudgetGate(TokenBudgets(redis), budgets),
         slots=slots,
         origins=QuestionOrigins(suggestions, knowledge),
         access_cap=AccessCap(runtime.sessions, cache_s=s.access_cap_cache_s),
@@ -246,7 +248,10 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             shared_agents_router(agents, auth),
             mcp_servers_router(agents, auth),
             suggestions_router(suggestions, directory, auth),
-            knowledge_router(knowledge, auth, kb_scope, document_wait_s=s.document_wait_s),
+            knowledge_router(
+                knowledge, auth, kb_scope, document_wait_s=s.document_wait_s,
+                origins=UploadOrigins(directory, budgets),
+            ),
             wiki_router(knowledge, auth, kb_scope),
             skills_router(agents, auth),
             admin_router(admin, port_check=_port_check(s)),

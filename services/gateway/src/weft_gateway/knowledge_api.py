@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import httpx
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Query, Response, UploadFile
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from weft_gateway.auth import ApiKeyAuth, Principal
 from weft_gateway.files_api import invalid
@@ -23,6 +23,7 @@ from weft_gateway.knowledge_scope import (
     seal,
     visible_to,
 )
+from weft_gateway.upload_origin import UploadOrigins
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".xlsx", ".pdf")
 KNOWLEDGE_TIMEOUT_S = 10.0
@@ -49,8 +50,31 @@ class KnowledgeBaseCreate(BaseModel):
     )
 
 
+class KnowledgeBaseUpdate(BaseModel):
+    """Body of ``PATCH /knowledge-bases/{id}``: the switches to change (absent: unchanged)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wiki_enabled: StrictBool | None = Field(
+        default=None,
+        description="On: wiki pages are generated from the documents it already holds "
+        "(a backfill) and from every new one; off: generation stops, pages stay readable.",
+    )
+    graph_enabled: StrictBool | None = Field(
+        default=None,
+        description="On: its documents' entities and relations are extracted (a backfill "
+        "of those it holds); off: extraction stops, the graph stays readable.",
+    )
+
+
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
 """A document tag (what an ``@tag:`` mention selects)."""
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+SESSION_DESCRIPTION = (
+    "One of the caller's sessions: the document's wiki and graph progress is announced "
+    "in its stream (knowledge_progress notices, docs/knowledge.md)."
+)
 
 
 class DocumentCreate(BaseModel):
@@ -60,6 +84,9 @@ class DocumentCreate(BaseModel):
     content: str = Field(min_length=1, max_length=5_000_000)
     file_name: str = Field(default="", max_length=500)
     tags: list[Tag] = Field(default_factory=list, max_length=32)
+    session_id: str | None = Field(
+        default=None, pattern=SESSION_ID_PATTERN, description=SESSION_DESCRIPTION
+    )
 
 
 class DocumentTags(BaseModel):
@@ -89,12 +116,20 @@ def knowledge_router(
     scope: KnowledgeScope,
     *,
     document_wait_s: float = 10.0,
+    origins: UploadOrigins | None = None,
 ) -> APIRouter:
     """Routes under ``/api/v1``. The scope guard has already checked every ``{kb_id}`` and
     ``{doc_id}`` of a path when a handler runs; handlers check what their body names."""
     guard = scope.guard(auth)
     router = APIRouter(prefix="/api/v1", tags=["knowledge"], dependencies=[Depends(guard)])
     Who = Annotated[Principal, Depends(auth)]
+
+    async def origin(who: Principal, session_id: str | None) -> dict[str, Any]:
+        if origins is None:
+            if session_id is not None:
+                raise HTTPException(422, "uploads cannot name a session on this gateway")
+            return {}
+        return await origins.fields(who, session_id)
 
     @router.post("/knowledge-bases", status_code=201)
     async def create_kb(who: Who, body: KnowledgeBaseCreate) -> dict[str, Any]:
@@ -112,6 +147,25 @@ def knowledge_router(
             "GET", "/internal/knowledge-bases", params={"tenant_id": who.tenant_id}
         )
         return visible_to(who, found)
+
+    @router.patch("/knowledge-bases/{kb_id}")
+    async def change_kb(who: Who, kb_id: str, body: KnowledgeBaseUpdate) -> dict[str, Any]:
+        """Switch a KB's wiki or graph on or off after its creation; switched on, the
+        documents it holds are queued for the work (``backfilled`` counts them). Not
+        with a KB-restricted key: the work spends the whole tenant's model budget."""
+        if who.knowledge_base_ids is not None:
+            raise HTTPException(
+                403, "this API key is limited to some knowledge bases and cannot change "
+                "their switches; use an unrestricted key",
+            )  # fmt: skip
+        if body.wiki_enabled is None and body.graph_enabled is None:
+            raise invalid(["body"], "name wiki_enabled or graph_enabled")
+        sent = {"tenant_id": who.tenant_id, **body.model_dump(exclude_none=True),
+                **await origin(who, None)}  # fmt: skip
+        changed: dict[str, Any] = await knowledge.call(
+            "PATCH", f"/internal/knowledge-bases/{quote(kb_id, safe='')}", json=sent
+        )
+        return changed
 
     @router.get("/knowledge-bases/{kb_id}")
     async def get_kb(who: Who, kb_id: str) -> dict[str, Any]:
@@ -142,7 +196,9 @@ def knowledge_router(
         default and at most): 201 ``ready``, or 202 with the document still ``pending`` or
         ``processing`` (poll it); a text its bounds refuse is 422."""
         wait = document_wait_s if wait_s is None else min(wait_s, document_wait_s)
-        sent = {"tenant_id": who.tenant_id, "user_id": who.user_id, **body.model_dump()}
+        sent = {"tenant_id": who.tenant_id, "user_id": who.user_id,
+                **body.model_dump(exclude={"session_id"}),
+                **await origin(who, body.session_id)}  # fmt: skip
         info = await knowledge.call(
             "POST", f"/internal/knowledge-bases/{kb_id}/documents", json=sent,
             params={"wait_s": wait}, timeout=knowledge_timeout(wait),
@@ -162,6 +218,9 @@ def knowledge_router(
         file: UploadFile = File(description="txt, md, csv, xlsx or pdf"),
         title: str = Form(default="", max_length=500),
         tags: str = Form(default="", max_length=2_000, description="Comma-separated tags."),
+        session_id: str | None = Form(
+            default=None, pattern=SESSION_ID_PATTERN, description=SESSION_DESCRIPTION
+        ),
     ) -> dict[str, Any]:
         """Queue a file; knowledge's ingestion workers parse, chunk and embed it
         asynchronously."""
@@ -173,7 +232,8 @@ def knowledge_router(
             raise HTTPException(422, "the file is empty")
         params = {"tenant_id": who.tenant_id, "user_id": who.user_id, "file_name": name,
                   "title": title, "content_type": file.content_type or "",
-                  "tag": [t.strip() for t in tags.split(",") if t.strip()]}  # fmt: skip
+                  "tag": [t.strip() for t in tags.split(",") if t.strip()],
+                  **await origin(who, session_id)}  # fmt: skip
         queued: dict[str, Any] = await knowledge.call(
             "POST", f"/internal/knowledge-bases/{kb_id}/files", params=params, content=content,
             headers={"Content-Type": "application/octet-stream"},

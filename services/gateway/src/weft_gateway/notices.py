@@ -1,8 +1,8 @@
 """Session notices into the session's stream: ``weft.session.notices.v1``
-(``suggestions_ready``, ``approval_escalated``) appended to the same Redis Stream as the
-agent events, so an SSE client following the session gets its follow-ups and escalations
-without polling (SPEC Q-01, ARCHITECTURE "Topics": the projector copies notices "with
-their own ids").
+(``suggestions_ready``, ``approval_escalated``, ``knowledge_progress``) appended to the
+same Redis Stream as the agent events, so an SSE client following the session gets its
+follow-ups, escalations and wiki/graph progress without polling (SPEC Q-01, ARCHITECTURE
+"Topics": the projector copies notices "with their own ids").
 
 **Ids.** An agent event's entry id is its ``agent.events`` log position, ``{offset+1}-0``
 (``streams``). A notice is on another topic, so it has no position there: it takes the
@@ -15,7 +15,8 @@ than ``ms``). A ``Last-Event-ID`` that names a notice therefore resumes exactly 
 suggestions service, but the projector of ``agent.events`` may lag behind: the append waits
 (up to ``wait_s``) while the stream has the turn but not yet its ``complete``, so the notice
 lands after it. A turn the stream does not have (expired) does not wait, nor does an
-``approval_escalated``: its turn waits for a person, so it has no ``complete`` yet.
+``approval_escalated`` (its turn waits for a person, so it has no ``complete`` yet) or a
+``knowledge_progress`` (it follows a document, not a turn).
 
 **Redis lost.** The projector rebuilds the agent events from the log under their own ids
 (``StreamProjector``); notices are not rebuilt (their topic is not replayed). Ids stay
@@ -39,7 +40,7 @@ from enum import IntEnum
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
-from weft_contracts import ApprovalEscalated, SuggestionsReady, Topic
+from weft_contracts import ApprovalEscalated, KnowledgeProgress, SuggestionsReady, Topic
 from weft_platform.bus import EventBus
 
 from weft_gateway.streams import client_json, stream_key
@@ -47,6 +48,9 @@ from weft_gateway.streams import client_json, stream_key
 log = structlog.get_logger(__name__)
 
 NOTICES_GROUP = "weft-gateway-notices"
+
+Notice = SuggestionsReady | ApprovalEscalated | KnowledgeProgress
+"""What the notices group projects (``weft_contracts.SessionNotice``)."""
 
 # KEYS: stream, its turn hash. ARGV: notice id, request id, type, JSON, max length,
 # retention, force ('1': do not wait for the turn's complete).
@@ -98,12 +102,12 @@ class NoticeProjector:
         self._poll_s = poll_s
         self._script = redis.register_script(_APPEND_NOTICE)
 
-    async def handle(self, notice: SuggestionsReady | ApprovalEscalated) -> None:
+    async def handle(self, notice: Notice) -> None:
         """Append ``notice`` to its session's stream, a turn's follow-ups after its
         ``complete``. Raises when Redis fails: the bus hands the record back to Kafka."""
         if not isinstance(notice, SuggestionsReady):
-            # An escalation is about a turn that is waiting (it has no complete yet):
-            # it goes in at once.
+            # An escalation is about a turn that is waiting (it has no complete yet), a
+            # knowledge progress about a document: either goes in at once.
             await self.append(notice, force=True)
             return
         deadline = time.monotonic() + self._wait_s
@@ -114,9 +118,7 @@ class NoticeProjector:
                 return
             await asyncio.sleep(self._poll_s)
 
-    async def append(
-        self, notice: SuggestionsReady | ApprovalEscalated, *, force: bool = False
-    ) -> NoticeAppended:
+    async def append(self, notice: Notice, *, force: bool = False) -> NoticeAppended:
         """One append attempt."""
         key = stream_key(notice.tenant_id, notice.session_id)
         args: list[str | int] = [

@@ -23,11 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from weft_contracts import KnowledgeTitle
 from weft_contracts.knowledge import DocumentInfo
 from weft_platform.internal_auth import SystemRoute, caller_knowledge_bases, narrowest
-from weft_storage.knowledge.documents import DocumentReader
+from weft_storage.knowledge.documents import DocumentOrigin, DocumentReader
 from weft_storage.knowledge.faq import FAQ_KIND, FaqStore
 from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import IngestionQueue, new_document_id
 from weft_storage.knowledge.store import KnowledgeStore
+from weft_storage.knowledge.switches import KnowledgeSwitches
 from weft_tool_catalog.specs import SearchMode
 from weft_tools.embeddings import Embedder
 from weft_tools.ingestion_limits import IngestionLimits
@@ -88,6 +89,19 @@ Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
 """A document tag: one word of letters, digits, ``_``, ``.``, ``:`` or ``-``."""
 
 
+class KnowledgeBaseSwitches(BaseModel):
+    """Body of ``PATCH /internal/knowledge-bases/{kb_id}``: switches to change (absent:
+    unchanged), and the tenant's budgets for the backfilled documents' work."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    wiki_enabled: bool | None = None
+    graph_enabled: bool | None = None
+    budget_tokens_per_minute: Annotated[int, Field(ge=0, le=10**15)] | None = None
+    budget_tokens_per_day: Annotated[int, Field(ge=0, le=10**15)] | None = None
+
+
 class DocumentTags(BaseModel):
     """Body of ``PUT /internal/documents/{doc_id}/tags``."""
 
@@ -104,7 +118,30 @@ class SearchTargetsRequest(BaseModel):
     tags: list[Tag] = Field(default_factory=list, max_length=20)
 
 
-class TextDocument(BaseModel):
+SessionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+"""The session an upload names (its wiki and graph progress notices go there)."""
+BudgetLimit = Annotated[int, Field(ge=0, le=10**15)]
+"""One of the tenant's token budgets as the gateway admitted the upload (0: unlimited)."""
+
+
+class UploadOrigin(BaseModel):
+    """What the gateway says of an upload: the caller's session it checked, and the
+    tenant's budgets (``weft_gateway.upload_origin``)."""
+
+    session_id: SessionId | None = None
+    budget_tokens_per_minute: BudgetLimit | None = None
+    budget_tokens_per_day: BudgetLimit | None = None
+
+    def origin(self) -> DocumentOrigin:
+        """As the queue stores it."""
+        return DocumentOrigin(
+            session_id=self.session_id,
+            tokens_per_minute=self.budget_tokens_per_minute,
+            tokens_per_day=self.budget_tokens_per_day,
+        )
+
+
+class TextDocument(UploadOrigin):
     """Body of ``POST /internal/knowledge-bases/{kb_id}/documents`` (text or Markdown)."""
 
     tenant_id: str = Field(min_length=1, max_length=128)
@@ -186,8 +223,10 @@ def knowledge_router(
     faq: FaqStore | None = None,
     embedder: Embedder | None = None,
     limits: IngestionLimits | None = None,
+    switches: KnowledgeSwitches | None = None,
 ) -> APIRouter:
     """The internal routes."""
+    switches = switches or KnowledgeSwitches(store.sessions)
     router = APIRouter(tags=["knowledge"])
 
     async def require_kb(request: Request, tenant_id: str, kb_id: str) -> None:
@@ -250,6 +289,35 @@ def knowledge_router(
             view["graph"] = await graph.progress(tenant_id, kb_id)
         return view
 
+    @router.patch("/internal/knowledge-bases/{kb_id}")
+    async def change_kb(
+        request: Request, kb_id: str, body: KnowledgeBaseSwitches
+    ) -> dict[str, Any]:
+        """Switch the KB's wiki or graph on or off; switched on, its ready documents are
+        queued for the work (``backfilled``). A KB-restricted credential may not (it
+        cannot create KBs either); an FAQ base has no documents to make either from."""
+        if caller_knowledge_bases(request) is not None:
+            raise HTTPException(403, "a KB-restricted credential cannot change knowledge bases")
+        if body.wiki_enabled is None and body.graph_enabled is None:
+            raise HTTPException(422, "name wiki_enabled or graph_enabled")
+        await require_kb(request, body.tenant_id, kb_id)
+        turning_on = body.wiki_enabled or body.graph_enabled
+        if turning_on and await store.knowledge_base_kind(body.tenant_id, kb_id) == FAQ_KIND:
+            raise HTTPException(409, f"knowledge base {kb_id!r} is an FAQ base: no wiki or graph")
+        origin = DocumentOrigin(
+            session_id=None, tokens_per_minute=body.budget_tokens_per_minute,
+            tokens_per_day=body.budget_tokens_per_day,
+        )  # fmt: skip
+        changed = await switches.change(
+            body.tenant_id, kb_id, wiki=body.wiki_enabled, graph=body.graph_enabled,
+            origin=origin,
+        )  # fmt: skip
+        if changed is None:  # deleted meanwhile
+            raise HTTPException(404, f"knowledge base {kb_id!r} not found")
+        (view,) = await directory.scoped(body.tenant_id, [kb_id])
+        view["backfilled"] = {"wiki": changed.wiki_backfilled, "graph": changed.graph_backfilled}
+        return view
+
     @router.post("/internal/knowledge-bases/{kb_id}/documents")
     async def add_text(
         request: Request,
@@ -268,6 +336,7 @@ def knowledge_router(
             body.tenant_id, kb_id, title=body.title, file_name=name, content=content,
             content_type="text/markdown", doc_id=doc_id, tags=body.tags,
             parse_as=name if name.lower().endswith(TEXT_SUFFIXES) else "document.md",
+            origin=body.origin(),
         )  # fmt: skip
         info = await _ingested(reader, body.tenant_id, kb_id, doc_id, min(wait_s, document_wait_s))
         if info is None:  # deleted while it waited
@@ -284,8 +353,15 @@ def knowledge_router(
         title: Annotated[str, Query(max_length=500)] = "",
         content_type: Annotated[str, Query(max_length=100)] = "",
         tag: Annotated[list[Tag] | None, Query(max_length=32)] = None,
+        session_id: Annotated[SessionId | None, Query()] = None,
+        budget_tokens_per_minute: Annotated[BudgetLimit | None, Query()] = None,
+        budget_tokens_per_day: Annotated[BudgetLimit | None, Query()] = None,
     ) -> dict[str, Any]:
         """Queue a file (the request body, as is); workers parse, chunk and embed it."""
+        origin = UploadOrigin(
+            session_id=session_id, budget_tokens_per_minute=budget_tokens_per_minute,
+            budget_tokens_per_day=budget_tokens_per_day,
+        ).origin()  # fmt: skip
         await require_documents_kb(request, tenant_id, kb_id)
         content = await request.body()
         if not content:
@@ -294,7 +370,7 @@ def knowledge_router(
         await meter(tenant_id, user_id, doc_id, len(content))
         await queue.enqueue_file(
             tenant_id, kb_id, title=title or file_name, file_name=file_name, content=content,
-            content_type=content_type, doc_id=doc_id, tags=tag or [],
+            content_type=content_type, doc_id=doc_id, tags=tag or [], origin=origin,
         )  # fmt: skip
         return {"id": doc_id, "knowledge_base_id": kb_id, "status": "pending"}
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from weft_llm import MeteredModel, OpenAIChatModel
+from weft_contracts import Topic
+from weft_llm import ChatModel, MeteredModel, OpenAIChatModel
 from weft_platform.app import create_service_app, init_logging
 from weft_platform.body_limit import BodyLimit
 from weft_platform.budgets import TokenBudgets
+from weft_platform.credentials import RECORDS
 from weft_platform.internal_auth import InternalAuth
 from weft_platform.metrics import LLM_METER
+from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
@@ -33,15 +36,16 @@ from weft_knowledge.api import SYSTEM_ROUTES, knowledge_router
 from weft_knowledge.graph_extraction import ExtractionSettings, GraphExtractor
 from weft_knowledge.ingestion import DocumentIngestor
 from weft_knowledge.ingestion_loop import IngestionLoop
+from weft_knowledge.progress_notices import ProgressNotices
 from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.settings import KnowledgeSettings
+from weft_knowledge.tenant_budget import TenantBudget
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import USAGE_WRITE_SCOPE, DocumentUsage, ModelUsage
 from weft_knowledge.wiki_api import WIKI_SYSTEM_ROUTES, wiki_router
 from weft_knowledge.wiki_generation import (
+    ChatPageWriter,
     GenerationUsage,
-    OpenAIPageWriter,
-    TenantBudget,
     WikiGenerationLoop,
     WikiGenerator,
 )
@@ -121,23 +125,23 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
 
 
 def wiki_generation(
-    runtime: ServiceRuntime, s: KnowledgeSettings, usage: ModelUsage
-) -> WikiGenerationLoop:
+    runtime: ServiceRuntime, s: KnowledgeSettings, chat: ChatModel, usage: ModelUsage,
+    budget: TenantBudget, notices: ProgressNotices,
+) -> WikiGenerationLoop:  # fmt: skip
     """The worker's wiki generation task (SPEC T-18), metering through ``usage``."""
-    model = OpenAIPageWriter(
-        base_url=s.openai_base_url, api_key=s.openai_api_key, model=s.wiki_model or s.llm_model,
-        meter=LLM_METER,
-    )  # fmt: skip
     generator = WikiGenerator(
         WikiGenerations(runtime.sessions),
         WikiPages(runtime.sessions),
         DocumentReader(runtime.sessions),
-        model,
+        ChatPageWriter(
+            chat, s.wiki_model or s.llm_model, max_completion_tokens=s.wiki_max_completion_tokens
+        ),
         GenerationUsage(usage),
         max_input_chars=s.wiki_max_input_chars,
         retry_base_s=s.wiki_retry_base_s,
-        budget=TenantBudget(TokenBudgets(runtime.redis), s.budget_defaults()),
-        tenants=[t.strip() for t in s.wiki_tenants.split(",") if t.strip()],
+        budget=budget,
+        tenants=s.tenants(),
+        notices=notices,
     )
     return WikiGenerationLoop(generator, s.ingestion_poll_s)
 
@@ -163,19 +167,30 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         lambda: signer.service("memory", [USAGE_WRITE_SCOPE]),
         timeout_s=s.memory_timeout_s,
     )
-    chat = OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key)
+    # One metered client for every ingestion-time model call: wiki and graph calls are
+    # counted in the LLM metrics (weft_llm_*) as the engine's are.
+    chat = MeteredModel(
+        OpenAIChatModel(base_url=s.openai_base_url, api_key=s.openai_api_key), LLM_METER
+    )
+    reader = DocumentReader(runtime.sessions)
+    budget = TenantBudget(TokenBudgets(runtime.redis), s.budget_defaults(), reader)
+    notices = ProgressNotices(
+        runtime.bus, reader, lambda: signer.service(RECORDS, [record_scope(Topic.SESSION_NOTICES)])
+    )
     graph_store = GraphStore(runtime.sessions, stale_after_s=s.ingestion_stale_after_s)
     graph = GraphExtractor(
         graph_store,
-        MeteredModel(chat, LLM_METER),
+        chat,
         usage,
         ExtractionSettings(
             model=s.graph_model or s.llm_model,
             max_attempts=s.graph_max_attempts,
             retry_backoff_s=s.graph_retry_backoff_s,
             max_chunks=s.graph_max_chunks,
-            tenants=tuple(t.strip() for t in s.graph_tenants.split(",") if t.strip()),
+            tenants=s.tenants(),
         ),
+        budget=budget,
+        notices=notices,
     )
     loop = IngestionLoop(
         ingestor,
@@ -186,7 +201,7 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         depth=queue.depth if s.effective_metrics_port else None,
         job_depths={"wiki": WikiGenerations(runtime.sessions).depth, "graph": graph_store.depth},
     )
-    wiki = wiki_generation(runtime, s, usage)
+    wiki = wiki_generation(runtime, s, chat, usage, budget, notices)
     app = create_service_app(
         runtime,
         title="weft knowledge worker",

@@ -8,7 +8,10 @@ the model once per chunk through the same OpenAI-compatible client as the other 
 or an answer that is not the JSON asked for or is over its bounds, fails the attempt: it
 is retried after a backoff, up to ``max_attempts``, then the extraction is ``failed`` with
 the reason (``GET`` of the KB shows it). The tokens of every call, answered or not, are
-metered against the tenant (memory's usage, source ``graph``).
+metered against the tenant (memory's usage, source ``graph``) and spent from its token
+budgets; while the tenant is over one, the extraction is ``paused`` until the window
+resets (``tenant_budget``), as wiki generation is. When the upload named a session, each
+attempt's end goes to that session's notices (``progress_notices``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from weft_llm import ChatMessage, ChatModel, LLMCallError, LLMRequest
+from weft_contracts import KnowledgeProgressState
+from weft_llm import ChatModel, LLMCallError
 from weft_storage.knowledge.graph import (
     MAX_DESCRIPTION,
     MAX_NAME,
@@ -30,6 +35,9 @@ from weft_storage.knowledge.graph import (
     GraphStore,
 )
 
+from weft_knowledge.model_call import ask
+from weft_knowledge.progress_notices import ProgressNotices, StageCounts
+from weft_knowledge.tenant_budget import TenantBudget
 from weft_knowledge.usage import ModelUsage
 
 log = structlog.get_logger(__name__)
@@ -111,31 +119,35 @@ class ExtractionSettings:
     """Only these tenants' documents (workers dedicated to some tenants); empty: all."""
 
 
-class _Ignore:
-    async def on_reasoning(self, delta: str) -> None:
-        """Not needed."""
-
-    async def on_content(self, delta: str) -> None:
-        """Not needed: the response carries the whole content."""
-
-
 class GraphExtractor:
     """Claims and runs one extraction at a time."""
 
     def __init__(
         self, store: GraphStore, model: ChatModel, usage: ModelUsage | None,
-        settings: ExtractionSettings,
+        settings: ExtractionSettings, *, budget: TenantBudget | None = None,
+        notices: ProgressNotices | None = None,
     ):  # fmt: skip
+        """``budget``: extraction waits while the tenant is over a token budget and
+        spends from it; ``notices``: each attempt's end goes to the upload's session."""
         self._store = store
         self._model = model
         self._usage = usage
         self._settings = settings
+        self._budget = budget
+        self._notices = notices
 
     async def extract_next(self) -> bool:
         """Run one due extraction; False when none is waiting."""
         job = await self._store.claim(self._settings.tenants)
         if job is None:
             return False
+        if self._budget is not None and (
+            pause := await self._budget.over(job.tenant_id, job.document_id)
+        ):
+            await self._store.pause(job, pause.reason, until=pause.until)
+            log.info("graph_extraction_paused", document_id=job.document_id, reason=pause.reason)
+            await self._announce(job, "paused", reason=pause.reason, resumes_at=pause.until)
+            return True
         tokens = _Tokens()
         try:
             found = await self._extract(job, tokens)
@@ -145,12 +157,38 @@ class GraphExtractor:
         except asyncio.CancelledError:
             raise  # the claim goes stale and another worker takes it over
         except (LLMCallError, MalformedExtraction, TooManyChunks) as exc:
-            await self._failed(
-                job, f"{type(exc).__name__}: {exc}", final=isinstance(exc, TooManyChunks)
-            )
+            error = f"{type(exc).__name__}: {exc}"
+            last = await self._failed(job, error, final=isinstance(exc, TooManyChunks))
+            await self._announce(job, "failed" if last else "retrying", reason=error)
+        else:
+            await self._announce(job, "done")
         finally:
             await self._meter(job, tokens)
         return True
+
+    async def _announce(
+        self,
+        job: ExtractionJob,
+        state: KnowledgeProgressState,
+        *,
+        reason: str = "",
+        resumes_at: datetime | None = None,
+    ) -> None:
+        if self._notices is None:
+            return
+
+        async def counts() -> StageCounts:
+            progress = await self._store.progress(job.tenant_id, job.knowledge_base_id)
+            documents = {
+                k.removeprefix("documents_"): n
+                for k, n in progress.items()
+                if k.startswith("documents_")
+            }
+            return documents, {"entities": progress["entities"], "relations": progress["relations"]}
+
+        await self._notices.announce(
+            job, "graph", state, counts, reason=reason, resumes_at=resumes_at
+        )
 
     async def _extract(self, job: ExtractionJob, tokens: _Tokens) -> list[ChunkGraph]:
         chunks = await self._store.chunks(job)
@@ -166,30 +204,32 @@ class GraphExtractor:
         return found
 
     async def _ask(self, passage: str, tokens: _Tokens) -> str:
-        messages: list[ChatMessage] = [
-            {"role": "system", "content": EXTRACTION_PROMPT},
-            {"role": "user", "content": passage},
-        ]
-        request = LLMRequest(
-            model=self._settings.model, messages=messages, temperature=0.0,
-            max_completion_tokens=2048, stall_timeout_s=self._settings.stall_timeout_s,
-        )  # fmt: skip
         tokens.calls += 1
-        response = await self._model.stream(request, _Ignore())
+        response = await ask(
+            self._model, model=self._settings.model, system=EXTRACTION_PROMPT, user=passage,
+            temperature=0.0, max_completion_tokens=2048,
+            stall_timeout_s=self._settings.stall_timeout_s,
+        )  # fmt: skip
         if response.usage is not None:
             tokens.input += response.usage.prompt_tokens
             tokens.output += response.usage.completion_tokens
         return response.content
 
-    async def _failed(self, job: ExtractionJob, error: str, *, final: bool) -> None:
+    async def _failed(self, job: ExtractionJob, error: str, *, final: bool) -> bool:
+        """Record the failed attempt; True when it was the last."""
         last = final or job.attempts >= self._settings.max_attempts
         retry = None if last else self._settings.retry_backoff_s * job.attempts
         log.warning("graph_extraction_failed", document_id=job.document_id,
                     attempt=job.attempts, final=last, error=error)  # fmt: skip
         await self._store.fail(job, error, retry_in_s=retry)
+        return last
 
     async def _meter(self, job: ExtractionJob, tokens: _Tokens) -> None:
-        if self._usage is None or tokens.calls == 0:
+        if tokens.calls == 0:
+            return
+        if self._budget is not None:
+            await self._budget.spend(job.tenant_id, tokens.input + tokens.output)
+        if self._usage is None:
             return
         await self._usage.record(
             tenant_id=job.tenant_id, source="graph",

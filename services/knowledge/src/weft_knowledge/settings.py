@@ -86,25 +86,36 @@ class KnowledgeSettings(ModelClientSettings, TokenBudgetSettings):
     graph_max_chunks: int = Field(
         default=500, ge=1, description="A document with more chunks is not graph-extracted."
     )
-    graph_tenants: str = Field(
-        default="",
-        description="Comma-separated tenants whose documents this worker extracts graphs "
-        "of (workers dedicated to some tenants); empty: every tenant's.",
-    )
     wiki_model: str = Field(
         default="", description="Model of wiki pages (SPEC T-18); empty: WEFT_LLM_MODEL."
     )
     wiki_max_input_chars: int = Field(
         default=24_000, ge=1000, description="Text of one document the model reads."
     )
-    wiki_tenants: str = Field(
+    wiki_max_completion_tokens: int = Field(
+        default=8192,
+        ge=256,
+        le=200_000,
+        description="Longest answer (the pages of one document) asked of the model; within "
+        "what the model accepts.",
+    )
+    worker_tenants: str = Field(
         default="",
-        description="Comma-separated tenants whose wiki pages this worker generates "
-        "(workers dedicated to some tenants); empty: every tenant's.",
+        validation_alias=AliasChoices(
+            "WEFT_KNOWLEDGE_WORKER_TENANTS", "WEFT_WIKI_TENANTS", "WEFT_GRAPH_TENANTS"
+        ),
+        description="Comma-separated tenants whose wiki pages and knowledge graphs this "
+        "worker makes (workers dedicated to some tenants); empty: every tenant's. "
+        "WEFT_WIKI_TENANTS and WEFT_GRAPH_TENANTS, the former names, are read when it is "
+        "unset (in that order).",
     )
     wiki_retry_base_s: float = Field(
         default=5.0, gt=0, description="Pause before a failed generation's 2nd attempt (x2 each)."
     )
+
+    def tenants(self) -> tuple[str, ...]:
+        """``worker_tenants`` as a tuple (empty: every tenant's)."""
+        return tuple(t.strip() for t in self.worker_tenants.split(",") if t.strip())
 
     def ingestion_limits(self) -> IngestionLimits:
         """The per-document and per-tenant bounds of ingestion."""

@@ -9,33 +9,35 @@ their source: a page whose slug exists already gets the new text appended and th
 document added to its sources. A failure (the model unreachable, an answer that is not
 the JSON asked for) goes back to the queue after a growing pause, up to
 ``MAX_ATTEMPTS``, then stays ``failed`` with its reason; the KB shows the queue's
-counts (``GET /internal/knowledge-bases/{kb_id}/wiki``). Every attempt's model calls are
-metered against the tenant through memory (its usage table).
+counts (``GET /internal/knowledge-bases/{kb_id}/wiki``), and, when the upload named a
+session, each attempt's end goes to that session's notices (``progress_notices``). Every
+attempt's model calls are metered against the tenant through memory (its usage table) and
+spent from its token budgets; while the tenant is over one, the document is ``paused``
+(``tenant_budget``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol
 
-import openai
 import structlog
-from openai import AsyncOpenAI
 from pydantic import BaseModel, Field, ValidationError
-from weft_llm import LLMMeter, Usage, llm_error_reason
-from weft_llm.openai_model import status_error
-from weft_platform.budgets import BudgetLimits, TokenBudgets
+from weft_contracts import KnowledgeProgressState
+from weft_llm import ChatModel
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.wiki import PageDraft, WikiPages
 from weft_storage.knowledge.wiki_issues import GenerationJob, WikiGenerations
 from weft_storage.knowledge.wiki_text import InvalidSlug, normalize_slug
 
+from weft_knowledge.model_call import ask
+from weft_knowledge.progress_notices import ProgressNotices, StageCounts
+from weft_knowledge.tenant_budget import TenantBudget
 from weft_knowledge.usage import ModelUsage
 
 log = structlog.get_logger(__name__)
@@ -88,63 +90,32 @@ class PageWriterModel(Protocol):
         ...
 
 
-class OpenAIPageWriter:
-    """:class:`PageWriterModel` over an OpenAI-compatible endpoint (``openai`` package).
-    ``meter``: where each call's duration, tokens or failure go (the worker passes
-    ``weft_platform.metrics.LLM_METER``: the ``weft_llm_*`` metrics, by model)."""
+class ChatPageWriter:
+    """:class:`PageWriterModel` over a ``weft_llm`` chat model (in the worker, the
+    OpenAI-compatible client wrapped in ``MeteredModel``, so wiki calls count in the LLM
+    metrics like graph extraction's and the engine's)."""
 
     def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str,
-        model: str,
-        timeout_s: float = 120.0,
-        meter: LLMMeter | None = None,
-        client: AsyncOpenAI | None = None,
-    ):
-        """``client``: the OpenAI client to use instead of one built from the settings."""
-        self._client = client or AsyncOpenAI(
-            base_url=base_url, api_key=api_key, max_retries=1, timeout=timeout_s
-        )
+        self, chat: ChatModel, model: str, *, max_completion_tokens: int = 8192,
+        stall_timeout_s: float = 120.0,
+    ):  # fmt: skip
+        self._chat = chat
         self._model = model
-        self._meter = meter
+        self._max_tokens = max_completion_tokens
+        self._stall_timeout_s = stall_timeout_s
 
     async def complete(self, system: str, user: str) -> Completion:
-        """One non-streamed completion."""
-        started = time.perf_counter()
-        try:
-            reply = await self._client.chat.completions.create(
-                model=self._model,
-                messages=[
-                    {"role": "system", "content": system},
-                    {"role": "user", "content": user},
-                ],
-                temperature=0.2,
-            )
-        except openai.APIStatusError as exc:
-            self._failed(llm_error_reason(status_error(exc.status_code, exc.message, exc.code)))
-            raise
-        except openai.APIConnectionError:  # APITimeoutError included
-            self._failed("transient")
-            raise
-        usage = reply.usage
-        completion = Completion(
-            text=reply.choices[0].message.content or "",
+        """One completion (streamed, as every ``weft_llm`` call is)."""
+        response = await ask(
+            self._chat, model=self._model, system=system, user=user, temperature=0.2,
+            max_completion_tokens=self._max_tokens, stall_timeout_s=self._stall_timeout_s,
+        )  # fmt: skip
+        usage = response.usage
+        return Completion(
+            text=response.content,
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
         )
-        if self._meter is not None:
-            self._meter.answered(
-                self._model, time.perf_counter() - started, None,
-                Usage(prompt_tokens=completion.input_tokens,
-                      completion_tokens=completion.output_tokens) if usage else None,
-            )  # fmt: skip
-        return completion
-
-    def _failed(self, reason: str) -> None:
-        if self._meter is not None:
-            self._meter.failed(self._model, reason)
 
 
 class GenerationUsage:
@@ -169,33 +140,6 @@ class GenerationUsage:
         await self._usage.aclose()
 
 
-class TenantBudget:
-    """The tenants' token budgets (the engine's Redis counters, SPEC docs/budgets.md):
-    generation spends from them and waits while its tenant is over. The limits are the
-    deployment's defaults (``WEFT_TOKEN_BUDGET_PER_*``); a tenant's own row is the
-    gateway's table, which knowledge does not read."""
-
-    def __init__(self, budgets: TokenBudgets, limits: BudgetLimits):
-        self._budgets = budgets
-        self._limits = limits
-
-    async def over(self, tenant_id: str) -> tuple[str, datetime] | None:
-        """(why, until when) when the tenant is at or over a budget, else None."""
-        exceeded = await self._budgets.exceeded(tenant_id, self._limits)
-        if exceeded is None:
-            return None
-        until = datetime.fromtimestamp(exceeded.resets_at, UTC)
-        reason = (
-            f"paused: the tenant used {exceeded.used} of its {exceeded.limit} "
-            f"{exceeded.budget.replace('_', ' ')}; resumes at {until.isoformat()}"
-        )
-        return reason, until
-
-    async def spend(self, tenant_id: str, completion: Completion) -> None:
-        """Count a completion's tokens in the tenant's windows."""
-        await self._budgets.spend(tenant_id, completion.input_tokens + completion.output_tokens)
-
-
 class WikiGenerationFailed(Exception):
     """The model's answer could not be used; ``str()`` is the reason shown on the KB."""
 
@@ -208,15 +152,17 @@ class WikiGenerator:
         generations: WikiGenerations,
         pages: WikiPages,
         reader: DocumentReader,
-        model: PageWriterModel | None,
+        model: PageWriterModel,
         usage: GenerationUsage | None,
         *,
         max_input_chars: int = 24_000,
         retry_base_s: float = 5.0,
         budget: TenantBudget | None = None,
         tenants: Sequence[str] = (),
+        notices: ProgressNotices | None = None,
     ):
-        """``tenants``: generate only these tenants' documents (empty: every tenant's)."""
+        """``tenants``: generate only these tenants' documents (empty: every tenant's);
+        ``notices``: each attempt's end announced to the upload's session."""
         self._generations = generations
         self._pages = pages
         self._reader = reader
@@ -226,16 +172,19 @@ class WikiGenerator:
         self._retry_base_s = retry_base_s
         self._budget = budget
         self._tenants = tuple(tenants)
+        self._notices = notices
 
     async def generate_next(self) -> bool:
         """Generate one queued document's pages; False when none is due."""
         job = await self._generations.claim(self._tenants)
         if job is None:
             return False
-        if self._budget is not None and (over := await self._budget.over(job.tenant_id)):
-            reason, until = over
-            await self._generations.pause(job, reason, until=until)
-            log.info("wiki_generation_paused", document_id=job.document_id, reason=reason)
+        if self._budget is not None and (
+            pause := await self._budget.over(job.tenant_id, job.document_id)
+        ):
+            await self._generations.pause(job, pause.reason, until=pause.until)
+            log.info("wiki_generation_paused", document_id=job.document_id, reason=pause.reason)
+            await self._announce(job, "paused", reason=pause.reason, resumes_at=pause.until)
             return True
         try:
             written = await self._generate(job)
@@ -251,21 +200,42 @@ class WikiGenerator:
                 retry=again,
                 error=reason[:300],
             )
+            await self._announce(job, "retrying" if again else "failed", reason=reason)
             return True
         await self._generations.done(job.document_id, written)
         log.info("wiki_generated", document_id=job.document_id, pages=written)
+        await self._announce(job, "done")
         return True
 
+    async def _announce(
+        self,
+        job: GenerationJob,
+        state: KnowledgeProgressState,
+        *,
+        reason: str = "",
+        resumes_at: datetime | None = None,
+    ) -> None:
+        if self._notices is None:
+            return
+
+        async def counts() -> StageCounts:
+            progress = await self._generations.progress(job.tenant_id, job.knowledge_base_id)
+            return progress["documents"], {"pages": progress["pages"]}
+
+        await self._notices.announce(
+            job, "wiki", state, counts, reason=reason, resumes_at=resumes_at
+        )
+
     async def _generate(self, job: GenerationJob) -> int:
-        if self._model is None:
-            raise WikiGenerationFailed("no wiki model is configured (WEFT_WIKI_MODEL)")
         text = await self._document_text(job)
         user = f"{PROMPT_MARKER}: {job.title}\n\n{text}"
         completion = await self._model.complete(SYSTEM_PROMPT, user)
         if self._usage is not None:
             await self._usage.record(job, completion)
         if self._budget is not None:
-            await self._budget.spend(job.tenant_id, completion)
+            await self._budget.spend(
+                job.tenant_id, completion.input_tokens + completion.output_tokens
+            )
         drafts = parse_pages(completion.text, job.document_id)
         for draft in drafts:
             await self._write(job, draft)

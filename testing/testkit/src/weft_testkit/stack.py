@@ -312,8 +312,7 @@ class LocalStack:
             "WEFT_DEV_TENANT": self.tenant,
             # Stacks share the database: each generates wiki pages and extracts graphs of
             # its own tenant only, with its own scripted model (docs/knowledge.md).
-            "WEFT_WIKI_TENANTS": self.tenant,
-            "WEFT_GRAPH_TENANTS": self.tenant,
+            "WEFT_KNOWLEDGE_WORKER_TENANTS": self.tenant,
             "OPENAI_BASE_URL": f"{self.llm_url}/v1",
             "OPENAI_API_KEY": "scripted-llm-test-double",
             "WEFT_LLM_MODEL": "weft-scripted",

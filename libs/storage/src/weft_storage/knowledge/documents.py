@@ -26,6 +26,18 @@ class ScopeStats:
     embedded: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class DocumentOrigin:
+    """What the upload of a document said about its later work (wiki pages, graph)."""
+
+    session_id: str | None
+    """The session its progress notices go to (None: the upload named none)."""
+    tokens_per_minute: int | None
+    """The tenant's budgets the gateway admitted the upload under (None: not given, the
+    worker's defaults apply; 0: unlimited)."""
+    tokens_per_day: int | None
+
+
 def _info(d: Document) -> DocumentInfo:
     return DocumentInfo(
         id=d.id,
@@ -75,6 +87,17 @@ class DocumentReader:
         async with self._sessions() as s:
             doc = await s.scalar(stmt)
         return _info(doc) if doc else None
+
+    async def origin(self, tenant_id: str, doc_id: str) -> DocumentOrigin | None:
+        """The session and budgets the document's upload named; None when it is gone."""
+        stmt = select(
+            Document.session_id, Document.budget_tokens_per_minute, Document.budget_tokens_per_day
+        ).where(Document.tenant_id == tenant_id, Document.id == doc_id)
+        async with self._sessions() as s:
+            row = (await s.execute(stmt)).first()
+        if row is None:
+            return None
+        return DocumentOrigin(session_id=row[0], tokens_per_minute=row[1], tokens_per_day=row[2])
 
     async def knowledge_base_of(self, tenant_id: str, doc_id: str) -> str | None:
         """The knowledge base holding document ``doc_id`` of the tenant, None when the

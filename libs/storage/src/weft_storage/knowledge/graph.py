@@ -50,8 +50,8 @@ LONG_TOKEN = 4
 MAX_CANDIDATES = 200
 """Exact-name candidates one query tries (word n-grams of the query)."""
 MAX_PREFIXES = 8
-EXTRACTION_QUEUED_STATES = ("pending", "processing")
-"""States of a graph extraction job not finished yet."""
+EXTRACTION_QUEUED_STATES = ("pending", "paused", "processing")
+"""States of a graph extraction job not finished yet (``paused``: its tenant is over budget)."""
 _WORD = re.compile(r"\w+")
 
 
@@ -182,7 +182,10 @@ class GraphStore:
         ``tenants`` only, when given (workers dedicated to some tenants)."""
         now = datetime.now(UTC)
         due = or_(
-            and_(GraphExtraction.status == "pending", GraphExtraction.not_before <= now),
+            and_(
+                GraphExtraction.status.in_(("pending", "paused")),
+                GraphExtraction.not_before <= now,
+            ),
             and_(
                 GraphExtraction.status == "processing",
                 GraphExtraction.updated_at < now - self._stale,
@@ -190,10 +193,13 @@ class GraphStore:
         )
         stmt = (
             select(GraphExtraction)
-            .where(due, GraphExtraction.tenant_id.in_(list(tenants)) if tenants else true())
+            .join(KnowledgeBase, KnowledgeBase.id == GraphExtraction.knowledge_base_id)
+            # A KB whose graph was switched off keeps its queue; it resumes when switched on.
+            .where(due, KnowledgeBase.graph_enabled.is_(True))
+            .where(GraphExtraction.tenant_id.in_(list(tenants)) if tenants else true())
             .order_by(GraphExtraction.not_before)
             .limit(1)
-            .with_for_update(skip_locked=True)
+            .with_for_update(of=GraphExtraction, skip_locked=True)
         )
         async with self._sessions.begin() as s:
             row = await s.scalar(stmt)
@@ -327,6 +333,17 @@ class GraphStore:
             found = {str(k): int(n) for k, n in (await s.execute(query)).all()}
         return {state: found.get(state, 0) for state in EXTRACTION_QUEUED_STATES}
 
+    async def pause(self, job: ExtractionJob, reason: str, *, until: datetime) -> None:
+        """Put the job back, ``paused`` with ``reason`` until ``until`` (its tenant is over
+        a token budget); the attempt does not count."""
+        async with self._sessions.begin() as s:
+            await s.execute(
+                update(GraphExtraction)
+                .where(GraphExtraction.document_id == job.document_id)
+                .values(status="paused", error=reason[:2000], not_before=until,
+                        attempts=job.attempts - 1, updated_at=func.now())
+            )  # fmt: skip
+
     async def progress(self, tenant_id: str, kb_id: str) -> dict[str, int]:
         """The KB's extractions by status, its (mentioned) entities and its relations."""
         by_status = (
@@ -348,7 +365,7 @@ class GraphStore:
                 "entities": int((await s.execute(entities)).scalar_one()),
                 "relations": int((await s.execute(relations)).scalar_one()),
             }
-        states = ("pending", "processing", "ready", "failed")
+        states = ("pending", "paused", "processing", "ready", "failed")
         return {**{f"documents_{k}": counts.get(k, 0) for k in states}, **found}
 
     # -- reads ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 from ulid import ULID
 
+from weft_storage.knowledge.documents import DocumentOrigin
 from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
 from weft_storage.knowledge.models_files import DocumentFile
 from weft_storage.knowledge.models_graph import GraphExtraction
@@ -85,11 +86,13 @@ class IngestionQueue:
         parse_as: str = "",
         doc_id: str | None = None,
         tags: list[str] | None = None,
+        origin: DocumentOrigin | None = None,
     ) -> str:
         """Store the file as a ``pending`` document with its ``tags``; return its id
         (``doc_id``, or a new one: see :func:`new_document_id`). ``parse_as`` is the name
         its parser goes by when ``file_name`` (kept as the document's) does not tell its
-        type, as for a text posted as JSON. Metering the document is the caller's (usage
+        type, as for a text posted as JSON; ``origin``: the session and budgets the upload
+        named (its wiki and graph work reads them). Metering the document is the caller's (usage
         is memory's table)."""
         doc_id = doc_id or new_document_id()
         async with self._sessions.begin() as s:
@@ -104,6 +107,9 @@ class IngestionQueue:
                     content_type=content_type,
                     size_bytes=len(content),
                     tags=list(tags or []),
+                    session_id=origin.session_id if origin else None,
+                    budget_tokens_per_minute=origin.tokens_per_minute if origin else None,
+                    budget_tokens_per_day=origin.tokens_per_day if origin else None,
                 )
             )
             await s.flush()
@@ -116,7 +122,7 @@ class IngestionQueue:
                     content=content,
                 )
             )
-            await _notify(s)
+            await notify_workers(s)
         return doc_id
 
     async def claim(self, *, tenant_max_inflight: int | None = None) -> PendingDocument | None:
@@ -214,10 +220,11 @@ class IngestionQueue:
             status = "failed" if error else "ready"
             await self._progress(s, document_id, status=status, error=error)
             if not error:
+                await _share_knowledge_base(s, document_id)
                 await queue_graph_extraction(s, document_id)
-            if not error:  # a wiki KB's document gets its pages written (SPEC T-18)
+                # A wiki KB's document gets its pages written (SPEC T-18).
                 await queue_generation(s, document_id)
-            await _notify(s)
+            await notify_workers(s)
 
     @staticmethod
     async def _progress(s: AsyncSession, document_id: str, **values: object) -> None:
@@ -226,6 +233,21 @@ class IngestionQueue:
             .where(Document.id == document_id)
             .values(updated_at=func.now(), **values)
         )
+
+
+async def _share_knowledge_base(s: AsyncSession, document_id: str) -> None:
+    """Lock the document's KB row for share before its work is queued: a switch of its
+    wiki or graph (``KnowledgeSwitches``, which locks it for update) is waited for, and the
+    queueing's next statements see the switch's outcome (READ COMMITTED takes a snapshot
+    per statement). Otherwise a document turning ready while its KB is switched on could
+    be queued by neither: the switch's backfill sees it not ready, its own queueing sees
+    the switch off."""
+    await s.execute(
+        select(KnowledgeBase.id)
+        .join(Document, Document.knowledge_base_id == KnowledgeBase.id)
+        .where(Document.id == document_id)
+        .with_for_update(read=True, of=KnowledgeBase)
+    )
 
 
 async def queue_graph_extraction(s: AsyncSession, document_id: str) -> None:
@@ -249,6 +271,6 @@ async def queue_graph_extraction(s: AsyncSession, document_id: str) -> None:
     )  # fmt: skip
 
 
-async def _notify(s: AsyncSession) -> None:
+async def notify_workers(s: AsyncSession) -> None:
     """Wake the listening workers once the transaction commits."""
     await s.execute(select(func.pg_notify(INGESTION_CHANNEL, "")))

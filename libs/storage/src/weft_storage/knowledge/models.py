@@ -62,6 +62,11 @@ class Document(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # Migration 0024_faq: labels an @tag mention narrows a search to (SPEC A-11).
     tags: Mapped[list[str]] = mapped_column(ARRAY(String(64)), default=list, server_default="{}")
+    # Migration 0025_document_origin: the session the upload named (its wiki and graph
+    # progress notices go there) and the budgets the gateway admitted it under.
+    session_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    budget_tokens_per_minute: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    budget_tokens_per_day: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Chunk(Base):

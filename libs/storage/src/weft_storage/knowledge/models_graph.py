@@ -87,7 +87,8 @@ class GraphMention(Base):
 
 
 class GraphExtraction(Base):
-    """One document's extraction: ``pending`` -> ``processing`` -> ``ready`` | ``failed``."""
+    """One document's extraction: ``pending`` -> ``processing`` -> ``ready`` | ``failed``;
+    ``paused`` (back to ``pending`` at ``not_before``) while its tenant is over a budget."""
 
     __tablename__ = "graph_extractions"
     document_id: Mapped[str] = mapped_column(

@@ -83,6 +83,11 @@ class KnowledgeStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self._sessions = sessions
 
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        """The session factory (other stores of knowledge's tables share it)."""
+        return self._sessions
+
     async def create_knowledge_base(
         self,
         tenant_id: str,

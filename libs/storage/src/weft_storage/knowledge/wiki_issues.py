@@ -191,7 +191,9 @@ class WikiGenerations:
         stmt = (
             select(g, Document.title)
             .join(Document, Document.id == g.document_id)
-            .where(waiting, Document.status == "ready")
+            .join(KnowledgeBase, KnowledgeBase.id == g.knowledge_base_id)
+            # A KB whose wiki was switched off keeps its queue; it resumes when switched on.
+            .where(waiting, Document.status == "ready", KnowledgeBase.wiki_enabled.is_(True))
             .where(g.tenant_id.in_(list(tenants)) if tenants else true())
             .order_by(g.next_attempt_at)
             .limit(1)
