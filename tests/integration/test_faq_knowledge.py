@@ -18,19 +18,25 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from redis.asyncio import Redis
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_contracts import ToolContext
 from weft_knowledge.api import knowledge_router
+from weft_knowledge.faq_embedding import FaqEmbedder, FaqEmbeddingSettings
 from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.titles import KnowledgeDirectory
-from weft_knowledge.usage import DocumentUsage
+from weft_knowledge.usage import DocumentUsage, ModelUsage
+from weft_memory.usage_api import usage_router
 from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_scripted_llm.embeddings import embed_text
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
+from weft_storage.knowledge.faq_jobs import FaqEmbeddingQueue
 from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import IngestionQueue
+from weft_storage.knowledge.models import FaqEntry
 from weft_storage.knowledge.store import KnowledgeStore
+from weft_storage.memory.models_usage import UsageRecord
 from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
@@ -76,6 +82,12 @@ class Kit:
         )  # fmt: skip
         transport = httpx.ASGITransport(api)
         self.http = httpx.AsyncClient(transport=transport, base_url="http://knowledge")
+        memory = FastAPI()
+        memory.include_router(usage_router(sessions))  # memory's own route, same database
+        self.memory = httpx.ASGITransport(memory)
+        self.usage = ModelUsage("http://memory", lambda: "", transport=self.memory)
+        self.jobs = FaqEmbeddingQueue(sessions)
+        self.sessions = sessions
         knowledge = KnowledgeClient("http://knowledge", transport=transport)
         self.registry: ToolRegistry = builtin_registry(
             ToolDependencies(
@@ -84,6 +96,17 @@ class Kit:
             )
         )  # fmt: skip
         self.tenant = f"t-{secrets.token_hex(4)}"
+        self.workers = FaqEmbedder(
+            self.jobs, embedder, self.usage,
+            FaqEmbeddingSettings(tenants=(self.tenant,), retry_backoff_s=0),
+        )  # fmt: skip
+
+    async def drain(self) -> int:
+        """Run this tenant's FAQ embedding jobs as an ingestion worker does; how many."""
+        ran = 0
+        while await self.workers.embed_next():
+            ran += 1
+        return ran
 
     async def search(self, args: dict[str, Any], **context: Any) -> tuple[dict[str, Any], Any]:
         ctx = ToolContext(user_id="u", agent_id="a", **context)
@@ -113,7 +136,9 @@ async def _faq_kb(kit: Kit) -> str:
         f"/internal/knowledge-bases/{kb_id}/faq/import",
         params={"tenant_id": kit.tenant, "file_name": "faq.csv"}, content=FAQ_CSV,
     )  # fmt: skip
-    assert imported.status_code == 201 and imported.json() == {"imported": 2, "embedded": True}
+    assert imported.status_code == 201 and imported.json()["imported"] == 2, imported.text
+    assert imported.json()["embedding_job"].startswith("fqj_")
+    await kit.drain()
     return kb_id
 
 
@@ -216,3 +241,148 @@ async def test_a_mentions_targets_bound_the_search(kit: Kit) -> None:
         )
         assert [r["content"] for r in narrowed["results"]] == ["The pro plan costs 30 euros."]
         assert {ref["document_id"] for ref in data["references"]} == {pro}
+
+
+class FailingEmbedder:
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.calls = 0
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("embedding endpoint down")
+        return [embed_text(t, 64) for t in texts]
+
+
+async def _empty_faq_kb(kit: Kit) -> str:
+    body = {"tenant_id": kit.tenant, "name": "f", "kind": "faq"}
+    made = await kit.http.post("/internal/knowledge-bases", json=body)
+    kb_id: str = made.json()["id"]
+    return kb_id
+
+
+async def _usage_rows(kit: Kit) -> list[tuple[str, str, int, int]]:
+    async with kit.sessions() as s:
+        rows = await s.execute(
+            select(UsageRecord.source, UsageRecord.source_id, UsageRecord.input_tokens,
+                   UsageRecord.llm_calls).where(UsageRecord.tenant_id == kit.tenant)
+        )  # fmt: skip
+        return [(r[0], r[1], int(r[2]), int(r[3])) for r in rows.all()]
+
+
+async def _kb_view(kit: Kit, kb: str) -> dict[str, Any]:
+    shown = await kit.http.get(f"/internal/knowledge-bases/{kb}", params={"tenant_id": kit.tenant})
+    assert shown.status_code == 200, shown.text
+    view: dict[str, Any] = shown.json()
+    return view
+
+
+async def test_an_import_queues_its_embeddings_and_the_worker_meters_them(kit: Kit) -> None:
+    """SPEC C-04: the import stores the entries (keyword-searchable at once) and queues
+    their embeddings; a worker embeds them off the request path, the progress is on the
+    KB, and the job's tokens are metered once through memory's usage route."""
+    made = await kit.http.post(
+        "/internal/knowledge-bases", json={"tenant_id": kit.tenant, "name": "faq", "kind": "faq"}
+    )
+    kb = made.json()["id"]
+    imported = await kit.http.post(
+        f"/internal/knowledge-bases/{kb}/faq/import",
+        params={"tenant_id": kit.tenant, "file_name": "faq.csv", "user_id": "u-1"},
+        content=FAQ_CSV,
+    )  # fmt: skip
+    job = imported.json()["embedding_job"]
+    queued = (await _kb_view(kit, kb))["faq"]
+    assert queued["entries"] == 2 and queued["embedded"] == 0, queued
+    assert queued["jobs"]["pending"] == 1, queued
+    body, _ = await kit.search({"query": "forgot my password", "mode": "keyword"},
+                               knowledge_base_ids=[kb])  # fmt: skip
+    assert body["results"][0]["type"] == "faq"  # keyword search before any embedding
+    semantic, _ = await kit.search({"query": "forgot my password", "mode": "semantic"},
+                                   knowledge_base_ids=[kb])  # fmt: skip
+    assert semantic["mode_fallbacks"][0]["reason"] == "no embeddings yet"
+
+    assert await kit.drain() == 1
+    done = (await _kb_view(kit, kb))["faq"]
+    assert done["embedded"] == 2 and done["jobs"]["ready"] == 1 and done["error"] is None, done
+    [(source, source_id, tokens, calls)] = await _usage_rows(kit)
+    assert (source, source_id) == ("embedding", job) and tokens > 0 and calls == 1
+    semantic, _ = await kit.search({"query": "forgot my password", "mode": "semantic"},
+                                   knowledge_base_ids=[kb])  # fmt: skip
+    assert "mode_fallbacks" not in semantic and semantic["results"][0]["type"] == "faq"
+    assert await kit.drain() == 0  # nothing left: a ready job is never run again
+
+
+async def test_a_failing_embedder_is_retried_then_the_job_fails_visibly(kit: Kit) -> None:
+    """Retried, bounded: each failed attempt is put back after its backoff; the last
+    one fails the job with its reason on the KB; the entries stay searchable by
+    keyword, and nothing is metered for calls that never answered."""
+    kb = await _empty_faq_kb(kit)
+    await kit.http.post(
+        f"/internal/knowledge-bases/{kb}/faq/import",
+        params={"tenant_id": kit.tenant, "file_name": "faq.csv"}, content=FAQ_CSV,
+    )  # fmt: skip
+    failing = FailingEmbedder(failures=10)
+    worker = FaqEmbedder(kit.jobs, failing, kit.usage,
+                         FaqEmbeddingSettings(tenants=(kit.tenant,), max_attempts=3,
+                                              retry_backoff_s=0))  # fmt: skip
+    while await worker.embed_next():
+        pass
+    assert failing.calls == 3  # three attempts, then no more
+    view = (await _kb_view(kit, kb))["faq"]
+    assert view["jobs"]["failed"] == 1 and "embedding endpoint down" in view["error"], view
+    assert view["embedded"] == 0
+    body, _ = await kit.search({"query": "support hours", "mode": "keyword"},
+                               knowledge_base_ids=[kb])  # fmt: skip
+    assert body["results"][0]["type"] == "faq"
+    assert await _usage_rows(kit) == []
+
+
+async def test_an_attempt_memory_refused_is_retried_and_metered_once(kit: Kit) -> None:
+    """Idempotent: an attempt whose usage memory did not take is retried; the retry
+    embeds nothing twice and reports the same total, stored once."""
+    kb = await _empty_faq_kb(kit)
+    imported = await kit.http.post(
+        f"/internal/knowledge-bases/{kb}/faq/import",
+        params={"tenant_id": kit.tenant, "file_name": "faq.csv"}, content=FAQ_CSV,
+    )  # fmt: skip
+    job = imported.json()["embedding_job"]
+    down = ModelUsage("http://memory", lambda: "",
+                      transport=httpx.MockTransport(lambda r: httpx.Response(503)))  # fmt: skip
+    embedder = FailingEmbedder(failures=0)
+    settings = FaqEmbeddingSettings(tenants=(kit.tenant,), retry_backoff_s=0)
+    assert await FaqEmbedder(kit.jobs, embedder, down, settings).embed_next()
+    view = (await _kb_view(kit, kb))["faq"]
+    assert view["embedded"] == 2 and view["jobs"]["pending"] == 1, view
+    assert "memory did not take" in view["error"]
+    assert await _usage_rows(kit) == []
+    assert await FaqEmbedder(kit.jobs, embedder, kit.usage, settings).embed_next()
+    assert embedder.calls == 1  # the retry embedded nothing again
+    [(source, source_id, tokens, calls)] = await _usage_rows(kit)
+    assert (source, source_id, calls) == ("embedding", job, 1) and tokens > 0
+    assert (await _kb_view(kit, kb))["faq"]["jobs"]["ready"] == 1
+
+
+async def test_an_entry_replaced_while_queued_gets_its_new_questions_vector(kit: Kit) -> None:
+    """A replace queues a newer job; the older one never writes its stale vector on the
+    entry."""
+    kb = await _empty_faq_kb(kit)
+    base = f"/internal/knowledge-bases/{kb}/faq/entries"
+    mine = {"tenant_id": kit.tenant}
+    entry = (await kit.http.post(base, json={**mine, "question": "Where do I park?",
+                                             "answer": "Level -2."})).json()  # fmt: skip
+    canteen = {"question": "When is the canteen open?", "answer": "Noon."}
+    await kit.http.put(f"{base}/{entry['id']}", json={**mine, **canteen})
+    assert await kit.drain() == 2
+    async with kit.sessions() as s:
+        stored = await s.scalar(select(FaqEntry.embedding).where(FaqEntry.id == entry["id"]))
+    assert stored is not None
+    expected = embed_text("When is the canteen open?", 64)
+    assert max(abs(a - b) for a, b in zip(stored, expected, strict=True)) < 1e-5
+    assert (await _kb_view(kit, kb))["faq"]["jobs"] == {
+        "pending": 0,
+        "processing": 0,
+        "ready": 2,
+        "failed": 0,
+    }

@@ -243,11 +243,14 @@ def knowledge_router(
 
     @router.get("/internal/knowledge-bases/{kb_id}")
     async def get_kb(request: Request, tenant_id: str, kb_id: str) -> dict[str, Any]:
-        """One KB in reach with its switches, capabilities and graph progress."""
+        """One KB in reach with its switches, capabilities and graph progress (an FAQ
+        base: its entries' embedding progress)."""
         await require_kb(request, tenant_id, kb_id)
         (view,) = await directory.scoped(tenant_id, [kb_id])
         if view["graph_enabled"]:
             view["graph"] = await graph.progress(tenant_id, kb_id)
+        if faq is not None and view.get("kind") == FAQ_KIND:
+            view["faq"] = await faq.embedding_progress(tenant_id, kb_id)
         return view
 
     @router.post("/internal/knowledge-bases/{kb_id}/documents")

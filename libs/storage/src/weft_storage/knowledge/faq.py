@@ -15,6 +15,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ulid import ULID
 
+from weft_storage.knowledge.faq_jobs import FaqEmbeddingQueue, queue_embedding_job
 from weft_storage.knowledge.models import FaqEntry, KnowledgeBase
 from weft_storage.knowledge.store import KEYWORD_CANDIDATES, keyword_tsquery
 
@@ -109,6 +110,29 @@ class FaqStore:
             )
         return ids
 
+    async def add_queued(
+        self, tenant_id: str, kb_id: str, drafts: list[FaqDraft], *, user_id: str = ""
+    ) -> tuple[list[str], str]:
+        """Store ``drafts`` without embeddings and queue the job that owes them, in one
+        transaction (the ingestion workers embed them); (their ids in order, the job)."""
+        ids = [f"faq_{ULID()}" for _ in drafts]
+        async with self._sessions.begin() as s:
+            s.add_all(
+                FaqEntry(
+                    id=entry_id, tenant_id=tenant_id, knowledge_base_id=kb_id,
+                    question=d.question, similar_text="\n".join(d.similar_questions),
+                    answer=d.answer, tag=d.tag,
+                )
+                for entry_id, d in zip(ids, drafts, strict=True)
+            )  # fmt: skip
+            await s.flush()
+            job_id = await queue_embedding_job(s, tenant_id, kb_id, user_id, ids)
+        return ids, job_id
+
+    async def embedding_progress(self, tenant_id: str, kb_id: str) -> dict[str, object]:
+        """The base's entries, those embedded, and its embedding jobs by state."""
+        return await FaqEmbeddingQueue(self._sessions).progress(tenant_id, kb_id)
+
     async def count(self, tenant_id: str, kb_id: str) -> int:
         """Entries of one knowledge base."""
         stmt = select(func.count()).where(
@@ -151,9 +175,14 @@ class FaqStore:
         kb_id: str,
         entry_id: str,
         draft: FaqDraft,
-        embedding: list[float] | None,
+        embedding: list[float] | None = None,
+        *,
+        queue_embedding: bool = False,
+        user_id: str = "",
     ) -> bool:
-        """Overwrite one entry of ``kb_id``; False when there is none."""
+        """Overwrite one entry of ``kb_id``; False when there is none. With
+        ``queue_embedding`` its old vector goes and a job owing the new one is queued in
+        the same transaction."""
         stmt = (
             update(FaqEntry)
             .where(
@@ -172,7 +201,10 @@ class FaqStore:
         )
         async with self._sessions.begin() as s:
             result = await s.execute(stmt)
-        return bool(getattr(result, "rowcount", 0))
+            replaced = bool(getattr(result, "rowcount", 0))
+            if replaced and queue_embedding:
+                await queue_embedding_job(s, tenant_id, kb_id, user_id, [entry_id])
+        return replaced
 
     async def delete(self, tenant_id: str, kb_id: str, entry_id: str) -> bool:
         """Delete one entry of ``kb_id``; False when there is none."""
