@@ -38,6 +38,7 @@ from weft_storage.knowledge.models import FaqEntry
 from weft_storage.knowledge.store import KnowledgeStore
 from weft_storage.memory.models_usage import UsageRecord
 from weft_tool_catalog import ToolInvocation, ToolRegistry
+from weft_tool_catalog.registry import ToolOutcome
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
 from weft_tools.knowledge_client import KnowledgeClient
@@ -109,14 +110,17 @@ class Kit:
         return ran
 
     async def search(self, args: dict[str, Any], **context: Any) -> tuple[dict[str, Any], Any]:
+        outcome = await self.tool("search_knowledge", args, **context)
+        assert outcome.success, outcome.error
+        return json.loads(outcome.output), outcome.data
+
+    async def tool(self, name: str, args: dict[str, Any], **context: Any) -> ToolOutcome:
         ctx = ToolContext(user_id="u", agent_id="a", **context)
         call = ToolInvocation(
             tenant_id=self.tenant, session_id=f"s-{secrets.token_hex(3)}", request_id="r",
             arguments=args, context=ctx,
         )  # fmt: skip
-        outcome = await self.registry.execute("search_knowledge", call)
-        assert outcome.success, outcome.error
-        return json.loads(outcome.output), outcome.data
+        return await self.registry.execute(name, call)
 
 
 @pytest.fixture
@@ -208,7 +212,7 @@ async def test_faq_priority_puts_entries_before_passages(kit: Kit) -> None:
 
 async def test_a_mentions_targets_bound_the_search(kit: Kit) -> None:
     """SPEC A-11: tags and document ids resolve to targets in scope; the search then
-    reads only those documents (and no FAQ base)."""
+    reads only those documents (and no FAQ entry: none carries the tags)."""
     faq = await _faq_kb(kit)
     kb = await kit.store.create_knowledge_base(kit.tenant, "plans")
     basic, _ = await kit.store.add_document(
@@ -222,7 +226,10 @@ async def test_a_mentions_targets_bound_the_search(kit: Kit) -> None:
     targets = await kit.http.post(
         "/internal/search-targets", json={**mine, "knowledge_base_ids": [kb, faq], "tags": ["pro"]}
     )
-    assert targets.json() == {"targets": [{"knowledge_base_id": kb, "document_id": pro}]}
+    assert targets.json() == {
+        "targets": [{"knowledge_base_id": kb, "document_id": pro}],
+        "faq_targets": [],
+    }
     unknown = await kit.http.post("/internal/search-targets",
                                   json={**mine, "document_ids": [basic, "doc_nope"]})  # fmt: skip
     assert unknown.status_code == 404 and "doc_nope" in unknown.text
@@ -386,3 +393,73 @@ async def test_an_entry_replaced_while_queued_gets_its_new_questions_vector(kit:
         "ready": 2,
         "failed": 0,
     }
+
+
+async def _plans(kit: Kit) -> tuple[str, str, str]:
+    """A document base with a basic and a pro plan (the pro one tagged ``pro``)."""
+    kb = await kit.store.create_knowledge_base(kit.tenant, "plans")
+    basic, _ = await kit.store.add_document(
+        kit.tenant, kb, "basic", "The basic plan costs 10 euros. Support hours apply."
+    )
+    pro, _ = await kit.store.add_document(kit.tenant, kb, "pro", "The pro plan costs 30 euros.")
+    tagged = await kit.http.put(
+        f"/internal/documents/{pro}/tags", json={"tenant_id": kit.tenant, "tags": ["pro"]}
+    )
+    assert tagged.status_code == 200, tagged.text
+    return kb, basic, pro
+
+
+async def test_an_at_tag_mention_selects_the_faq_entries_carrying_it(kit: Kit) -> None:
+    """SPEC A-11 with FAQ bases: an ``@tag`` resolves to the documents and to the FAQ
+    entries that carry it; the search then reads those entries and no other, and a tag
+    only FAQ entries carry reads no document."""
+    faq = await _faq_kb(kit)
+    kb, basic, pro = await _plans(kit)
+    mine = {"tenant_id": kit.tenant, "knowledge_base_ids": [kb, faq]}
+    found = (await kit.http.post("/internal/search-targets",
+                                 json={**mine, "tags": ["support"]})).json()  # fmt: skip
+    assert found == {"targets": [], "faq_targets": [{"knowledge_base_id": faq, "tag": "support"}]}
+    both = (await kit.http.post("/internal/search-targets",
+                                json={**mine, "tags": ["pro", "account"]})).json()  # fmt: skip
+    assert both["targets"] == [{"knowledge_base_id": kb, "document_id": pro}]
+    assert both["faq_targets"] == [{"knowledge_base_id": faq, "tag": "account"}]
+
+    scope = {"knowledge_base_ids": [kb, faq]}
+    for mode in ("keyword", "semantic", "hybrid"):
+        body, _ = await kit.search({"query": "support hours password", "mode": mode},
+                                   faq_tags=["support"], **scope)  # fmt: skip
+        contents = [r["content"] for r in body["results"]]
+        assert contents and all("Support answers" in c for c in contents), (mode, contents)
+    body, _ = await kit.search({"query": "plan costs password reset", "mode": "keyword"},
+                               document_ids=[pro], faq_tags=["account"], **scope)  # fmt: skip
+    contents = sorted(r["content"] for r in body["results"])
+    assert len(contents) == 2 and "pro plan" in contents[1] and "reset link" in contents[0]
+    assert basic not in json.dumps(body)
+
+
+async def test_read_and_list_documents_are_bounded_by_a_mention(kit: Kit) -> None:
+    """SPEC A-11 (reference: read_document checks the @mention scope; list_documents
+    applies @file/@tag before paging, its total and next page limited to them)."""
+    kb, basic, pro = await _plans(kit)
+    scope = {"knowledge_base_ids": [kb]}
+    free = await kit.tool("list_documents", {}, **scope)
+    assert json.loads(free.output)["total"] == 2
+    listed = await kit.tool("list_documents", {"page_size": 1}, document_ids=[pro], **scope)
+    page = json.loads(listed.output)
+    assert page["total"] == 1 and "next_page" not in page
+    assert [d["title"] for d in page["documents"]] == ["pro"]
+    faq_only = await kit.tool("list_documents", {}, faq_tags=["support"], **scope)
+    assert json.loads(faq_only.output)["total"] == 0
+
+    read = await kit.tool("read_document", {"id": pro}, document_ids=[pro], **scope)
+    assert read.success and "pro plan" in read.output
+    refused = await kit.tool("read_document", {"id": basic}, document_ids=[pro], **scope)
+    assert not refused.success and "not found" in (refused.error or "")
+    assert "basic plan" not in (refused.output or "")
+    by_chunk, _ = await kit.search({"query": "basic plan", "mode": "keyword"}, **scope)
+    handle = by_chunk["results"][0]["id"]
+    # A chunk handle of a document the mention leaves out is refused as well.
+    outcome = await kit.tool("read_document", {"id": handle}, document_ids=[pro], **scope)
+    assert not outcome.success
+    unmentioned = await kit.tool("read_document", {"id": basic}, **scope)
+    assert unmentioned.success and "basic plan" in unmentioned.output

@@ -8,6 +8,7 @@ bounded number of index matches, as chunks are ranked (``store.py``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,6 +218,24 @@ class FaqStore:
             result = await s.execute(stmt)
         return bool(getattr(result, "rowcount", 0))
 
+    async def tagged(
+        self, tenant_id: str, kb_ids: list[str], tags: Sequence[str]
+    ) -> list[tuple[str, str]]:
+        """(FAQ knowledge base, tag) of the ``tags`` some entry in scope carries (all the
+        tenant's bases when ``kb_ids`` is empty): SPEC A-11's @tag over FAQ bases."""
+        if not tags:
+            return []
+        stmt = (
+            select(FaqEntry.knowledge_base_id, FaqEntry.tag)
+            .where(FaqEntry.tenant_id == tenant_id, FaqEntry.tag.in_(list(tags)))
+            .distinct()
+            .order_by(FaqEntry.knowledge_base_id, FaqEntry.tag)
+        )
+        if kb_ids:
+            stmt = stmt.where(FaqEntry.knowledge_base_id.in_(kb_ids))
+        async with self._sessions() as s:
+            return [(r[0], r[1]) for r in (await s.execute(stmt)).all()]
+
     async def faq_bases(self, tenant_id: str, kb_ids: list[str]) -> dict[str, tuple[int, int]]:
         """FAQ knowledge bases in scope (all the tenant's when ``kb_ids`` is empty) ->
         (entries, entries with an embedding); bases without entries are left out."""
@@ -237,28 +256,66 @@ class FaqStore:
         return {r[0]: (int(r[1]), int(r[2])) for r in rows}
 
     async def keyword_search(
-        self, tenant_id: str, kb_ids: list[str], query: str, limit: int
-    ) -> list[FaqHit]:
-        """Entries of ``kb_ids`` holding any word of ``query``, best first."""
+        self, tenant_id: str, kb_ids: list[str], query: str, limit: int,
+        *, tags: Sequence[str] = (),
+    ) -> list[FaqHit]:  # fmt: skip
+        """Entries of ``kb_ids`` holding any word of ``query``, best first; only those
+        tagged one of ``tags`` when given (SPEC A-11's @tag)."""
         words = keyword_tsquery(query)
         if not words or not kb_ids:
             return []
         tsq = func.to_tsquery("english", words)
         score = func.ts_rank_cd(FaqEntry.tsv, tsq).label("score")
-        matched = (
-            select(*_COLUMNS, score)
-            .where(
-                FaqEntry.tenant_id == tenant_id,
-                FaqEntry.knowledge_base_id.in_(kb_ids),
-                FaqEntry.tsv.op("@@")(tsq),
-            )
-            .limit(KEYWORD_CANDIDATES)
-            .subquery()
+        stmt = select(*_COLUMNS, score).where(
+            FaqEntry.tenant_id == tenant_id,
+            FaqEntry.knowledge_base_id.in_(kb_ids),
+            FaqEntry.tsv.op("@@")(tsq),
         )
+        if tags:
+            stmt = stmt.where(FaqEntry.tag.in_(list(tags)))
+        matched = stmt.limit(KEYWORD_CANDIDATES).subquery()
         stmt = select(matched).order_by(matched.c.score.desc(), matched.c.id).limit(limit)
         async with self._sessions() as s:
             rows = (await s.execute(stmt)).all()
         return [FaqHit(entry=_row(r), score=float(r.score)) for r in rows]
+
+    async def embedding_version(self, tenant_id: str, kb_id: str) -> tuple[int, str]:
+        """What changes whenever the base's vectors do: (entries with an embedding, the
+        newest write among them); a semantic index reloads only when it moves."""
+        stmt = select(func.count(), func.max(FaqEntry.updated_at)).where(
+            FaqEntry.tenant_id == tenant_id,
+            FaqEntry.knowledge_base_id == kb_id,
+            FaqEntry.embedding.is_not(None),
+        )
+        async with self._sessions() as s:
+            count, newest = (await s.execute(stmt)).one()
+        return int(count), str(newest)
+
+    async def vectors(
+        self, tenant_id: str, kb_id: str
+    ) -> tuple[list[str], list[str], list[list[float]]]:
+        """(ids, tags, vectors) of the base's entries that have an embedding."""
+        stmt = select(FaqEntry.id, FaqEntry.tag, FaqEntry.embedding).where(
+            FaqEntry.tenant_id == tenant_id,
+            FaqEntry.knowledge_base_id == kb_id,
+            FaqEntry.embedding.is_not(None),
+        )
+        async with self._sessions() as s:
+            rows = (await s.execute(stmt)).all()
+        return [r[0] for r in rows], [r[1] for r in rows], [list(r[2] or []) for r in rows]
+
+    async def by_ids(self, tenant_id: str, kb_ids: list[str], ids: list[str]) -> list[FaqRow]:
+        """Entries of ``kb_ids`` by id, in the order asked (missing ones left out)."""
+        if not ids or not kb_ids:
+            return []
+        stmt = select(*_COLUMNS).where(
+            FaqEntry.tenant_id == tenant_id,
+            FaqEntry.knowledge_base_id.in_(kb_ids),
+            FaqEntry.id.in_(ids),
+        )
+        async with self._sessions() as s:
+            found = {r.id: _row(r) for r in (await s.execute(stmt)).all()}
+        return [found[i] for i in ids if i in found]
 
     async def embedded(
         self, tenant_id: str, kb_ids: list[str]

@@ -67,7 +67,7 @@ async def queue_embedding_job(
     await s.execute(
         update(FaqEntry)
         .where(FaqEntry.tenant_id == tenant_id, FaqEntry.id.in_(list(entry_ids)))
-        .values(embedding_job_id=job_id, embedding=None)
+        .values(embedding_job_id=job_id, embedding=None, updated_at=func.now())
     )
     await s.execute(select(func.pg_notify(INGESTION_CHANNEL, "")))
     return job_id
@@ -157,7 +157,7 @@ class FaqEmbeddingQueue:
                         FaqEntry.id == entry_id,
                         FaqEntry.embedding_job_id == job.id,
                     )
-                    .values(embedding=vector)
+                    .values(embedding=vector, updated_at=func.now())
                 )
             embedded = await s.scalar(
                 select(func.count()).where(
