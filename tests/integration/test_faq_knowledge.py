@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 from redis.asyncio import Redis
@@ -23,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from weft_contracts import ToolContext
 from weft_knowledge.api import knowledge_router
 from weft_knowledge.faq_embedding import FaqEmbedder, FaqEmbeddingSettings
+from weft_knowledge.faq_search import FaqVectorIndex
 from weft_knowledge.search import KnowledgeSearch
 from weft_knowledge.titles import KnowledgeDirectory
 from weft_knowledge.usage import DocumentUsage, ModelUsage
@@ -463,3 +465,42 @@ async def test_read_and_list_documents_are_bounded_by_a_mention(kit: Kit) -> Non
     assert not outcome.success
     unmentioned = await kit.tool("read_document", {"id": basic}, **scope)
     assert unmentioned.success and "basic plan" in unmentioned.output
+
+
+async def test_the_faq_vector_index_reloads_only_when_a_bases_vectors_change(kit: Kit) -> None:
+    """Semantic search over FAQ bases reads the vectors once per version of the base,
+    not on every query; a newly embedded entry is found at once after."""
+    kb = await _faq_kb(kit)
+    index = FaqVectorIndex(kit.faq)
+    query = np.asarray(embed_text("canteen opening hours", 64), dtype=np.float32)
+    await index.search(kit.tenant, kb, query, 5)
+    await index.search(kit.tenant, kb, query, 5)
+    assert index.loads == 1
+    entry = {"tenant_id": kit.tenant, "question": "canteen opening hours", "answer": "Noon.",
+             "tag": "food"}  # fmt: skip
+    made = await kit.http.post(f"/internal/knowledge-bases/{kb}/faq/entries", json=entry)
+    await kit.drain()
+    found = await index.search(kit.tenant, kb, query, 5)
+    assert index.loads == 2 and found[0][0] == made.json()["id"]
+    support = await index.search(kit.tenant, kb, query, 5, tags=["support"])
+    assert made.json()["id"] not in {i for i, _ in support}
+    assert [i for i, _ in await index.search(kit.tenant, kb, query, 5, tags=["food"])] == [
+        made.json()["id"]
+    ]
+
+
+async def test_a_batch_read_before_a_replace_never_lands_on_the_new_question(kit: Kit) -> None:
+    """The race the job guard closes: a worker read the old question, the entry is
+    replaced (a newer job owes it), then the worker stores its batch."""
+    kb = await _empty_faq_kb(kit)
+    base = f"/internal/knowledge-bases/{kb}/faq/entries"
+    mine = {"tenant_id": kit.tenant}
+    entry = (await kit.http.post(base, json={**mine, "question": "Old?", "answer": "a"})).json()
+    job = await kit.jobs.claim(tenants=(kit.tenant,))
+    assert job is not None
+    [owed] = await kit.jobs.owed(job, 10)
+    await kit.http.put(f"{base}/{entry['id']}", json={**mine, "question": "New?", "answer": "b"})
+    await kit.jobs.save_batch(job, [owed.id], [embed_text(owed.question, 64)], 1)
+    async with kit.sessions() as s:
+        stored = await s.scalar(select(FaqEntry.embedding).where(FaqEntry.id == entry["id"]))
+    assert stored is None  # the newer job will embed "New?"
