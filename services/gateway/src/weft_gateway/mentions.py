@@ -76,6 +76,8 @@ class MentionResolver:
         kbs = sorted({t["knowledge_base_id"] for t in [*targets, *faqs]})
         docs = sorted({t["document_id"] for t in targets})
         tags = sorted({t["tag"] for t in faqs})
+        if not kbs:  # no knowledge base would mean every one of the tenant's: never widen
+            raise HTTPException(422, "the mentions select nothing in this agent's knowledge")
         return agent.model_copy(
             update={"knowledge_base_ids": kbs, "search_document_ids": docs,
                     "search_faq_tags": tags}
