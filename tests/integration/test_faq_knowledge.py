@@ -31,6 +31,7 @@ from weft_knowledge.usage import DocumentUsage, ModelUsage
 from weft_memory.usage_api import usage_router
 from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_scripted_llm.embeddings import embed_text
+from weft_storage.knowledge import faq_jobs
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
 from weft_storage.knowledge.faq_jobs import FaqEmbeddingQueue
@@ -504,3 +505,17 @@ async def test_a_batch_read_before_a_replace_never_lands_on_the_new_question(kit
     async with kit.sessions() as s:
         stored = await s.scalar(select(FaqEntry.embedding).where(FaqEntry.id == entry["id"]))
     assert stored is None  # the newer job will embed "New?"
+
+
+async def test_a_bases_ready_jobs_are_bounded(kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bounded queue: however often entries are rewritten, a base keeps its newest ready
+    jobs only (KEEP_READY), pending and failed ones untouched."""
+    monkeypatch.setattr(faq_jobs, "KEEP_READY", 2)
+    kb = await _empty_faq_kb(kit)
+    base = f"/internal/knowledge-bases/{kb}/faq/entries"
+    for n in range(4):
+        entry = {"tenant_id": kit.tenant, "question": f"Question {n}?", "answer": "a"}
+        assert (await kit.http.post(base, json=entry)).status_code == 201
+        await kit.drain()
+    view = (await _kb_view(kit, kb))["faq"]
+    assert view["jobs"]["ready"] == 2 and view["embedded"] == 4, view

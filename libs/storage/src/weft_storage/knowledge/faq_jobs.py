@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 from ulid import ULID
@@ -28,6 +28,9 @@ from weft_storage.knowledge.models import FaqEntry
 from weft_storage.knowledge.models_faq import FaqEmbeddingJob
 
 JOB_STATES = ("pending", "processing", "ready", "failed")
+KEEP_READY = 100
+"""Ready jobs kept per knowledge base (the newest; older ones are deleted as a job ends,
+so the queue stays bounded however often entries are rewritten)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +190,8 @@ class FaqEmbeddingQueue:
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     async def finish(self, job: EmbeddingJob) -> None:
-        """Mark the job ``ready``; the entries it embedded no longer name it."""
+        """Mark the job ``ready``; the entries it embedded no longer name it; the base
+        keeps its :data:`KEEP_READY` newest ready jobs."""
         async with self._sessions.begin() as s:
             await s.execute(
                 update(FaqEntry)
@@ -198,6 +202,23 @@ class FaqEmbeddingQueue:
                 update(FaqEmbeddingJob)
                 .where(FaqEmbeddingJob.id == job.id)
                 .values(status="ready", error=None, updated_at=func.now())
+            )
+            kept = (
+                select(FaqEmbeddingJob.id)
+                .where(
+                    FaqEmbeddingJob.knowledge_base_id == job.knowledge_base_id,
+                    FaqEmbeddingJob.status == "ready",
+                )
+                .order_by(FaqEmbeddingJob.updated_at.desc(), FaqEmbeddingJob.id.desc())
+                .limit(KEEP_READY)
+            )
+            await s.execute(
+                delete(FaqEmbeddingJob).where(
+                    FaqEmbeddingJob.tenant_id == job.tenant_id,
+                    FaqEmbeddingJob.knowledge_base_id == job.knowledge_base_id,
+                    FaqEmbeddingJob.status == "ready",
+                    FaqEmbeddingJob.id.not_in(kept.scalar_subquery()),
+                )
             )
 
     async def fail(self, job: EmbeddingJob, error: str, *, retry_in_s: float | None) -> None:
