@@ -31,6 +31,8 @@ from weft_knowledge.usage import DocumentUsage, ModelUsage
 from weft_memory.usage_api import usage_router
 from weft_platform.web_snapshots import MemorySnapshotStore
 from weft_scripted_llm.embeddings import embed_text
+from weft_scripted_llm.tokens import estimate_tokens as provider_tokens
+from weft_scripted_llm.tokens import words
 from weft_storage.knowledge import faq_jobs
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
@@ -44,6 +46,7 @@ from weft_tool_catalog import ToolInvocation, ToolRegistry
 from weft_tool_catalog.registry import ToolOutcome
 from weft_tools.aliases import RedisAliasBook
 from weft_tools.builtin import ToolDependencies, builtin_registry
+from weft_tools.embeddings import OpenAIEmbedder, embed_counted, estimate_tokens
 from weft_tools.knowledge_client import KnowledgeClient
 
 FAQ_CSV = (
@@ -519,3 +522,20 @@ async def test_a_bases_ready_jobs_are_bounded(kit: Kit, monkeypatch: pytest.Monk
         await kit.drain()
     view = (await _kb_view(kit, kb))["faq"]
     assert view["jobs"]["ready"] == 2 and view["embedded"] == 4, view
+
+
+async def test_the_openai_embedder_counts_the_providers_tokens(scripted_llm: str) -> None:
+    """What a job meters is the provider's ``usage.prompt_tokens`` over real HTTP (the
+    scripted OpenAI-compatible double), summed over the embedder's batches."""
+    embedder = OpenAIEmbedder(base_url=f"{scripted_llm}/v1", api_key="k", model="e", batch_size=2)
+    texts = ["How do I reset my password?", "What are the support hours?", "?!" * 40]
+    vectors, tokens = await embed_counted(embedder, texts)
+    counted = sum(provider_tokens(" ".join(words(t))) for t in texts)  # the double's count
+    assert len(vectors) == 3 and tokens == counted != estimate_tokens(texts)
+    _, first = await embedder.embed_counted(texts[:2])
+    _, last = await embedder.embed_counted(texts[2:])
+    assert tokens == first + last
+    assert await embed_counted(ScriptedEmbedder(), texts) == (
+        await ScriptedEmbedder().embed(texts),
+        estimate_tokens(texts),
+    )
