@@ -539,3 +539,21 @@ async def test_the_openai_embedder_counts_the_providers_tokens(scripted_llm: str
         await ScriptedEmbedder().embed(texts),
         estimate_tokens(texts),
     )
+
+
+async def test_a_job_whose_worker_died_is_taken_over(kit: Kit) -> None:
+    """A claim older than the stale bound (its worker died mid-job) is claimed again by
+    another worker, which embeds what is left; a fresh claim is never taken twice."""
+    kb = await _empty_faq_kb(kit)
+    mine = {"tenant_id": kit.tenant, "question": "Where do I park?", "answer": "Level -2."}
+    await kit.http.post(f"/internal/knowledge-bases/{kb}/faq/entries", json=mine)
+    died = await kit.jobs.claim(tenants=(kit.tenant,))
+    assert died is not None and died.attempts == 1
+    assert await kit.jobs.claim(tenants=(kit.tenant,)) is None  # in progress, not stale
+    eager = FaqEmbeddingQueue(kit.sessions, stale_after_s=0)
+    settings = FaqEmbeddingSettings(tenants=(kit.tenant,))
+    assert await FaqEmbedder(eager, ScriptedEmbedder(), kit.usage, settings).embed_next()
+    view = (await _kb_view(kit, kb))["faq"]
+    assert view["embedded"] == 1 and view["jobs"]["ready"] == 1, view
+    [(source, source_id, _, _)] = await _usage_rows(kit)
+    assert (source, source_id) == ("embedding", died.id)
