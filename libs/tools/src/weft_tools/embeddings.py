@@ -7,7 +7,7 @@ testable offline; a real deployment points ``WEFT_EMBEDDING_BASE_URL`` at its pr
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from openai import AsyncOpenAI
 
@@ -63,6 +63,7 @@ class OpenAIEmbedder:
         return vectors, tokens
 
 
+@runtime_checkable
 class CountingEmbedder(Protocol):
     """An embedder that also tells the input tokens a call cost (what is metered)."""
 
@@ -80,12 +81,8 @@ def estimate_tokens(texts: list[str]) -> int:
 async def embed_counted(embedder: Embedder, texts: list[str]) -> tuple[list[list[float]], int]:
     """(vectors, input tokens) of ``texts`` from any embedder: the provider's count when
     it reports one (:class:`CountingEmbedder`), else an estimate."""
-    if isinstance(embedder, OpenAIEmbedder):
+    if isinstance(embedder, CountingEmbedder):
         return await embedder.embed_counted(texts)
-    counting = getattr(embedder, "embed_counted", None)
-    if counting is not None:
-        vectors, tokens = await counting(texts)
-        return list(vectors), int(tokens)
     return await embedder.embed(texts), estimate_tokens(texts)
 
 
