@@ -129,3 +129,39 @@ async def test_intent_detection_and_expansion_through_the_scripted_model(
     assert not [e for e in events if e.event in ("tool_call", "tool_result")]
     assert events[-1].data["data"]["final_answer"] == "Hello! How can I help?"
     assert len(await chat_requests(llm)) == 4  # two analyses, two generations
+
+
+TAGGED_FAQ_CSV = (
+    b"question,answer,tag\n"
+    b"How do I reset my password?,Use the reset link.,account\n"
+    b"What are the support hours?,Support answers from 8am to 6pm CET.,support\n"
+)
+
+
+async def test_an_at_tag_mention_selects_the_faq_entries_carrying_it(
+    api: httpx.AsyncClient, stack: LocalStack, llm: httpx.AsyncClient
+) -> None:
+    """SPEC A-11 over FAQ bases: ``@tag:support`` reads the FAQ entries tagged ``support``
+    and no document nor other entry; the import's embeddings are computed by the stack's
+    ingestion worker (progress on the KB) and metered."""
+    faq = (await api.post("/api/v1/knowledge-bases", json={"name": "faq", "kind": "faq"})).json()
+    imported = await api.post(
+        f"/api/v1/knowledge-bases/{faq['id']}/faq/import",
+        files={"file": ("faq.csv", TAGGED_FAQ_CSV)},
+    )
+    assert imported.status_code == 201 and imported.json()["embedding_job"], imported.text
+    docs = (await api.post("/api/v1/knowledge-bases", json={"name": "hours"})).json()["id"]
+    hours = {"title": "hours", "content": "Support hours are 9 to 5."}
+    added = await api.post(f"/api/v1/knowledge-bases/{docs}/documents", json=hours)
+    assert added.status_code == 201, added.text
+    agent = await _quick_agent(api, [faq["id"], docs], faq_priority_enabled=False)
+
+    def referenced(events: list[Any]) -> list[dict[str, Any]]:
+        refs = [e for e in events if e.event == "references"]
+        return [r for e in refs for r in e.data["data"]["references"]]
+
+    events = await _turn(api, stack, agent, "@tag:support support hours password")
+    refs = referenced(events)
+    assert refs and all("Support answers" in r["excerpt"] for r in refs), refs
+    everything = referenced(await _turn(api, stack, agent, "support hours password"))
+    assert any(r["document_id"] == added.json()["id"] for r in everything), everything

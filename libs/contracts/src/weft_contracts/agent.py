@@ -115,7 +115,15 @@ class AgentConfig(BaseModel):
         default_factory=list,
         max_length=500,
         description="SPEC A-11: the documents this turn's @doc/@tag mentions narrowed the "
-        "search to (within knowledge_base_ids); empty: no mention, every document.",
+        "search to (within knowledge_base_ids); empty with no search_faq_tags: no mention, "
+        "every document.",
+    )
+    search_faq_tags: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="SPEC A-11: the @tag mentions that select FAQ entries carrying the tag "
+        "(within knowledge_base_ids). Under a mention (this or search_document_ids not "
+        "empty) only the mentioned documents and these FAQ entries are read.",
     )
     reasoning_effort: ReasoningEffort | None = Field(
         default=None,

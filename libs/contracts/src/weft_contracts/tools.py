@@ -31,8 +31,15 @@ class ToolContext(Payload):
     document_ids: list[str] = Field(
         default_factory=list,
         max_length=500,
-        description="SPEC A-11: the documents the turn's mentions narrowed search to; empty: "
-        "no mention.",
+        description="SPEC A-11: the documents the turn's mentions narrowed search to; empty "
+        "with no faq_tags: no mention.",
+    )
+    faq_tags: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="SPEC A-11: the turn's @tag mentions that select FAQ entries; under a "
+        "mention (this or document_ids not empty) the knowledge tools read only the "
+        "mentioned documents and these FAQ entries.",
     )
     faq_score_boost: float | None = Field(
         default=None,
@@ -40,6 +47,12 @@ class ToolContext(Payload):
         le=1,
         description="SPEC C-04: FAQ priority with this boost (quick-answer); None: off.",
     )
+
+    @property
+    def mentioned(self) -> bool:
+        """Whether the turn's mentions narrowed its knowledge (SPEC A-11)."""
+        return bool(self.document_ids or self.faq_tags)
+
     allowed_tools: list[str] | None = Field(
         default=None,
         description=(

@@ -78,6 +78,7 @@ OWNED_TABLES: Mapping[str, tuple[str, ...]] = {
         "document_files",
         "chunks",
         "faq_entries",
+        "faq_embedding_jobs",
         "graph_entities",
         "graph_relations",
         "graph_mentions",

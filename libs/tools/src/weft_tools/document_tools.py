@@ -1,5 +1,13 @@
 """``read_document`` (SPEC T-08) and ``list_documents`` (T-09), read from the knowledge
-service with the turn's credential."""
+service with the turn's credential.
+
+Under a mention (SPEC A-11: the turn's ``@doc``/``@tag`` narrowed its knowledge) both
+read only the mentioned documents, as ``search_knowledge`` does: ``read_document`` of
+another document (or of one of its chunks) is the "not found" of one outside the turn's
+knowledge bases, and ``list_documents`` lists the mentioned ones alone, its total and
+pages counted over them (the reference: "@fichier / @tag pour list_documents avant
+pagination ; total_docs et next_page limités au scope").
+"""
 
 from __future__ import annotations
 
@@ -54,7 +62,7 @@ class ReadDocumentTool:
             doc_id,
             credential=self._reader.credential_for(call),
         )
-        if doc is None:
+        if doc is None or not _mentioned(call, doc_id):
             raise OutOfScope("document not found in this conversation's knowledge bases")
         return doc
 
@@ -141,6 +149,11 @@ class ReadDocumentTool:
         }
 
 
+def _mentioned(call: ToolInvocation, doc_id: str) -> bool:
+    """Whether the turn's mentions (if any) let it read ``doc_id``."""
+    return not call.context.mentioned or doc_id in call.context.document_ids
+
+
 def _matcher(query: str, regex: bool) -> Any:
     if regex:
         pattern = re.compile(query, re.IGNORECASE)
@@ -170,6 +183,7 @@ class ListDocumentsTool:
                 page=page,
                 size=size,
                 credential=self._reader.credential_for(call),
+                document_ids=call.context.document_ids if call.context.mentioned else None,
             )
         except KnowledgeUnavailable as exc:
             return ToolOutcome(success=False, error=f"list_documents: {exc}")

@@ -7,7 +7,7 @@ testable offline; a real deployment points ``WEFT_EMBEDDING_BASE_URL`` at its pr
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from openai import AsyncOpenAI
 
@@ -39,7 +39,14 @@ class OpenAIEmbedder:
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """Vectors for ``texts``, L2-normalised so a dot product is the cosine."""
+        vectors, _ = await self.embed_counted(texts)
+        return vectors
+
+    async def embed_counted(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """(vectors for ``texts``, input tokens the provider counted; estimated for a
+        response without usage)."""
         vectors: list[list[float]] = []
+        tokens = 0
         for start in range(0, len(texts), self._batch):
             batch = [t or " " for t in texts[start : start + self._batch]]
             if self._dimensions:
@@ -50,7 +57,33 @@ class OpenAIEmbedder:
                 response = await self._client.embeddings.create(model=self._model, input=batch)
             ordered = sorted(response.data, key=lambda d: d.index)
             vectors += [normalise(list(d.embedding)) for d in ordered]
-        return vectors
+            usage = getattr(response, "usage", None)
+            counted = getattr(usage, "prompt_tokens", None)
+            tokens += counted if isinstance(counted, int) else estimate_tokens(batch)
+        return vectors, tokens
+
+
+@runtime_checkable
+class CountingEmbedder(Protocol):
+    """An embedder that also tells the input tokens a call cost (what is metered)."""
+
+    async def embed_counted(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """(one vector per text, input tokens)."""
+        ...
+
+
+def estimate_tokens(texts: list[str]) -> int:
+    """Input tokens of ``texts`` when the provider does not say: one per four
+    characters, at least one a text (the token estimator's fallback)."""
+    return sum(max(1, len(t) // 4) for t in texts)
+
+
+async def embed_counted(embedder: Embedder, texts: list[str]) -> tuple[list[list[float]], int]:
+    """(vectors, input tokens) of ``texts`` from any embedder: the provider's count when
+    it reports one (:class:`CountingEmbedder`), else an estimate."""
+    if isinstance(embedder, CountingEmbedder):
+        return await embedder.embed_counted(texts)
+    return await embedder.embed(texts), estimate_tokens(texts)
 
 
 def normalise(vector: list[float]) -> list[float]:

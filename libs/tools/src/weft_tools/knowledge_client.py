@@ -128,14 +128,16 @@ class KnowledgeClient:
         *,
         credential: str | None,
         document_ids: list[str] | None = None,
+        faq_tags: list[str] | None = None,
         faq_score_boost: float | None = None,
     ) -> SearchReport:
         """The ``search_knowledge`` pipeline, run by knowledge over ``kb_ids`` (all the
-        tenant's KBs when empty), only ``document_ids`` when given (SPEC A-11), FAQ
-        entries first when ``faq_score_boost`` is given (SPEC C-04)."""
+        tenant's KBs when empty); under a mention (SPEC A-11) only ``document_ids`` and
+        the FAQ entries tagged one of ``faq_tags``; FAQ entries first when
+        ``faq_score_boost`` is given (SPEC C-04)."""
         body = {"tenant_id": tenant_id, "knowledge_base_ids": kb_ids, "query": query,
                 "mode": mode.value, "limit": limit, "document_ids": document_ids or [],
-                "faq_score_boost": faq_score_boost}  # fmt: skip
+                "faq_tags": faq_tags or [], "faq_score_boost": faq_score_boost}  # fmt: skip
         resp = await self._send("POST", "/internal/search", credential, json=body)
         if resp is None:
             raise NoIndexInScope("no knowledge base in scope has indexed content")
@@ -184,16 +186,22 @@ class KnowledgeClient:
 
     async def list_documents(
         self, tenant_id: str, kb_ids: list[str], *, keyword: str = "", page: int = 1,
-        size: int = 20, credential: str | None,
+        size: int = 20, credential: str | None, document_ids: list[str] | None = None,
     ) -> tuple[int, list[DocumentInfo]]:  # fmt: skip
-        """(total in scope, one page of documents), newest first."""
-        pairs: list[tuple[str, str | int | float | bool | None]] = [
-            ("tenant_id", tenant_id), ("keyword", keyword), ("page", page), ("size", size),
-            *(("kb_id", k) for k in kb_ids),
-        ]  # fmt: skip
-        resp = await self._send(
-            "GET", "/internal/documents", credential, params=httpx.QueryParams(pairs)
-        )
+        """(total in scope, one page of documents), newest first; only ``document_ids``
+        when given (a mention's, SPEC A-11: filtered before the page is cut)."""
+        if document_ids is not None:
+            body = {"tenant_id": tenant_id, "knowledge_base_ids": kb_ids, "keyword": keyword,
+                    "page": page, "size": size, "document_ids": document_ids}  # fmt: skip
+            resp = await self._send("POST", "/internal/documents/listing", credential, json=body)
+        else:
+            pairs: list[tuple[str, str | int | float | bool | None]] = [
+                ("tenant_id", tenant_id), ("keyword", keyword), ("page", page),
+                ("size", size), *(("kb_id", k) for k in kb_ids),
+            ]  # fmt: skip
+            resp = await self._send(
+                "GET", "/internal/documents", credential, params=httpx.QueryParams(pairs)
+            )
         if resp is None:
             return 0, []
         data = resp.json()

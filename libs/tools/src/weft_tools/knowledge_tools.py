@@ -48,6 +48,7 @@ class SearchKnowledgeTool:
                 args.limit,
                 credential=self._knowledge.credential_for(call),
                 document_ids=call.context.document_ids,
+                faq_tags=call.context.faq_tags,
                 faq_score_boost=call.context.faq_score_boost,
             )
         except (OutOfScope, NoIndexInScope, KnowledgeUnavailable) as exc:

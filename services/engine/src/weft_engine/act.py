@@ -188,6 +188,7 @@ def dispatch_messages(
         mcp_auth_wait_s=state.agent.mcp_auth_wait_s if state.agent.mcp_servers else None,
         allowed_skills=[skill.name for skill in state.agent.skills],
         document_ids=state.agent.search_document_ids,
+        faq_tags=state.agent.search_faq_tags,
         faq_score_boost=faq.score_boost if faq.priority_enabled else None,
     )
     updated: list[PendingCall] = []

@@ -269,7 +269,7 @@ def knowledge_router(
     @router.post(f"{faq}/entries", status_code=201)
     async def create_faq_entry(who: Who, kb_id: str, body: FaqEntry) -> dict[str, Any]:
         """Add one question and its answer to an FAQ base (409 for a document base)."""
-        sent = {"tenant_id": who.tenant_id, **body.model_dump()}
+        sent = {"tenant_id": who.tenant_id, "user_id": who.user_id, **body.model_dump()}
         created: dict[str, Any] = await knowledge.call("POST", faq_path(kb_id), json=sent)
         return created
 
@@ -297,7 +297,7 @@ def knowledge_router(
     async def replace_faq_entry(
         who: Who, kb_id: str, entry_id: str, body: FaqEntry
     ) -> dict[str, Any]:
-        sent = {"tenant_id": who.tenant_id, **body.model_dump()}
+        sent = {"tenant_id": who.tenant_id, "user_id": who.user_id, **body.model_dump()}
         replaced: dict[str, Any] = await knowledge.call("PUT", faq_path(kb_id, entry_id), json=sent)
         return replaced
 
@@ -313,7 +313,9 @@ def knowledge_router(
     ) -> dict[str, Any]:
         """Every row of a CSV or XLSX file (columns ``question``, ``answer``, optional
         ``similar_questions`` and ``tag``) as an entry, or none: 413 past a size, row or
-        decompression bound, 422 naming the column or row at fault."""
+        decompression bound, 422 naming the column or row at fault. The entries are
+        searchable by keyword at once; their embeddings are queued (``embedding_job``,
+        progress under ``faq`` of ``GET /knowledge-bases/{kb_id}``)."""
         name = file.filename or "upload"
         if not name.lower().endswith(FAQ_SUFFIXES):
             raise HTTPException(415, f"unsupported file type {name!r}; use {FAQ_SUFFIXES}")
@@ -324,7 +326,8 @@ def knowledge_router(
             raise HTTPException(422, "the file is empty")
         imported: dict[str, Any] = await knowledge.call(
             "POST", f"/internal/knowledge-bases/{_q(kb_id)}/faq/import",
-            params={"tenant_id": who.tenant_id, "file_name": name}, content=content,
+            params={"tenant_id": who.tenant_id, "user_id": who.user_id, "file_name": name},
+            content=content,
             headers={"Content-Type": "application/octet-stream"}, timeout=FAQ_IMPORT_TIMEOUT,
         )  # fmt: skip
         return imported

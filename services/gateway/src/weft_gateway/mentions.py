@@ -2,11 +2,13 @@
 
 A chat request names documents and tags in its ``mentions`` list (what a client's @ menu
 sends) or inline in its query as ``@doc:<document id>`` and ``@tag:<tag>``. Knowledge
-resolves them to documents among the agent's knowledge bases, under the caller's
-credential (a KB-restricted key reaches only its bases): a mentioned document outside
-them is the 404 of a missing one, a tag that no document in scope carries is a 422. The
-turn's agent snapshot then searches only those documents, in their knowledge bases: a
-mention chooses among the sources the turn may use and never widens them.
+resolves them to documents among the agent's knowledge bases, and an ``@tag`` also to
+the FAQ entries carrying it, under the caller's credential (a KB-restricted key reaches
+only its bases): a mentioned document outside them is the 404 of a missing one, a tag
+that no document or FAQ entry in scope carries is a 422. The turn's agent snapshot then
+reads only those documents and FAQ entries, in their knowledge bases (``search_knowledge``,
+``read_document``, ``list_documents``): a mention chooses among the sources the turn may
+use and never widens them.
 """
 
 from __future__ import annotations
@@ -70,6 +72,13 @@ class MentionResolver:
         }
         found = await self._knowledge.call("POST", "/internal/search-targets", json=body)
         targets = found["targets"]
-        kbs = sorted({t["knowledge_base_id"] for t in targets})
+        faqs = found.get("faq_targets") or []
+        kbs = sorted({t["knowledge_base_id"] for t in [*targets, *faqs]})
         docs = sorted({t["document_id"] for t in targets})
-        return agent.model_copy(update={"knowledge_base_ids": kbs, "search_document_ids": docs})
+        tags = sorted({t["tag"] for t in faqs})
+        if not kbs:  # no knowledge base would mean every one of the tenant's: never widen
+            raise HTTPException(422, "the mentions select nothing in this agent's knowledge")
+        return agent.model_copy(
+            update={"knowledge_base_ids": kbs, "search_document_ids": docs,
+                    "search_faq_tags": tags}
+        )  # fmt: skip

@@ -48,8 +48,10 @@ FILE_NAME_HEADER = "X-Weft-File-Name"
 
 TITLES_ROUTE = "/internal/document-titles"
 LOOKUP_ROUTE = "/internal/knowledge-bases/lookup"
+LISTING_ROUTE = "/internal/documents/listing"
 RETRIEVAL_ROUTES = (
     "/internal/search",
+    LISTING_ROUTE,
     "/internal/chunks",
     "/internal/documents",
     "/internal/documents/{doc_id}",
@@ -152,6 +154,22 @@ class TextDocument(UploadOrigin):
     tags: list[Tag] = Field(default_factory=list, max_length=32)
 
 
+class DocumentListing(BaseModel):
+    """Body of ``POST /internal/documents/listing``: ``list_documents`` under a mention
+    (SPEC A-11), its documents named in the body (too many for a query string)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str = Field(min_length=1, max_length=128)
+    knowledge_base_ids: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=100
+    )
+    document_ids: list[Annotated[str, Field(max_length=64)]] = Field(max_length=500)
+    keyword: str = Field(default="", max_length=200)
+    page: int = Field(default=1, ge=1, le=1_000_000)
+    size: int = Field(default=20, ge=1, le=100)
+
+
 class ChunkLookup(BaseModel):
     """Body of ``POST /internal/chunks``."""
 
@@ -170,6 +188,9 @@ class SearchRequest(BaseModel):
     limit: int = Field(default=5, ge=1, le=50)
     document_ids: list[str] = Field(
         default_factory=list, max_length=500, description="SPEC A-11: a mention's targets."
+    )
+    faq_tags: list[Tag] = Field(
+        default_factory=list, max_length=20, description="SPEC A-11: a mention's FAQ tags."
     )
     faq_score_boost: float | None = Field(
         default=None, ge=0, le=1, description="SPEC C-04: FAQ priority with this boost."
@@ -282,11 +303,14 @@ def knowledge_router(
 
     @router.get("/internal/knowledge-bases/{kb_id}")
     async def get_kb(request: Request, tenant_id: str, kb_id: str) -> dict[str, Any]:
-        """One KB in reach with its switches, capabilities and graph progress."""
+        """One KB in reach with its switches, capabilities and graph progress (an FAQ
+        base: its entries' embedding progress)."""
         await require_kb(request, tenant_id, kb_id)
         (view,) = await directory.scoped(tenant_id, [kb_id])
         if view["graph_enabled"]:
             view["graph"] = await graph.progress(tenant_id, kb_id)
+        if faq is not None and view.get("kind") == FAQ_KIND:
+            view["faq"] = await faq.embedding_progress(tenant_id, kb_id)
         return view
 
     @router.patch("/internal/knowledge-bases/{kb_id}")
@@ -392,6 +416,19 @@ def knowledge_router(
         )
         return {"total": total, "items": [asdict(d) for d in docs]}
 
+    @router.post(LISTING_ROUTE)
+    async def list_mentioned_documents(request: Request, body: DocumentListing) -> dict[str, Any]:
+        """``list_documents`` under a mention (SPEC A-11): only the named documents in
+        scope, filtered before the page is cut (the total counts them alone)."""
+        kbs = as_filter(scope_of(request, body.knowledge_base_ids))
+        if kbs is None:
+            return {"total": 0, "items": []}
+        total, docs = await reader.list_documents(
+            body.tenant_id, kbs, keyword=body.keyword, page=body.page, size=body.size,
+            document_ids=body.document_ids,
+        )  # fmt: skip
+        return {"total": total, "items": [asdict(d) for d in docs]}
+
     @router.get("/internal/documents/{doc_id}")
     async def get_document(
         request: Request,
@@ -454,7 +491,8 @@ def knowledge_router(
                 raise NoIndexInScope("no knowledge base in scope has indexed content")
             report = await search.search(
                 body.tenant_id, kbs, body.query, body.mode, body.limit,
-                document_ids=body.document_ids, faq_score_boost=body.faq_score_boost,
+                document_ids=body.document_ids, faq_tags=body.faq_tags,
+                faq_score_boost=body.faq_score_boost,
             )  # fmt: skip
         except NoIndexInScope as exc:
             raise HTTPException(409, str(exc)) from None
@@ -477,19 +515,26 @@ def knowledge_router(
     @router.post("/internal/search-targets")
     async def search_targets(request: Request, body: SearchTargetsRequest) -> dict[str, Any]:
         """SPEC A-11: the documents a request's ``@doc`` and ``@tag`` mentions select
-        among the KBs in scope; 404 naming a mentioned document that is not in scope, 422
-        naming a tag no document in scope carries."""
+        among the KBs in scope, and the FAQ bases whose entries carry a mentioned tag; 404
+        naming a mentioned document that is not in scope, 422 naming tags that no
+        document or FAQ entry in scope carries."""
         kbs = as_filter(scope_of(request, body.knowledge_base_ids))
         found = [] if kbs is None else await store.search_targets(
             body.tenant_id, kbs, body.document_ids, body.tags
+        )  # fmt: skip
+        faqs = [] if kbs is None or faq is None else await faq.tagged(
+            body.tenant_id, kbs, body.tags
         )  # fmt: skip
         docs = {doc for _, doc in found}
         missing = [d for d in body.document_ids if d not in docs]
         if missing:
             raise HTTPException(404, f"mentioned document(s) not found: {missing}")
-        if body.tags and not found:
-            raise HTTPException(422, f"no document in scope is tagged {body.tags}")
-        return {"targets": [{"knowledge_base_id": kb, "document_id": d} for kb, d in found]}
+        if body.tags and not found and not faqs:
+            raise HTTPException(422, f"no document or FAQ entry in scope is tagged {body.tags}")
+        return {
+            "targets": [{"knowledge_base_id": kb, "document_id": d} for kb, d in found],
+            "faq_targets": [{"knowledge_base_id": kb, "tag": tag} for kb, tag in faqs],
+        }
 
     if faq is not None:
         router.include_router(

@@ -22,6 +22,7 @@ from weft_platform.record_credentials import record_scope
 from weft_platform.runtime import ServiceRuntime, create_runtime
 from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.faq import FaqStore
+from weft_storage.knowledge.faq_jobs import FaqEmbeddingQueue
 from weft_storage.knowledge.graph import GraphStore
 from weft_storage.knowledge.ingest import INGESTION_CHANNEL, IngestionQueue
 from weft_storage.knowledge.store import KnowledgeStore
@@ -33,6 +34,7 @@ from weft_tools.embeddings import Embedder, OpenAIEmbedder
 from weft_tools.ranking import HttpRerankModel
 
 from weft_knowledge.api import SYSTEM_ROUTES, knowledge_router
+from weft_knowledge.faq_embedding import FaqEmbedder, FaqEmbeddingSettings
 from weft_knowledge.graph_extraction import ExtractionSettings, GraphExtractor
 from weft_knowledge.ingestion import DocumentIngestor
 from weft_knowledge.ingestion_loop import IngestionLoop
@@ -155,9 +157,10 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
     runtime = create_runtime(s)
     init_logging(runtime)
     queue = IngestionQueue(runtime.sessions, stale_after_s=s.ingestion_stale_after_s)
+    embedder = embedder_of(s)
     ingestor = DocumentIngestor(
         queue,
-        embedder_of(s),
+        embedder,
         limits=s.ingestion_limits(),
         tenant_max_inflight=s.ingestion_tenant_max_inflight,
     )
@@ -192,10 +195,19 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
         budget=budget,
         notices=notices,
     )
+    faq = None
+    if embedder is not None:  # without one, FAQ writes queue no job (keyword search only)
+        faq = FaqEmbedder(
+            FaqEmbeddingQueue(runtime.sessions, stale_after_s=s.ingestion_stale_after_s),
+            embedder,
+            usage,
+            FaqEmbeddingSettings(tenant_max_inflight=s.ingestion_tenant_max_inflight),
+        )
     loop = IngestionLoop(
         ingestor,
         s.ingestion_poll_s,
         graph=graph,
+        faq=faq,
         concurrency=s.ingestion_concurrency,
         wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
         depth=queue.depth if s.effective_metrics_port else None,

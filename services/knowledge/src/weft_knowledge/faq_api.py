@@ -1,5 +1,7 @@
 """knowledge's internal routes of FAQ entries (SPEC C-04): create, list, read, replace,
-delete, and bulk import from CSV/XLSX.
+delete, and bulk import from CSV/XLSX. No route embeds: a write stores its entries
+(keyword-searchable at once) and queues their embeddings for the ingestion workers
+(``faq_embedding``), which meter them.
 
 Tenant routes like the others (``api.py``): the credential's tenant, narrowed to a
 KB-restricted key's bases (a base outside them is the 404 of a missing one); an entry is
@@ -9,7 +11,6 @@ that is not an FAQ base answers 409 naming its kind.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -31,8 +32,6 @@ from weft_knowledge.faq_import import (
     parse_faq_file,
 )
 
-log = logging.getLogger(__name__)
-
 KB_MAX_ENTRIES = 50_000
 """Entries of one FAQ base (its semantic search ranks them in the worker)."""
 FAQ_PATH = "/internal/knowledge-bases/{kb_id}/faq"
@@ -48,6 +47,8 @@ class FaqEntryBody(BaseModel):
         Field(default_factory=list, max_length=SIMILAR_MAX)
     )
     tag: str = Field(default="", max_length=TAG_MAX_CHARS)
+    user_id: str = Field(default="", max_length=128)
+    """Whose write: the embedding's usage is metered to this user."""
 
     def draft(self) -> FaqDraft:
         """The entry to store (stripped; a blank question or answer is a 422)."""
@@ -81,16 +82,14 @@ def faq_router(
                 409, f"knowledge base {kb_id!r} is a {kind!r} base, not an FAQ base"
             )
 
-    async def vectors(drafts: list[FaqDraft]) -> list[list[float]] | None:
-        """The questions' embeddings; None without an embedder or when it fails (the
-        entries are still found by keyword: final but reported in the log)."""
+    async def write(
+        tenant_id: str, kb_id: str, drafts: list[FaqDraft], user_id: str
+    ) -> tuple[list[str], str | None]:
+        """Store the entries (keyword-searchable at once); with an embedder, queue the
+        job that embeds them in the ingestion workers, off this request (the job)."""
         if embedder is None:
-            return None
-        try:
-            return await embedder.embed([d.question for d in drafts])
-        except Exception as exc:
-            log.warning("faq_embedding_failed: %s", exc)
-            return None
+            return await faq.add(tenant_id, kb_id, drafts), None
+        return await faq.add_queued(tenant_id, kb_id, drafts, user_id=user_id)
 
     async def room_for(tenant_id: str, kb_id: str, adding: int) -> None:
         held = await faq.count(tenant_id, kb_id)
@@ -106,7 +105,7 @@ def faq_router(
         await require_faq(request, body.tenant_id, kb_id)
         draft = body.draft()
         await room_for(body.tenant_id, kb_id, 1)
-        [entry_id] = await faq.add(body.tenant_id, kb_id, [draft], await vectors([draft]))
+        [entry_id], _ = await write(body.tenant_id, kb_id, [draft], body.user_id)
         found = await faq.get(body.tenant_id, kb_id, entry_id)
         assert found is not None
         return asdict(found)
@@ -141,9 +140,10 @@ def faq_router(
         draft = body.draft()
         if await faq.get(body.tenant_id, kb_id, entry_id) is None:
             raise HTTPException(404, f"FAQ entry {entry_id!r} not found")
-        embedded = await vectors([draft])
-        vector = embedded[0] if embedded else None
-        await faq.replace(body.tenant_id, kb_id, entry_id, draft, vector)
+        await faq.replace(
+            body.tenant_id, kb_id, entry_id, draft, queue_embedding=embedder is not None,
+            user_id=body.user_id,
+        )  # fmt: skip
         found = await faq.get(body.tenant_id, kb_id, entry_id)
         if found is None:  # deleted meanwhile
             raise HTTPException(404, f"FAQ entry {entry_id!r} not found")
@@ -162,9 +162,12 @@ def faq_router(
         kb_id: str,
         tenant_id: str,
         file_name: Annotated[str, Query(min_length=1, max_length=500)],
+        user_id: Annotated[str, Query(max_length=128)] = "",
     ) -> dict[str, Any]:
         """Every row of the file as a new entry, or none of them (a 413 or 422 naming
-        the bound, the row or the column)."""
+        the bound, the row or the column). The entries are keyword-searchable at once;
+        their embeddings are queued for the ingestion workers (``embedding_job``; the
+        progress is on ``GET`` of the KB), never computed in this request."""
         await require_faq(request, tenant_id, kb_id)
         content = await request.body()
         if not content:
@@ -176,8 +179,7 @@ def faq_router(
         except FaqImportRefused as exc:
             raise HTTPException(422, str(exc)) from None
         await room_for(tenant_id, kb_id, len(drafts))
-        embeddings = await vectors(drafts)
-        ids = await faq.add(tenant_id, kb_id, drafts, embeddings)
-        return {"imported": len(ids), "embedded": embeddings is not None}
+        ids, job = await write(tenant_id, kb_id, drafts, user_id)
+        return {"imported": len(ids), "embedding_job": job}
 
     return router

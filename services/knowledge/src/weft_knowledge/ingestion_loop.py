@@ -11,6 +11,7 @@ from weft_platform.metrics import INGESTION_QUEUE_DEPTH, KNOWLEDGE_JOB_QUEUE_DEP
 from weft_platform.tasks import cancel_and_wait
 from weft_storage.listen import ChannelWakeups
 
+from weft_knowledge.faq_embedding import FaqEmbedder
 from weft_knowledge.graph_extraction import GraphExtractor
 from weft_knowledge.ingestion import DocumentIngestor
 
@@ -39,6 +40,7 @@ class IngestionLoop:
         job_depths: Mapping[str, Callable[[], Awaitable[dict[str, int]]]] | None = None,
         depth_every_s: float = DEPTH_EVERY_S,
         graph: GraphExtractor | None = None,
+        faq: FaqEmbedder | None = None,
     ):
         """``depth``: the queue's documents by state, counted every ``depth_every_s``
         into ``weft_ingestion_queue_depth`` (one query, whatever the scrape rate);
@@ -47,6 +49,7 @@ class IngestionLoop:
         self._depth = depth
         self._job_depths = dict(job_depths or {})
         self._graph = graph
+        self._faq = faq
         self._depth_every_s = depth_every_s
         self._ingestor = ingestor
         self._poll_s = poll_s
@@ -92,9 +95,12 @@ class IngestionLoop:
     async def _run(self) -> None:
         while True:
             try:
-                # Documents first (searchable sooner), then graph extraction (SPEC T-10).
-                busy = await self._ingestor.ingest_next() or (
-                    self._graph is not None and await self._graph.extract_next()
+                # Documents first (searchable sooner), then FAQ entries' embeddings (SPEC
+                # C-04), then graph extraction (SPEC T-10).
+                busy = (
+                    await self._ingestor.ingest_next()
+                    or (self._faq is not None and await self._faq.embed_next())
+                    or (self._graph is not None and await self._graph.extract_next())
                 )
             except asyncio.CancelledError:
                 raise

@@ -6,8 +6,9 @@ RRF fusion -> de-dup -> rerank (0.3, else best >= 0.15) -> MMR (lambda 0.7) -> l
 
 FAQ bases in scope add their entries as candidates (``faq_search``), scored by their
 match with the query; with FAQ priority (quick-answer, SPEC C-04) they come first, ranked
-by that score plus the agent's boost. A mention's targets (SPEC A-11: ``document_ids``)
-bound the chunks searched to those documents and leave FAQ bases out.
+by that score plus the agent's boost. A mention's targets (SPEC A-11) bound the search:
+the chunks to its documents (``document_ids``), the FAQ entries to those carrying one of
+its tags (``faq_tags``); under a mention, what it does not name is not searched.
 """
 
 from __future__ import annotations
@@ -70,12 +71,18 @@ class KnowledgeSearch:
         limit: int,
         *,
         document_ids: Sequence[str] = (),
+        faq_tags: Sequence[str] = (),
         faq_score_boost: float | None = None,
     ) -> SearchReport:
-        """Search ``kb_ids`` (all the tenant's KBs when empty), only ``document_ids``
-        when given; ``faq_score_boost`` not None: FAQ priority with that boost."""
-        stats = [s for s in await self._reader.scope_stats(tenant_id, kb_ids) if s.chunks]
-        faq_kbs = await self._faq_bases(tenant_id, kb_ids, document_ids)
+        """Search ``kb_ids`` (all the tenant's KBs when empty); under a mention
+        (``document_ids`` or ``faq_tags`` given) only those documents' chunks and the FAQ
+        entries tagged one of ``faq_tags``; ``faq_score_boost`` not None: FAQ priority
+        with that boost."""
+        mentioned = bool(document_ids or faq_tags)
+        stats: list[ScopeStats] = []
+        if document_ids or not mentioned:
+            stats = [s for s in await self._reader.scope_stats(tenant_id, kb_ids) if s.chunks]
+        faq_kbs = await self._faq_bases(tenant_id, kb_ids, mentioned, faq_tags)
         if not stats and not faq_kbs:
             raise NoIndexInScope("no knowledge base in scope has indexed content")
         report = SearchReport(results=[], requested_mode=mode)
@@ -90,19 +97,24 @@ class KnowledgeSearch:
             keyword, semantic = self._faq_plan(mode, faq_kbs, report)
             faqs = await self._faq_search.candidates(
                 tenant_id, sorted(faq_kbs), query, limit * CANDIDATE_FACTOR,
-                keyword=keyword, semantic=semantic,
+                keyword=keyword, semantic=semantic, tags=faq_tags,
             )  # fmt: skip
             report.rerank_rejected = report.rerank_rejected and not faqs
         report.results = merge_faq(kept, faqs, limit, faq_score_boost)
         return report
 
     async def _faq_bases(
-        self, tenant_id: str, kb_ids: list[str], document_ids: Sequence[str]
+        self, tenant_id: str, kb_ids: list[str], mentioned: bool, tags: Sequence[str]
     ) -> dict[str, tuple[int, int]]:
-        """FAQ bases in scope -> (entries, embedded entries); none under a mention."""
-        if self._faq is None or document_ids:
+        """FAQ bases in scope -> (entries, embedded entries); under a mention, only the
+        bases holding an entry with one of its ``tags`` (none without a tag)."""
+        if self._faq is None or (mentioned and not tags):
             return {}
-        return await self._faq.faq_bases(tenant_id, kb_ids)
+        bases = await self._faq.faq_bases(tenant_id, kb_ids)
+        if not mentioned:
+            return bases
+        tagged = {kb for kb, _ in await self._faq.tagged(tenant_id, kb_ids, tags)}
+        return {kb: counts for kb, counts in bases.items() if kb in tagged}
 
     def _faq_plan(
         self, mode: SearchMode, bases: dict[str, tuple[int, int]], report: SearchReport

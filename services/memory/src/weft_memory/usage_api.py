@@ -26,7 +26,8 @@ MAX_PERIOD = timedelta(days=366)
 DOCUMENT_USAGE_ROUTE = "/internal/usage/documents/{document_id}"
 DOCUMENT_USAGE_SCOPE = SystemRoute("memory:usage.write", frozenset({"knowledge", "operator"}))
 MODEL_USAGE_ROUTE = "/internal/usage/model-calls/{source_id}"
-"""Model calls a service makes outside turns (knowledge's graph extraction), same scope."""
+"""Model calls a service makes outside turns (knowledge's graph extraction, wiki
+generation, FAQ embeddings), same scope."""
 
 
 class DocumentUsage(BaseModel):
@@ -41,7 +42,7 @@ class ModelCallUsage(BaseModel):
     """Body of ``PUT /internal/usage/model-calls/{source_id}``: whose calls, what they cost."""
 
     tenant_id: str = Field(min_length=1, max_length=128)
-    source: Literal["graph", "wiki"]
+    source: Literal["graph", "wiki", "embedding"]
     input_tokens: int = Field(ge=0, le=2**53)
     output_tokens: int = Field(ge=0, le=2**53)
     llm_calls: int = Field(ge=0, le=2**31 - 1)

@@ -5,6 +5,7 @@ ranks (T-07). Every read is scoped to one tenant and, when given, to its KB ids.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,10 +65,15 @@ class DocumentReader:
         return stmt.where(model.knowledge_base_id.in_(kb_ids)) if kb_ids else stmt
 
     async def list_documents(
-        self, tenant_id: str, kb_ids: list[str], *, keyword: str = "", page: int = 1, size: int = 20
-    ) -> tuple[int, list[DocumentInfo]]:
-        """(total in scope, one page of documents), newest first; keyword on title/file name."""
+        self, tenant_id: str, kb_ids: list[str], *, keyword: str = "", page: int = 1,
+        size: int = 20, document_ids: Sequence[str] | None = None,
+    ) -> tuple[int, list[DocumentInfo]]:  # fmt: skip
+        """(total in scope, one page of documents), newest first; keyword on title/file
+        name; only ``document_ids`` when given (SPEC A-11: a mention's documents, applied
+        before the page is cut, so the total counts them alone)."""
         base = self._scoped(select(Document), Document, tenant_id, kb_ids)
+        if document_ids is not None:
+            base = base.where(Document.id.in_(list(document_ids)))
         if keyword:
             escaped = keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             like = f"%{escaped}%"

@@ -115,6 +115,8 @@ class FaqEntry(Base):
     answer: Mapped[str] = mapped_column(Text)
     tag: Mapped[str] = mapped_column(String(64), default="", server_default="")
     embedding: Mapped[list[float] | None] = mapped_column(ARRAY(REAL), nullable=True)
+    embedding_job_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    """The job that still owes the embedding (``models_faq.FaqEmbeddingJob``, 0025)."""
     tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed(FAQ_TSV, persisted=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
