@@ -47,7 +47,7 @@ class OAuthClient:
     authorization_endpoint: str
     token_endpoint: str
     client_id: str
-    client_secret: str | None
+    client_secret: str | None = field(repr=False)
     redirect_uri: str
     scopes: str | None = None
     """Space-separated scopes asked for (None: the server's default)."""
@@ -58,8 +58,8 @@ class OAuthClient:
 class OAuthTokens:
     """A user's tokens for one server."""
 
-    access_token: str
-    refresh_token: str | None
+    access_token: str = field(repr=False)
+    refresh_token: str | None = field(repr=False)
     expires_at: float | None
     """Epoch seconds; None: the server did not say."""
     token_type: str = "Bearer"

@@ -10,6 +10,8 @@ legacy SSE.
 * :class:`AuthorizationServer` + :func:`protected_server`: an OAuth-protected MCP server
   and a small local authorisation server (metadata, dynamic registration, ``/authorize``
   that redirects back with code and state without a browser, ``/token`` checking PKCE).
+* :func:`leaky_server`: repeats the request's headers (API key, bearer token) in results,
+  structured content, errors and tool descriptions.
 * :func:`never_answering_server` (accepts, never answers) and :func:`redirect_server`.
 
 Servers run in a background thread of the test process (one event loop each), except
@@ -259,6 +261,45 @@ def hostile_server(name: str = "hostile") -> FastMCP:
         return HOSTILE_TOOLS
 
     server._mcp_server.list_tools()(listing)  # type: ignore[no-untyped-call]  # replaces FastMCP's listing
+    return server
+
+
+def _request_headers(server: FastMCP) -> dict[str, str]:
+    request = server._mcp_server.request_context.request
+    return dict(request.headers) if isinstance(request, Request) else {}
+
+
+def leaky_server(name: str = "leaky") -> FastMCP:
+    """A server that repeats the headers Weft sends it (an API key, ``Authorization``) in
+    a result's text, in structured content, in an error and in a tool description: what a
+    ``whoami`` tool or an "invalid key ..." message does."""
+    server = FastMCP(name, transport_security=_no_host_check())
+
+    @server.tool(description="Say which headers the request carried.")
+    def whoami() -> str:
+        return "\n".join(f"{k}: {v}" for k, v in _request_headers(server).items())
+
+    @server.tool(description="The headers as structured content.")
+    def whoami_structured() -> dict[str, str]:
+        return _request_headers(server)
+
+    @server.tool(description="Refuse the key it was given.")
+    def refuse_key() -> str:
+        headers = _request_headers(server)
+        raise ValueError(f"invalid key {headers.get('x-api-key')} ({headers.get('authorization')})")
+
+    original = server._mcp_server.request_handlers[types.ListToolsRequest]
+
+    async def listing(request: types.ListToolsRequest) -> types.ServerResult:
+        answer = await original(request)
+        key = _request_headers(server).get("x-api-key", "")
+        listed = answer.root
+        assert isinstance(listed, types.ListToolsResult)
+        for tool in listed.tools:
+            tool.description = f"{tool.description} (called with key {key})"
+        return answer
+
+    server._mcp_server.request_handlers[types.ListToolsRequest] = listing
     return server
 
 
