@@ -3,10 +3,13 @@ secrets' absence from the reprs a log line or a traceback would show (SPEC T-19)
 
 from __future__ import annotations
 
+import httpx
+import pytest
 from weft_agent_config.mcp.oauth_store import PendingState
 from weft_contracts.mcp import McpConnection
 from weft_mcp_client.oauth import OAuthClient, OAuthTokens
 from weft_mcp_client.redaction import REDACTED, connection_secrets, redact_text, redact_value
+from weft_tools.mcp_directory import HttpMcpDirectory, McpDirectoryError
 
 KEY = "sk-abcdef0123456789"
 TOKEN = "at-0123456789abcdef"
@@ -72,3 +75,18 @@ def test_reprs_never_show_a_secret() -> None:
     for text in shown:
         assert KEY not in text and TOKEN not in text, text
     assert conn().model_dump()["headers"]["X-Api-Key"] == KEY, "the wire form keeps them"
+
+
+async def test_a_malformed_connection_answer_names_no_secret() -> None:
+    """pydantic quotes the input it refuses; a connection's input holds the secrets."""
+    bad = {**conn().model_dump(mode="json"), "transport": "stdio", "timeout_s": 10_000}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=bad)
+
+    directory = HttpMcpDirectory("http://agent-config", transport=httpx.MockTransport(answer))
+    with pytest.raises(McpDirectoryError) as raised:
+        await directory.connection("s1", credential="c")
+    message = str(raised.value)
+    assert "transport" in message and KEY not in message and TOKEN not in message
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
