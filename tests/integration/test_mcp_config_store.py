@@ -12,7 +12,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.fernet import Fernet
@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.mcp.access import McpAccess
+from weft_agent_config.mcp.oauth_store import OAuthStore, PendingState, StateRefused, state_hash
 from weft_agent_config.mcp.reencrypt import reencrypt_all
 from weft_agent_config.mcp.remote import Listing, McpRemote, UrlRefused
 from weft_agent_config.mcp.secret_box import SecretBox, UnreadableSecret
@@ -32,7 +33,7 @@ from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
 from weft_contracts.mcp import McpConnection
 from weft_mcp_client.safe_http import AddressPolicy
-from weft_storage.agent_config.models_mcp import McpServer
+from weft_storage.agent_config.models_mcp import McpOAuthState, McpServer
 from weft_storage.ownership import OWNERS
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
 
@@ -254,3 +255,23 @@ async def test_the_catalog_lists_a_servers_tools_again_only_past_their_ttl(
     await aged(20)
     assert await listed() == ["t2"] and remote.listings == 2, "past the TTL: listed again"
     assert await listed(refresh=True) == ["t3"], "refresh lists at once"
+
+
+async def test_an_oauth_state_is_refused_once_expired_or_used(sessions: Sessions) -> None:
+    # SPEC H-06: single use, and only while the turn waits; only its hash is stored.
+    store = OAuthStore(sessions, SecretBox([Fernet.generate_key()]))
+    tenant = tid("st")
+    server = await add_server(McpStore(sessions), tenant, "oauth")
+    pending = PendingState(tenant_id=tenant, user_id="u", session_id="s", request_id="r",
+                           call_id="c", server_id=server.id, verifier="v" * 43)  # fmt: skip
+    now = datetime.now(UTC)
+    await store.add_state("expired-state-000000", pending, now - timedelta(seconds=1))
+    with pytest.raises(StateRefused, match="expired"):
+        await store.consume_state("expired-state-000000")
+    await store.add_state("live-state-0000000000", pending, now + timedelta(minutes=5))
+    assert (await store.consume_state("live-state-0000000000")) == pending
+    with pytest.raises(StateRefused, match="already used"):
+        await store.consume_state("live-state-0000000000")
+    async with sessions() as s:
+        stored = list(await s.scalars(select(McpOAuthState.state_hash)))
+    assert "live-state-0000000000" not in stored and state_hash("live-state-0000000000") in stored
