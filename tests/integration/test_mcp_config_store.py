@@ -265,13 +265,14 @@ async def test_an_oauth_state_is_refused_once_expired_or_used(sessions: Sessions
     pending = PendingState(tenant_id=tenant, user_id="u", session_id="s", request_id="r",
                            call_id="c", server_id=server.id, verifier="v" * 43)  # fmt: skip
     now = datetime.now(UTC)
-    await store.add_state("expired-state-000000", pending, now - timedelta(seconds=1))
+    expired, live = secrets.token_urlsafe(32), secrets.token_urlsafe(32)  # the shared database
+    await store.add_state(expired, pending, now - timedelta(seconds=1))
     with pytest.raises(StateRefused, match="expired"):
-        await store.consume_state("expired-state-000000")
-    await store.add_state("live-state-0000000000", pending, now + timedelta(minutes=5))
-    assert (await store.consume_state("live-state-0000000000")) == pending
+        await store.consume_state(expired)
+    await store.add_state(live, pending, now + timedelta(minutes=5))
+    assert (await store.consume_state(live)) == pending
     with pytest.raises(StateRefused, match="already used"):
-        await store.consume_state("live-state-0000000000")
+        await store.consume_state(live)
     async with sessions() as s:
         stored = list(await s.scalars(select(McpOAuthState.state_hash)))
-    assert "live-state-0000000000" not in stored and state_hash("live-state-0000000000") in stored
+    assert live not in stored and state_hash(live) in stored

@@ -177,26 +177,37 @@ def tools_server(name: str = "kit", *, vanish: bool = False, **settings: Any) ->
 
 def start_process_server(transport: Transport) -> RunningServer:
     """The normal server (with ``vanish_now``) in a subprocess a test may lose."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "weft_testkit.mcp_servers",
-            "--transport",
-            transport,
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return start_process_servers(transport)[0]
+
+
+def start_process_servers(*transports: Transport) -> list[RunningServer]:
+    """:func:`start_process_server` for each of ``transports``, the processes started side
+    by side (each spends seconds importing before it listens)."""
+    started = []
+    for transport in transports:
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "weft_testkit.mcp_servers", "--transport", transport,
+             "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        started.append((transport, port, process))
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not _accepts(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("the MCP test server process did not start")
-        time.sleep(0.02)
+    running = []
+    for transport, port, process in started:
+        while not _accepts(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                for _, _, other in started:
+                    other.kill()
+                raise RuntimeError("the MCP test server process did not start")
+            time.sleep(0.02)
+        running.append(_process_server(transport, port, process))
+    return running
+
+
+def _process_server(
+    transport: Transport, port: int, process: subprocess.Popen[bytes]
+) -> RunningServer:
     base = f"http://127.0.0.1:{port}"
 
     def stop() -> None:
