@@ -3,13 +3,21 @@ secrets' absence from the reprs a log line or a traceback would show (SPEC T-19)
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from weft_agent_config.mcp.oauth_store import PendingState
-from weft_contracts.mcp import McpConnection
+from weft_contracts import ToolContext
+from weft_contracts.mcp import McpConnection, McpServerCatalog, McpToolDef
 from weft_mcp_client.oauth import OAuthClient, OAuthTokens
 from weft_mcp_client.redaction import REDACTED, connection_secrets, redact_text, redact_value
+from weft_mcp_client.safe_http import AddressPolicy
+from weft_mcp_client.transport import pinned_client_factory
+from weft_tool_catalog.registry import ToolInvocation
+from weft_tools.mcp_calls import McpCaller, Resolved
 from weft_tools.mcp_directory import HttpMcpDirectory, McpDirectoryError
+from weft_tools.mcp_pool import McpSessionPool, TurnKey
 
 KEY = "sk-abcdef0123456789"
 TOKEN = "at-0123456789abcdef"
@@ -90,3 +98,30 @@ async def test_a_malformed_connection_answer_names_no_secret() -> None:
     message = str(raised.value)
     assert "transport" in message and KEY not in message and TOKEN not in message
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
+class FailingPool(McpSessionPool):
+    """Opens the connection like the real pool, then fails as an unmapped SDK error would,
+    quoting what the server sent."""
+
+    async def run(self, turn: TurnKey, server_id: str, conn: Any, use: Any, *,
+                  timeout_s: float) -> Any:  # fmt: skip
+        await conn()
+        raise ValueError(f"input_value='invalid key {KEY}'")
+
+
+async def test_an_unmapped_failure_is_scrubbed_too() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=conn().model_dump(mode="json"))
+
+    directory = HttpMcpDirectory("http://agent-config", transport=httpx.MockTransport(answer))
+    caller = McpCaller(directory, FailingPool(pinned_client_factory(AddressPolicy())))
+    tool = McpToolDef(name="mcp_n_t_00000000", server_id="s1", server_name="n", tool_name="t")
+    server = McpServerCatalog(id="s1", name="n", tools=[tool])
+    call = ToolInvocation(
+        tenant_id="t", session_id="s", request_id="r", arguments={},
+        context=ToolContext(user_id="u", agent_id="a", mcp_server_ids=["s1"]), credential="c",
+    )  # fmt: skip
+    outcome = await caller.call(call, Resolved(server, tool), {})
+    assert not outcome.success and outcome.error and "ValueError" in outcome.error
+    assert KEY not in outcome.error and REDACTED in outcome.error

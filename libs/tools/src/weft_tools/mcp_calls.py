@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
+import structlog
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import ClientSession, McpError
@@ -32,6 +33,8 @@ from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, truncate_out
 from weft_tools.mcp_directory import McpDirectory, McpDirectoryError
 from weft_tools.mcp_pool import McpSessionPool, TurnKey
 from weft_tools.mcp_results import outcome_of
+
+log = structlog.get_logger(__name__)
 
 MAX_KEPT_CATALOGS = 1000
 """Turns whose catalog one worker keeps at once (the oldest go first)."""
@@ -154,7 +157,19 @@ class McpCaller:
         problem = argument_problem(resolved.tool, arguments)
         if problem:
             return ToolOutcome(success=False, error=problem)
-        outcome = await self._call(call, resolved, arguments)
+        try:
+            outcome = await self._call(call, resolved, arguments)
+        except Exception as exc:
+            # A failure the mapping above does not know (the SDK refusing a malformed
+            # answer...): its text may quote what the server sent, so it is scrubbed like
+            # a result, and logged without it (the worker would log and answer it raw).
+            log.warning("mcp_call_failed", server_id=resolved.server.id,
+                        error_type=type(exc).__name__)  # fmt: skip
+            outcome = ToolOutcome(
+                success=False,
+                error=f"MCP server {resolved.server.name} failed: "
+                f"{type(exc).__name__}: {str(exc)[:500]}",
+            )
         return self._scrubbed(call.request_id, resolved.server.id, outcome)
 
     async def _call(

@@ -54,6 +54,9 @@ PNG_1X1 = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
 STARTUP_TIMEOUT_S = 20.0
+PROCESS_STARTUP_TIMEOUT_S = 60.0
+"""A server in its own process imports mcp and uvicorn first: seconds of CPU each, more
+on a loaded machine and with several started side by side."""
 
 
 def free_port() -> int:
@@ -183,16 +186,18 @@ def start_process_server(transport: Transport) -> RunningServer:
 def start_process_servers(*transports: Transport) -> list[RunningServer]:
     """:func:`start_process_server` for each of ``transports``, the processes started side
     by side (each spends seconds importing before it listens)."""
-    started = []
+    started: list[tuple[Transport, int, subprocess.Popen[bytes]]] = []
     for transport in transports:
         port = free_port()
+        while any(port == taken for _, taken, _ in started):  # none listens on it yet
+            port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "weft_testkit.mcp_servers", "--transport", transport,
              "--port", str(port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         started.append((transport, port, process))
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    deadline = time.monotonic() + PROCESS_STARTUP_TIMEOUT_S
     running = []
     for transport, port, process in started:
         while not _accepts(port):
