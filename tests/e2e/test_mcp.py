@@ -81,6 +81,12 @@ async def _script(
     assert (await script.post("/_script", json={"steps": steps})).status_code == 200
 
 
+def _logged(stack: LocalStack) -> str:
+    """Every log line the stack's processes wrote so far."""
+    paths = [stack.log_path(name, port) for name, ports in stack.ports.items() for port in ports]
+    return "\n".join(p.read_text(errors="replace") for p in paths if p.exists())
+
+
 async def _approve(api: httpx.AsyncClient, prompt: dict[str, Any]) -> None:
     answer = await api.post(f"/api/v1/agent/prompts/{prompt['prompt_id']}",
                             json={"decision": "approve"})  # fmt: skip
@@ -120,6 +126,7 @@ async def test_a_registered_tool_is_described_published_asked_about_and_called(
     assert turn.of("complete")[0]["status"] == "completed"
     streamed = json.dumps(turn.events)
     assert SECRET not in streamed, "a registration's header never reaches an event"
+    assert SECRET not in _logged(stack), "nor a log line of any process"
 
 
 async def test_a_read_only_tool_over_sse_runs_without_asking(
@@ -190,3 +197,8 @@ async def test_oauth_inside_the_conversation_then_the_call_runs(
     assert result["success"] and "after consent" in result["output"], result
     again = await api.get(f"/api/v1/mcp/servers/{server['id']}")
     assert "access_token" not in again.text and "at-" not in again.text
+    issued = [*servers["authority"].tokens, *servers["authority"].refresh_tokens]
+    assert issued, "the authorisation server issued the user's tokens"
+    shown, logged = json.dumps(turn.events), _logged(stack)
+    for token in issued:
+        assert token not in shown and token not in logged, "a user's token stays internal"

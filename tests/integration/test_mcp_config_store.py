@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.fernet import Fernet
@@ -20,15 +21,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from weft_agent_config.catalogs import BuiltinAgents
 from weft_agent_config.definition import AgentDefinition
 from weft_agent_config.mcp.access import McpAccess
+from weft_agent_config.mcp.oauth_store import OAuthStore, PendingState, StateRefused, state_hash
 from weft_agent_config.mcp.reencrypt import reencrypt_all
-from weft_agent_config.mcp.remote import McpRemote, UrlRefused
+from weft_agent_config.mcp.remote import Listing, McpRemote, UrlRefused
 from weft_agent_config.mcp.secret_box import SecretBox, UnreadableSecret
+from weft_agent_config.mcp.settings import McpSettings
 from weft_agent_config.mcp.store import McpStore, StoredTool, new_server_id
+from weft_agent_config.mcp.wiring import mcp_service
 from weft_agent_config.resolver import AgentResolver
 from weft_agent_config.sharing import SharingStore
 from weft_agent_config.store import AgentStore
+from weft_contracts.mcp import McpConnection
 from weft_mcp_client.safe_http import AddressPolicy
-from weft_storage.agent_config.models_mcp import McpServer
+from weft_storage.agent_config.models_mcp import McpOAuthState, McpServer
 from weft_storage.ownership import OWNERS
 from weft_storage.tenant_data import Scope, count_rows, delete_rows
 
@@ -85,6 +90,8 @@ async def test_selection_modes_own_and_shared(sessions: Sessions) -> None:
     picked = [s2.id, off.id, foreign.id, s1.id]
     selected = {"mcp_selection_mode": "selected", "mcp_services": picked}
     assert await servers(owner, **selected, mcp_auth_wait_timeout=30) == ([s2.id, s1.id], 30.0)
+    for unset in (0, -5):  # SPEC H-06: at most 0 means 10 minutes
+        assert (await servers(owner, **selected, mcp_auth_wait_timeout=unset))[1] == 600.0
     # A shared agent: its owner's servers it names; "all" counts as none.
     assert (await servers(recipient, **selected))[0] == [s2.id, s1.id]
     assert (await servers(recipient, mcp_selection_mode="all"))[0] == []
@@ -206,3 +213,66 @@ async def test_a_tenant_purge_removes_every_mcp_row(sessions: Sessions) -> None:
             text("SELECT count(*) FROM mcp_server_tools WHERE server_id = :s"), {"s": server.id}
         )
         assert rows.scalar_one() == 0
+
+
+class CountingRemote(McpRemote):
+    """A remote whose listing is counted and answers one tool, without any server."""
+
+    def __init__(self) -> None:
+        super().__init__(AddressPolicy(), timeout_s=1, max_tools=10)
+        self.listings = 0
+
+    async def list_tools(self, conn: McpConnection) -> Listing:
+        self.listings += 1
+        tool = StoredTool(tool_name=f"t{self.listings}", description="", input_schema={},
+                          hints={}, problem=None)  # fmt: skip
+        return Listing(status="ok", tools=[tool])
+
+
+async def test_the_catalog_lists_a_servers_tools_again_only_past_their_ttl(
+    sessions: Sessions, monkeypatch: pytest.MonkeyPatch
+) -> None:  # SPEC T-19: the cached tool list has a TTL (WEFT_MCP_TOOLS_TTL_S)
+    monkeypatch.setenv("WEFT_MCP_SECRET_KEYS", Fernet.generate_key().decode())
+    monkeypatch.setenv("WEFT_MCP_TOOLS_TTL_S", "300")
+    remote = CountingRemote()
+    svc = mcp_service(McpSettings(), sessions, None, remote)
+    owner = tid("ttl")
+    server = await add_server(svc.store, owner, "cached")
+
+    async def listed(refresh: bool = False) -> list[str]:
+        catalog = await svc.catalog(owner, "u", [server.id], refresh=refresh)
+        return [t.tool_name for t in catalog.servers[0].tools]
+
+    async def aged(seconds: float) -> None:
+        async with sessions.begin() as s:
+            row = await s.get(McpServer, server.id)
+            assert row is not None and row.tools_refreshed_at is not None
+            row.tools_refreshed_at -= timedelta(seconds=seconds)
+
+    assert await listed() == ["t1"], "never listed: listed now"
+    await aged(290)
+    assert await listed() == ["t1"] and remote.listings == 1, "within the TTL: the stored list"
+    await aged(20)
+    assert await listed() == ["t2"] and remote.listings == 2, "past the TTL: listed again"
+    assert await listed(refresh=True) == ["t3"], "refresh lists at once"
+
+
+async def test_an_oauth_state_is_refused_once_expired_or_used(sessions: Sessions) -> None:
+    # SPEC H-06: single use, and only while the turn waits; only its hash is stored.
+    store = OAuthStore(sessions, SecretBox([Fernet.generate_key()]))
+    tenant = tid("st")
+    server = await add_server(McpStore(sessions), tenant, "oauth")
+    pending = PendingState(tenant_id=tenant, user_id="u", session_id="s", request_id="r",
+                           call_id="c", server_id=server.id, verifier="v" * 43)  # fmt: skip
+    now = datetime.now(UTC)
+    expired, live = secrets.token_urlsafe(32), secrets.token_urlsafe(32)  # the shared database
+    await store.add_state(expired, pending, now - timedelta(seconds=1))
+    with pytest.raises(StateRefused, match="expired"):
+        await store.consume_state(expired)
+    await store.add_state(live, pending, now + timedelta(minutes=5))
+    assert (await store.consume_state(live)) == pending
+    with pytest.raises(StateRefused, match="already used"):
+        await store.consume_state(live)
+    async with sessions() as s:
+        stored = list(await s.scalars(select(McpOAuthState.state_hash)))
+    assert live not in stored and state_hash(live) in stored

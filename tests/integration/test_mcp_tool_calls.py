@@ -108,11 +108,13 @@ def _echo_def(server_id: str, name: str) -> McpToolDef:
 def servers() -> Iterator[dict[str, kit.RunningServer]]:
     authority = kit.AuthorizationServer()
     authority.start()
+    process, process_sse = kit.start_process_servers("streamable_http", "sse")
     running = {
         "http": kit.start(kit.tools_server(), "streamable_http"),
         "sse": kit.start(kit.tools_server("legacy"), "sse"),
         "protected": kit.protected_server(authority),
-        "process": kit.start_process_server("streamable_http"),
+        "process": process,
+        "process-sse": process_sse,
     }
     yield running
     for server in running.values():
@@ -127,6 +129,7 @@ async def directory(servers: dict[str, kit.RunningServer]) -> FakeDirectory:
     await fake.add("srv-sse", "legacy", servers["sse"])
     await fake.add("srv-auth", "protected", servers["protected"])
     await fake.add("srv-proc", "process", servers["process"])
+    await fake.add("srv-proc-sse", "process-sse", servers["process-sse"])
     return fake
 
 
@@ -294,11 +297,12 @@ async def test_a_slow_tool_past_its_deadline_times_out(
     assert not outcome.success and outcome.error and "timed out" in outcome.error
 
 
+@pytest.mark.parametrize("server", ["srv-proc", "srv-proc-sse"])
 async def test_a_server_lost_mid_call_is_reported_not_replayed(
-    registry: ToolRegistry, caller: McpCaller, directory: FakeDirectory
+    registry: ToolRegistry, caller: McpCaller, directory: FakeDirectory, server: str
 ) -> None:
     outcome = await registry.execute(
-        dyn(directory, "srv-proc", "vanish_now"), invocation({}, ["srv-proc"], "r-vanish")
+        dyn(directory, server, "vanish_now"), invocation({}, [server], "r-vanish")
     )
     assert not outcome.success and outcome.error
     assert "outcome is unknown" in outcome.error or "unavailable" in outcome.error

@@ -91,6 +91,11 @@ async def test_another_tenants_server_is_a_404_everywhere(
     still = await owner.http.get(f"{SERVERS}/{sid}/tools")
     assert {t["tool_name"] for t in still.json()} >= {"echo", "add"}
     assert all(t["always_ask"] for t in still.json())
+    # Its owner can delete it, and then it is gone for the owner too.
+    assert (await owner.http.delete(f"{SERVERS}/{sid}")).status_code == 204
+    for gone in (f"{SERVERS}/{sid}", f"{SERVERS}/{sid}/tools"):
+        assert (await owner.http.get(gone)).status_code == 404
+    assert (await owner.http.get(SERVERS)).json() == []
 
 
 async def test_header_values_are_never_answered_logged_or_stored_in_clear(

@@ -131,3 +131,17 @@ async def test_an_authorisation_link_lives_as_long_as_the_turn_waits() -> None: 
         seconds = (stored[-1] - datetime.now(UTC)).total_seconds()
         assert abs(seconds - life) < 30, (wait, seconds)
         assert required.expires_at == stored[-1]
+
+
+def test_the_reencrypt_step_rotates_every_encrypted_column() -> None:
+    """A key rollover re-encrypts every MCP secret: a new ``*_encrypted`` column that the
+    step does not know would keep its tokens under the old key, lost when it is dropped."""
+    from weft_agent_config.mcp.reencrypt import COLUMNS
+    from weft_storage.agent_config import models_mcp
+
+    tables = [m.__table__ for m in vars(models_mcp).values()
+              if isinstance(m, type) and hasattr(m, "__table__")]  # fmt: skip
+    encrypted = {f"{t.name}.{c.name}" for t in tables for c in t.columns
+                 if c.name.endswith("_encrypted")}  # fmt: skip
+    rotated = {f"{c.class_.__tablename__}.{c.key}" for c in COLUMNS}
+    assert encrypted and encrypted == rotated

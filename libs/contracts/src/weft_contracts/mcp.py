@@ -169,9 +169,12 @@ class McpConnection(Payload):
     server_name: str
     url: str
     transport: McpTransport
-    headers: dict[str, str] = Field(default_factory=dict)
+    # repr=False: a connection in a log line or a traceback must not show its secrets.
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
     access_token: str | None = Field(
-        default=None, description="The user's OAuth access token for this server, if any."
+        default=None,
+        repr=False,
+        description="The user's OAuth access token for this server, if any.",
     )
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0
 

@@ -9,8 +9,10 @@ checked like the server's own URL. No redirect is followed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import json
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ from weft_mcp_client.transport import McpHttpClientFactory
 
 OAUTH_TIMEOUT_S = 15.0
 MAX_DOCUMENT_BYTES = 256_000
-"""Largest metadata or token document read."""
+"""Largest metadata, registration or token document read (cut off while it streams)."""
 
 
 class OAuthError(Exception):
@@ -47,7 +49,7 @@ class OAuthClient:
     authorization_endpoint: str
     token_endpoint: str
     client_id: str
-    client_secret: str | None
+    client_secret: str | None = field(repr=False)
     redirect_uri: str
     scopes: str | None = None
     """Space-separated scopes asked for (None: the server's default)."""
@@ -58,8 +60,8 @@ class OAuthClient:
 class OAuthTokens:
     """A user's tokens for one server."""
 
-    access_token: str
-    refresh_token: str | None
+    access_token: str = field(repr=False)
+    refresh_token: str | None = field(repr=False)
     expires_at: float | None
     """Epoch seconds; None: the server did not say."""
     token_type: str = "Bearer"
@@ -87,16 +89,40 @@ def _challenge_response(www_authenticate: str | None) -> httpx.Response:
     return httpx.Response(401, headers=headers)
 
 
+async def _bounded(
+    client: httpx.AsyncClient, method: str, url: str, **kwargs: Any
+) -> tuple[int, bytes | None]:
+    """The status and body of a request, the body None when it is longer than
+    :data:`MAX_DOCUMENT_BYTES`: read as it streams and given up past the cap, never held
+    whole (a hostile metadata or token endpoint may send an endless body), within
+    :data:`OAUTH_TIMEOUT_S` in all (httpx's timeouts are per read: a body dripped a byte
+    at a time would outlast them)."""
+    try:
+        async with asyncio.timeout(OAUTH_TIMEOUT_S):
+            async with client.stream(method, url, **kwargs) as response:
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > MAX_DOCUMENT_BYTES:
+                    return response.status_code, None
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_DOCUMENT_BYTES:
+                        return response.status_code, None
+                return response.status_code, bytes(body)
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"no whole answer within {OAUTH_TIMEOUT_S:g}s") from None
+
+
 async def _get_json(client: httpx.AsyncClient, url: str) -> dict[str, Any] | None:
     """The JSON object at ``url``, or None when it is not there (4xx, not JSON)."""
     try:
-        response = await client.get(url, headers={"Accept": "application/json"})
+        status, content = await _bounded(client, "GET", url, headers={"Accept": "application/json"})
     except httpx.HTTPError as exc:
         raise OAuthError(f"could not reach {url}: {type(exc).__name__}") from None
-    if response.status_code >= 400 or len(response.content) > MAX_DOCUMENT_BYTES:
+    if status >= 400 or content is None:
         return None
     try:
-        body = response.json()
+        body = json.loads(content)
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
@@ -149,13 +175,17 @@ async def _register(
     if scopes:
         request["scope"] = scopes
     try:
-        response = await client.post(str(metadata.registration_endpoint), json=request)
+        status, content = await _bounded(
+            client, "POST", str(metadata.registration_endpoint), json=request
+        )
     except httpx.HTTPError as exc:
         raise OAuthError(f"client registration failed: {type(exc).__name__}") from None
-    if response.status_code not in (200, 201):
-        raise OAuthError(f"client registration answered HTTP {response.status_code}")
+    if status not in (200, 201):
+        raise OAuthError(f"client registration answered HTTP {status}")
+    if content is None:
+        raise OAuthError(f"client registration answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        body = response.json()
+        body = json.loads(content)
     except ValueError:
         raise OAuthError("client registration answered something that is not JSON") from None
     client_id = body.get("client_id") if isinstance(body, dict) else None
@@ -233,15 +263,18 @@ async def _token_request(
         form["client_secret"] = client.client_secret
     async with factory(timeout=httpx.Timeout(OAUTH_TIMEOUT_S)) as http:
         try:
-            response = await http.post(
-                client.token_endpoint, data=form, headers={"Accept": "application/json"}
-            )
+            status, content = await _bounded(
+                http, "POST", client.token_endpoint, data=form,
+                headers={"Accept": "application/json"},
+            )  # fmt: skip
         except httpx.HTTPError as exc:
             raise OAuthError(f"the token endpoint failed: {type(exc).__name__}") from None
-    if response.status_code != 200 or len(response.content) > MAX_DOCUMENT_BYTES:
-        raise OAuthError(f"the token endpoint answered HTTP {response.status_code}")
+    if status != 200:
+        raise OAuthError(f"the token endpoint answered HTTP {status}")
+    if content is None:
+        raise OAuthError(f"the token endpoint answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        token = OAuthToken.model_validate_json(response.content)
+        token = OAuthToken.model_validate_json(content)
     except ValidationError:
         raise OAuthError("the token endpoint answered something that is not a token") from None
     expires = time.time() + token.expires_in if token.expires_in is not None else None

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
+import structlog
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import ClientSession, McpError
@@ -25,12 +26,15 @@ from weft_contracts.mcp import (
     McpToolDef,
 )
 from weft_contracts.tools import SHOWN_NAME_CHARS
+from weft_mcp_client.redaction import connection_secrets, redact_text, redact_value
 from weft_mcp_client.session import McpAuthorizationNeeded, McpUnavailable
 from weft_tool_catalog.registry import ToolInvocation, ToolOutcome, truncate_output
 
 from weft_tools.mcp_directory import McpDirectory, McpDirectoryError
 from weft_tools.mcp_pool import McpSessionPool, TurnKey
 from weft_tools.mcp_results import outcome_of
+
+log = structlog.get_logger(__name__)
 
 MAX_KEPT_CATALOGS = 1000
 """Turns whose catalog one worker keeps at once (the oldest go first)."""
@@ -73,6 +77,10 @@ class McpCaller:
         )
         """A turn's catalog on this worker, for ``catalog_ttl_s`` (0: never kept): a
         turn's later calls skip the round trip to agent-config."""
+        self._secrets: OrderedDict[tuple[str, str], frozenset[str]] = OrderedDict()
+        """(request_id, server_id): the secrets of every connection the turn opened to the
+        server on this worker, scrubbed from what the server answers (a session is reused
+        across calls, so they are kept until the turn ends, not only while opening)."""
 
     async def catalog(self, call: ToolInvocation, *, refresh: bool = False) -> McpCatalog:
         """The turn's servers as agent-config lists them, never one outside the turn's;
@@ -93,9 +101,36 @@ class McpCaller:
         return catalog
 
     def forget_turn(self, request_id: str) -> None:
-        """Drop a finished turn's catalog (turn-end cleanup)."""
+        """Drop a turn's kept catalog (turn end, or a new authorisation)."""
         for key in [k for k in self._catalogs if k[0] == request_id]:
             del self._catalogs[key]
+
+    def end_turn(self, request_id: str) -> None:
+        """Drop everything kept for a finished turn: its catalog and its secrets."""
+        self.forget_turn(request_id)
+        for key in [k for k in self._secrets if k[0] == request_id]:
+            del self._secrets[key]
+
+    def _remember_secrets(self, request_id: str, conn: McpConnection) -> None:
+        key = (request_id, conn.server_id)
+        self._secrets[key] = self._secrets.get(key, frozenset()) | connection_secrets(conn)
+        self._secrets.move_to_end(key)
+        while len(self._secrets) > MAX_KEPT_CATALOGS:
+            self._secrets.popitem(last=False)
+
+    def _scrubbed(self, request_id: str, server_id: str, outcome: ToolOutcome) -> ToolOutcome:
+        """``outcome`` without the connection's secrets (the server may echo them: a
+        ``whoami`` tool, an "invalid key sk-..." error), which must never reach a tool
+        result, hence Kafka, the turn's events or the model."""
+        secrets = self._secrets.get((request_id, server_id))
+        if not secrets:
+            return outcome
+        return replace(
+            outcome,
+            output=redact_text(outcome.output, secrets),
+            error=redact_text(outcome.error, secrets) if outcome.error else outcome.error,
+            data=redact_value(outcome.data, secrets),
+        )
 
     @staticmethod
     def resolve(catalog: McpCatalog, ref: str) -> Resolved | str:
@@ -117,10 +152,29 @@ class McpCaller:
     async def call(
         self, call: ToolInvocation, resolved: Resolved, arguments: dict[str, Any]
     ) -> ToolOutcome:
-        """Run ``resolved`` with ``arguments`` on the turn's session with its server."""
+        """Run ``resolved`` with ``arguments`` on the turn's session with its server; the
+        connection's secrets are scrubbed from whatever comes back."""
         problem = argument_problem(resolved.tool, arguments)
         if problem:
             return ToolOutcome(success=False, error=problem)
+        try:
+            outcome = await self._call(call, resolved, arguments)
+        except Exception as exc:
+            # A failure the mapping above does not know (the SDK refusing a malformed
+            # answer...): its text may quote what the server sent, so it is scrubbed like
+            # a result, and logged without it (the worker would log and answer it raw).
+            log.warning("mcp_call_failed", server_id=resolved.server.id,
+                        error_type=type(exc).__name__)  # fmt: skip
+            outcome = ToolOutcome(
+                success=False,
+                error=f"MCP server {resolved.server.name} failed: "
+                f"{type(exc).__name__}: {str(exc)[:500]}",
+            )
+        return self._scrubbed(call.request_id, resolved.server.id, outcome)
+
+    async def _call(
+        self, call: ToolInvocation, resolved: Resolved, arguments: dict[str, Any]
+    ) -> ToolOutcome:
         try:
             outcome = await self._run(call, resolved, arguments)
         except McpAuthorizationNeeded as needed:
@@ -144,7 +198,9 @@ class McpCaller:
         server = resolved.server
 
         async def connection() -> McpConnection:
-            return await self.directory.connection(server.id, credential=call.credential)
+            conn = await self.directory.connection(server.id, credential=call.credential)
+            self._remember_secrets(call.request_id, conn)
+            return conn
 
         async def use(session: ClientSession) -> mcp_types.CallToolResult:
             return await session.call_tool(resolved.tool.tool_name, arguments)

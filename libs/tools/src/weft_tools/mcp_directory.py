@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, ValidationError
 from weft_contracts.mcp import (
     McpAuthorizationRequired,
     McpAuthorizationStart,
@@ -23,6 +24,8 @@ from weft_contracts.mcp import (
 from weft_mcp_client.safe_http import tls_context
 
 DEFAULT_AGENT_CONFIG_URL = "http://127.0.0.1:8081"
+
+_Answer = TypeVar("_Answer", bound=BaseModel)
 
 
 class McpDirectoryError(Exception):
@@ -118,13 +121,13 @@ class HttpMcpDirectory:
         pairs = [("server_id", sid) for sid in server_ids]
         params = httpx.QueryParams([*pairs, ("refresh", "true" if refresh else "false")])
         response = await self._send("GET", "/internal/mcp/catalog", credential, params=params)
-        return McpCatalog.model_validate_json(response.content)
+        return _parsed(McpCatalog, response)
 
     async def connection(self, server_id: str, *, credential: str | None) -> McpConnection:
         """``GET /internal/mcp/servers/{id}/connection``."""
         path = f"/internal/mcp/servers/{quote(server_id, safe='')}/connection"
         response = await self._send("GET", path, credential)
-        return McpConnection.model_validate_json(response.content)
+        return _parsed(McpConnection, response)
 
     async def start_authorization(
         self, server_id: str, start: McpAuthorizationStart, *, credential: str | None
@@ -133,4 +136,19 @@ class HttpMcpDirectory:
         path = f"/internal/mcp/servers/{quote(server_id, safe='')}/authorization"
         body = start.model_dump_json().encode()
         response = await self._send("POST", path, credential, body=body)
-        return McpAuthorizationRequired.model_validate_json(response.content)
+        return _parsed(McpAuthorizationRequired, response)
+
+
+def _parsed(model: type[_Answer], response: httpx.Response) -> _Answer:
+    """``response`` as ``model``; an answer that is not one is a directory error that
+    names no value: pydantic's message quotes the input, which for a connection holds
+    decrypted header values and the user's token (it would reach a log line and the
+    model through the worker's error result)."""
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        fields = sorted({".".join(map(str, e["loc"])) for e in exc.errors()})[:5]
+        raise McpDirectoryError(
+            f"the MCP server directory's answer is not a {model.__name__} "
+            f"(fields: {', '.join(fields)})"
+        ) from None

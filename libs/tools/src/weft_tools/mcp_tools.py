@@ -159,8 +159,8 @@ class CallMcpToolTool:
 
     async def cleanup(self, session_id: str, request_id: str) -> None:
         """Close the turn's MCP sessions on this worker and forget its catalog (T-04)."""
-        self._caller.forget_turn(request_id)
         await self._caller.pool.cleanup(session_id, request_id)
+        self._caller.end_turn(request_id)
 
 
 class DynamicMcpTools:

@@ -10,6 +10,8 @@ legacy SSE.
 * :class:`AuthorizationServer` + :func:`protected_server`: an OAuth-protected MCP server
   and a small local authorisation server (metadata, dynamic registration, ``/authorize``
   that redirects back with code and state without a browser, ``/token`` checking PKCE).
+* :func:`leaky_server`: repeats the request's headers (API key, bearer token) in results,
+  structured content, errors and tool descriptions.
 * :func:`never_answering_server` (accepts, never answers) and :func:`redirect_server`.
 
 Servers run in a background thread of the test process (one event loop each), except
@@ -52,6 +54,9 @@ PNG_1X1 = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
 STARTUP_TIMEOUT_S = 20.0
+PROCESS_STARTUP_TIMEOUT_S = 60.0
+"""A server in its own process imports mcp and uvicorn first: seconds of CPU each, more
+on a loaded machine and with several started side by side."""
 
 
 def free_port() -> int:
@@ -175,26 +180,39 @@ def tools_server(name: str = "kit", *, vanish: bool = False, **settings: Any) ->
 
 def start_process_server(transport: Transport) -> RunningServer:
     """The normal server (with ``vanish_now``) in a subprocess a test may lose."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "weft_testkit.mcp_servers",
-            "--transport",
-            transport,
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not _accepts(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("the MCP test server process did not start")
-        time.sleep(0.02)
+    return start_process_servers(transport)[0]
+
+
+def start_process_servers(*transports: Transport) -> list[RunningServer]:
+    """:func:`start_process_server` for each of ``transports``, the processes started side
+    by side (each spends seconds importing before it listens)."""
+    started: list[tuple[Transport, int, subprocess.Popen[bytes]]] = []
+    for transport in transports:
+        port = free_port()
+        while any(port == taken for _, taken, _ in started):  # none listens on it yet
+            port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "weft_testkit.mcp_servers", "--transport", transport,
+             "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        started.append((transport, port, process))
+    deadline = time.monotonic() + PROCESS_STARTUP_TIMEOUT_S
+    running = []
+    for transport, port, process in started:
+        while not _accepts(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                for _, _, other in started:
+                    other.kill()
+                raise RuntimeError("the MCP test server process did not start")
+            time.sleep(0.02)
+        running.append(_process_server(transport, port, process))
+    return running
+
+
+def _process_server(
+    transport: Transport, port: int, process: subprocess.Popen[bytes]
+) -> RunningServer:
     base = f"http://127.0.0.1:{port}"
 
     def stop() -> None:
@@ -259,6 +277,45 @@ def hostile_server(name: str = "hostile") -> FastMCP:
         return HOSTILE_TOOLS
 
     server._mcp_server.list_tools()(listing)  # type: ignore[no-untyped-call]  # replaces FastMCP's listing
+    return server
+
+
+def _request_headers(server: FastMCP) -> dict[str, str]:
+    request = server._mcp_server.request_context.request
+    return dict(request.headers) if isinstance(request, Request) else {}
+
+
+def leaky_server(name: str = "leaky") -> FastMCP:
+    """A server that repeats the headers Weft sends it (an API key, ``Authorization``) in
+    a result's text, in structured content, in an error and in a tool description: what a
+    ``whoami`` tool or an "invalid key ..." message does."""
+    server = FastMCP(name, transport_security=_no_host_check())
+
+    @server.tool(description="Say which headers the request carried.")
+    def whoami() -> str:
+        return "\n".join(f"{k}: {v}" for k, v in _request_headers(server).items())
+
+    @server.tool(description="The headers as structured content.")
+    def whoami_structured() -> dict[str, str]:
+        return _request_headers(server)
+
+    @server.tool(description="Refuse the key it was given.")
+    def refuse_key() -> str:
+        headers = _request_headers(server)
+        raise ValueError(f"invalid key {headers.get('x-api-key')} ({headers.get('authorization')})")
+
+    original = server._mcp_server.request_handlers[types.ListToolsRequest]
+
+    async def listing(request: types.ListToolsRequest) -> types.ServerResult:
+        answer = await original(request)
+        key = _request_headers(server).get("x-api-key", "")
+        listed = answer.root
+        assert isinstance(listed, types.ListToolsResult)
+        for tool in listed.tools:
+            tool.description = f"{tool.description} (called with key {key})"
+        return answer
+
+    server._mcp_server.request_handlers[types.ListToolsRequest] = listing
     return server
 
 

@@ -4,7 +4,7 @@ states (hash only, single use) and users' tokens, every secret through the Secre
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +35,7 @@ class PendingState:
     request_id: str
     call_id: str
     server_id: str
-    verifier: str
+    verifier: str = field(repr=False)
 
 
 class OAuthStore:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weft_contracts.mcp import McpConnection, McpServerStatus
+from weft_mcp_client.redaction import connection_secrets, redact_text, redact_value
 from weft_mcp_client.safe_http import AddressPolicy, BlockedAddress, Resolver, system_resolver
 from weft_mcp_client.session import (
     ListedTool,
@@ -58,7 +59,10 @@ class McpRemote:
 
     async def list_tools(self, conn: McpConnection) -> Listing:
         """List the server's tools (the health check): ok with the tools, or the status
-        and the reason people read."""
+        and the reason people read. The connection's secrets are scrubbed from both: a
+        server may repeat them, and tool lists and errors are shown to the tenant's users
+        and the model."""
+        secrets = connection_secrets(conn)
         try:
             listed = await list_server_tools(
                 conn, factory=self.factory, timeout_s=self._timeout_s, max_tools=self._max_tools
@@ -70,16 +74,17 @@ class McpRemote:
                 www_authenticate=exc.www_authenticate,
             )
         except McpUnavailable as exc:
-            return Listing(status="error", error=str(exc)[:MAX_ERROR_CHARS] or "unavailable")
-        tools = [_stored(t) for t in listed.tools]
+            error = redact_text(str(exc), secrets)[:MAX_ERROR_CHARS]
+            return Listing(status="error", error=error or "unavailable")
+        tools = [_stored(t, secrets) for t in listed.tools]
         return Listing(status="ok", tools=tools, dropped=listed.dropped)
 
 
-def _stored(tool: ListedTool) -> StoredTool:
+def _stored(tool: ListedTool, secrets: frozenset[str]) -> StoredTool:
     return StoredTool(
         tool_name=tool.name,
-        description=tool.description,
-        input_schema=tool.input_schema,
+        description=redact_text(tool.description, secrets),
+        input_schema=redact_value(tool.input_schema, secrets),
         hints=tool.hints.model_dump(mode="json", exclude_none=True),
         problem=tool.problem,
     )
