@@ -189,12 +189,13 @@ class _InProcess:
     def credential_for(self, call: ToolInvocation) -> str | None:
         return call.credential
 
-    async def search(self, tenant: str, kbs: list[str], query: str, mode: Any, limit: int,
-                     *, credential: str | None, document_ids: list[str] | None = None,
-                     faq_score_boost: float | None = None) -> Any:  # fmt: skip
-        return await self._search.search(tenant, kbs, query, mode, limit,
-                                         document_ids=document_ids or (),
-                                         faq_score_boost=faq_score_boost)  # fmt: skip
+    async def search(
+        self, tenant: str, kbs: list[str], query: str, mode: Any, limit: int,
+        *, credential: str | None, **options: Any,
+    ) -> Any:  # fmt: skip
+        # The mention's and FAQ priority's options, passed on as the service passes them.
+        given = {k: v for k, v in options.items() if v is not None}
+        return await self._search.search(tenant, kbs, query, mode, limit, **given)
 
 
 def start_service(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
