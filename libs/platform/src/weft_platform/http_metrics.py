@@ -28,8 +28,21 @@ def route_template(scope: Scope) -> str:
     return path if isinstance(path, str) else UNMATCHED
 
 
+EVENT_STREAM = b"text/event-stream"
+
+
+def _is_event_stream(message: Message) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.split(b";")[0].strip() == EVENT_STREAM
+        for name, value in message.get("headers", ())
+    )
+
+
 class HttpMetrics:
-    """ASGI middleware counting requests and observing their duration."""
+    """ASGI middleware counting requests and observing their duration: until the response
+    ended, except for a Server-Sent Events stream, whose duration is its time to open (a
+    stream lives for minutes; its life would land in the top bucket and hide the opening
+    latency a client waits for; the SSE metrics follow the stream itself)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -40,11 +53,14 @@ class HttpMetrics:
             return
         started = time.perf_counter()
         status = 500  # an exception before the response started
+        opened: float | None = None  # when an event stream's response started
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, opened
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                if _is_event_stream(message):
+                    opened = time.perf_counter()
             await send(message)
 
         try:
@@ -53,4 +69,5 @@ class HttpMetrics:
             method = scope["method"] if scope["method"] in METHODS else "other"
             route = route_template(scope)
             HTTP_REQUESTS.labels(method, route, str(status)).inc()
-            HTTP_REQUEST_DURATION.labels(method, route).observe(time.perf_counter() - started)
+            ended = opened if opened is not None else time.perf_counter()
+            HTTP_REQUEST_DURATION.labels(method, route).observe(ended - started)

@@ -132,7 +132,8 @@ HTTP_REQUESTS = Counter(
 )
 HTTP_REQUEST_DURATION = Histogram(
     "weft_http_request_duration_seconds",
-    "Duration of an HTTP request until its response ended, by method and route template.",
+    "Duration of an HTTP request until its response ended (an event stream: until it "
+    "opened), by method and route template.",
     ["method", "route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
