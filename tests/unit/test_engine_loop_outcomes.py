@@ -646,3 +646,39 @@ async def test_a_step_submitted_while_the_turn_opens_leaves_it_to_the_opener(
     assert model.calls == [] and engine.events(state) == []
     stored = await engine.store.load(state.request_id)
     assert stored is not None and stored.phase == "opening"
+
+
+async def test_a_stop_mid_answer_after_tool_results_supersedes_the_cut_text(
+    engine: _Engine,
+) -> None:
+    """SPEC E-20, E-10: the text a stop cut short is closed by a superseded marker before
+    the closing synthesis streams, so the deltas after the last marker are the turn's
+    answer (docs/api.md, "Rendering the answer") and a client shows one answer, not two."""
+    state = await _answered_tools(engine)
+    closing = replies(answer("From the notes: Lisbon."))
+
+    class _Cut(FunctionModel):
+        async def stream(self, request: Any, sink: Any) -> Any:
+            if self.calls:
+                return await closing.stream(request, sink)
+            self.calls.append(ModelCall(index=0, request=request))
+            for piece in ("Stopped after ", "writing three."):
+                await sink.on_content(piece)
+            await engine.redis.set(cancel_key(state.request_id), 1)
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()  # the stop's pub/sub message, mid-answer
+            await asyncio.sleep(0)
+            raise AssertionError("the stop did not interrupt the call")
+
+    await engine.step(_Cut(reply=lambda call: AssertionError("unused")), state)
+    answers = engine.data(state, "final_answer")
+    cut = [i for i, a in enumerate(answers) if a.delta and "writing" in a.delta]
+    markers = [i for i, a in enumerate(answers) if a.superseded]
+    assert cut and markers and markers[-1] > cut[-1]
+    [marker] = [answers[i] for i in markers]
+    assert marker.superseded_by == "stop" and marker.done and marker.delta == ""
+    after = "".join(a.delta for a in answers[markers[-1] + 1 :])
+    complete = engine.complete(state)
+    assert (complete.status, complete.final_answer) == ("completed", "From the notes: Lisbon.")
+    assert after == complete.final_answer

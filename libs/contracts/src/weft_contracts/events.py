@@ -71,6 +71,11 @@ class SupersededBy(StrEnum):
     RERUN = "rerun"
     """The engine replica streaming the round stopped and another one runs the round
     again: every thought and answer delta of that round is void and appears nowhere."""
+    STOP = "stop"
+    """The user stopped the turn while the round streamed, and a closing answer from the
+    tool results gathered follows (E-20): every thought and answer delta of that round is
+    void and appears nowhere, as for ``rerun`` (a client that does not know this value
+    handles it as ``rerun``)."""
 
 
 class FinalAnswerData(Payload):

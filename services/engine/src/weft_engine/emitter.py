@@ -386,6 +386,12 @@ class EventEmitter:
         self._streaming.add(request_id)
         await self._redis.set(streaming_key(request_id), round_, ex=self._ttl)
 
+    async def streaming_round(self, request_id: str) -> int | None:
+        """The round whose text is half-streamed, whichever replica streamed it (None: no
+        round's text is)."""
+        value = await self._redis.get(streaming_key(request_id))
+        return None if value is None else int(value)
+
     async def stopped_streaming(self, request_id: str) -> None:
         """The streamed text is settled (in the saved state, or superseded). Costs a Redis
         round trip only when this replica set the flag: most rounds stream no visible

@@ -257,8 +257,8 @@ class TurnLoop:
             case Answered(state, answer, reasoning):
                 done = state.model_copy(update={"steps": final_step(state, reasoning)})
                 await self._finisher.answer(done, answer)
-            case Stopped(state) if state.has_tool_results():  # SPEC E-20: rescue
-                await asyncio.shield(self._closing(state, CANCEL_REASON))
+            case Stopped(state, cut_round) if state.has_tool_results():  # SPEC E-20: rescue
+                await asyncio.shield(self._rescue_stopped(state, cut_round))
             case Stopped(state):
                 await asyncio.shield(self._finisher.cancelled(state))
             case IterationLimit(state):  # SPEC E-21
@@ -336,9 +336,10 @@ class TurnLoop:
         state = await self._store.load(request_id)
         if state is None:
             return AlreadyEnded()
-        await self._emitter.stopped_streaming(request_id)
+        cut_round = await self._emitter.streaming_round(request_id)
+        await self._emitter.clear_streaming(request_id)
         await self._redis.delete(cancel_key(request_id))
-        return Stopped(state)
+        return Stopped(state, cut_round)
 
     async def _model_failed(self, state: TurnState, exc: LLMCallError, *, shed: bool) -> StepResult:
         """A failed round: once per step a context overflow sheds history and retries
@@ -382,6 +383,18 @@ class TurnLoop:
             superseded_by=SupersededBy.STEER,
         )  # fmt: skip
         await self._emitter.emit(FinalAnswerEvent, state.ids(), marker)
+
+    async def _rescue_stopped(self, state: TurnState, cut_round: int | None) -> None:
+        """SPEC E-20: the closing answer of a stopped turn, after a marker that voids the
+        text the stop cut short (in no step and no stored message), so the deltas after
+        the last superseded marker are the answer, as docs/api.md promises."""
+        if cut_round is not None:
+            marker = FinalAnswerData(
+                round=cut_round, delta="", done=True, superseded=True,
+                superseded_by=SupersededBy.STOP,
+            )  # fmt: skip
+            await self._emitter.emit(FinalAnswerEvent, state.ids(), marker)
+        await self._closing(state, CANCEL_REASON)
 
     async def _discard(self, state: TurnState) -> None:
         """Invariant 2: before the round a stopped replica was streaming runs again,

@@ -109,9 +109,11 @@ class Answered:
 
 @dataclass(frozen=True)
 class Stopped:
-    """The user stopped the turn; ``state`` as stored when the stop was taken (SPEC E-20)."""
+    """The user stopped the turn; ``state`` as stored when the stop was taken (SPEC E-20);
+    ``cut_round``: the round whose text was streaming when the stop came (none streamed)."""
 
     state: TurnState
+    cut_round: int | None = None
 
 
 @dataclass(frozen=True)
