@@ -179,8 +179,24 @@ class GraphStore:
 
     async def claim(self, tenants: Sequence[str] = ()) -> ExtractionJob | None:
         """Take a pending extraction that is due (or one whose worker died), or None; of
-        ``tenants`` only, when given (workers dedicated to some tenants)."""
+        ``tenants`` only, when given (workers dedicated to some tenants).
+
+        Fair across tenants, as the documents' queue is (``IngestionQueue.claim``): the job
+        of the tenant with the fewest extractions running now goes first, then the one due
+        first, so one tenant's backlog never holds every worker."""
         now = datetime.now(UTC)
+        other = aliased(GraphExtraction)
+        running = (
+            select(func.count())
+            .select_from(other)
+            .where(
+                other.tenant_id == GraphExtraction.tenant_id,
+                other.status == "processing",
+                other.updated_at >= now - self._stale,
+            )
+            .correlate(GraphExtraction)
+            .scalar_subquery()
+        )
         due = or_(
             and_(
                 GraphExtraction.status.in_(("pending", "paused")),
@@ -197,7 +213,7 @@ class GraphStore:
             # A KB whose graph was switched off keeps its queue; it resumes when switched on.
             .where(due, KnowledgeBase.graph_enabled.is_(True))
             .where(GraphExtraction.tenant_id.in_(list(tenants)) if tenants else true())
-            .order_by(GraphExtraction.not_before)
+            .order_by(running, GraphExtraction.not_before)
             .limit(1)
             .with_for_update(of=GraphExtraction, skip_locked=True)
         )

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from sqlalchemy import func, or_, select, true, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
 from ulid import ULID
 
 from weft_storage.knowledge.models import Document, KnowledgeBase
@@ -181,9 +182,25 @@ class WikiGenerations:
 
     async def claim(self, tenants: Sequence[str] = ()) -> GenerationJob | None:
         """A pending document whose retry time has come (or an abandoned claim); of
-        ``tenants`` only, when given (workers dedicated to some tenants)."""
+        ``tenants`` only, when given (workers dedicated to some tenants).
+
+        Fair across tenants, as the documents' queue is (``IngestionQueue.claim``): the job
+        of the tenant with the fewest generations running now goes first, then the one due
+        first, so one tenant's backlog never holds every worker."""
         now = datetime.now(UTC)
         g = WikiGeneration
+        other = aliased(WikiGeneration)
+        running = (
+            select(func.count())
+            .select_from(other)
+            .where(
+                other.tenant_id == g.tenant_id,
+                other.status == "generating",
+                other.updated_at >= now - self._stale,
+            )
+            .correlate(g)
+            .scalar_subquery()
+        )
         waiting = or_(
             g.status.in_(("pending", "paused")) & (g.next_attempt_at <= now),
             (g.status == "generating") & (g.updated_at < now - self._stale),
@@ -195,7 +212,7 @@ class WikiGenerations:
             # A KB whose wiki was switched off keeps its queue; it resumes when switched on.
             .where(waiting, Document.status == "ready", KnowledgeBase.wiki_enabled.is_(True))
             .where(g.tenant_id.in_(list(tenants)) if tenants else true())
-            .order_by(g.next_attempt_at)
+            .order_by(running, g.next_attempt_at)
             .limit(1)
             .with_for_update(of=g, skip_locked=True)
         )
