@@ -71,7 +71,9 @@ async def test_every_service_serves_metrics_on_its_own_port(stack: LocalStack) -
         jobs = {(dict(ls)["queue"], dict(ls)["state"]) for n, ls in scraped["knowledge_worker"]
                 if n == "weft_knowledge_job_queue_depth"}  # fmt: skip
         assert jobs == {("wiki", "pending"), ("wiki", "paused"), ("wiki", "generating"),
-                        ("graph", "pending"), ("graph", "processing")}, jobs  # fmt: skip
+                        ("graph", "pending"), ("graph", "paused"), ("graph", "processing")}, (
+            jobs
+        )  # fmt: skip
         # Never on an API port: the gateway's public port has no /metrics.
         public = await client.get(f"{stack.gateway_url}/metrics")
         assert public.status_code == 404

@@ -201,7 +201,10 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
             FaqEmbeddingQueue(runtime.sessions, stale_after_s=s.ingestion_stale_after_s),
             embedder,
             usage,
-            FaqEmbeddingSettings(tenant_max_inflight=s.ingestion_tenant_max_inflight),
+            # Model calls, like wiki and graph work: dedicated workers embed their tenants'.
+            FaqEmbeddingSettings(
+                tenant_max_inflight=s.ingestion_tenant_max_inflight, tenants=s.tenants()
+            ),
         )
     loop = IngestionLoop(
         ingestor,

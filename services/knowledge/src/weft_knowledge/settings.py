@@ -104,7 +104,8 @@ class KnowledgeSettings(ModelClientSettings, TokenBudgetSettings):
         validation_alias=AliasChoices(
             "WEFT_KNOWLEDGE_WORKER_TENANTS", "WEFT_WIKI_TENANTS", "WEFT_GRAPH_TENANTS"
         ),
-        description="Comma-separated tenants whose wiki pages and knowledge graphs this "
+        description="Comma-separated tenants whose wiki pages, knowledge graphs and FAQ "
+        "embeddings this "
         "worker makes (workers dedicated to some tenants); empty: every tenant's. "
         "WEFT_WIKI_TENANTS and WEFT_GRAPH_TENANTS, the former names, are read when it is "
         "unset (in that order).",
