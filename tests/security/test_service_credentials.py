@@ -153,6 +153,18 @@ async def services(
         await client.aclose()
 
 
+@pytest.fixture
+async def one_service(
+    migrated: str, service: str
+) -> AsyncIterator[tuple[list[Route], httpx.AsyncClient]]:
+    """The app of the test's ``service`` alone (as deployed) and its internal routes:
+    building every service's app for each of the route sweep's cases took most of this
+    module's time."""
+    app = APPS[service]()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client:
+        yield _routes(service, app), client
+
+
 @pytest.fixture(scope="module")
 def keys() -> DevCredentials:
     """The signers of the key folder the in-process apps verify with."""
@@ -301,12 +313,12 @@ CASES: dict[str, Case] = {
 @pytest.mark.parametrize("service", list(APPS))
 @pytest.mark.parametrize("case", list(CASES))
 async def test_every_internal_route_checks_the_credential(
-    services: Services,
+    one_service: tuple[list[Route], httpx.AsyncClient],
     keys: DevCredentials,
     service: str,
     case: str,
 ) -> None:
-    routes, client = services[service]
+    routes, client = one_service
     assert routes, f"{service} lists no internal route"
     wrong = []
     for route in routes:
