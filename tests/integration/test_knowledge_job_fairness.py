@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -40,29 +41,27 @@ async def _backlog(
     return queued
 
 
-async def test_wiki_generation_takes_the_idle_tenants_job_before_a_backlogs_next(
-    sessions: async_sessionmaker[AsyncSession],
+async def _claim_wiki(sessions: async_sessionmaker[AsyncSession], tenants: list[str]) -> Any:
+    return await WikiGenerations(sessions).claim(tenants)
+
+
+async def _claim_graph(sessions: async_sessionmaker[AsyncSession], tenants: list[str]) -> Any:
+    return await GraphStore(sessions).claim(tenants)
+
+
+@pytest.mark.parametrize(
+    ("queue", "claim"),
+    [(queue_generation, _claim_wiki), (queue_graph_extraction, _claim_graph)],
+    ids=["wiki", "graph"],
+)
+async def test_the_idle_tenants_job_goes_before_a_backlogs_next(
+    sessions: async_sessionmaker[AsyncSession], queue: Queue, claim: Any
 ) -> None:
     busy, idle = f"a-{secrets.token_hex(3)}", f"b-{secrets.token_hex(3)}"
-    a_docs = await _backlog(sessions, busy, 3, queue_generation)
-    [b_doc] = await _backlog(sessions, idle, 1, queue_generation)
-    jobs = WikiGenerations(sessions)
-    first = await jobs.claim([busy, idle])
-    second = await jobs.claim([busy, idle])
+    a_docs = await _backlog(sessions, busy, 3, queue)
+    [b_doc] = await _backlog(sessions, idle, 1, queue)
+    first = await claim(sessions, [busy, idle])
+    second = await claim(sessions, [busy, idle])
     assert first is not None and second is not None
     assert first.document_id == a_docs[0]  # due first, nobody running
     assert second.document_id == b_doc  # not A's second: A already has one running
-
-
-async def test_graph_extraction_takes_the_idle_tenants_job_before_a_backlogs_next(
-    sessions: async_sessionmaker[AsyncSession],
-) -> None:
-    busy, idle = f"a-{secrets.token_hex(3)}", f"b-{secrets.token_hex(3)}"
-    a_docs = await _backlog(sessions, busy, 3, queue_graph_extraction)
-    [b_doc] = await _backlog(sessions, idle, 1, queue_graph_extraction)
-    graph = GraphStore(sessions)
-    first = await graph.claim([busy, idle])
-    second = await graph.claim([busy, idle])
-    assert first is not None and second is not None
-    assert first.document_id == a_docs[0]
-    assert second.document_id == b_doc

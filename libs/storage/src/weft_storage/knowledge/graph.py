@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 from ulid import ULID
 
+from weft_storage.knowledge.fair_claims import running_per_tenant
 from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
 from weft_storage.knowledge.models_graph import (
     GraphEntity,
@@ -185,18 +186,7 @@ class GraphStore:
         of the tenant with the fewest extractions running now goes first, then the one due
         first, so one tenant's backlog never holds every worker."""
         now = datetime.now(UTC)
-        other = aliased(GraphExtraction)
-        running = (
-            select(func.count())
-            .select_from(other)
-            .where(
-                other.tenant_id == GraphExtraction.tenant_id,
-                other.status == "processing",
-                other.updated_at >= now - self._stale,
-            )
-            .correlate(GraphExtraction)
-            .scalar_subquery()
-        )
+        running = running_per_tenant(GraphExtraction, "processing", now - self._stale)
         due = or_(
             and_(
                 GraphExtraction.status.in_(("pending", "paused")),

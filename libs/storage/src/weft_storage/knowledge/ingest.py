@@ -22,10 +22,10 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, func, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import aliased
 from ulid import ULID
 
 from weft_storage.knowledge.documents import DocumentOrigin
+from weft_storage.knowledge.fair_claims import running_per_tenant
 from weft_storage.knowledge.models import Chunk, Document, KnowledgeBase
 from weft_storage.knowledge.models_files import DocumentFile
 from weft_storage.knowledge.models_graph import GraphExtraction
@@ -140,18 +140,7 @@ class IngestionQueue:
             Document.status == "pending",
             (Document.status == "processing") & (Document.updated_at < stale),
         )
-        other = aliased(Document)
-        in_progress = (
-            select(func.count())
-            .select_from(other)
-            .where(
-                other.tenant_id == Document.tenant_id,
-                other.status == "processing",
-                other.updated_at >= stale,
-            )
-            .correlate(Document)
-            .scalar_subquery()
-        )
+        in_progress = running_per_tenant(Document, "processing", stale)
         stmt = (
             select(Document, DocumentFile)
             .join(DocumentFile, DocumentFile.document_id == Document.id)

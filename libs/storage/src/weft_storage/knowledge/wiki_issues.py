@@ -21,9 +21,9 @@ from typing import Any, Literal
 from sqlalchemy import func, or_, select, true, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import aliased
 from ulid import ULID
 
+from weft_storage.knowledge.fair_claims import running_per_tenant
 from weft_storage.knowledge.models import Document, KnowledgeBase
 from weft_storage.knowledge.models_wiki import WikiGeneration, WikiIssue, WikiPage
 
@@ -189,18 +189,7 @@ class WikiGenerations:
         first, so one tenant's backlog never holds every worker."""
         now = datetime.now(UTC)
         g = WikiGeneration
-        other = aliased(WikiGeneration)
-        running = (
-            select(func.count())
-            .select_from(other)
-            .where(
-                other.tenant_id == g.tenant_id,
-                other.status == "generating",
-                other.updated_at >= now - self._stale,
-            )
-            .correlate(g)
-            .scalar_subquery()
-        )
+        running = running_per_tenant(g, "generating", now - self._stale)
         waiting = or_(
             g.status.in_(("pending", "paused")) & (g.next_attempt_at <= now),
             (g.status == "generating") & (g.updated_at < now - self._stale),
