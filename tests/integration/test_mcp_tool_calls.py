@@ -133,26 +133,43 @@ async def directory(servers: dict[str, kit.RunningServer]) -> FakeDirectory:
     return fake
 
 
-@pytest.fixture
-async def caller(directory: FakeDirectory) -> AsyncIterator[McpCaller]:
+def make_caller(directory: FakeDirectory, request_timeout_s: float) -> McpCaller:
     transport = httpx.ASGITransport(app=directory.app)
-    caller = McpCaller(
+    return McpCaller(
         HttpMcpDirectory("http://agent-config", transport=transport),
         McpSessionPool(FACTORY, idle_s=30),
-        request_timeout_s=2,
+        request_timeout_s=request_timeout_s,
     )
+
+
+@pytest.fixture
+async def caller(directory: FakeDirectory) -> AsyncIterator[McpCaller]:
+    # 2 s keeps the deadline test short; a test whose server has real work to do
+    # (megabytes to write) makes its own caller with a deadline the work fits in.
+    caller = make_caller(directory, request_timeout_s=2)
     yield caller
     await caller.pool.close()
 
 
 @pytest.fixture
-def registry(caller: McpCaller) -> ToolRegistry:
+async def patient_caller(directory: FakeDirectory) -> AsyncIterator[McpCaller]:
+    caller = make_caller(directory, request_timeout_s=60)
+    yield caller
+    await caller.pool.close()
+
+
+def make_registry(caller: McpCaller) -> ToolRegistry:
     registry = ToolRegistry()
     discover, call, dynamic = mcp_tools(caller)
     registry.register(discover)
     registry.register(call)
     registry.add_dynamic(dynamic)
     return registry
+
+
+@pytest.fixture
+def registry(caller: McpCaller) -> ToolRegistry:
+    return make_registry(caller)
 
 
 def invocation(args: dict[str, Any], servers: list[str] | None, request: str = "r1",
@@ -270,11 +287,14 @@ async def test_oversized_results_are_truncated(
 
 @pytest.mark.parametrize("server_id", ["srv-http", "srv-sse"])
 async def test_a_message_past_the_cap_is_cut_off_and_the_server_still_serves(
-    registry: ToolRegistry, directory: FakeDirectory, server_id: str
+    patient_caller: McpCaller, directory: FakeDirectory, server_id: str
 ) -> None:
     """A server answering more than MAX_MESSAGE_BYTES (here ~10 MB of text) is cut off
     while it is read: the model reads why, tool-exec never held the whole answer, and
-    the next call to the same server works (a new session)."""
+    the next call to the same server works (a new session). The kit server writes the
+    10 MB in this test's process: on a loaded CI machine that took over 2 s, so this
+    test's deadline is long enough for the write and the cap is what must stop it."""
+    registry = make_registry(patient_caller)
     huge = await registry.execute(
         dyn(directory, server_id, "big_text"),
         invocation({"chars": 10_000_000}, [server_id], f"r-huge-{server_id}"),
