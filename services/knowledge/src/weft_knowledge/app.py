@@ -128,9 +128,10 @@ def create_app(settings: KnowledgeSettings | None = None) -> FastAPI:
 
 def wiki_generation(
     runtime: ServiceRuntime, s: KnowledgeSettings, chat: ChatModel, usage: ModelUsage,
-    budget: TenantBudget, notices: ProgressNotices,
+    budget: TenantBudget, notices: ProgressNotices, wakeups: ChannelWakeups,
 ) -> WikiGenerationLoop:  # fmt: skip
-    """The worker's wiki generation task (SPEC T-18), metering through ``usage``."""
+    """The worker's wiki generation task (SPEC T-18), metering through ``usage`` and woken
+    by the ingestion channel's ``wakeups``."""
     generator = WikiGenerator(
         WikiGenerations(runtime.sessions),
         WikiPages(runtime.sessions),
@@ -145,7 +146,10 @@ def wiki_generation(
         tenants=s.tenants(),
         notices=notices,
     )
-    return WikiGenerationLoop(generator, s.ingestion_poll_s)
+    return WikiGenerationLoop(
+        generator, s.ingestion_poll_s, idle_poll_max_s=s.ingestion_idle_poll_max_s,
+        wakeups=wakeups,
+    )  # fmt: skip
 
 
 def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
@@ -206,17 +210,19 @@ def create_worker_app(settings: KnowledgeSettings | None = None) -> FastAPI:
                 tenant_max_inflight=s.ingestion_tenant_max_inflight, tenants=s.tenants()
             ),
         )
+    wakeups = ChannelWakeups(runtime.db, INGESTION_CHANNEL)
     loop = IngestionLoop(
         ingestor,
         s.ingestion_poll_s,
+        idle_poll_max_s=s.ingestion_idle_poll_max_s,
         graph=graph,
         faq=faq,
         concurrency=s.ingestion_concurrency,
-        wakeups=ChannelWakeups(runtime.db, INGESTION_CHANNEL),
+        wakeups=wakeups,
         depth=queue.depth if s.effective_metrics_port else None,
         job_depths={"wiki": WikiGenerations(runtime.sessions).depth, "graph": graph_store.depth},
     )
-    wiki = wiki_generation(runtime, s, chat, usage, budget, notices)
+    wiki = wiki_generation(runtime, s, chat, usage, budget, notices, wakeups)
     app = create_service_app(
         runtime,
         title="weft knowledge worker",

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 from weft_platform.metrics import INGESTION_QUEUE_DEPTH, KNOWLEDGE_JOB_QUEUE_DEPTH
 from weft_platform.tasks import cancel_and_wait
-from weft_storage.listen import ChannelWakeups
+from weft_storage.listen import ChannelWakeups, IdleWait
 
 from weft_knowledge.faq_embedding import FaqEmbedder
 from weft_knowledge.graph_extraction import GraphExtractor
@@ -23,7 +23,8 @@ DEPTH_EVERY_S = 15.0
 
 class IngestionLoop:
     """``concurrency`` tasks, each ingesting documents one after another; a task sleeps
-    ``poll_s`` when the queue has nothing it may take, or until ``wakeups`` signals a
+    when the queue has nothing it may take (``poll_s``, doubling while the queues stay
+    empty up to ``idle_poll_max_s``: :class:`IdleWait`), or until ``wakeups`` signals a
     newly queued document (``IngestionQueue.enqueue_file`` notifies). With the queue's
     per-tenant cap
     (:meth:`IngestionQueue.claim`), one tenant's big document holds at most that many
@@ -34,6 +35,7 @@ class IngestionLoop:
         ingestor: DocumentIngestor,
         poll_s: float,
         *,
+        idle_poll_max_s: float | None = None,
         concurrency: int = 1,
         wakeups: ChannelWakeups | None = None,
         depth: Callable[[], Awaitable[dict[str, int]]] | None = None,
@@ -53,6 +55,7 @@ class IngestionLoop:
         self._depth_every_s = depth_every_s
         self._ingestor = ingestor
         self._poll_s = poll_s
+        self._idle_poll_max_s = poll_s if idle_poll_max_s is None else idle_poll_max_s
         self._concurrency = concurrency
         self._wakeups = wakeups
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,6 +96,7 @@ class IngestionLoop:
             await asyncio.sleep(self._depth_every_s)
 
     async def _run(self) -> None:
+        idle = IdleWait(self._poll_s, self._idle_poll_max_s)
         while True:
             try:
                 # Documents first (searchable sooner), then FAQ entries' embeddings (SPEC
@@ -108,8 +112,9 @@ class IngestionLoop:
                 log.exception("ingestion_poll_failed")
                 busy = False
             if busy:
+                idle.reset()
                 continue
             if self._wakeups is None:
-                await asyncio.sleep(self._poll_s)
-            else:
-                await self._wakeups.wait(self._poll_s)
+                await asyncio.sleep(idle.next())
+            elif await self._wakeups.wait(idle.next()):
+                idle.reset()

@@ -48,7 +48,19 @@ class KnowledgeSettings(ModelClientSettings, TokenBudgetSettings):
     rerank_base_url: str = Field(default="", description="Optional rerank model endpoint.")
     rerank_model: str = ""
     rerank_api_key: str = ""
-    ingestion_poll_s: float = Field(default=1.0, gt=0, description="Idle wait between queue polls.")
+    ingestion_poll_s: float = Field(
+        default=1.0, gt=0, description="Wait before the next queue poll after one found work."
+    )
+    ingestion_idle_poll_max_s: float = Field(
+        default=15.0,
+        gt=0,
+        description=(
+            "Longest wait between polls of idle queues: the wait doubles from"
+            " ingestion_poll_s while polls find nothing. Queued work wakes the workers at"
+            " once (NOTIFY); the poll only finds retries coming due, stale claims and"
+            " tenants back under budget."
+        ),
+    )
     ingestion_concurrency: int = Field(
         default=2, ge=1, le=16, description="Documents one worker process ingests at once."
     )

@@ -34,6 +34,7 @@ from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.wiki import PageDraft, WikiPages
 from weft_storage.knowledge.wiki_issues import GenerationJob, WikiGenerations
 from weft_storage.knowledge.wiki_text import InvalidSlug, normalize_slug
+from weft_storage.listen import ChannelWakeups, IdleWait
 
 from weft_knowledge.model_call import ask
 from weft_knowledge.progress_notices import ProgressNotices, StageCounts
@@ -299,12 +300,20 @@ def parse_pages(text: str, document_id: str) -> list[PageDraft]:
 
 
 class WikiGenerationLoop:
-    """One background task generating queued documents' pages, polling ``poll_s`` when
-    none is due (the worker process's, beside the ingestion tasks)."""
+    """One background task generating queued documents' pages, polling when none is due
+    (``poll_s``, doubling while none is, up to ``idle_poll_max_s``) or woken by the
+    ingestion channel's ``NOTIFY`` (the worker process's, beside the ingestion tasks)."""
 
-    def __init__(self, generator: WikiGenerator, poll_s: float):
+    def __init__(
+        self, generator: WikiGenerator, poll_s: float, *, idle_poll_max_s: float | None = None,
+        wakeups: ChannelWakeups | None = None,
+    ) -> None:  # fmt: skip
+        """``wakeups``: the ingestion channel (a document turning ready in a wiki KB, or a
+        KB switching its wiki on, notifies it), shared with the ingestion tasks."""
         self._generator = generator
         self._poll_s = poll_s
+        self._idle_poll_max_s = poll_s if idle_poll_max_s is None else idle_poll_max_s
+        self._wakeups = wakeups
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -316,6 +325,7 @@ class WikiGenerationLoop:
         await cancel_and_wait(self._tasks)
 
     async def _run(self) -> None:
+        idle = IdleWait(self._poll_s, self._idle_poll_max_s)
         while True:
             try:
                 busy = await self._generator.generate_next()
@@ -324,5 +334,9 @@ class WikiGenerationLoop:
             except Exception:  # the database is down: try again after the poll interval
                 log.exception("wiki_generation_poll_failed")
                 busy = False
-            if not busy:
-                await asyncio.sleep(self._poll_s)
+            if busy:
+                idle.reset()
+            elif self._wakeups is None:
+                await asyncio.sleep(idle.next())
+            elif await self._wakeups.wait(idle.next()):
+                idle.reset()
