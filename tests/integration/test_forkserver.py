@@ -35,7 +35,9 @@ def _serve_llm(server: ForkServer, log: Path, env: dict[str, str]) -> ForkedProc
 
 
 def test_a_forked_process_gets_its_env_argv_session_and_exit_code(tmp_path: Path) -> None:
-    server = ForkServer(tmp_path / "status")
+    # Nothing preloaded: what is checked here is the fork itself (importing every service
+    # took 20 s of CPU on the loaded CI machine; every stack's start tests that preload).
+    server = ForkServer(tmp_path / "status", preload=())
     env = {"PATH": os.environ["PATH"], "WEFT_FORK_PROBE": "only-this"}
     try:
         probe = server.spawn("tests.fork_probe", ["3", "x"], env, tmp_path / "probe.log")
@@ -55,7 +57,7 @@ def test_a_forked_process_gets_its_env_argv_session_and_exit_code(tmp_path: Path
 
 
 def test_a_forked_service_stops_and_dies_with_popens_exit_codes(tmp_path: Path) -> None:
-    server = ForkServer(tmp_path / "status")
+    server = ForkServer(tmp_path / "status", preload=["weft_scripted_llm.__main__"])
     env = {"PATH": os.environ["PATH"]}
     try:
         first = _serve_llm(server, tmp_path / "a.log", env)

@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -53,7 +54,7 @@ PRELOAD = (
 )
 
 
-SERVER = "import sys; from weft_testkit.forkserver import main; main(sys.argv[1])"
+SERVER = "import sys; from weft_testkit.forkserver import main; main(sys.argv[1], sys.argv[2:])"
 """The server's command (``-c``: ``-m`` would import this module a second time)."""
 
 
@@ -103,8 +104,11 @@ class ForkedProcess:
 class ForkServer:
     """The client side: starts the server on first use, asks it for processes."""
 
-    def __init__(self, status_dir: Path):
+    def __init__(self, status_dir: Path, preload: Sequence[str] = PRELOAD):
+        """``preload``: the modules the server imports before it forks (every service's,
+        by default; a test of the server itself names fewer and starts in a second)."""
         self.status_dir = status_dir
+        self.preload = tuple(preload)
         self._server: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
 
@@ -112,7 +116,7 @@ class ForkServer:
         if self._server is None or self._server.poll() is not None:
             self.status_dir.mkdir(parents=True, exist_ok=True)
             self._server = subprocess.Popen(
-                [sys.executable, "-u", "-c", SERVER, str(self.status_dir)],
+                [sys.executable, "-u", "-c", SERVER, str(self.status_dir), *self.preload],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
             )  # fmt: skip
             ready = self._read()
@@ -198,9 +202,11 @@ def _child(request: dict[str, Any]) -> NoReturn:
     raise SystemExit(code)
 
 
-def serve(status_dir: Path, requests: IO[str], answers: IO[str]) -> None:
+def serve(
+    status_dir: Path, requests: IO[str], answers: IO[str], preload: Sequence[str] = PRELOAD
+) -> None:
     """Preload the services, then fork one child per request until ``requests`` ends."""
-    for module in PRELOAD:
+    for module in preload:
         importlib.import_module(module)
     if threading.active_count() != 1:  # forking a threaded process copies held locks
         names = [t.name for t in threading.enumerate()]
@@ -218,6 +224,6 @@ def serve(status_dir: Path, requests: IO[str], answers: IO[str]) -> None:
         answers.write(json.dumps({"pid": pid}) + "\n")
 
 
-def main(status_dir: str) -> None:
+def main(status_dir: str, preload: Sequence[str]) -> None:
     """The server process: requests on stdin, answers on stdout."""
-    serve(Path(status_dir), sys.stdin, sys.stdout)
+    serve(Path(status_dir), sys.stdin, sys.stdout, preload)
