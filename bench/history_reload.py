@@ -84,7 +84,8 @@ def _start(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]
          "--bootstrap", env["WEFT_KAFKA_BOOTSTRAP"]],
         env={**os.environ, **env}, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
-    proc_env = {**os.environ, **env, "WEFT_HTTP_PORT": str(port), "WEFT_TOPIC_PREFIX": prefix,
+    proc_env = {**os.environ, **env, "WEFT_HTTP_PORT": str(port), "WEFT_METRICS_PORT": "0",
+                "WEFT_TOPIC_PREFIX": prefix,
                 "WEFT_CREDENTIALS_DIR": str(credentials_dir())}  # fmt: skip
     out = open(log, "ab")  # noqa: SIM115 - handed to the child process
     return subprocess.Popen([sys.executable, "-m", "weft_memory"], env=proc_env, stdout=out,

@@ -66,7 +66,7 @@ def _start_replica(
     root.chmod(0o755)
     env = {
         **os.environ, **principal_env(infra_env(), "weft-sandbox"), "PYTHONUNBUFFERED": "1",
-        "WEFT_HTTP_PORT": str(port), "WEFT_TOPIC_PREFIX": prefix,
+        "WEFT_HTTP_PORT": str(port), "WEFT_METRICS_PORT": "0", "WEFT_TOPIC_PREFIX": prefix,
         "WEFT_INSTANCE_ID": f"sandbox-bench-{port}", "WEFT_LOG_FORMAT": "json",
         "WEFT_CREDENTIALS_DIR": str(credentials_dir()), "WEFT_SANDBOX_ROOT": str(root),
         "WEFT_SANDBOX_CONCURRENCY": str(concurrency),

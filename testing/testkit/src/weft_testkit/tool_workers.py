@@ -76,7 +76,9 @@ class ToolWorkerPool:
         port = free_port()
         env = {
             **os.environ, **principal_env(infra_env(), "weft-tool-exec"),
-            "PYTHONUNBUFFERED": "1", "WEFT_HTTP_PORT": str(port),
+            # No metrics port: by default it is the HTTP port + 1000, which nobody checked
+            # was free (a worker died at start on "address already in use" in CI).
+            "PYTHONUNBUFFERED": "1", "WEFT_HTTP_PORT": str(port), "WEFT_METRICS_PORT": "0",
             "WEFT_TOPIC_PREFIX": self.prefix, "WEFT_INSTANCE_ID": name, "WEFT_LOG_FORMAT": "json",
             "WEFT_EMBEDDING_MODEL": "", "WEFT_CREDENTIALS_DIR": str(credentials_dir()),
             **self.extra_env,
