@@ -53,10 +53,15 @@ from weft_contracts import (
     TurnStatus,
 )
 from weft_contracts.envelope import Envelope
+from weft_contracts.topics import Topic
+from weft_platform.credentials import RECORDS, load_signer
+from weft_platform.record_credentials import record_scope
 from weft_testkit import LocalStack, StackConfig, infra_env
 from weft_testkit.kafka import client_options
 
 REPO = Path(__file__).resolve().parents[1]
+CREDENTIAL_REFRESH_S = 30.0
+"""How long the publisher reuses one signed engine credential (they live minutes)."""
 
 
 def _rss_kb(pid: int) -> dict[str, int]:
@@ -86,14 +91,27 @@ def _gateway_pid(stack: LocalStack) -> int:
 
 
 class _Publisher:
-    """Publishes envelopes as the engine would (JSON, keyed by session)."""
+    """Publishes envelopes as the engine would (JSON, keyed by session, each carrying the
+    engine's record credential: the projector dead-letters a record without one)."""
 
     def __init__(self, stack: LocalStack):
         self.topic = f"{stack.prefix}weft.agent.events.v1"
         self.producer = AIOKafkaProducer(**client_options(infra_env()), linger_ms=0)
+        self._engine = load_signer(stack.credentials_dir, "engine")
+        self._credential = ""
+        self._signed_at = 0.0
+
+    def _engine_credential(self) -> str:
+        now = time.monotonic()
+        if now - self._signed_at > CREDENTIAL_REFRESH_S:
+            scope = [record_scope(Topic.AGENT_EVENTS)]
+            self._credential = self._engine.service(RECORDS, scope)
+            self._signed_at = now
+        return self._credential
 
     async def send(self, event: Envelope) -> None:
-        await self.producer.send(self.topic, event.model_dump_json().encode(), key=event.key())
+        signed = event.model_copy(update={"credential": self._engine_credential()})
+        await self.producer.send(self.topic, signed.model_dump_json().encode(), key=event.key())
 
 
 async def _kafka_probe(topic: str, started: asyncio.Event, stop: asyncio.Event) -> list[float]:
