@@ -26,8 +26,9 @@ try:  # the gateway's dependency; the bench falls back to asyncio without it
 except ImportError:  # pragma: no cover
     uvloop = None  # type: ignore[assignment]
 
-Sample = tuple[float, float]
-"""(produced -> received ms, stored in Redis -> received ms) of one event."""
+Sample = float
+"""Produced -> received ms of one event (the stream's entry ids are the events' ``seq``
+now, no longer Redis's milliseconds, so the split at Redis cannot be read from them)."""
 
 
 def client_proc(
@@ -99,13 +100,12 @@ class _SseProtocol(asyncio.Protocol):
                 self._frame(frame, now)
 
     def _frame(self, frame: bytes, now: float) -> None:
-        kind, data, entry_id = _parse(frame)
+        kind, data, _ = _parse(frame)
         if kind == "turn_started":
             self._release()
         elif kind == "thought":
             produced = datetime.fromisoformat(json.loads(data)["time"]).timestamp()
-            stored = int(entry_id.split("-")[0]) / 1000
-            self.samples.append(((now - produced) * 1000, (now - stored) * 1000))
+            self.samples.append((now - produced) * 1000)
         elif kind == "complete":
             self._finish(None)
 

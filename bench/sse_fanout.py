@@ -4,8 +4,10 @@ Starts its own stack (real Kafka/PostgreSQL/Redis, one gateway), creates S sessi
 opens N SSE streams spread over them (``GET /sessions/{id}/stream``). Then it publishes
 agent events on ``weft.agent.events.v1`` the way the engine does (Kafka -> projector ->
 Redis Stream -> fan-out -> SSE) and measures, per received event, the delivery latency
-from the event's ``time`` (set when produced) to the client's receipt, split into
-produced -> stored in Redis (the entry id's milliseconds) and stored -> received.
+from the event's ``time`` (set when produced) to the client's receipt. (The split at
+Redis is gone: the streams' entry ids are the events' ``seq``, no longer a time.) The
+engine's auditor is told to leave the bench's turns alone (``WEFT_AUDIT_GRACE_S``): no
+engine holds their state, and it would end them as ``turn_state_lost``.
 
 How the load is generated: ``--client-procs`` separate processes (4 by default), each
 holding N/procs raw-asyncio SSE connections (``bench/sse_clients.py``: a hand-written
@@ -218,12 +220,12 @@ async def _round(
     probe_stop.set()
     kafka = await probe
 
-    pairs: list[tuple[float, float]] = []
+    pairs: list[float] = []
     errors: list[str] = []
     client_cpu = 0.0
     for _ in procs:
         part = await asyncio.to_thread(out.get, True, 600)
-        pairs += [(float(a), float(b)) for a, b in part["latencies"]]
+        pairs += [float(a) for a in part["latencies"]]
         errors += part["errors"]
         client_cpu += part["cpu_s"]
     for p in procs:
@@ -234,9 +236,7 @@ async def _round(
     kernel_share = (_cpu_split(pid)[1] - split_before[1]) / round_cpu_s if round_cpu_s else 0.0
     if projector_pid is not None:
         round_cpu_s += _cpu_s(projector_pid) - projector_cpu_before
-    total = sorted(a for a, _ in pairs)
-    fanout = sorted(b for _, b in pairs)
-    projection = sorted(a - b for a, b in pairs)
+    total = sorted(pairs)
     return {
         "clients": clients,
         "sessions": args.sessions,
@@ -253,10 +253,6 @@ async def _round(
         "max_ms": round(total[-1], 1) if total else None,
         "kafka_probe_p50_ms": _pct(kafka, 0.5),
         "kafka_probe_p99_ms": _pct(kafka, 0.99),
-        "produced_to_redis_p50_ms": _pct(projection, 0.5),
-        "produced_to_redis_p99_ms": _pct(projection, 0.99),
-        "redis_to_client_p50_ms": _pct(fanout, 0.5),
-        "redis_to_client_p99_ms": _pct(fanout, 0.99),
         "gateway_cpu_cores_live": round(gateway_cpu, 2),
         "gateway_cpu_us_per_delivery": round(round_cpu_s * 1e6 / len(total), 1) if total else None,
         "gateway_cpu_kernel_share": round(kernel_share, 2),
@@ -289,7 +285,10 @@ async def _wait_streams(api: httpx.AsyncClient, sessions: list[str]) -> None:
 
 async def run(args: Any) -> dict[str, Any]:
     home = Path(os.environ.get("WEFT_HOME", REPO / ".weft"))
-    env = {"WEFT_RATE_LIMIT_PER_MINUTE": "0", "WEFT_LOG_LEVEL": "WARNING"}
+    # One tenant holds every stream here: no per-tenant cap (SSE_MAX_PER_TENANT, 200 by
+    # default, answers 429 past it).
+    env = {"WEFT_RATE_LIMIT_PER_MINUTE": "0", "WEFT_LOG_LEVEL": "WARNING",
+           "WEFT_AUDIT_GRACE_S": "86400", "WEFT_SSE_MAX_PER_TENANT": "0"}  # fmt: skip
     if args.projector == "separate":
         env["WEFT_PROJECTOR"] = "off"
     config = StackConfig(log_dir=home / "logs" / "bench-sse", extra_env=env)
@@ -336,9 +335,8 @@ def main() -> None:
     for r in result["rounds"]:
         print(
             f"{r['clients']:>5} clients: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms "
-            f"(Kafka alone p99 {r['kafka_probe_p99_ms']}, "
-            f"Kafka->Redis p99 {r['produced_to_redis_p99_ms']}, Redis->client p99 "
-            f"{r['redis_to_client_p99_ms']}), {r['deliveries']}/{r['expected_deliveries']} "
+            f"(Kafka alone p99 {r['kafka_probe_p99_ms']}), "
+            f"{r['deliveries']}/{r['expected_deliveries']} "
             f"deliveries, gateway {r['gateway_cpu_cores_live']} cores "
             f"({r['gateway_cpu_us_per_delivery']} us CPU per delivery), RSS "
             f"{r['gateway_rss_live_mb']} MB (peak {r['gateway_rss_peak_mb']} MB), load "
