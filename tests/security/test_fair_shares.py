@@ -578,16 +578,17 @@ async def test_queuing_and_ending_a_document_wake_the_listening_workers(
     try:
         async with asyncio.timeout(30):
             await wakeups.listening.wait()
-        wakeups.event.clear()
+        waiter = wakeups.waiter()
         tenant = f"w-{secrets.token_hex(4)}"
         kb = await KnowledgeStore(sessions).create_knowledge_base(tenant, "docs")
+        seen = wakeups.notifications
         doc = await queue.enqueue_file(tenant, kb, title="t", file_name="t.txt", content=b"x")
-        async with asyncio.timeout(30):
-            await wakeups.wait(60)
-        assert not wakeups.event.is_set()  # re-armed
+        assert await waiter.wait(30), "queuing notifies"
+        assert wakeups.notifications > seen
+        seen = wakeups.notifications
         await queue.finish(doc)
-        async with asyncio.timeout(30):
-            await wakeups.event.wait()
+        assert await waiter.wait(30), "ending one notifies"
+        assert wakeups.notifications > seen
     finally:
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)

@@ -12,7 +12,7 @@ from typing import Any, cast
 from weft_knowledge.ingestion_loop import IngestionLoop
 from weft_knowledge.settings import KnowledgeSettings
 from weft_knowledge.wiki_generation import WikiGenerationLoop
-from weft_storage.listen import IdleWait
+from weft_storage.listen import ChannelWakeups, IdleWait
 
 
 def test_the_wait_doubles_to_its_cap_and_work_resets_it() -> None:
@@ -40,6 +40,9 @@ class ScriptedWakeups:
 
     async def run(self) -> None:
         await asyncio.Event().wait()
+
+    def waiter(self) -> ScriptedWakeups:
+        return self
 
     async def wait(self, timeout_s: float) -> bool:
         self.timeouts.append(timeout_s)
@@ -86,3 +89,18 @@ async def test_the_wiki_task_listens_to_the_same_channel() -> None:
     await asyncio.wait_for(wakeups.done.wait(), 5)
     await loop.stop()
     assert wakeups.timeouts == [1, 2, 1, 2]
+
+
+async def test_a_notification_wakes_every_poller_even_one_that_was_busy() -> None:
+    """Each polling task has its own waiter: the wiki task seeing a notification first
+    does not swallow it for an ingestion task that was busy when it came (with one event
+    cleared by the first to wake, that task slept until its next poll, up to 15 s)."""
+    channel = ChannelWakeups(cast(Any, None), "weft_ingestion")  # no database: notify by hand
+    first, busy = channel.waiter(), channel.waiter()
+    waiting = asyncio.create_task(first.wait(30))
+    await asyncio.sleep(0)
+    channel.notify()
+    assert await asyncio.wait_for(waiting, 5) is True
+    assert await busy.wait(0.01) is True, "the busy poller still sees the notification"
+    assert await busy.wait(0.01) is False, "and sees it once"
+    assert await first.wait(0.01) is False

@@ -19,27 +19,32 @@ CHECK_S = 30.0
 
 
 class ChannelWakeups:
-    """``LISTEN`` on ``channel`` over one connection of ``engine``; each notification sets
-    :attr:`event`. :meth:`run` reconnects after ``retry_s`` when the connection is lost;
-    :attr:`listening` is set while a connection listens."""
+    """``LISTEN`` on ``channel`` over one connection of ``engine``; each notification
+    counts in :attr:`notifications` and wakes every :class:`Waiter`. :meth:`run`
+    reconnects after ``retry_s`` when the connection is lost; :attr:`listening` is set
+    while a connection listens."""
 
     def __init__(self, engine: AsyncEngine, channel: str, *, retry_s: float = 5.0):
         self._engine = engine
         self._channel = channel
         self._retry_s = retry_s
-        self.event = asyncio.Event()
+        self.notifications = 0
+        self._next = asyncio.Event()
         self.listening = asyncio.Event()
 
-    async def wait(self, timeout_s: float) -> bool:
-        """Until a notification or ``timeout_s``, whichever comes first; then re-arm.
-        True when a notification came (there may be work), False on the timeout."""
-        notified = True
-        try:
-            await asyncio.wait_for(self.event.wait(), timeout_s)
-        except TimeoutError:
-            notified = False
-        self.event.clear()
-        return notified
+    def waiter(self) -> Waiter:
+        """A poller's own view of the channel (one per polling task)."""
+        return Waiter(self)
+
+    def notify(self) -> None:
+        """Count a notification and wake everyone waiting for the next one."""
+        self.notifications += 1
+        self._next.set()
+        self._next = asyncio.Event()
+
+    async def next_notification(self, timeout_s: float) -> None:
+        """Until the next notification; TimeoutError after ``timeout_s``."""
+        await asyncio.wait_for(self._next.wait(), timeout_s)
 
     async def run(self) -> None:
         """Listen until cancelled."""
@@ -54,7 +59,7 @@ class ChannelWakeups:
 
     async def _listen(self) -> None:
         def wake(*_: Any) -> None:
-            self.event.set()
+            self.notify()
 
         async with self._engine.connect() as conn:
             raw = await conn.get_raw_connection()
@@ -63,7 +68,7 @@ class ChannelWakeups:
             driver.add_termination_listener(lambda _c: lost.set())
             await driver.add_listener(self._channel, wake)
             self.listening.set()
-            self.event.set()  # whatever was queued while nobody listened
+            self.notify()  # whatever was queued while nobody listened
             try:
                 while not lost.is_set():
                     try:
@@ -74,6 +79,28 @@ class ChannelWakeups:
                 self.listening.clear()
                 if not driver.is_closed():
                     await driver.remove_listener(self._channel, wake)
+
+
+class Waiter:
+    """One poller's wake-ups: :meth:`wait` returns at once when a notification came since
+    this waiter's last return, however many other pollers saw it first. (One event
+    cleared by whoever woke first let a poller that was busy at that moment sleep
+    through the notification until its next poll.)"""
+
+    def __init__(self, channel: ChannelWakeups):
+        self._channel = channel
+        self._seen = channel.notifications
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a notification this waiter has not seen, or ``timeout_s``: True when one
+        came (there may be work), False on the timeout."""
+        if self._channel.notifications == self._seen:
+            try:
+                await self._channel.next_notification(timeout_s)
+            except TimeoutError:
+                return False
+        self._seen = self._channel.notifications
+        return True
 
 
 class IdleWait:

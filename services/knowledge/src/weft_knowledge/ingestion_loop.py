@@ -97,6 +97,7 @@ class IngestionLoop:
 
     async def _run(self) -> None:
         idle = IdleWait(self._poll_s, self._idle_poll_max_s)
+        woken = self._wakeups.waiter() if self._wakeups is not None else None
         while True:
             try:
                 # Documents first (searchable sooner), then FAQ entries' embeddings (SPEC
@@ -114,7 +115,7 @@ class IngestionLoop:
             if busy:
                 idle.reset()
                 continue
-            if self._wakeups is None:
+            if woken is None:
                 await asyncio.sleep(idle.next())
-            elif await self._wakeups.wait(idle.next()):
+            elif await woken.wait(idle.next()):
                 idle.reset()

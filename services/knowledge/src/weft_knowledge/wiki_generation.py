@@ -326,6 +326,7 @@ class WikiGenerationLoop:
 
     async def _run(self) -> None:
         idle = IdleWait(self._poll_s, self._idle_poll_max_s)
+        woken = self._wakeups.waiter() if self._wakeups is not None else None
         while True:
             try:
                 busy = await self._generator.generate_next()
@@ -336,7 +337,7 @@ class WikiGenerationLoop:
                 busy = False
             if busy:
                 idle.reset()
-            elif self._wakeups is None:
+            elif woken is None:
                 await asyncio.sleep(idle.next())
-            elif await self._wakeups.wait(idle.next()):
+            elif await woken.wait(idle.next()):
                 idle.reset()
