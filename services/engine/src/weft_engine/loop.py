@@ -162,11 +162,13 @@ class TurnLoop:
         try:
             await self._run(state, takeover, stopped, polled=polled)
         except asyncio.CancelledError:
+            # Taken at once, before any await: every cancel requested so far (a stop the
+            # scheduler delivered again counts twice), so no redelivery lands in what follows.
+            task = asyncio.current_task()
+            while task is not None and task.uncancel() > 0:
+                pass
             if not await cancel_requested(self._redis, request_id):
                 raise  # shutdown: the scheduler hands the turn over
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
             await self._finish(await self._stopped(request_id))
 
     async def _run(self, state: TurnState, takeover: bool, stopped: bool, *, polled: bool) -> None:

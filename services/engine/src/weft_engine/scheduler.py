@@ -81,6 +81,12 @@ def local_share(max_inflight: int, configured: int | None) -> int | None:
     return configured or None
 
 
+USER_STOP = "user_stop"
+"""The cancel message of a user's stop (a shutdown's cancel carries none)."""
+STOP_REDELIVERY_S = 0.25
+"""How soon a stop the step has not taken yet is delivered again (:meth:`StepScheduler.cancel`)."""
+
+
 class StepScheduler:
     """Owns this replica's running steps and its background reaper."""
 
@@ -234,8 +240,29 @@ class StepScheduler:
         task = self._tasks.get(request_id)
         if task is None:
             return False
-        task.cancel("user_stop")
+        task.cancel(USER_STOP)
+        self._deliver_stop(request_id, task)
         return True
+
+    def _deliver_stop(self, request_id: str, task: asyncio.Task[None]) -> None:
+        """Cancel the step again every ``STOP_REDELIVERY_S`` while it runs with the stop
+        unhandled (``task.cancelling()`` stays above 0 until ``TurnLoop`` takes the stop
+        and uncancels itself). Python 3.11's ``asyncio.wait_for``, which redis-py awaits
+        for each command it sends, returns its result when a cancel lands as the result
+        arrives, and the cancel is lost: the step streamed a whole answer after the
+        user's stop and the turn ended ``completed`` (a CI run under load)."""
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            if task.done() or self._tasks.get(request_id) is not task:
+                return
+            if task.cancelling() == 0:
+                return  # the step took the stop
+            log.info("stop_delivered_again", request_id=request_id)
+            task.cancel(USER_STOP)
+            loop.call_later(STOP_REDELIVERY_S, check)
+
+        loop.call_later(STOP_REDELIVERY_S, check)
 
     async def _run(self, start: StepStart) -> None:
         request_id = start.request_id
