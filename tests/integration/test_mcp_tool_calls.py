@@ -144,16 +144,17 @@ def make_caller(directory: FakeDirectory, request_timeout_s: float) -> McpCaller
 
 @pytest.fixture
 async def caller(directory: FakeDirectory) -> AsyncIterator[McpCaller]:
-    # 2 s keeps the deadline test short; a test whose server has real work to do
-    # (megabytes to write) makes its own caller with a deadline the work fits in.
-    caller = make_caller(directory, request_timeout_s=2)
+    # A deadline the test servers' work fits in on a loaded CI machine (writing megabytes
+    # took over 2 s there): what a test checks must not race it. The deadline test has its
+    # own short one (hasty_caller).
+    caller = make_caller(directory, request_timeout_s=30)
     yield caller
     await caller.pool.close()
 
 
 @pytest.fixture
-async def patient_caller(directory: FakeDirectory) -> AsyncIterator[McpCaller]:
-    caller = make_caller(directory, request_timeout_s=60)
+async def hasty_caller(directory: FakeDirectory) -> AsyncIterator[McpCaller]:
+    caller = make_caller(directory, request_timeout_s=2)
     yield caller
     await caller.pool.close()
 
@@ -287,14 +288,11 @@ async def test_oversized_results_are_truncated(
 
 @pytest.mark.parametrize("server_id", ["srv-http", "srv-sse"])
 async def test_a_message_past_the_cap_is_cut_off_and_the_server_still_serves(
-    patient_caller: McpCaller, directory: FakeDirectory, server_id: str
+    registry: ToolRegistry, directory: FakeDirectory, server_id: str
 ) -> None:
     """A server answering more than MAX_MESSAGE_BYTES (here ~10 MB of text) is cut off
     while it is read: the model reads why, tool-exec never held the whole answer, and
-    the next call to the same server works (a new session). The kit server writes the
-    10 MB in this test's process: on a loaded CI machine that took over 2 s, so this
-    test's deadline is long enough for the write and the cap is what must stop it."""
-    registry = make_registry(patient_caller)
+    the next call to the same server works (a new session)."""
     huge = await registry.execute(
         dyn(directory, server_id, "big_text"),
         invocation({"chars": 10_000_000}, [server_id], f"r-huge-{server_id}"),
@@ -309,8 +307,9 @@ async def test_a_message_past_the_cap_is_cut_off_and_the_server_still_serves(
 
 
 async def test_a_slow_tool_past_its_deadline_times_out(
-    registry: ToolRegistry, directory: FakeDirectory
+    hasty_caller: McpCaller, directory: FakeDirectory
 ) -> None:
+    registry = make_registry(hasty_caller)
     outcome = await registry.execute(
         dyn(directory, "srv-http", "slow"), invocation({"seconds": 30}, ["srv-http"], "r-slow")
     )
