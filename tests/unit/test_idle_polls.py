@@ -12,15 +12,15 @@ from typing import Any, cast
 from weft_knowledge.ingestion_loop import IngestionLoop
 from weft_knowledge.settings import KnowledgeSettings
 from weft_knowledge.wiki_generation import WikiGenerationLoop
-from weft_storage.listen import ChannelWakeups, IdleWait
+from weft_storage.listen import ChannelWakeups, IdlePolls
 
 
-def test_the_wait_doubles_to_its_cap_and_work_resets_it() -> None:
-    idle = IdleWait(1.0, 15.0)
-    assert [idle.next() for _ in range(7)] == [1, 2, 4, 8, 15, 15, 15]
-    idle.reset()
-    assert [idle.next() for _ in range(2)] == [1, 2]
-    assert IdleWait(2.0, 0.5).next() == 2.0  # a cap below the base is the base
+async def test_the_wait_doubles_to_its_cap_and_work_resets_it() -> None:
+    polls = IdlePolls(1.0, 15.0)
+    assert [polls.next_wait() for _ in range(7)] == [1, 2, 4, 8, 15, 15, 15]
+    await polls.after(busy=True)  # returns at once
+    assert [polls.next_wait() for _ in range(2)] == [1, 2]
+    assert IdlePolls(2.0, 0.5).next_wait() == 2.0  # a cap below the base is the base
 
 
 def test_an_idle_worker_polls_a_few_times_a_minute_by_default() -> None:

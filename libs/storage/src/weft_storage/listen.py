@@ -43,8 +43,11 @@ class ChannelWakeups:
         self._next = asyncio.Event()
 
     async def next_notification(self, timeout_s: float) -> None:
-        """Until the next notification; TimeoutError after ``timeout_s``."""
-        await asyncio.wait_for(self._next.wait(), timeout_s)
+        """Until the next notification; TimeoutError after ``timeout_s``. (``asyncio.timeout``,
+        not ``wait_for``: on Python 3.11 ``wait_for`` can swallow the cancel that stops the
+        worker when it lands as a notification arrives.)"""
+        async with asyncio.timeout(timeout_s):
+            await self._next.wait()
 
     async def run(self) -> None:
         """Listen until cancelled."""
@@ -103,26 +106,34 @@ class Waiter:
         return True
 
 
-class IdleWait:
-    """How long an idle poller waits before it polls again: ``base_s`` after it found
-    work (or was woken), doubling with each poll that finds nothing, up to ``max_s``.
-    Queuing work sends a ``NOTIFY`` that wakes the poller at once, so the poll is only
-    for what no notification announces (a retry coming due, a stale claim to take over,
-    a tenant back under budget); an idle worker then costs a few queries a minute, not
-    several a second (it was about 4 % of a core per idle worker, and a database
-    connection's worth of work on PostgreSQL's side)."""
+class IdlePolls:
+    """When an idle poller polls again: at once after a poll that found work; after an
+    empty one, at the next notification on ``wakeups`` (its own :class:`Waiter`) or after
+    a wait of ``base_s`` doubling with each empty poll up to ``max_s``, whichever comes
+    first. Queuing work sends a ``NOTIFY``, so the wait only bounds what no notification
+    announces (a retry coming due, a stale claim to take over, a tenant back under
+    budget): an idle worker costs a few queries a minute, not several a second (it was
+    about 4 % of a core per idle worker, and as much work on PostgreSQL's side)."""
 
-    def __init__(self, base_s: float, max_s: float):
+    def __init__(self, base_s: float, max_s: float, wakeups: ChannelWakeups | None = None):
         self._base_s = base_s
         self._max_s = max(base_s, max_s)
         self._next_s = base_s
+        self._waiter = wakeups.waiter() if wakeups is not None else None
 
-    def reset(self) -> None:
-        """Work was found: poll again soon."""
-        self._next_s = self._base_s
-
-    def next(self) -> float:
-        """The wait before the next poll (and the one after it doubles)."""
+    def next_wait(self) -> float:
+        """The wait after an empty poll (the one after it is twice as long, capped)."""
         wait = self._next_s
         self._next_s = min(self._max_s, wait * 2)
         return wait
+
+    async def after(self, busy: bool) -> None:
+        """Return when the poller should poll again, ``busy``: its last poll found work."""
+        if busy:
+            self._next_s = self._base_s
+            return
+        wait = self.next_wait()
+        if self._waiter is None:
+            await asyncio.sleep(wait)
+        elif await self._waiter.wait(wait):
+            self._next_s = self._base_s

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 from weft_platform.metrics import INGESTION_QUEUE_DEPTH, KNOWLEDGE_JOB_QUEUE_DEPTH
 from weft_platform.tasks import cancel_and_wait
-from weft_storage.listen import ChannelWakeups, IdleWait
+from weft_storage.listen import ChannelWakeups, IdlePolls
 
 from weft_knowledge.faq_embedding import FaqEmbedder
 from weft_knowledge.graph_extraction import GraphExtractor
@@ -24,7 +24,7 @@ DEPTH_EVERY_S = 15.0
 class IngestionLoop:
     """``concurrency`` tasks, each ingesting documents one after another; a task sleeps
     when the queue has nothing it may take (``poll_s``, doubling while the queues stay
-    empty up to ``idle_poll_max_s``: :class:`IdleWait`), or until ``wakeups`` signals a
+    empty up to ``idle_poll_max_s``: :class:`IdlePolls`), or until ``wakeups`` signals a
     newly queued document (``IngestionQueue.enqueue_file`` notifies). With the queue's
     per-tenant cap
     (:meth:`IngestionQueue.claim`), one tenant's big document holds at most that many
@@ -96,8 +96,7 @@ class IngestionLoop:
             await asyncio.sleep(self._depth_every_s)
 
     async def _run(self) -> None:
-        idle = IdleWait(self._poll_s, self._idle_poll_max_s)
-        woken = self._wakeups.waiter() if self._wakeups is not None else None
+        polls = IdlePolls(self._poll_s, self._idle_poll_max_s, self._wakeups)
         while True:
             try:
                 # Documents first (searchable sooner), then FAQ entries' embeddings (SPEC
@@ -112,10 +111,4 @@ class IngestionLoop:
             except Exception:  # database unavailable: retry after the poll interval
                 log.exception("ingestion_poll_failed")
                 busy = False
-            if busy:
-                idle.reset()
-                continue
-            if woken is None:
-                await asyncio.sleep(idle.next())
-            elif await woken.wait(idle.next()):
-                idle.reset()
+            await polls.after(busy)

@@ -34,7 +34,7 @@ from weft_storage.knowledge.documents import DocumentReader
 from weft_storage.knowledge.wiki import PageDraft, WikiPages
 from weft_storage.knowledge.wiki_issues import GenerationJob, WikiGenerations
 from weft_storage.knowledge.wiki_text import InvalidSlug, normalize_slug
-from weft_storage.listen import ChannelWakeups, IdleWait
+from weft_storage.listen import ChannelWakeups, IdlePolls
 
 from weft_knowledge.model_call import ask
 from weft_knowledge.progress_notices import ProgressNotices, StageCounts
@@ -325,8 +325,7 @@ class WikiGenerationLoop:
         await cancel_and_wait(self._tasks)
 
     async def _run(self) -> None:
-        idle = IdleWait(self._poll_s, self._idle_poll_max_s)
-        woken = self._wakeups.waiter() if self._wakeups is not None else None
+        polls = IdlePolls(self._poll_s, self._idle_poll_max_s, self._wakeups)
         while True:
             try:
                 busy = await self._generator.generate_next()
@@ -335,9 +334,4 @@ class WikiGenerationLoop:
             except Exception:  # the database is down: try again after the poll interval
                 log.exception("wiki_generation_poll_failed")
                 busy = False
-            if busy:
-                idle.reset()
-            elif woken is None:
-                await asyncio.sleep(idle.next())
-            elif await woken.wait(idle.next()):
-                idle.reset()
+            await polls.after(busy)
