@@ -7,6 +7,7 @@ service credential on a tenant route).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -134,35 +135,31 @@ def _body_fields(op: dict[str, Any], schemas: dict[str, Any]) -> set[str] | None
     return set(properties)
 
 
-Services = dict[str, tuple[list[Route], httpx.AsyncClient]]
-"""Per service: its internal routes and an in-process client of its app."""
+Served = tuple[list[Route], httpx.AsyncClient]
+"""A service's internal routes and an in-process client of its app."""
 
 
-@pytest.fixture
-async def services(
-    migrated: str,
-) -> AsyncIterator[dict[str, tuple[list[Route], httpx.AsyncClient]]]:
-    """Each service's app (as deployed: its credential guard on) and its internal routes."""
-    built: Services = {}
-    for name, factory in APPS.items():
-        app = factory()
-        transport = httpx.ASGITransport(app=app)
-        built[name] = (_routes(name, app), httpx.AsyncClient(transport=transport))
-    yield built
-    for _, client in built.values():
-        await client.aclose()
-
-
-@pytest.fixture
-async def one_service(
-    migrated: str, service: str
-) -> AsyncIterator[tuple[list[Route], httpx.AsyncClient]]:
-    """The app of the test's ``service`` alone (as deployed) and its internal routes:
-    building every service's app for each of the route sweep's cases took most of this
-    module's time."""
-    app = APPS[service]()
+@contextlib.asynccontextmanager
+async def serve(name: str) -> AsyncIterator[Served]:
+    """The app of service ``name`` alone, as deployed (its credential guard on): building
+    every service's app for each case took most of this module's time."""
+    app = APPS[name]()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client:
-        yield _routes(service, app), client
+        yield _routes(name, app), client
+
+
+@pytest.fixture
+async def one_service(migrated: str, service: str) -> AsyncIterator[Served]:
+    """The test's ``service``, served."""
+    async with serve(service) as served:
+        yield served
+
+
+@pytest.fixture
+async def memory(migrated: str) -> AsyncIterator[httpx.AsyncClient]:
+    """memory's app alone (usage belongs to memory)."""
+    async with serve("memory") as (_, client):
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +310,7 @@ CASES: dict[str, Case] = {
 @pytest.mark.parametrize("service", list(APPS))
 @pytest.mark.parametrize("case", list(CASES))
 async def test_every_internal_route_checks_the_credential(
-    one_service: tuple[list[Route], httpx.AsyncClient],
+    one_service: Served,
     keys: DevCredentials,
     service: str,
     case: str,
@@ -333,23 +330,23 @@ async def test_every_internal_route_checks_the_credential(
 
 
 async def test_the_engine_may_read_unfinished_turns_but_not_manage_organisations(
-    services: Services, tmp_path: Any
+    memory: httpx.AsyncClient,
 ) -> None:
     """A system scope names its issuers: the engine's own key opens the turn audit route,
     not the operator's organisations, even with the right scope."""
     engine = load_signer(credentials_dir(), "engine")
-    _, memory = services["memory"]
     turns = await memory.get(
         "http://memory/internal/turns/unfinished",
         params={"started_after": "2026-01-01T00:00:00Z"},
         headers=_bearer(engine.service("memory", ["memory:turns.read"])),
     )
     assert turns.status_code == 200, turns.text
-    _, agent_config = services["agent-config"]
     token = engine.service("agent-config", ["agent-config:organisations"])
-    org = await agent_config.post(
-        "http://agent-config/internal/organisations", json={"name": "x"}, headers=_bearer(token)
-    )
+    async with serve("agent-config") as (_, agent_config):
+        org = await agent_config.post(
+            "http://agent-config/internal/organisations", json={"name": "x"},
+            headers=_bearer(token),
+        )  # fmt: skip
     assert org.status_code == 403, org.text
 
 
@@ -357,12 +354,11 @@ async def test_the_engine_may_read_unfinished_turns_but_not_manage_organisations
     ("size", "status"), [(2**53 + 1, 422), (2**63, 422), (-1, 422), (2**53, 204)]
 )
 async def test_document_usage_refuses_a_size_no_column_holds(
-    services: Services, keys: DevCredentials, size: int, status: int
+    memory: httpx.AsyncClient, keys: DevCredentials, size: int, status: int
 ) -> None:
     """knowledge reports an ingested document's size to memory (usage belongs to memory).
     A size past 2^53 (or negative) is a 422 naming the field, never a database overflow
     (a 500) or a wrapped-around total; 2^53 itself is stored."""
-    _, memory = services["memory"]
     token = keys.operator.service("memory", ["memory:usage.write"])
     resp = await memory.put(
         f"http://memory/internal/usage/documents/doc-size-{size}",
@@ -386,12 +382,11 @@ async def test_document_usage_refuses_a_size_no_column_holds(
     ],
 )
 async def test_model_call_usage_refuses_what_no_row_should_hold(
-    services: Services, keys: DevCredentials, change: dict[str, object], field: str | None
+    memory: httpx.AsyncClient, keys: DevCredentials, change: dict[str, object], field: str | None
 ) -> None:
     """knowledge meters graph extraction's model calls in memory's usage: counts past a
     column, negative ones, or a source other than ingestion's are a 422 naming the field;
     a valid report is stored, and repeating it stores it once (the totals replace)."""
-    _, memory = services["memory"]
     token = keys.operator.service("memory", ["memory:usage.write"])
     tenant = f"t-usage-{secrets.token_hex(4)}"
     body = {"tenant_id": tenant, "source": "graph", "input_tokens": 10, "output_tokens": 2,

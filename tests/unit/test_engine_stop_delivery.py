@@ -89,9 +89,11 @@ async def test_a_stop_swallowed_by_wait_for_is_delivered_again(redis: FakeAsyncR
 async def test_a_stop_the_step_took_is_not_delivered_again(redis: FakeAsyncRedis) -> None:
     """Once the step uncancelled itself, it finishes the stop undisturbed."""
     finished: list[str] = []
+    inside = asyncio.Event()
 
     async def step(start: StepStart) -> None:
         try:
+            inside.set()
             await asyncio.sleep(10)
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -103,7 +105,7 @@ async def test_a_stop_the_step_took_is_not_delivered_again(redis: FakeAsyncRedis
     leases = TurnLeases(redis, owner="replica-1", namespace="t.", ttl_s=TTL_S)
     scheduler = StepScheduler(leases, step, max_inflight=2, ttl_s=TTL_S)
     assert await scheduler.submit("r2")
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(inside.wait(), 5)
     assert scheduler.cancel("r2")
     started = time.monotonic()
     while scheduler.running("r2"):
