@@ -100,7 +100,7 @@ class _SseProtocol(asyncio.Protocol):
                 self._frame(frame, now)
 
     def _frame(self, frame: bytes, now: float) -> None:
-        kind, data, _ = _parse(frame)
+        kind, data = _parse(frame)
         if kind == "turn_started":
             self._release()
         elif kind == "thought":
@@ -159,9 +159,9 @@ def _split(buffer: bytes) -> tuple[bytes, bytes]:
     return buffer[:lf], buffer[lf + 2 :]
 
 
-def _parse(frame: bytes) -> tuple[str, str, str]:
-    """(event, data, id) of one frame; comments (heartbeats) give empty fields."""
-    kind = data = entry_id = ""
+def _parse(frame: bytes) -> tuple[str, str]:
+    """(event, data) of one frame; comments (heartbeats) give empty fields."""
+    kind = data = ""
     for line in frame.decode().splitlines():
         name, _, value = line.partition(":")
         value = value.removeprefix(" ")
@@ -169,6 +169,4 @@ def _parse(frame: bytes) -> tuple[str, str, str]:
             kind = value
         elif name == "data":
             data = value
-        elif name == "id":
-            entry_id = value
-    return kind, data, entry_id
+    return kind, data
